@@ -1,0 +1,79 @@
+"""Catalogs as data: TOML files under gpus/, models/ and prices/, each entry citing its source.
+
+Files are read once and cached; lookups suggest the closest names on a miss.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import tomllib
+from pathlib import Path
+
+from gpuplan.errors import GpuplanError
+from gpuplan.specs.hardware import GPUSpec
+from gpuplan.specs.hf import load_hf_config, model_from_hf_config
+from gpuplan.specs.model import ModelSpec
+
+ROOT = Path(__file__).parent
+DEFAULT_PRICE_PROVIDER = "lambda"
+
+
+@functools.cache
+def _read(kind: str) -> dict[str, dict]:
+    return {p.stem: tomllib.loads(p.read_text()) for p in sorted((ROOT / kind).glob("*.toml"))}
+
+
+def _unknown(field: str, name: str, known: list[str], fix: str) -> GpuplanError:
+    close = difflib.get_close_matches(name.lower(), known, n=3, cutoff=0.4)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    return GpuplanError(field, f"unknown {field} {name!r}", f"{hint}{fix}")
+
+
+def gpu_ids() -> list[str]:
+    return list(_read("gpus"))
+
+
+def model_ids() -> list[str]:
+    return list(_read("models"))
+
+
+@functools.cache
+def gpu(gpu_id: str) -> GPUSpec:
+    entries = _read("gpus")
+    key = gpu_id.lower()
+    if key not in entries:
+        raise _unknown("gpu", gpu_id, list(entries), "run `gpuplan gpus` to list them")
+    return GPUSpec.from_catalog(key, entries[key])
+
+
+def model_entry(model_id: str) -> dict:
+    """The raw catalog entry: source, date and the config.json facts."""
+    return _read("models")[model_id]
+
+
+@functools.cache
+def _catalog_model(key: str) -> ModelSpec:
+    entry = _read("models")[key]
+    return model_from_hf_config(entry["config"], name=key, where=f"catalog/models/{key}.toml")
+
+
+def model(name: str) -> ModelSpec:
+    """A catalog id (``llama-3.1-70b``) or a path to a Hugging Face ``config.json`` (or its folder)."""
+    key = name.lower()
+    if key in _read("models"):
+        return _catalog_model(key)
+    if name.endswith(".json") or "/" in name or Path(name).exists():
+        return load_hf_config(name)
+    raise _unknown("model", name, model_ids(), "run `gpuplan models` to list them, or pass a config.json path")
+
+
+def price_per_gpu_hour(gpu_id: str, provider: str = DEFAULT_PRICE_PROVIDER) -> tuple[float, str] | None:
+    """(USD per GPU-hour, citation) for a GPU: the given provider first, then any other."""
+    prices = _read("prices")
+    order = [provider] + [p for p in prices if p != provider]
+    for name in order:
+        table = prices.get(name)
+        if table and gpu_id in table["usd_per_gpu_hour"]:
+            return table["usd_per_gpu_hour"][gpu_id], f"{table['provider']}, {table['date']}"
+    return None

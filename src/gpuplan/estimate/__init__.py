@@ -1,0 +1,1 @@
+"""Estimators, one concept per file: params, flops, activations, memory, time, cost."""

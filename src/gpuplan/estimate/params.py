@@ -1,0 +1,170 @@
+"""Parameters as tensors: every weight of the model with its shape and how parallelism splits it.
+
+Counting from shapes, rather than from a closed form such as 12*L*h^2, keeps the count exact for
+every family (biases, GQA, MLA, gated MLPs, shared experts, tied embeddings) and gives the
+optimizer model the matrix shapes it needs (Adafactor factors rows and columns). The oracle is
+``transformers`` itself: tests/estimate/test_params.py builds each catalog model on the ``meta``
+device and compares counts exactly.
+
+``split`` says how tensor parallelism shards a tensor (Megatron-LM, Shoeybi et al. 2019):
+``col`` splits the output dimension, ``row`` the input dimension, ``vocab`` the vocabulary rows,
+``none`` replicates it (norms, row-parallel biases, routers).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from gpuplan.specs.model import ModelSpec
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    shape: tuple[int, ...]
+    split: str = "none"
+    expert: bool = False  # routed-expert weight: sharded by expert parallelism
+    matmul: bool = True  # multiplies activations (False: embedding lookups, norms, biases)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+def _linear(name: str, n_in: int, n_out: int, split: str, bias: bool, **kw) -> list[Tensor]:
+    out = [Tensor(f"{name}.weight", (n_out, n_in), split, **kw)]
+    if bias:
+        # a column-parallel bias is split with its outputs; a row-parallel bias is added after the
+        # all-reduce, so every rank holds all of it
+        out.append(Tensor(f"{name}.bias", (n_out,), "col" if split == "col" else "none",
+                          expert=kw.get("expert", False), matmul=False))
+    return out
+
+
+def _norm(m: ModelSpec, name: str, width: int) -> list[Tensor]:
+    out = [Tensor(f"{name}.weight", (width,), matmul=False)]
+    if m.norm == "layernorm":
+        out.append(Tensor(f"{name}.bias", (width,), matmul=False))
+    return out
+
+
+def _attention(m: ModelSpec) -> list[Tensor]:
+    h = m.hidden_size
+    if m.is_mla:  # DeepSeek-V2/V3 multi-head latent attention (DeepSeek-V2 report, section 2.1)
+        t: list[Tensor] = []
+        if m.q_lora_rank:
+            t += _linear("attn.q_a_proj", h, m.q_lora_rank, "none", m.qkv_bias)
+            t += _norm(m, "attn.q_a_layernorm", m.q_lora_rank)
+            t += _linear("attn.q_b_proj", m.q_lora_rank, m.q_size, "col", False)
+        else:
+            t += _linear("attn.q_proj", h, m.q_size, "col", False)
+        t += _linear("attn.kv_a_proj_with_mqa", h, m.kv_lora_rank + m.qk_rope_head_dim, "none", m.qkv_bias)
+        t += _norm(m, "attn.kv_a_layernorm", m.kv_lora_rank)
+        t += _linear("attn.kv_b_proj", m.kv_lora_rank, m.num_heads * (m.head_dim + m.v_head_dim), "col", False)
+        t += _linear("attn.o_proj", m.num_heads * m.v_head_dim, h, "row", m.o_bias)
+        return t
+    kv = m.num_kv_heads * m.head_dim
+    return (_linear("attn.qkv", h, m.q_size + 2 * kv, "col", m.qkv_bias)
+            + _linear("attn.o", m.q_size, h, "row", m.o_bias))
+
+
+def _mlp(m: ModelSpec, name: str, width: int, bias: bool, expert: bool = False) -> list[Tensor]:
+    h = m.hidden_size
+    up = 2 * width if m.gated_mlp else width  # gate and up projections fused
+    return (_linear(f"{name}.up", h, up, "col", bias, expert=expert)
+            + _linear(f"{name}.down", width, h, "row", bias, expert=expert))
+
+
+def _moe(m: ModelSpec) -> list[Tensor]:
+    h = m.hidden_size
+    t = [Tensor("moe.router", (m.num_experts, h))]
+    per_expert = _mlp(m, "moe.expert", m.moe_ffn_size, m.mlp_bias, expert=True)
+    t += [Tensor(x.name, (m.num_experts, *x.shape), x.split, expert=True, matmul=x.matmul) for x in per_expert]
+    if m.shared_expert_ffn_size:
+        t += _mlp(m, "moe.shared", m.shared_expert_ffn_size, m.mlp_bias)
+    return t
+
+
+@functools.cache
+def layer_tensors(m: ModelSpec, moe: bool) -> tuple[Tensor, ...]:
+    """The tensors of one transformer block (dense-MLP or MoE kind)."""
+    h = m.hidden_size
+    t: list[Tensor] = []
+    for i in range(m.pre_norms_per_layer + m.post_norms_per_layer):
+        t += _norm(m, f"norm{i}", h)
+    t += _attention(m)
+    t += _moe(m) if moe else _mlp(m, "mlp", m.ffn_size, m.mlp_bias)
+    return tuple(t)
+
+
+@functools.cache
+def embedding_tensors(m: ModelSpec) -> tuple[Tensor, ...]:
+    width = m.embed_proj_dim or m.hidden_size
+    t = [Tensor("embed.tokens", (m.vocab_size, width), "vocab", matmul=False)]
+    if m.position_embeddings:
+        t.append(Tensor("embed.positions", (m.position_embeddings, m.hidden_size), matmul=False))
+    if m.embed_proj_dim:  # OPT-350m projects embeddings up to the hidden size
+        t.append(Tensor("embed.project_in", (m.hidden_size, m.embed_proj_dim), "none"))
+    if m.embedding_norm:
+        t += _norm(m, "embed.norm", m.hidden_size)
+    return tuple(t)
+
+
+@functools.cache
+def head_tensors(m: ModelSpec) -> tuple[Tensor, ...]:
+    """Final norm, output projection and the LM head (absent when tied to the embedding)."""
+    t: list[Tensor] = []
+    if m.final_norm:
+        t += _norm(m, "final_norm", m.hidden_size)
+    if m.embed_proj_dim:
+        t.append(Tensor("head.project_out", (m.embed_proj_dim, m.hidden_size), "none"))
+    if not m.tied_embeddings:
+        t.append(Tensor("lm_head", (m.vocab_size, m.embed_proj_dim or m.hidden_size), "vocab"))
+    return tuple(t)
+
+
+def _sum(tensors, pred=lambda t: True) -> int:
+    return sum(t.numel for t in tensors if pred(t))
+
+
+@dataclass(frozen=True)
+class ParamCounts:
+    total: int
+    active: int  # used for each token: routed experts count only experts_per_token of num_experts
+    embedding: int  # token (and position) embedding tables
+    lm_head: int  # 0 when tied
+    per_layer: tuple[int, ...]  # one entry per transformer block
+    matmul_active: int  # active weights that multiply activations (2 FLOPs each per token)
+
+    @property
+    def non_embedding(self) -> int:
+        return self.total - self.embedding
+
+
+@functools.cache
+def count_params(m: ModelSpec) -> ParamCounts:
+    """Exact parameter counts, as ``transformers`` builds the model (Hugging Face modeling_*.py)."""
+    emb, head = embedding_tensors(m), head_tensors(m)
+    dense, moe = layer_tensors(m, False), layer_tensors(m, True)
+    per_layer = tuple(_sum(moe if m.is_moe_layer(i) else dense) for i in range(m.num_layers))
+    total = _sum(emb) + _sum(head) + sum(per_layer)
+
+    # Each token visits experts_per_token routed experts of num_experts.
+    frac = m.experts_per_token / m.num_experts if m.is_moe else 1.0
+    n_moe = m.num_moe_layers
+    n_dense = m.num_layers - n_moe
+    expert_moe = _sum(moe, lambda t: t.expert)
+    inactive = round(n_moe * expert_moe * (1 - frac))
+
+    def matmul(ts):
+        return _sum(ts, lambda t: t.matmul and not t.expert) + frac * _sum(ts, lambda t: t.matmul and t.expert)
+
+    # A tied embedding is a lookup at the input but still multiplies at the output.
+    tied_head = m.vocab_size * (m.embed_proj_dim or m.hidden_size) if m.tied_embeddings else 0
+    matmul_active = round(n_dense * matmul(dense) + n_moe * matmul(moe) + matmul(emb) + matmul(head) + tied_head)
+    return ParamCounts(
+        total=total, active=total - inactive,
+        embedding=_sum(emb, lambda t: t.name in ("embed.tokens", "embed.positions")),
+        lm_head=_sum(head, lambda t: t.name == "lm_head"), per_layer=per_layer, matmul_active=matmul_active)

@@ -1,0 +1,1 @@
+"""Frozen dataclasses that validate themselves: model, hardware, parallel plan, training setup."""

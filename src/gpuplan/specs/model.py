@@ -1,0 +1,130 @@
+"""A decoder-only transformer described by the facts that decide its size and cost.
+
+One generic shape covers every supported family (Llama, Mistral, Mixtral, Qwen2, Gemma-2, GPT-2,
+OPT, BLOOM, GPT-NeoX, Falcon, DeepSeek-V3): the per-family differences are fields (biases,
+norm kind, gated MLP, MoE, MLA). ``gpuplan.specs.hf`` builds a ModelSpec from a Hugging Face
+``config.json``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpuplan.errors import require
+
+NORMS = ("rmsnorm", "rmsnorm_gemma", "layernorm")
+# Activation functions as the eager implementation runs them; the name decides which tensors
+# autograd saves (see estimate/activations.py).
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "gelu_new", "relu", "bloom_gelu")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    ffn_size: int
+    gated_mlp: bool = True
+    activation: str = "silu"
+    norm: str = "rmsnorm"
+    pre_norms_per_layer: int = 2  # norms whose output feeds a linear layer
+    post_norms_per_layer: int = 0  # norms whose output feeds the residual add (Gemma-2)
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    tied_embeddings: bool = False
+    position_embeddings: int = 0  # rows of a learned absolute position table (0: rotary/ALiBi)
+    embedding_norm: bool = False  # BLOOM's word_embeddings_layernorm
+    embed_proj_dim: int = 0  # OPT's word_embed_proj_dim when it differs from hidden_size
+    final_norm: bool = True
+    parallel_attn: bool = False  # attention and MLP read the same normed input (Falcon, GPT-J)
+    max_position_embeddings: int = 2048
+    dropout: float = 0.0  # hidden (residual/embedding) dropout probability
+    attention_dropout: float = 0.0
+    sliding_window: int | None = None
+    num_sliding_layers: int = 0  # layers that use the sliding window (Mistral: all, Gemma-2: half)
+    attn_logit_softcap: float | None = None
+    final_logit_softcap: float | None = None
+    # Mixture of experts
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_ffn_size: int = 0
+    shared_expert_ffn_size: int = 0  # total width of always-active shared experts (DeepSeek)
+    first_dense_layers: int = 0  # leading layers with a dense MLP (DeepSeek first_k_dense_replace)
+    moe_layer_freq: int = 1
+    # Multi-head latent attention (DeepSeek-V2/V3); kv_lora_rank > 0 switches it on
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    source: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
+                     "head_dim", "ffn_size"):
+            value = getattr(self, name)
+            require(isinstance(value, int) and value > 0, name,
+                    f"must be a positive integer, got {value!r}")
+        require(self.num_heads % self.num_kv_heads == 0, "num_key_value_heads",
+                f"{self.num_kv_heads} does not divide num_attention_heads={self.num_heads}",
+                "use a divisor of the number of attention heads")
+        require(self.norm in NORMS, "norm", f"unknown norm {self.norm!r}", f"use one of {NORMS}")
+        require(self.activation in ACTIVATIONS, "activation", f"unknown activation {self.activation!r}",
+                f"use one of {ACTIVATIONS}")
+        for name in ("dropout", "attention_dropout"):
+            value = getattr(self, name)
+            require(0.0 <= value < 1.0, name, f"must be in [0, 1), got {value}")
+        if self.num_experts:
+            require(0 < self.experts_per_token <= self.num_experts, "num_experts_per_tok",
+                    f"must be between 1 and num_experts={self.num_experts}, got {self.experts_per_token}")
+            require(self.moe_ffn_size > 0, "moe_intermediate_size", "must be positive for an MoE model")
+            require(0 <= self.first_dense_layers <= self.num_layers, "first_k_dense_replace",
+                    f"must be between 0 and num_hidden_layers={self.num_layers}")
+            require(self.moe_layer_freq >= 1, "moe_layer_freq", "must be at least 1")
+        if self.is_mla:
+            require(self.qk_rope_head_dim > 0 and self.v_head_dim > 0, "qk_rope_head_dim",
+                    "MLA needs positive qk_rope_head_dim and v_head_dim")
+        require(0 <= self.num_sliding_layers <= self.num_layers, "num_sliding_layers",
+                f"must be between 0 and {self.num_layers}")
+
+    # --- derived shapes --------------------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Per-head width of queries and keys (MLA: nope + rope parts)."""
+        return self.head_dim + self.qk_rope_head_dim if self.is_mla else self.head_dim
+
+    @property
+    def v_dim(self) -> int:
+        """Per-head width of values."""
+        return self.v_head_dim if self.is_mla else self.head_dim
+
+    @property
+    def q_size(self) -> int:
+        return self.num_heads * self.qk_head_dim
+
+    @property
+    def kv_heads_effective(self) -> int:
+        """Heads that carry distinct K/V (MLA materialises all heads)."""
+        return self.num_heads if self.is_mla else self.num_kv_heads
+
+    def is_moe_layer(self, index: int) -> bool:
+        """DeepSeek's rule (modeling_deepseek_v3): MoE from first_k_dense_replace on, every freq-th."""
+        return (self.is_moe and index >= self.first_dense_layers
+                and index % self.moe_layer_freq == 0)
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.num_layers))

@@ -1,0 +1,47 @@
+"""How a training job is split across GPUs: the parallel degrees and ZeRO stage.
+
+World size = dp x tp x pp x cp. Expert parallelism (ep) is carved out of the data-parallel
+ranks (dp x cp), as in Megatron-Core, so it does not multiply the world size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuplan.errors import require
+
+
+@dataclass(frozen=True)
+class ParallelPlan:
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    zero: int = 0  # 0: plain DP; 1: optimizer states; 2: + gradients; 3: + weights (FSDP full shard)
+    sp: bool = True  # sequence parallelism alongside TP (Korthikanti et al. 2022)
+    vp: int = 1  # virtual pipeline stages per rank (interleaved 1F1B)
+
+    def __post_init__(self) -> None:
+        for name in ("dp", "tp", "pp", "cp", "ep", "vp"):
+            value = getattr(self, name)
+            require(isinstance(value, int) and value >= 1, name, f"must be a positive integer, got {value!r}")
+        require(self.zero in (0, 1, 2, 3), "zero", f"must be 0, 1, 2 or 3, got {self.zero!r}")
+        require((self.dp * self.cp) % self.ep == 0, "ep",
+                f"ep={self.ep} must divide dp x cp = {self.dp * self.cp} (experts are spread over data-parallel ranks)",
+                "pick an ep that divides dp x cp")
+        require(self.vp == 1 or self.pp > 1, "vp", "interleaving needs pipeline parallelism", "set --pp > 1 or --vp 1")
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def zero_group(self) -> int:
+        """Ranks that share one copy of the dense model states under ZeRO (DP x CP)."""
+        return self.dp * self.cp
+
+    @property
+    def expert_zero_group(self) -> int:
+        """Ranks that share one copy of an expert's states: the DP x CP ranks left after EP."""
+        return self.dp * self.cp // self.ep

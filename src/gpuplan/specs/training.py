@@ -1,0 +1,86 @@
+"""What is trained and how: batch, sequence, precision, optimizer, recompute, implementation.
+
+Every default is documented here; each can be overridden from the library and the CLI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuplan.errors import require
+from gpuplan.units import GiB
+
+PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
+OPTIMIZERS = ("adamw", "adamw8bit", "sgd", "adafactor")
+RECOMPUTE = ("none", "selective", "full")
+ATTENTION = ("flash", "eager")
+PROFILES = ("fused", "eager")
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    seq_len: int = 4096
+    micro_batch: int = 1
+    global_batch: int = 0  # sequences per optimizer step; 0 means micro_batch x dp (one micro-batch each)
+    precision: str = "bf16"
+    master_weights: bool = True  # fp32 master copy of the weights for mixed precision
+    optimizer: str = "adamw"
+    recompute: str = "none"
+    attention: str = "flash"  # flash: fused kernel saves q, k, v, out, lse; eager: softmax of s^2 saved
+    profile: str = "fused"  # fused: Megatron/TransformerEngine kernels; eager: plain PyTorch + transformers
+    # Gradient accumulation dtype; None: fp32 for the fused profile (Megatron's main_grad buffer),
+    # the weight dtype for eager PyTorch (FSDP/DDP reduce in the parameter dtype).
+    grad_fp32: bool | None = None
+    # The rest of the per-GPU memory, each a documented default:
+    cuda_context_bytes: float = 0.5 * GiB  # CUDA/NCCL context and cuBLAS workspaces outside the allocator
+    allocator_fraction: float = 0.05  # caching-allocator reserve and fragmentation, fraction of allocated
+    comm_bucket_bytes: float = 2 * 40e6 * 4  # two in-flight gradient buckets of 40M fp32 elements (Megatron)
+
+    def __post_init__(self) -> None:
+        for name in ("seq_len", "micro_batch"):
+            value = getattr(self, name)
+            require(isinstance(value, int) and value >= 1, name, f"must be a positive integer, got {value!r}")
+        require(isinstance(self.global_batch, int) and self.global_batch >= 0, "global_batch",
+                f"must be a positive integer, got {self.global_batch!r}")
+        require(self.precision in PRECISIONS, "precision", f"unknown precision {self.precision!r}",
+                f"use one of {', '.join(PRECISIONS)}")
+        require(self.optimizer in OPTIMIZERS, "optimizer", f"unknown optimizer {self.optimizer!r}",
+                f"use one of {', '.join(OPTIMIZERS)}")
+        require(self.recompute in RECOMPUTE, "recompute", f"unknown recompute {self.recompute!r}",
+                f"use one of {', '.join(RECOMPUTE)}")
+        require(self.attention in ATTENTION, "attention", f"unknown attention {self.attention!r}",
+                f"use one of {', '.join(ATTENTION)}")
+        require(self.profile in PROFILES, "profile", f"unknown profile {self.profile!r}",
+                f"use one of {', '.join(PROFILES)}")
+        for name in ("cuda_context_bytes", "comm_bucket_bytes"):
+            require(getattr(self, name) >= 0, name, "must not be negative")
+        require(0 <= self.allocator_fraction < 1, "allocator_fraction", "must be in [0, 1)")
+
+    @property
+    def activation_bytes(self) -> int:
+        """Bytes per activation element (fp8 keeps non-GEMM activations in bf16)."""
+        return 4 if self.precision == "fp32" else 2
+
+    @property
+    def weight_bytes(self) -> float:
+        return {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}[self.precision]
+
+    @property
+    def grad_bytes(self) -> float:
+        if self.precision == "fp32":
+            return 4
+        fp32 = self.grad_fp32 if self.grad_fp32 is not None else self.profile == "fused"
+        return 4 if fp32 else 2
+
+    @property
+    def master_bytes(self) -> float:
+        """Master copy per parameter: fp32 for bf16/fp16 mixed precision, bf16 behind fp8 weights."""
+        if self.precision == "fp32" or not self.master_weights:
+            return 0
+        return 2 if self.precision == "fp8" else 4
+
+    @property
+    def compute_dtype(self) -> str:
+        return {"fp32": "tf32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8"}[self.precision]
+
+
