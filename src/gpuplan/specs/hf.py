@@ -117,8 +117,8 @@ def _gemma2(c: _Config, name: str) -> ModelSpec:
     layers = kw["num_layers"]
     return ModelSpec(model_type="gemma2", norm="rmsnorm_gemma", pre_norms_per_layer=2, post_norms_per_layer=2,
                      sliding_window=window, num_sliding_layers=(layers + 1) // 2,  # even layers slide
-                     attn_logit_softcap=c.get("attn_logit_softcapping", default=None, kind=float),
-                     final_logit_softcap=c.get("final_logit_softcapping", default=None, kind=float), **kw)
+                     attn_logit_softcap=c.get("attn_logit_softcapping", default=50.0, kind=float),
+                     final_logit_softcap=c.get("final_logit_softcapping", default=30.0, kind=float), **kw)
 
 
 def _gpt2(c: _Config, name: str) -> ModelSpec:

@@ -1,0 +1,162 @@
+"""Activation memory: the tensors autograd keeps from forward for backward, per micro-batch.
+
+Two implementation profiles:
+
+``fused`` (Megatron-LM / TransformerEngine): Korthikanti et al. 2022, "Reducing Activation
+Recomputation in Large Transformer Models", section 4 and Table 2, generalised from GPT (MHA,
+4h GeLU MLP, dropout) to GQA, gated MLPs, flash attention, MoE and MLA. For a GPT layer it gives
+exactly sbh(34 + 5as/h) bytes, sbh(10 + 24/t + 5as/(ht)) with tensor parallelism and
+sbh/t (34 + 5as/h) with sequence parallelism; selective recompute drops the 5as/h term.
+
+``eager`` (plain PyTorch autograd running Hugging Face ``transformers`` modules): every tensor
+that each op saves, read off the modules' forward code and checked with
+``torch.autograd.graph.saved_tensors_hooks`` on small real models (tests/estimate/
+test_activations.py). It differs from ``fused`` where eager PyTorch keeps more: RMSNorm keeps an
+fp32 upcast, SwiGLU keeps four ffn-wide tensors instead of three, eager attention keeps an fp32
+softmax, and the loss keeps fp32 log-probabilities over the vocabulary.
+
+Units: bytes for one micro-batch on one GPU. Dropout masks follow CUDA's ``native_dropout``
+(one byte per element); on CPU PyTorch saves a full-width noise tensor instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuplan.specs.model import ModelSpec
+from gpuplan.specs.parallel import ParallelPlan
+from gpuplan.specs.training import TrainingConfig
+
+FP32 = 4
+INDEX = 8  # int64 token ids
+
+
+@dataclass(frozen=True)
+class ActivationBreakdown:
+    """Bytes saved for backward by one micro-batch on one GPU."""
+
+    dense_layer: float  # one transformer block with a dense MLP
+    moe_layer: float  # one transformer block with an MoE MLP (0 for dense models)
+    layer_checkpoint: float  # what one block keeps under full recompute (its input)
+    embedding: float  # token ids and rotary tables saved at the input
+    head: float  # final norm and the LM head's input
+    loss_saved: float  # log-probabilities (and soft-capped logits) saved by the loss
+    loss_transient: float  # logits and their gradients alive at the loss, beyond what is saved
+
+    def layer(self, moe: bool) -> float:
+        return self.moe_layer if moe else self.dense_layer
+
+
+def _norm_saved(m: ModelSpec, a: int, profile: str, feeds_linear: bool) -> float:
+    """Bytes per token one norm saves (eager), including its output when a linear saves it."""
+    h = m.hidden_size
+    if profile == "fused":  # fused LN/RMSNorm kernels keep the input and, for the GEMM, the output
+        return a * h * (2 if feeds_linear else 1)
+    if m.norm == "rmsnorm":  # x.float(); x * rsqrt(mean(x^2)+eps); weight * x.to(dtype)
+        return FP32 * h + FP32 + a * h + (a * h if feeds_linear else 0)
+    if m.norm == "rmsnorm_gemma":  # x.float() normalised, * (1 + weight) in fp32, then .type_as(x)
+        return FP32 * h + FP32 + FP32 * h + (a * h if feeds_linear else 0)
+    # layernorm: native_layer_norm saves input, mean and rstd
+    return a * h + 2 * FP32 + (a * h if feeds_linear else 0)
+
+
+def _mlp_saved(m: ModelSpec, a: int, profile: str, ffn: int) -> float:
+    """Bytes per token saved inside one MLP (its input is the norm output, counted there)."""
+    if m.gated_mlp:
+        # fused swiglu: fc1 output (gate|up) + fc2 input; eager: gate, act(gate), up, product
+        return a * ffn * (3 if profile == "fused" else 4)
+    if profile == "fused":
+        return 2 * a * ffn  # activation input + fc2 input (Korthikanti: 8sbh + 8sbh at ffn = 4h)
+    per_act = {
+        "gelu": 2, "gelu_tanh": 2,  # F.gelu saves its input; fc2 saves the output
+        "relu": 1,  # relu saves its output, the same tensor fc2 saves
+        "bloom_gelu": 2,  # BLOOM's GeLUFunction saves its input
+        "gelu_new": 5,  # 0.5*x*(1+tanh(c*(x+0.044715x^3))) in python ops: x, tanh, 0.5x, 1+tanh, output
+        "silu": 2,
+    }[m.activation]
+    return per_act * a * ffn
+
+
+def _attention_saved(m: ModelSpec, cfg: TrainingConfig, a: int, seq_keys: int) -> tuple[float, float]:
+    """(bytes per token split by TP, bytes per token of the s x s score matrices split by TP).
+
+    ``seq_keys``: keys per query held in a materialised score matrix (non-flash attention).
+    """
+    nh, hd, v = m.num_heads, m.qk_head_dim, m.v_dim
+    eager = cfg.profile == "eager"
+    q = a * nh * hd
+    out = a * nh * v  # attention output, saved as the output projection's input
+    if m.is_mla:
+        kv = a * nh * (hd + v)  # kv_b_proj expands the latent into per-head K and V
+        latent = a * (m.q_lora_rank * 2 + m.kv_lora_rank * 2)  # norm inputs/outputs on the low-rank path
+        q += latent
+    else:
+        kv_heads = m.num_kv_heads
+        if eager and cfg.attention == "eager" and nh != kv_heads:
+            kv_heads = nh  # transformers' repeat_kv copies K and V to every query head
+        kv = 2 * a * kv_heads * hd
+    if cfg.attention == "flash":
+        lse = FP32 * nh  # log-sum-exp per head, fp32
+        return q + kv + out + lse, 0.0
+    # Materialised scores: softmax output (fp32 in transformers, plus the cast back), dropout.
+    if eager:
+        softmax = (FP32 + (a if a != FP32 else 0)) if m.model_type != "gpt2" else a
+        if m.attn_logit_softcap:
+            softmax += a  # tanh soft-capping saves its output
+    else:
+        softmax = a
+    if m.attention_dropout > 0:
+        softmax += 1 + a  # dropout mask and dropout output (Korthikanti's 5as/h = 2 + 1 + 2)
+    return q + kv + out, softmax * nh * seq_keys
+
+
+def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) -> ActivationBreakdown:
+    """Bytes saved for backward by one micro-batch on one GPU, by part of the model."""
+    a = cfg.activation_bytes
+    t, profile = plan.tp, cfg.profile
+    tokens = cfg.micro_batch * cfg.seq_len / plan.cp  # tokens of a micro-batch on this GPU
+    h = m.hidden_size
+    sp = plan.sp and t > 1
+    # Without SP the norm inputs/outputs and dropout masks are replicated on every TP rank.
+    rep_div = t if sp else 1
+    drop = 2 * h if m.dropout > 0 else 0  # masks after attention and after the MLP
+
+    norms = (m.pre_norms_per_layer * _norm_saved(m, a, profile, True)
+             + m.post_norms_per_layer * _norm_saved(m, a, profile, False))
+    if m.parallel_attn and m.pre_norms_per_layer == 1 and profile == "fused":
+        norms += a * h  # the one norm output feeds both the QKV and the fc1 GEMM
+    attn, scores = _attention_saved(m, cfg, a, cfg.seq_len)
+    if cfg.recompute == "selective":  # recompute the attention core: drop the s^2 tensors
+        scores = 0.0
+        if cfg.attention == "flash":
+            attn -= FP32 * m.num_heads
+    replicated = norms + drop
+    dense = replicated / rep_div + (attn + scores + _mlp_saved(m, a, profile, m.ffn_size)) / t
+
+    moe = 0.0
+    if m.is_moe:
+        k = m.experts_per_token
+        routed = (k * (2 * a * h + _mlp_saved(m, a, profile, m.moe_ffn_size))  # dispatched in/out + expert MLP
+                  + FP32 * m.num_experts)  # router probabilities
+        shared = _mlp_saved(m, a, profile, m.shared_expert_ffn_size) if m.shared_expert_ffn_size else 0.0
+        moe = replicated / rep_div + (attn + scores + routed + shared) / t
+
+    checkpoint = a * h / rep_div  # full recompute keeps each block's input
+    embedding = INDEX  # token ids saved by the embedding's backward
+    head = _norm_saved(m, a, profile, True) / rep_div if m.final_norm else a * h / rep_div
+    vocab = m.vocab_size / t  # vocab-parallel LM head and cross-entropy
+    if profile == "eager":
+        loss_saved = FP32 * vocab + INDEX  # log_softmax output in fp32, targets
+        if m.final_logit_softcap:
+            loss_saved += a * vocab  # tanh soft-capping of the logits saves its output
+        loss_transient = a * vocab + 2 * FP32 * vocab  # logits kept in the output, fp32 grad buffers
+    else:
+        loss_saved = FP32 * vocab  # Megatron's vocab-parallel CE keeps fp32 softmax (grad in place)
+        loss_transient = a * vocab  # the logits
+    rotary = 0.0
+    if profile == "eager" and m.position_embeddings == 0 and m.model_type not in ("bloom", "falcon"):
+        rotary = 2 * a * cfg.seq_len * m.qk_rope_head_dim if m.is_mla else 2 * a * cfg.seq_len * m.head_dim
+    return ActivationBreakdown(
+        dense_layer=dense * tokens, moe_layer=moe * tokens, layer_checkpoint=checkpoint * tokens,
+        embedding=embedding * tokens + rotary, head=head * tokens,
+        loss_saved=loss_saved * tokens, loss_transient=loss_transient * tokens)

@@ -1,0 +1,86 @@
+"""FLOPs of training: forward, backward, recompute; model FLOPs (MFU) and hardware FLOPs (HFU).
+
+Conventions (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+Models", section 5; Chowdhery et al. 2022, PaLM, Appendix B):
+
+* a matrix multiply of an activation by a weight costs 2 FLOPs per weight per token forward and
+  twice that backward (input gradient and weight gradient): 6 FLOPs per weight per token;
+* attention scores cost 2 * heads * (d_qk + d_v) FLOPs per token per key attended forward
+  (QK^T and AV), again x3 with backward. ``causal=True`` counts the keys a causal mask keeps,
+  (s+1)/2 on average, which is the work a causal flash kernel does; ``causal=False`` counts all s,
+  the convention of PaLM's 6N + 12LHQT and Megatron's 96BsLh^2(1+s/6h+V/16Lh), and what
+  ``torch.utils.flop_counter.FlopCounterMode`` counts for eager attention;
+* MoE layers count the router and only the experts each token visits;
+* model FLOPs exclude recompute (MFU); hardware FLOPs add the recomputed forward (HFU): the
+  whole transformer-block forward for full recompute, the attention core for selective.
+Elementwise work (norms, activations, softmax) is not counted, as in both references.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuplan.estimate.params import count_params
+from gpuplan.specs.model import ModelSpec
+
+
+def mean_context(seq_len: int, window: int | None, causal: bool) -> float:
+    """Average number of keys a query attends to in a sequence of ``seq_len`` tokens."""
+    s = seq_len
+    if not causal:
+        return float(min(s, window) if window else s)
+    if not window or window >= s:
+        return (s + 1) / 2
+    # positions 0..w-1 see i+1 keys, the rest see w keys
+    return (window * (window + 1) / 2 + (s - window) * window) / s
+
+
+def attention_flops_per_token(m: ModelSpec, seq_len: int, causal: bool = True) -> float:
+    """Forward FLOPs of QK^T and AV per token, summed over layers (sliding-window layers see fewer keys)."""
+    per_key = 2 * m.num_heads * (m.qk_head_dim + m.v_dim)
+    full = m.num_layers - m.num_sliding_layers
+    ctx = full * mean_context(seq_len, None, causal)
+    if m.num_sliding_layers:
+        ctx += m.num_sliding_layers * mean_context(seq_len, m.sliding_window, causal)
+    return per_key * ctx
+
+
+@dataclass(frozen=True)
+class Flops:
+    forward_per_token: float  # model forward FLOPs per token
+    matmul_forward_per_token: float
+    attention_forward_per_token: float
+    recompute_per_token: float  # extra forward work from activation recompute
+    seq_len: int
+    causal: bool
+
+    @property
+    def model_per_token(self) -> float:
+        """Forward + backward (3x forward): the numerator of MFU."""
+        return 3 * self.forward_per_token
+
+    @property
+    def hardware_per_token(self) -> float:
+        """Model FLOPs plus the recomputed forward: the numerator of HFU."""
+        return self.model_per_token + self.recompute_per_token
+
+
+def training_flops(m: ModelSpec, seq_len: int, recompute: str = "none", causal: bool = True) -> Flops:
+    params = count_params(m)
+    matmul = 2.0 * params.matmul_active
+    attn = attention_flops_per_token(m, seq_len, causal)
+    if recompute == "full":  # every block's forward runs again; embedding and LM head do not
+        head = 2.0 * m.vocab_size * (m.embed_proj_dim or m.hidden_size)
+        recompute_flops = matmul - head + attn
+    elif recompute == "selective":  # only the attention core (QK^T, softmax, AV) is recomputed
+        recompute_flops = attn
+    else:
+        recompute_flops = 0.0
+    return Flops(forward_per_token=matmul + attn, matmul_forward_per_token=matmul,
+                 attention_forward_per_token=attn, recompute_per_token=recompute_flops,
+                 seq_len=seq_len, causal=causal)
+
+
+def six_nd(m: ModelSpec, tokens: float) -> float:
+    """The 6*N*D rule (Kaplan et al. 2020, eq. 2.1) with N the active parameters."""
+    return 6.0 * count_params(m).active * tokens

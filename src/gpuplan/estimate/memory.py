@@ -1,0 +1,215 @@
+"""Training memory per GPU, by component, on every pipeline stage; the most loaded one decides.
+
+Model states follow ZeRO (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training
+Trillion Parameter Models", section 5 and Figure 1): with mixed-precision Adam a parameter costs
+2 (weights) + 2 (gradients) + 12 (fp32 master + two moments) bytes; stage 1 shards the 12 over
+the data-parallel group, stage 2 also the gradients, stage 3 also the weights. Megatron-LM keeps
+gradients in an fp32 ``main_grad`` buffer (4 bytes), which the ``fused`` profile uses.
+
+Activations held on a stage follow the pipeline schedule (Narayanan et al. 2021, section 2.2;
+Korthikanti et al. 2022, section 4.2.3): under 1F1B stage i holds min(p - i, m) micro-batches in
+flight; interleaved 1F1B with v chunks holds (p - i - 1) * 2 + (v - 1) * p + 1 chunks of L/(pv)
+layers, which on the first stage is L (1 + (p - 1)/(p v)) layers' worth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpuplan.estimate.activations import ActivationBreakdown, activation_breakdown
+from gpuplan.estimate.params import Tensor, count_params, embedding_tensors, head_tensors, layer_tensors
+from gpuplan.specs.model import ModelSpec
+from gpuplan.specs.parallel import ParallelPlan
+from gpuplan.specs.training import TrainingConfig
+
+ADAM8BIT_BLOCK = 256  # bitsandbytes blockwise quantisation: one fp32 absmax per 256 values
+
+
+def optimizer_bytes_per_param(cfg: TrainingConfig) -> float:
+    """Optimizer state bytes per parameter (Adafactor is shape-dependent: see ``_adafactor_bytes``)."""
+    return {
+        "adamw": 8.0,  # exp_avg and exp_avg_sq in fp32 (torch.optim.AdamW, Megatron, DeepSpeed)
+        "adamw8bit": 2.0 + 2 * 4 / ADAM8BIT_BLOCK,  # two uint8 states + block scales (Dettmers et al. 2022)
+        "sgd": 4.0,  # one fp32 momentum buffer
+        "adafactor": 0.0,
+    }[cfg.optimizer]
+
+
+def _local_shape(t: Tensor, tp: int) -> tuple[int, ...]:
+    shape = list(t.shape)
+    if t.split in ("col", "vocab"):
+        shape[-2 if len(shape) >= 2 else -1] = -(-shape[-2 if len(shape) >= 2 else -1] // tp)
+    elif t.split == "row":
+        shape[-1] = -(-shape[-1] // tp)
+    return tuple(shape)
+
+
+def _adafactor_bytes(t: Tensor, tp: int) -> float:
+    """Adafactor (Shazeer & Stern 2018) without momentum: fp32 row and column second moments for
+    each matrix (factored over the last two dims, as torch.optim.Adafactor), full for vectors."""
+    shape = _local_shape(t, tp)
+    if len(shape) < 2:
+        return 4.0 * shape[0]
+    lead = 1
+    for d in shape[:-2]:
+        lead *= d
+    return 4.0 * lead * (shape[-2] + shape[-1])
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    stage: int
+    layers: int
+    weights: float
+    gradients: float
+    optimizer: float
+    master_weights: float
+    activations: float
+    other: dict[str, float] = field(default_factory=dict)
+    params: float = 0.0  # parameters held on this GPU (after TP/EP, before ZeRO)
+    microbatches_in_flight: float = 1.0
+
+    @property
+    def other_total(self) -> float:
+        return sum(self.other.values())
+
+    @property
+    def model_states(self) -> float:
+        return self.weights + self.gradients + self.optimizer + self.master_weights
+
+    @property
+    def total(self) -> float:
+        return self.model_states + self.activations + self.other_total
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    per_gpu: StageMemory  # the most loaded GPU
+    stages: tuple[StageMemory, ...]
+    model_states_total: dict[str, float]  # whole job, unsharded: weights, gradients, optimizer, master_weights
+    activation: ActivationBreakdown
+    capacity: float
+
+    @property
+    def fits(self) -> bool:
+        return self.per_gpu.total <= self.capacity
+
+    @property
+    def headroom(self) -> float:
+        return self.capacity - self.per_gpu.total
+
+
+def layers_per_stage(num_layers: int, pp: int) -> list[int]:
+    """Even split; when it does not divide, the later stages take one more layer each (they hold
+    fewer micro-batches in flight under 1F1B)."""
+    base, extra = divmod(num_layers, pp)
+    return [base + (1 if i >= pp - extra else 0) for i in range(pp)]
+
+
+def microbatches_in_flight(stage: int, pp: int, vp: int, microbatches: int) -> float:
+    """Micro-batches whose activations a stage holds at its peak, in units of its full layer set."""
+    if pp == 1:
+        return 1.0
+    if vp == 1:
+        return float(min(pp - stage, microbatches))
+    chunks = min((pp - stage - 1) * 2 + (vp - 1) * pp + 1, microbatches * vp)
+    return chunks / vp
+
+
+def _stage_tensors(m: ModelSpec, pp: int, stage: int, layer_ids: range) -> list[tuple[Tensor, int]]:
+    """(tensor, count) pairs held by one stage, before parallel splitting."""
+    out: list[tuple[Tensor, int]] = []
+    n_moe = sum(m.is_moe_layer(i) for i in layer_ids)
+    n_dense = len(layer_ids) - n_moe
+    out += [(t, n_dense) for t in layer_tensors(m, False)] if n_dense else []
+    out += [(t, n_moe) for t in layer_tensors(m, True)] if n_moe else []
+    if stage == 0:
+        out += [(t, 1) for t in embedding_tensors(m)]
+    if stage == pp - 1:
+        out += [(t, 1) for t in head_tensors(m)]
+        if m.tied_embeddings and pp > 1:  # Megatron keeps a copy of the shared embedding on the last stage
+            out += [(t, 1) for t in embedding_tensors(m) if t.name == "embed.tokens"]
+    return out
+
+
+def _per_gpu(t: Tensor, plan: ParallelPlan) -> float:
+    n = float(t.numel)
+    if t.split != "none":
+        n /= plan.tp
+    if t.expert:
+        n /= plan.ep
+    return n
+
+
+def estimate_memory(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, capacity: float,
+                    microbatches: int = 1) -> MemoryReport:
+    act = activation_breakdown(m, cfg, plan)
+    opt_per_param = optimizer_bytes_per_param(cfg)
+    z = plan.zero
+    stages = []
+    first = 0
+    for stage, n_layers in enumerate(layers_per_stage(m.num_layers, plan.pp)):
+        layer_ids = range(first, first + n_layers)
+        first += n_layers
+        held = _stage_tensors(m, plan.pp, stage, layer_ids)
+        dense = sum(_per_gpu(t, plan) * c for t, c in held if not t.expert)
+        expert = sum(_per_gpu(t, plan) * c for t, c in held if t.expert)
+
+        def sharded(min_stage: int) -> float:
+            # ZeRO shards a state over the ranks holding replicas of it: DP x CP for dense weights,
+            # the data-parallel ranks left after EP for experts.
+            if z >= min_stage:
+                return dense / plan.zero_group + expert / plan.expert_zero_group
+            return dense + expert
+
+        weights = cfg.weight_bytes * sharded(3)
+        grads = cfg.grad_bytes * sharded(2)
+        master = cfg.master_bytes * sharded(1)
+        if cfg.optimizer == "adafactor":
+            opt_dense = sum(_adafactor_bytes(t, plan.tp) * c for t, c in held if not t.expert)
+            opt_expert = sum(_adafactor_bytes(t, plan.tp) / plan.ep * c for t, c in held if t.expert)
+            optimizer = (opt_dense / plan.zero_group + opt_expert / plan.expert_zero_group) if z >= 1 \
+                else opt_dense + opt_expert
+        else:
+            optimizer = opt_per_param * sharded(1)
+
+        # Activations: micro-batches in flight times what one micro-batch keeps on this stage.
+        in_flight = microbatches_in_flight(stage, plan.pp, plan.vp, microbatches)
+        moe_flags = [m.is_moe_layer(i) for i in layer_ids]
+        full_layers = sum(act.layer(f) for f in moe_flags)
+        if cfg.recompute == "full":
+            kept = act.layer_checkpoint * n_layers
+            working = max((act.layer(f) for f in moe_flags), default=0.0)  # one block re-run in backward
+        else:
+            kept, working = full_layers, 0.0
+        per_mb = kept + (act.embedding if stage == 0 else 0.0) + (act.head if stage == plan.pp - 1 else 0.0)
+        activations = in_flight * per_mb + working
+
+        other: dict[str, float] = {}
+        if stage == plan.pp - 1:
+            other["logits"] = act.loss_saved + act.loss_transient
+        if z == 3 and n_layers:
+            # FSDP/ZeRO-3 gathers a whole block's weights (current and prefetched next) and holds
+            # its unsharded gradient until the reduce-scatter.
+            biggest = max(sum(_per_gpu(t, plan) for t in layer_tensors(m, f)) for f in set(moe_flags))
+            other["zero3_gather"] = biggest * (2 * cfg.weight_bytes + cfg.grad_bytes)
+        if plan.zero_group > 1:
+            other["comm_buckets"] = cfg.comm_bucket_bytes
+        allocated = weights + grads + master + optimizer + activations + sum(other.values())
+        other["allocator_reserve"] = cfg.allocator_fraction * allocated
+        other["cuda_context"] = cfg.cuda_context_bytes
+        stages.append(StageMemory(stage=stage, layers=n_layers, weights=weights, gradients=grads,
+                                  optimizer=optimizer, master_weights=master, activations=activations,
+                                  other=other, params=dense + expert, microbatches_in_flight=in_flight))
+
+    params = count_params(m).total
+    if cfg.optimizer == "adafactor":
+        opt_total = sum(_adafactor_bytes(t, 1) * c for t, c in _stage_tensors(m, 1, 0, range(m.num_layers)))
+    else:
+        opt_total = opt_per_param * params
+    totals = {"weights": cfg.weight_bytes * params, "gradients": cfg.grad_bytes * params,
+              "optimizer": opt_total, "master_weights": cfg.master_bytes * params}
+    totals["total"] = sum(totals.values())
+    worst = max(stages, key=lambda s: s.total)
+    return MemoryReport(per_gpu=worst, stages=tuple(stages), model_states_total=totals, activation=act,
+                        capacity=capacity)
