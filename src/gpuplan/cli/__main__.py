@@ -1,0 +1,3 @@
+from gpuplan.cli.app import main
+
+main()

@@ -1,0 +1,103 @@
+"""Rich tables for humans. Memory is shown in GiB and GB, both labelled; rates in TFLOP/s."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from gpuplan.units import GB, GiB, TFLOP, fmt_bytes, fmt_count, fmt_duration
+
+console = Console()
+
+
+def _mem_row(table: Table, name: str, n_bytes: float, capacity: float, note: str = "") -> None:
+    table.add_row(name, f"{n_bytes / GiB:,.2f}", f"{n_bytes / GB:,.2f}", f"{100 * n_bytes / capacity:5.1f}%", note)
+
+
+def render_train(est) -> None:
+    req, mem, f, t = est.request, est.memory, est.flops, est.time
+    s = mem.per_gpu
+    m = req.model
+    p = req.plan
+    console.print(f"[bold]{m.name}[/] ({fmt_count(est.params.total)} params"
+                  + (f", {fmt_count(est.params.active)} active" if m.is_moe else "")
+                  + f") on {p.world_size} x {req.gpu.name}: dp={p.dp} tp={p.tp} pp={p.pp} cp={p.cp} ep={p.ep}"
+                  + f" zero={p.zero}{' sp' if p.sp and p.tp > 1 else ''}{f' vp={p.vp}' if p.vp > 1 else ''}")
+    console.print(f"seq {req.config.seq_len}, micro-batch {req.config.micro_batch}, global batch {req.global_batch}"
+                  f" ({req.microbatches} micro-batches/step), {req.config.precision}, {req.config.optimizer},"
+                  f" recompute {req.config.recompute}, {req.config.attention} attention, {req.config.profile} profile")
+
+    table = Table(title=f"Memory per GPU (most loaded: pipeline stage {s.stage}, {s.layers} layers)")
+    for col in ("component", "GiB", "GB", "of GPU", "note"):
+        table.add_column(col, justify="left" if col in ("component", "note") else "right")
+    cap = mem.capacity
+    _mem_row(table, "weights", s.weights, cap)
+    _mem_row(table, "gradients", s.gradients, cap)
+    _mem_row(table, "optimizer states", s.optimizer, cap)
+    _mem_row(table, "master weights", s.master_weights, cap)
+    _mem_row(table, "activations", s.activations, cap, f"{s.microbatches_in_flight:g} micro-batches in flight")
+    for name, value in s.other.items():
+        _mem_row(table, f"  {name.replace('_', ' ')}", value, cap)
+    table.add_section()
+    _mem_row(table, "total", s.total, cap)
+    _mem_row(table, "GPU capacity", cap, cap)
+    console.print(table)
+    if mem.fits:
+        console.print(f"[green]fits[/]: {fmt_bytes(mem.headroom)} free")
+    else:
+        console.print(f"[red]does not fit[/]: over by {fmt_bytes(-mem.headroom)}")
+        for sug in est.suggestions:
+            verdict = "fits" if sug.fits else "still over"
+            console.print(f"  try {sug.change}: {sug.total_bytes / GiB:,.2f} GiB per GPU ({verdict})")
+    console.print(f"model states for the whole job (unsharded): {fmt_bytes(mem.model_states_total['total'])}")
+
+    tokens_per_step = req.global_batch * req.config.seq_len
+    tokens = req.tokens or tokens_per_step
+    ft = Table(title="Compute, time and cost")
+    ft.add_column("quantity")
+    ft.add_column("value", justify="right")
+    ft.add_row("FLOPs per token (fwd+bwd, causal attention)", f"{f.model_per_token:.4g}")
+    ft.add_row("FLOPs per step", f"{f.model_per_token * tokens_per_step:.4g}")
+    ft.add_row("FLOPs total (model)", f"{f.model_per_token * tokens:.4g}")
+    from gpuplan.estimate.flops import six_nd
+    ft.add_row("6·N·D for comparison", f"{six_nd(m, tokens):.4g}")
+    if t is not None:
+        peak = req.gpu.peak(req.config.compute_dtype)
+        ft.add_row("MFU / HFU", f"{t.mfu:.1%} / {t.hfu:.1%}")
+        ft.add_row("achieved per GPU", f"{t.mfu * peak / TFLOP:,.1f} TFLOP/s of {peak / TFLOP:,.1f}")
+        ft.add_row("step time", fmt_duration(t.step_s))
+        ft.add_row("tokens/s per GPU", f"{t.tokens_per_s_per_gpu:,.0f}")
+        ft.add_row("steps", f"{t.steps:,.0f}")
+        ft.add_row("training time", f"{t.days:,.2f} days")
+        ft.add_row("GPU-hours", f"{t.gpu_hours:,.0f}")
+        cost = "n/a (pass --price)" if t.cost_usd is None else f"${t.cost_usd:,.0f}"
+        ft.add_row("cost", cost)
+        if req.price_per_gpu_hour is not None:
+            ft.add_row("price", f"${req.price_per_gpu_hour:.2f}/GPU-hour ({req.price_source})")
+    console.print(ft)
+
+
+def render_models(rows) -> None:
+    table = Table(title="Model catalog")
+    for col in ("id", "type", "params", "active", "layers", "hidden", "heads/kv", "vocab", "experts"):
+        table.add_column(col, justify="left" if col in ("id", "type") else "right")
+    for r in rows:
+        table.add_row(r["id"], r["model_type"], fmt_count(r["params_total"]), fmt_count(r["params_active"]),
+                      str(r["layers"]), str(r["hidden_size"]), f"{r['heads']}/{r['kv_heads']}",
+                      str(r["vocab_size"]), str(r["experts"] or "-"))
+    console.print(table)
+
+
+def render_gpus(rows) -> None:
+    table = Table(title="GPU catalog (dense peaks)")
+    for col in ("id", "memory GiB", "memory GB", "HBM GB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "link GB/s",
+                "per node", "TDP W", "$/GPU-h"):
+        table.add_column(col, justify="left" if col == "id" else "right")
+    for r in rows:
+        pf = r["peak_flops"]
+        table.add_row(r["id"], f"{r['memory_bytes'] / GiB:.1f}", f"{r['memory_bytes'] / GB:.1f}",
+                      f"{r['hbm_bytes_per_s'] / GB:,.0f}", f"{pf.get('bf16', 0) / TFLOP:,.1f}",
+                      f"{pf['fp8'] / TFLOP:,.1f}" if "fp8" in pf else "-",
+                      f"{r['interconnect_bytes_per_s'] / GB:,.0f}", str(r["gpus_per_node"]), f"{r['tdp_w']:.0f}",
+                      f"{r['usd_per_gpu_hour']:.2f}" if r["usd_per_gpu_hour"] else "-")
+    console.print(table)

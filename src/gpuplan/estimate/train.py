@@ -1,0 +1,195 @@
+"""One training estimate: validate the plan, then memory, FLOPs, time and cost, and fixes.
+
+``estimate_training`` is what the CLI's ``train`` command calls, once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, replace
+
+from gpuplan.errors import GpuplanError, require
+from gpuplan.estimate.flops import Flops, six_nd, training_flops
+from gpuplan.estimate.memory import MemoryReport, estimate_memory
+from gpuplan.estimate.params import ParamCounts, count_params
+from gpuplan.estimate.time import TrainingTime, training_time
+from gpuplan.specs.hardware import GPUSpec
+from gpuplan.specs.model import ModelSpec
+from gpuplan.specs.parallel import ParallelPlan
+from gpuplan.specs.training import TrainingConfig
+
+
+@dataclass(frozen=True)
+class TrainRequest:
+    model: ModelSpec
+    gpu: GPUSpec
+    plan: ParallelPlan
+    config: TrainingConfig
+    tokens: float | None = None  # training tokens; None: per-step figures only
+    mfu: float | None = None
+    price_per_gpu_hour: float | None = None
+    price_source: str = ""
+
+    @property
+    def global_batch(self) -> int:
+        return self.config.global_batch or self.config.micro_batch * self.plan.dp
+
+    @property
+    def microbatches(self) -> int:
+        return self.global_batch // (self.config.micro_batch * self.plan.dp)
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    change: str
+    total_bytes: float
+    fits: bool
+
+
+@dataclass(frozen=True)
+class TrainEstimate:
+    request: TrainRequest
+    params: ParamCounts
+    memory: MemoryReport
+    flops: Flops
+    time: TrainingTime | None
+    suggestions: tuple[Suggestion, ...]
+
+
+def validate(req: TrainRequest) -> None:
+    """Reject plans that cannot run, naming the field and the fix."""
+    m, p, c = req.model, req.plan, req.config
+    heads = m.num_heads
+    require(heads % p.tp == 0, "tp", f"tp={p.tp} does not divide num_attention_heads={heads}",
+            f"use a tp that divides {heads}")
+    if not m.is_mla:
+        require(m.num_kv_heads % p.tp == 0, "tp", f"tp={p.tp} does not divide num_key_value_heads={m.num_kv_heads}",
+                f"use a tp that divides {m.num_kv_heads}")
+    require(p.pp <= m.num_layers, "pp", f"pp={p.pp} is more than the {m.num_layers} layers",
+            f"use pp <= {m.num_layers}")
+    if p.vp > 1:
+        require(m.num_layers % (p.pp * p.vp) == 0, "vp",
+                f"{m.num_layers} layers do not split into pp x vp = {p.pp * p.vp} chunks",
+                "pick pp and vp whose product divides the layer count")
+    if p.ep > 1:
+        require(m.is_moe, "ep", f"{m.name} has no experts", "use --ep 1 for a dense model")
+        require(m.num_experts % p.ep == 0, "ep", f"ep={p.ep} does not divide the {m.num_experts} experts",
+                f"use an ep that divides {m.num_experts}")
+    require(c.seq_len % p.cp == 0, "cp", f"cp={p.cp} does not divide seq_len={c.seq_len}",
+            "use a cp that divides the sequence length")
+    if p.sp and p.tp > 1:
+        require((c.seq_len // p.cp) % p.tp == 0, "seq_len",
+                f"sequence parallelism needs seq_len/cp={c.seq_len // p.cp} divisible by tp={p.tp}",
+                "change --seq-len or --tp, or pass --no-sp")
+    gb = req.global_batch
+    require(gb % (c.micro_batch * p.dp) == 0, "global_batch",
+            f"global batch {gb} is not a multiple of micro_batch x dp = {c.micro_batch * p.dp}",
+            f"use a multiple of {c.micro_batch * p.dp}")
+    if req.mfu is not None:
+        require(0 < req.mfu <= 1, "mfu", f"must be in (0, 1], got {req.mfu}", "e.g. --mfu 0.4")
+    if req.price_per_gpu_hour is not None:
+        require(req.price_per_gpu_hour >= 0, "price", "must not be negative")
+    req.gpu.peak(c.compute_dtype)  # raises if the GPU cannot run this precision
+
+
+def _memory(req: TrainRequest) -> MemoryReport:
+    return estimate_memory(req.model, req.config, req.plan, req.gpu.memory_bytes, req.microbatches)
+
+
+def suggest_fixes(req: TrainRequest, limit: int = 5) -> tuple[Suggestion, ...]:
+    """Single changes that bring an over-capacity plan under the GPU's memory, the cheapest first.
+
+    Each candidate keeps the GPU count and global batch; ones that are invalid are skipped.
+    """
+    p, c = req.plan, req.config
+    candidates: list[tuple[str, TrainRequest]] = []
+    order = ["none", "selective", "full"]
+    for r in order[order.index(c.recompute) + 1:]:
+        candidates.append((f"--recompute {r}", replace(req, config=replace(c, recompute=r))))
+    for z in range(p.zero + 1, 4):
+        candidates.append((f"--zero {z}", replace(req, plan=replace(p, zero=z))))
+    if c.micro_batch > 1:
+        candidates.append(("--micro-batch 1", replace(req, config=replace(c, micro_batch=1,
+                                                                         global_batch=req.global_batch))))
+    if c.optimizer == "adamw":
+        candidates.append(("--optimizer adamw8bit", replace(req, config=replace(c, optimizer="adamw8bit"))))
+    if p.dp % 2 == 0:
+        for dim in ("tp", "pp", "cp"):
+            new = getattr(p, dim) * 2
+            try:
+                plan = replace(p, dp=p.dp // 2, **{dim: new})
+                cand = replace(req, plan=plan, config=replace(c, global_batch=req.global_batch))
+            except GpuplanError:
+                continue
+            candidates.append((f"--{dim} {new} (dp {p.dp // 2})", cand))
+    out = []
+    for label, cand in candidates:
+        try:
+            validate(cand)
+        except GpuplanError:
+            continue
+        mem = _memory(cand)
+        out.append(Suggestion(label, mem.per_gpu.total, mem.fits))
+    fitting = [s for s in out if s.fits]
+    pool = fitting if fitting else sorted(out, key=lambda s: s.total_bytes)
+    return tuple(pool[:limit])
+
+
+def estimate_training(req: TrainRequest) -> TrainEstimate:
+    validate(req)
+    m, c = req.model, req.config
+    memory = _memory(req)
+    flops = training_flops(m, c.seq_len, c.recompute)
+    time = None
+    if req.mfu is not None:
+        tokens_per_step = req.global_batch * c.seq_len
+        time = training_time(
+            model_flops_per_token=flops.model_per_token, hardware_flops_per_token=flops.hardware_per_token,
+            tokens=req.tokens if req.tokens else tokens_per_step, tokens_per_step=tokens_per_step,
+            gpus=req.plan.world_size, peak_flops=req.gpu.peak(c.compute_dtype), mfu=req.mfu,
+            price_per_gpu_hour=req.price_per_gpu_hour)
+    suggestions = () if memory.fits else suggest_fixes(req)
+    return TrainEstimate(request=req, params=count_params(m), memory=memory, flops=flops, time=time,
+                         suggestions=suggestions)
+
+
+def to_dict(est: TrainEstimate) -> dict:
+    """The JSON document of ``gpuplan train --json`` (bytes, FLOPs, seconds, dollars)."""
+    req, mem, f, t = est.request, est.memory, est.flops, est.time
+    tokens_per_step = req.global_batch * req.config.seq_len
+    tokens = req.tokens if req.tokens else tokens_per_step
+
+    def stage_dict(s):
+        return {"stage": s.stage, "layers": s.layers, "weights": s.weights, "gradients": s.gradients,
+                "optimizer": s.optimizer, "master_weights": s.master_weights, "activations": s.activations,
+                "other": s.other_total, "other_breakdown": dict(s.other), "total": s.total,
+                "microbatches_in_flight": s.microbatches_in_flight, "params": s.params}
+
+    return {
+        "model": {"name": req.model.name, "model_type": req.model.model_type,
+                  "params_total": est.params.total, "params_active": est.params.active,
+                  "params_embedding": est.params.embedding, "params_lm_head": est.params.lm_head,
+                  "params_per_layer": list(est.params.per_layer)},
+        "gpu": {"id": req.gpu.id, "name": req.gpu.name, "count": req.plan.world_size,
+                "peak_flops": req.gpu.peak(req.config.compute_dtype), "compute_dtype": req.config.compute_dtype},
+        "plan": {**dataclasses.asdict(req.plan), "world_size": req.plan.world_size,
+                 "global_batch": req.global_batch, "microbatches": req.microbatches},
+        "training": {**{k: v for k, v in dataclasses.asdict(req.config).items()}, "tokens": tokens},
+        "memory": {"per_gpu": stage_dict(mem.per_gpu), "most_loaded_stage": mem.per_gpu.stage,
+                   "stages": [stage_dict(s) for s in mem.stages],
+                   "model_states_total": mem.model_states_total["total"],
+                   "model_states_total_breakdown": mem.model_states_total,
+                   "gpu_capacity": mem.capacity, "fits": mem.fits, "headroom": mem.headroom},
+        "flops": {"per_token": f.model_per_token, "per_token_forward": f.forward_per_token,
+                  "per_token_hardware": f.hardware_per_token, "per_step": f.model_per_token * tokens_per_step,
+                  "total": f.model_per_token * tokens, "hardware_total": f.hardware_per_token * tokens,
+                  "six_nd_total": six_nd(req.model, tokens), "attention": "causal"},
+        "time": None if t is None else {"step_s": t.step_s, "total_s": t.total_s, "days": t.days, "steps": t.steps},
+        "gpu_hours": None if t is None else t.gpu_hours,
+        "cost_usd": None if t is None else t.cost_usd,
+        "price": {"usd_per_gpu_hour": req.price_per_gpu_hour, "source": req.price_source},
+        "mfu": None if t is None else t.mfu,
+        "hfu": None if t is None else t.hfu,
+        "tokens_per_s_per_gpu": None if t is None else t.tokens_per_s_per_gpu,
+        "suggestions": [dataclasses.asdict(s) for s in est.suggestions],
+    }

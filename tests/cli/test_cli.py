@@ -1,0 +1,160 @@
+"""The CLI: the JSON contract, the worked example, and one-line errors with exit code 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuplan.cli.app import main
+from gpuplan.units import DAY
+
+EXAMPLE = ["train", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "64", "--tp", "8", "--pp", "2", "--zero", "1",
+           "--seq-len", "8192", "--global-batch", "512", "--tokens", "2T", "--recompute", "selective",
+           "--price", "3.0", "--mfu", "0.4"]
+
+
+def run(args, capsys):
+    try:
+        main(args)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_train_json_has_the_contract_keys(capsys):
+    code, out, _ = run(EXAMPLE + ["--json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    for key in ("params_total", "params_active"):
+        assert doc["model"][key] > 0
+    per_gpu = doc["memory"]["per_gpu"]
+    parts = ("weights", "gradients", "optimizer", "master_weights", "activations", "other")
+    assert per_gpu["total"] == pytest.approx(sum(per_gpu[k] for k in parts))
+    for key in ("model_states_total", "gpu_capacity", "fits"):
+        assert key in doc["memory"]
+    for key in ("per_token", "total"):
+        assert doc["flops"][key] > 0
+    for key in ("step_s", "total_s", "days"):
+        assert doc["time"][key] > 0
+    for key in ("gpu_hours", "cost_usd", "mfu", "tokens_per_s_per_gpu"):
+        assert doc[key] > 0
+
+
+def test_worked_example_fits_and_its_time_follows_from_its_flops(capsys):
+    _, out, _ = run(EXAMPLE + ["--json"], capsys)
+    doc = json.loads(out)
+    assert doc["memory"]["fits"]
+    assert doc["plan"]["dp"] == 4
+    # time = total model FLOPs / (GPUs x bf16 peak x MFU); cost = GPU-hours x $3
+    expected_s = doc["flops"]["total"] / (64 * 989.4e12 * 0.4)
+    assert doc["time"]["total_s"] == pytest.approx(expected_s)
+    assert doc["cost_usd"] == pytest.approx(64 * expected_s / 3600 * 3.0)
+
+
+def test_3_8e25_flops_on_16000_h100_at_400_tflops_takes_69_days_not_61():
+    from gpuplan.estimate.time import training_days
+    assert training_days(3.8e25, 16_000, 400e12) == pytest.approx(68.7, abs=0.1)
+    assert training_days(3.8e25, 16_000, 400e12) * DAY > 61 * DAY
+
+
+def test_plan_that_does_not_fit_says_by_how_much_and_what_fixes_it(capsys):
+    args = ["train", "llama-3.1-70b", "--gpus", "8", "--tp", "8", "--seq-len", "8192", "--mfu", "0.4", "--json"]
+    _, out, _ = run(args, capsys)
+    doc = json.loads(out)
+    assert not doc["memory"]["fits"]
+    assert doc["memory"]["headroom"] < 0
+    assert doc["suggestions"], "a plan over capacity must come with suggestions"
+    fitting = [s for s in doc["suggestions"] if s["fits"]]
+    assert all(s["total_bytes"] <= doc["memory"]["gpu_capacity"] for s in fitting)
+    _, text, _ = run(args[:-1], capsys)
+    assert "does not fit" in text and "over by" in text and "try --" in text
+
+
+def test_models_and_gpus_list_the_catalogs_as_json(capsys):
+    _, out, _ = run(["models", "--json"], capsys)
+    ids = {m["id"] for m in json.loads(out)}
+    assert {"llama-3.1-405b", "deepseek-v3", "mixtral-8x7b", "bloom-176b"} <= ids
+    _, out, _ = run(["gpus", "--json"], capsys)
+    gpus = {g["id"]: g for g in json.loads(out)}
+    assert {"h100-sxm", "h200", "b200", "gb200", "mi300x", "mi325x", "rtx-4090", "a10g"} <= set(gpus)
+    assert gpus["h100-sxm"]["peak_flops"]["bf16"] == pytest.approx(989.4e12)  # dense, not sparse
+
+
+def test_config_json_path_is_accepted(tmp_path, capsys):
+    from gpuplan import catalog
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(catalog.model_entry("qwen2.5-7b")["config"]))
+    code, out, _ = run(["train", str(cfg), "--gpus", "8", "--mfu", "0.4", "--json"], capsys)
+    assert code == 0
+    assert json.loads(out)["model"]["params_total"] == 7_615_616_512
+
+
+@pytest.mark.parametrize("args,field", [
+    (["train", "llama-3.1-70bb", "--mfu", "0.4"], "model"),
+    (["train", "llama-3.1-70b", "--gpu", "h1000", "--mfu", "0.4"], "gpu"),
+    (["train", "llama-3.1-70b", "--gpus", "3", "--tp", "3", "--mfu", "0.4"], "tp"),
+    (["train", "llama-3.1-70b", "--gpus", "80", "--tp", "10", "--mfu", "0.4"], "tp"),
+    (["train", "llama-3.1-70b", "--gpus", "96", "--pp", "96", "--mfu", "0.4"], "pp"),
+    (["train", "llama-3.1-70b", "--gpus", "64", "--tp", "8", "--dp", "3", "--mfu", "0.4"], "dp"),
+    (["train", "llama-3.1-70b", "--seq-len", "0", "--mfu", "0.4"], "seq_len"),
+    (["train", "llama-3.1-70b", "--tokens", "-2T", "--mfu", "0.4"], "tokens"),
+    (["train", "llama-3.1-70b"], "mfu"),
+    (["train", "llama-3.1-70b", "--gpus", "8", "--ep", "2", "--mfu", "0.4"], "ep"),
+    (["train", "llama-3.1-70b", "--precision", "fp8", "--gpu", "a100-sxm-80gb", "--mfu", "0.4"], "precision"),
+])
+def test_bad_input_is_one_line_naming_the_field_with_exit_code_2(args, field, capsys):
+    code, out, err = run(args, capsys)
+    assert code == 2
+    assert err.startswith(f"error: {field}") and err.count("\n") == 1
+    assert "Traceback" not in err
+
+
+def test_malformed_and_unsupported_config_json(tmp_path, capsys):
+    truncated = tmp_path / "truncated.json"
+    truncated.write_text('{"model_type": "llama", "hidden_size": 64')
+    code, _, err = run(["train", str(truncated), "--mfu", "0.4"], capsys)
+    assert code == 2 and "not valid JSON" in err
+    missing = tmp_path / "missing.json"
+    missing.write_text('{"model_type": "llama", "hidden_size": 64}')
+    code, _, err = run(["train", str(missing), "--mfu", "0.4"], capsys)
+    assert code == 2 and "num_attention_heads" in err and "missing" in err
+    t5 = tmp_path / "t5.json"
+    t5.write_text('{"model_type": "t5"}')
+    code, _, err = run(["train", str(t5), "--mfu", "0.4"], capsys)
+    assert code == 2 and "llama" in err and "deepseek_v3" in err  # lists the supported ones
+
+
+def test_unknown_flag_is_one_line_not_a_usage_box(capsys):
+    code, _, err = run(["train", "llama-3.1-70b", "--bogus"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "--bogus" in err
+
+
+ints = st.one_of(st.integers(-3, 300), st.sampled_from([0, 1, 2, 4, 8, 16, 64]))
+texts = st.one_of(st.sampled_from(["2T", "15.6e12", "300B", "-1", "abc", "0", "1e400", "nan"]), st.text(max_size=6))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(gpus=ints, tp=ints, pp=ints, cp=ints, zero=st.integers(-1, 4), seq=ints, mb=ints, gb=ints, tokens=texts,
+       mfu=st.one_of(st.floats(-1, 2), st.just(float("nan"))), model=st.sampled_from(["llama-3.1-8b", "mixtral-8x7b", "nope", "gpt2"]),
+       recompute=st.sampled_from(["none", "selective", "full", "bogus"]))
+def test_cli_never_crashes_on_any_input(capsys, gpus, tp, pp, cp, zero, seq, mb, gb, tokens, mfu, model, recompute):
+    args = ["train", model, "--gpus", str(gpus), "--tp", str(tp), "--pp", str(pp), "--cp", str(cp), "--zero",
+            str(zero), "--seq-len", str(seq), "--micro-batch", str(mb), "--global-batch", str(gb),
+            "--tokens", tokens, "--mfu", str(mfu), "--recompute", recompute, "--json"]
+    code, out, err = run(args, capsys)
+    assert code in (0, 2), err
+    if code == 2:
+        assert err.startswith("error: ") and err.count("\n") == 1
+    else:
+        json.loads(out)
+
+
+def test_import_gpuplan_does_not_import_torch_or_the_cli():
+    code = "import sys, gpuplan, gpuplan.estimate.train; assert 'torch' not in sys.modules; " \
+           "assert 'gpuplan.cli' not in sys.modules; assert 'typer' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
