@@ -7,24 +7,13 @@ import pytest
 from gpuplan import catalog
 from gpuplan.estimate.flops import mean_context, six_nd, training_flops
 from gpuplan.specs.hf import model_from_hf_config
+from small_models import CONFIGS
 
 torch = pytest.importorskip("torch")
 flop_counter = pytest.importorskip("torch.utils.flop_counter")
 transformers = pytest.importorskip("transformers")
 
-SMALL = {
-    "llama-gqa": dict(model_type="llama", vocab_size=1000, hidden_size=128, intermediate_size=352,
-                      num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2),
-    "qwen2-bias": dict(model_type="qwen2", vocab_size=1000, hidden_size=128, intermediate_size=352,
-                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True),
-    "mixtral-moe": dict(model_type="mixtral", vocab_size=1000, hidden_size=128, intermediate_size=256,
-                        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                        num_local_experts=4, num_experts_per_tok=2),
-    "gpt2": dict(model_type="gpt2", vocab_size=1000, n_embd=128, n_layer=2, n_head=4, n_positions=256,
-                 resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
-    "opt": dict(model_type="opt", vocab_size=1000, hidden_size=128, ffn_dim=512, num_hidden_layers=2,
-                num_attention_heads=4, max_position_embeddings=256, word_embed_proj_dim=128, dropout=0.0),
-}
+FLOP_CASES = ["llama", "qwen2", "mixtral", "gpt2", "opt"]
 
 
 def measured_training_flops(config: dict, batch: int, seq: int) -> float:
@@ -40,12 +29,12 @@ def measured_training_flops(config: dict, batch: int, seq: int) -> float:
     return counter.get_total_flops()
 
 
-@pytest.mark.parametrize("name", list(SMALL))
+@pytest.mark.parametrize("name", FLOP_CASES)
 def test_training_flops_match_flop_counter(name):
     batch, seq = 2, 96
-    measured = measured_training_flops(SMALL[name], batch, seq)
+    measured = measured_training_flops(CONFIGS[name], batch, seq)
     # FlopCounterMode counts the full s x s score matrix of eager attention: causal=False.
-    predicted = training_flops(model_from_hf_config(SMALL[name]), seq, causal=False).model_per_token * batch * seq
+    predicted = training_flops(model_from_hf_config(CONFIGS[name]), seq, causal=False).model_per_token * batch * seq
     assert predicted == pytest.approx(measured, rel=0.02)
 
 

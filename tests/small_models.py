@@ -1,0 +1,26 @@
+"""Small configs of every family for the CPU oracle tests (random weights, no downloads)."""
+
+CONFIGS = {
+    "llama": dict(model_type="llama", vocab_size=1000, hidden_size=128, intermediate_size=352,
+                  num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2),
+    "qwen2": dict(model_type="qwen2", vocab_size=1000, hidden_size=128, intermediate_size=352,
+                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True),
+    "mistral-mqa": dict(model_type="mistral", vocab_size=1000, hidden_size=128, intermediate_size=352,
+                        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1, sliding_window=None),
+    "mixtral": dict(model_type="mixtral", vocab_size=1000, hidden_size=128, intermediate_size=256,
+                    num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                    num_local_experts=4, num_experts_per_tok=2),
+    "gemma2": dict(model_type="gemma2", vocab_size=1000, hidden_size=128, intermediate_size=352,
+                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32),
+    "gpt2": dict(model_type="gpt2", vocab_size=1000, n_embd=128, n_layer=2, n_head=4, n_positions=256,
+                 resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
+    "opt": dict(model_type="opt", vocab_size=1000, hidden_size=128, ffn_dim=512, num_hidden_layers=2,
+                num_attention_heads=4, max_position_embeddings=256, word_embed_proj_dim=128, dropout=0.0),
+    "bloom": dict(model_type="bloom", vocab_size=1000, hidden_size=128, n_layer=2, n_head=4),
+    "falcon": dict(model_type="falcon", vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4),
+    "deepseek-mla": dict(model_type="deepseek_v3", vocab_size=1000, hidden_size=128, intermediate_size=256,
+                         moe_intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=4, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
+                         first_k_dense_replace=2, q_lora_rank=48, kv_lora_rank=32, qk_nope_head_dim=16,
+                         qk_rope_head_dim=8, v_head_dim=16, n_group=1, topk_group=1),
+}
