@@ -123,8 +123,6 @@ def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) 
 
     norms = (m.pre_norms_per_layer * _norm_saved(m, a, profile, True)
              + m.post_norms_per_layer * _norm_saved(m, a, profile, False))
-    if m.parallel_attn and m.pre_norms_per_layer == 1 and profile == "fused":
-        norms += a * h  # the one norm output feeds both the QKV and the fc1 GEMM
     attn, scores = _attention_saved(m, cfg, a, cfg.seq_len)
     if cfg.recompute == "selective":  # recompute the attention core: drop the s^2 tensors
         scores = 0.0
@@ -154,8 +152,8 @@ def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) 
         loss_saved = FP32 * vocab  # Megatron's vocab-parallel CE keeps fp32 softmax (grad in place)
         loss_transient = a * vocab  # the logits
     rotary = 0.0
-    if profile == "eager" and m.position_embeddings == 0 and m.model_type not in ("bloom", "falcon"):
-        rotary = 2 * a * cfg.seq_len * m.qk_rope_head_dim if m.is_mla else 2 * a * cfg.seq_len * m.head_dim
+    if profile == "eager" and m.rotary:  # cos and sin tables, shared by all layers and the batch
+        rotary = 2 * a * cfg.seq_len * (m.qk_rope_head_dim if m.is_mla else m.head_dim)
     return ActivationBreakdown(
         dense_layer=dense * tokens, moe_layer=moe * tokens, layer_checkpoint=checkpoint * tokens,
         embedding=embedding * tokens + rotary, head=head * tokens,

@@ -38,7 +38,8 @@ def optimizer_bytes_per_param(cfg: TrainingConfig) -> float:
 def _local_shape(t: Tensor, tp: int) -> tuple[int, ...]:
     shape = list(t.shape)
     if t.split in ("col", "vocab"):
-        shape[-2 if len(shape) >= 2 else -1] = -(-shape[-2 if len(shape) >= 2 else -1] // tp)
+        out_dim = -2 if len(shape) >= 2 else -1  # weights are (out, in); a bias is (out,)
+        shape[out_dim] = -(-shape[out_dim] // tp)
     elif t.split == "row":
         shape[-1] = -(-shape[-1] // tp)
     return tuple(shape)

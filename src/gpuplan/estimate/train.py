@@ -174,7 +174,7 @@ def to_dict(est: TrainEstimate) -> dict:
                 "peak_flops": req.gpu.peak(req.config.compute_dtype), "compute_dtype": req.config.compute_dtype},
         "plan": {**dataclasses.asdict(req.plan), "world_size": req.plan.world_size,
                  "global_batch": req.global_batch, "microbatches": req.microbatches},
-        "training": {**{k: v for k, v in dataclasses.asdict(req.config).items()}, "tokens": tokens},
+        "training": {**dataclasses.asdict(req.config), "tokens": tokens},
         "memory": {"per_gpu": stage_dict(mem.per_gpu), "most_loaded_stage": mem.per_gpu.stage,
                    "stages": [stage_dict(s) for s in mem.stages],
                    "model_states_total": mem.model_states_total["total"],

@@ -39,6 +39,7 @@ class ModelSpec:
     mlp_bias: bool = False
     tied_embeddings: bool = False
     position_embeddings: int = 0  # rows of a learned absolute position table (0: rotary/ALiBi)
+    rotary: bool = True  # rotary position embeddings (False: learned positions or ALiBi)
     embedding_norm: bool = False  # BLOOM's word_embeddings_layernorm
     embed_proj_dim: int = 0  # OPT's word_embed_proj_dim when it differs from hidden_size
     final_norm: bool = True
