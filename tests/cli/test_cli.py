@@ -103,7 +103,9 @@ def test_config_json_path_is_accepted(tmp_path, capsys):
     (["train", "llama-3.1-70b", "--gpus", "64", "--tp", "8", "--dp", "3", "--mfu", "0.4"], "dp"),
     (["train", "llama-3.1-70b", "--seq-len", "0", "--mfu", "0.4"], "seq_len"),
     (["train", "llama-3.1-70b", "--tokens", "-2T", "--mfu", "0.4"], "tokens"),
-    (["train", "llama-3.1-70b"], "mfu"),
+    (["train", "llama-3.1-70b", "--mfu", "1.5"], "mfu"),
+    (["train", "llama-3.1-70b", "--gpus", "24", "--pp", "3", "--schedule", "dualpipe"], "pp"),
+    (["train", "llama-3.1-70b", "--rank-order", "tp-dp-pp"], "order"),
     (["train", "llama-3.1-70b", "--gpus", "8", "--ep", "2", "--mfu", "0.4"], "ep"),
     (["train", "llama-3.1-70b", "--precision", "fp8", "--gpu", "a100-sxm-80gb", "--mfu", "0.4"], "precision"),
 ])

@@ -11,7 +11,7 @@ import tomllib
 from pathlib import Path
 
 from gpuplan.errors import GpuplanError
-from gpuplan.specs.hardware import GPUSpec
+from gpuplan.specs.hardware import Efficiency, GPUSpec
 from gpuplan.specs.hf import load_hf_config, model_from_hf_config
 from gpuplan.specs.model import ModelSpec
 
@@ -44,7 +44,17 @@ def gpu(gpu_id: str) -> GPUSpec:
     key = gpu_id.lower()
     if key not in entries:
         raise _unknown("gpu", gpu_id, list(entries), "run `gpuplan gpus` to list them")
-    return GPUSpec.from_catalog(key, entries[key])
+    data = entries[key]
+    return GPUSpec.from_catalog(key, data, efficiency(data.get("efficiency", "default")))
+
+
+@functools.cache
+def efficiency(name: str) -> Efficiency:
+    """Achievable-rate fractions from catalog/efficiency/NAME.toml."""
+    entries = _read("efficiency")
+    if name not in entries:
+        raise _unknown("efficiency", name, list(entries), "name a file in catalog/efficiency/")
+    return Efficiency.from_catalog(entries[name])
 
 
 def model_entry(model_id: str) -> dict:

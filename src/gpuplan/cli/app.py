@@ -34,6 +34,9 @@ def train(
     cp: Annotated[int, typer.Option(help="Context-parallel degree.")] = 1,
     ep: Annotated[int, typer.Option(help="Expert-parallel degree (carved from dp*cp).")] = 1,
     vp: Annotated[int, typer.Option(help="Virtual pipeline stages per rank (interleaved 1F1B).")] = 1,
+    schedule: Annotated[str, typer.Option(help="Pipeline schedule: 1f1b, zb (zero-bubble H1), dualpipe.")] = "1f1b",
+    rank_order: Annotated[str, typer.Option(help="Rank order, innermost first (decides which groups cross nodes).")]
+    = "tp-cp-dp-pp",
     zero: Annotated[int, typer.Option(help="ZeRO stage 0-3 (3 = FSDP full shard).")] = 0,
     sp: Annotated[bool, typer.Option("--sp/--no-sp", help="Sequence parallelism with TP.")] = True,
     seq_len: Annotated[int, typer.Option(help="Sequence length in tokens.")] = 4096,
@@ -47,7 +50,11 @@ def train(
     optimizer: Annotated[str, typer.Option(help="adamw, adamw8bit, sgd or adafactor.")] = "adamw",
     attention: Annotated[str, typer.Option(help="flash or eager attention kernels.")] = "flash",
     profile: Annotated[str, typer.Option(help="fused (Megatron/TE) or eager (PyTorch + transformers).")] = "fused",
-    mfu: Annotated[Optional[float], typer.Option(help="Model FLOPs utilisation, e.g. 0.4.")] = None,
+    mfu: Annotated[Optional[float], typer.Option(help="Override the predicted MFU, e.g. 0.4.")] = None,
+    tp_overlap: Annotated[bool, typer.Option("--tp-overlap/--no-tp-overlap",
+                                             help="Hide TP collectives behind GEMMs (TransformerEngine).")] = False,
+    overlap_grad_reduce: Annotated[bool, typer.Option("--overlap-grad-reduce/--no-overlap-grad-reduce",
+                                                      help="Reduce DP gradients during the backward.")] = True,
     price: Annotated[Optional[float], typer.Option(help="USD per GPU-hour (default: dated catalog price).")] = None,
     cuda_context_gib: Annotated[float, typer.Option(help="CUDA/NCCL context per GPU, GiB.")] = 0.5,
     allocator_fraction: Annotated[float, typer.Option(help="Allocator reserve, fraction of allocated.")] = 0.05,
@@ -72,7 +79,8 @@ def train(
             raise GpuplanError("gpus", f"{gpus} GPUs do not split into tp x pp x cp = {tp * pp * cp}",
                                "use a GPU count that is a multiple of tp*pp*cp")
         dp = gpus // (tp * pp * cp)
-    plan = ParallelPlan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vp=vp, zero=zero, sp=sp)
+    plan = ParallelPlan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vp=vp, zero=zero, sp=sp, schedule=schedule,
+                        order=rank_order)
     if plan.world_size != gpus:
         raise GpuplanError("dp", f"dp x tp x pp x cp = {plan.world_size} is not --gpus {gpus}",
                            "make the product of the degrees equal the GPU count")
@@ -81,10 +89,8 @@ def train(
     config = TrainingConfig(seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch or 0,
                             precision=precision, master_weights=master_weights, optimizer=optimizer,
                             recompute=recompute, attention=attention, profile=profile,
-                            cuda_context_bytes=cuda_context_gib * GiB, allocator_fraction=allocator_fraction)
-    if mfu is None:
-        raise GpuplanError("mfu", "step time needs a model FLOPs utilisation until the performance model lands",
-                           "pass --mfu, e.g. --mfu 0.4 (40% is typical for large dense runs on H100)")
+                            cuda_context_bytes=cuda_context_gib * GiB, allocator_fraction=allocator_fraction,
+                            tp_overlap=tp_overlap, overlap_grad_reduce=overlap_grad_reduce)
     price_source = "--price"
     if price is None:
         found = catalog.price_per_gpu_hour(hw.id)

@@ -63,7 +63,8 @@ def render_train(est) -> None:
     ft.add_row("6·N·D for comparison", f"{six_nd(m, tokens):.4g}")
     if t is not None:
         peak = req.gpu.peak(req.config.compute_dtype)
-        ft.add_row("MFU / HFU", f"{t.mfu:.1%} / {t.hfu:.1%}")
+        src = "given by --mfu" if req.mfu is not None else "predicted"
+        ft.add_row(f"MFU / HFU ({src})", f"{t.mfu:.1%} / {t.hfu:.1%}")
         ft.add_row("achieved per GPU", f"{t.mfu * peak / TFLOP:,.1f} TFLOP/s of {peak / TFLOP:,.1f}")
         ft.add_row("step time", fmt_duration(t.step_s))
         ft.add_row("tokens/s per GPU", f"{t.tokens_per_s_per_gpu:,.0f}")
@@ -75,6 +76,40 @@ def render_train(est) -> None:
         if req.price_per_gpu_hour is not None:
             ft.add_row("price", f"${req.price_per_gpu_hour:.2f}/GPU-hour ({req.price_source})")
     console.print(ft)
+    if est.step is not None:
+        render_step(est.step, req.gpu, title="Predicted step time" + (" (not used: --mfu given)" if req.mfu else ""))
+
+
+BREAKDOWN_LABELS = {
+    "compute": "compute (forward + backward)", "recompute": "recompute", "tp_comm": "TP communication (exposed)",
+    "cp_comm": "CP communication (exposed)", "ep_comm": "EP all-to-all (exposed)", "pp_comm": "PP send/recv (exposed)",
+    "dp_comm": "DP/ZeRO communication (exposed)", "bubble": "pipeline bubble", "optimizer": "optimizer step",
+}
+
+
+def render_step(st, gpu, title: str = "Predicted step time") -> None:
+    """Where one step's time goes on the critical pipeline stage, and each dimension's traffic."""
+    table = Table(title=f"{title}: {fmt_duration(st.step_s)}, MFU {st.mfu:.1%}, HFU {st.hfu:.1%}"
+                        f" (critical stage {st.critical_stage})")
+    table.add_column("part")
+    table.add_column("seconds", justify="right")
+    table.add_column("share", justify="right")
+    for key, value in st.breakdown.items():
+        if value > 0:
+            table.add_row(BREAKDOWN_LABELS.get(key, key), f"{value:,.4f}", f"{value / st.step_s:5.1%}")
+    console.print(table)
+    comm = Table(title="Communication per GPU per step (critical stage)")
+    for col in ("dim", "collectives", "GB sent", "time s", "exposed s", "hidden s"):
+        comm.add_column(col, justify="left" if col in ("dim", "collectives") else "right")
+    for dim, c in st.comm.items():
+        if c.bytes_per_gpu:
+            kinds = ", ".join(f"{k} {v / GB:,.2f} GB" for k, v in c.collectives.items())
+            comm.add_row(dim, kinds, f"{c.bytes_per_gpu / GB:,.2f}", f"{c.time:,.4f}", f"{c.exposed:,.4f}",
+                         f"{c.hidden:,.4f}")
+    if comm.row_count:
+        console.print(comm)
+    if gpu.efficiency.assumed:
+        console.print(f"[yellow]note[/]: no published efficiency measurements for {gpu.name}; rates are assumed")
 
 
 def render_models(rows) -> None:

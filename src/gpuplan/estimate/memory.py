@@ -107,10 +107,16 @@ def layers_per_stage(num_layers: int, pp: int) -> list[int]:
     return [base + (1 if i >= pp - extra else 0) for i in range(pp)]
 
 
-def microbatches_in_flight(stage: int, pp: int, vp: int, microbatches: int) -> float:
-    """Micro-batches whose activations a stage holds at its peak, in units of its full layer set."""
+def microbatches_in_flight(stage: int, pp: int, vp: int, microbatches: int, schedule: str = "1f1b") -> float:
+    """Micro-batches whose activations a stage holds at its peak, in units of its full layer set.
+
+    ZB-H1 keeps 1F1B's peak (Qi et al. 2023, section 3); DualPipe holds PP + 1 micro-batches of
+    its two stages (DeepSeek-V3 report, Table 2).
+    """
     if pp == 1:
         return 1.0
+    if schedule == "dualpipe":
+        return float(min(pp + 1, 2 * microbatches))
     if vp == 1:
         return float(min(pp - stage, microbatches))
     chunks = min((pp - stage - 1) * 2 + (vp - 1) * pp + 1, microbatches * vp)
@@ -163,6 +169,8 @@ def estimate_memory(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, capac
                 return dense / plan.zero_group + expert / plan.expert_zero_group
             return dense + expert
 
+        if plan.schedule == "dualpipe":  # each rank holds two stages, one per direction
+            dense, expert = 2 * dense, 2 * expert
         weights = cfg.weight_bytes * sharded(3)
         grads = cfg.grad_bytes * sharded(2)
         master = cfg.master_bytes * sharded(1)
@@ -175,7 +183,7 @@ def estimate_memory(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, capac
             optimizer = opt_per_param * sharded(1)
 
         # Activations: micro-batches in flight times what one micro-batch keeps on this stage.
-        in_flight = microbatches_in_flight(stage, plan.pp, plan.vp, microbatches)
+        in_flight = microbatches_in_flight(stage, plan.pp, plan.vp, microbatches, plan.schedule)
         moe_flags = [m.is_moe_layer(i) for i in layer_ids]
         full_layers = sum(act.layer(f) for f in moe_flags)
         if cfg.recompute == "full":

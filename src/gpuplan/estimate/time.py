@@ -2,7 +2,8 @@
 
 MFU as defined by Chowdhery et al. 2022 (PaLM, Appendix B): model FLOPs per second achieved over
 the aggregate dense peak. So step time = model FLOPs per step / (GPUs x peak x MFU), and HFU =
-MFU x hardware FLOPs / model FLOPs. Until the performance model exists, MFU is an input.
+MFU x hardware FLOPs / model FLOPs. MFU is either given (``--mfu``) or follows from the step time
+the performance model predicts (estimate/step_time.py).
 """
 
 from __future__ import annotations
@@ -35,9 +36,13 @@ def training_days(total_flops: float, gpus: int, achieved_flops_per_gpu: float) 
 
 
 def training_time(*, model_flops_per_token: float, hardware_flops_per_token: float, tokens: float,
-                  tokens_per_step: float, gpus: int, peak_flops: float, mfu: float,
-                  price_per_gpu_hour: float | None) -> TrainingTime:
-    step_s = model_flops_per_token * tokens_per_step / (gpus * peak_flops * mfu)
+                  tokens_per_step: float, gpus: int, peak_flops: float, mfu: float | None = None,
+                  step_s: float | None = None, price_per_gpu_hour: float | None) -> TrainingTime:
+    """Time and cost from either an MFU or a step time (exactly one of them)."""
+    if step_s is None:
+        step_s = model_flops_per_token * tokens_per_step / (gpus * peak_flops * mfu)
+    else:
+        mfu = model_flops_per_token * tokens_per_step / (gpus * peak_flops * step_s)
     steps = tokens / tokens_per_step
     total_s = step_s * steps
     gpu_hours = gpus * total_s / HOUR

@@ -12,6 +12,7 @@ from gpuplan.errors import GpuplanError, require
 from gpuplan.estimate.flops import Flops, six_nd, training_flops
 from gpuplan.estimate.memory import MemoryReport, estimate_memory
 from gpuplan.estimate.params import ParamCounts, count_params
+from gpuplan.estimate.step_time import StepTime, step_time
 from gpuplan.estimate.time import TrainingTime, training_time
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
@@ -54,6 +55,7 @@ class TrainEstimate:
     flops: Flops
     time: TrainingTime | None
     suggestions: tuple[Suggestion, ...]
+    step: StepTime | None = None  # the performance model's prediction
 
 
 def validate(req: TrainRequest) -> None:
@@ -140,17 +142,16 @@ def estimate_training(req: TrainRequest) -> TrainEstimate:
     m, c = req.model, req.config
     memory = _memory(req)
     flops = training_flops(m, c.seq_len, c.recompute)
-    time = None
-    if req.mfu is not None:
-        tokens_per_step = req.global_batch * c.seq_len
-        time = training_time(
-            model_flops_per_token=flops.model_per_token, hardware_flops_per_token=flops.hardware_per_token,
-            tokens=req.tokens if req.tokens else tokens_per_step, tokens_per_step=tokens_per_step,
-            gpus=req.plan.world_size, peak_flops=req.gpu.peak(c.compute_dtype), mfu=req.mfu,
-            price_per_gpu_hour=req.price_per_gpu_hour)
+    step = step_time(m, c, req.plan, req.gpu, req.microbatches)
+    tokens_per_step = req.global_batch * c.seq_len
+    time = training_time(
+        model_flops_per_token=flops.model_per_token, hardware_flops_per_token=flops.hardware_per_token,
+        tokens=req.tokens if req.tokens else tokens_per_step, tokens_per_step=tokens_per_step,
+        gpus=req.plan.world_size, peak_flops=req.gpu.peak(c.compute_dtype), mfu=req.mfu,
+        step_s=None if req.mfu is not None else step.step_s, price_per_gpu_hour=req.price_per_gpu_hour)
     suggestions = () if memory.fits else suggest_fixes(req)
     return TrainEstimate(request=req, params=count_params(m), memory=memory, flops=flops, time=time,
-                         suggestions=suggestions)
+                         suggestions=suggestions, step=step)
 
 
 def to_dict(est: TrainEstimate) -> dict:
@@ -192,4 +193,22 @@ def to_dict(est: TrainEstimate) -> dict:
         "hfu": None if t is None else t.hfu,
         "tokens_per_s_per_gpu": None if t is None else t.tokens_per_s_per_gpu,
         "suggestions": [dataclasses.asdict(s) for s in est.suggestions],
+        "mfu_source": "--mfu" if req.mfu is not None else "predicted",
+        "performance": None if est.step is None else performance_dict(est.step, req.gpu),
+    }
+
+
+def performance_dict(st: StepTime, gpu) -> dict:
+    """The performance model's prediction: step time, its breakdown and every dimension's traffic."""
+    return {
+        "step_s": st.step_s, "mfu": st.mfu, "hfu": st.hfu, "microbatches": st.microbatches,
+        "breakdown_s": dict(st.breakdown), "critical_stage": st.critical_stage,
+        "kernels_s": dict(st.ops),
+        "comm": {d: {"bytes_per_gpu": c.bytes_per_gpu, "time_s": c.time, "exposed_s": c.exposed,
+                     "hidden_s": c.hidden, "collectives_bytes": dict(c.collectives)}
+                 for d, c in st.comm.items() if c.bytes_per_gpu},
+        "stages": [{"stage": s.stage, "layers": s.layers, "fwd_s": s.fwd, "bwd_input_s": s.bwd_input,
+                    "bwd_weight_s": s.bwd_weight, "recompute_s": s.recompute, "comm_exposed_s": dict(s.comm),
+                    "microbatch_s": s.total} for s in st.stages],
+        "efficiency": {"name": gpu.efficiency.name, "assumed": gpu.efficiency.assumed},
     }

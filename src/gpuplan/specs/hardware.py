@@ -11,6 +11,55 @@ DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
 
 
 @dataclass(frozen=True)
+class Efficiency:
+    """Achievable fractions of a GPU's datasheet rates: the performance model's only free numbers.
+
+    Each comes from a published measurement or is marked assumed (catalog/efficiency/*.toml).
+    """
+    name: str
+    gemm: dict[str, float]  # best achievable matmul rate per dtype over the dense peak (MAMF)
+    tiles: tuple[tuple[int, int, float], ...]  # (tile M, tile N, relative throughput) cuBLAS picks from
+    flash_fwd: float  # attention-kernel rate over peak, long sequences
+    flash_bwd: float  # backward, FLOPs counted as 2.5x forward (FlashAttention's convention)
+    seq_half: float  # sequence length at which attention runs at half its long-sequence rate
+    hbm: float  # streaming kernels' bandwidth over the HBM peak
+    intra_bus: float  # NCCL bus bandwidth over the intra-node link rate (one direction)
+    inter_bus: float  # NCCL bus bandwidth over the NIC rate
+    intra_latency_s: float
+    inter_latency_s: float
+    kernel_overhead_s: float
+    sustained: float = 1.0  # tensor-core rate held in long multi-GPU runs over the short-burst MAMF
+    assumed: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("flash_fwd", "flash_bwd", "hbm", "intra_bus", "inter_bus", "sustained"):
+            value = getattr(self, name)
+            require(0 < value <= 1, f"efficiency.{name}", f"must be in (0, 1], got {value}")
+        for dtype, value in self.gemm.items():
+            require(0 < value <= 1, f"efficiency.gemm.{dtype}", f"must be in (0, 1], got {value}")
+        require(len(self.tiles) > 0, "efficiency.gemm.tiles", "needs at least one tile")
+
+    def __hash__(self) -> int:
+        return hash((self.name, tuple(sorted(self.gemm.items())), self.tiles, self.hbm))
+
+    def gemm_fraction(self, dtype: str) -> float:
+        return self.gemm.get(dtype, min(self.gemm.values()))
+
+    @classmethod
+    def from_catalog(cls, data: dict) -> "Efficiency":
+        net = data["network"]
+        return cls(
+            name=data["name"], gemm={k: v for k, v in data["gemm"].items() if k not in ("tiles", "sustained")},
+            tiles=tuple((int(m), int(n), float(r)) for m, n, r in data["gemm"]["tiles"]),
+            flash_fwd=data["attention"]["flash_fwd"], flash_bwd=data["attention"]["flash_bwd"],
+            seq_half=data["attention"]["seq_half"], hbm=data["memory"]["hbm"],
+            intra_bus=net["intra_bus"], inter_bus=net["inter_bus"],
+            intra_latency_s=net["intra_latency_us"] * 1e-6, inter_latency_s=net["inter_latency_us"] * 1e-6,
+            kernel_overhead_s=data["kernel"]["overhead_us"] * 1e-6, sustained=data["gemm"].get("sustained", 1.0),
+            assumed=data.get("assumed", False))
+
+
+@dataclass(frozen=True)
 class GPUSpec:
     id: str
     name: str
@@ -25,8 +74,14 @@ class GPUSpec:
     sm_count: int = 0
     nvlink_domain: int = 0  # GPUs in one NVLink domain when larger than a node (GB200 NVL72)
     vendor: str = "nvidia"
+    nics_per_node: int = 0  # scale-out NICs per node
+    nic_bytes_per_s: float = 0.0  # per NIC, one direction
+    efficiency: Efficiency | None = field(default=None, compare=False)
     source: str = field(default="", compare=False)
     date: str = field(default="", compare=False)
+
+    def __hash__(self) -> int:  # catalog entries are unique by id; lets caches key on a GPU
+        return hash(self.id)
 
     def __post_init__(self) -> None:
         require(self.memory_bytes > 0, "memory_bytes", "must be positive")
@@ -35,6 +90,21 @@ class GPUSpec:
         for dtype, flops in self.peak_flops.items():
             require(dtype in DTYPES, "tflops", f"unknown dtype {dtype!r}", f"use one of {DTYPES}")
             require(flops > 0, f"tflops.{dtype}", "must be positive")
+
+    @property
+    def intra_bytes_per_s(self) -> float:
+        """One direction of the per-GPU scale-up link (datasheets quote both directions together)."""
+        return self.interconnect_bytes_per_s / 2
+
+    @property
+    def inter_bytes_per_s(self) -> float:
+        """Scale-out bandwidth per GPU, one direction: the node's NICs shared by its GPUs."""
+        return self.nics_per_node * self.nic_bytes_per_s / self.gpus_per_node
+
+    @property
+    def fast_domain(self) -> int:
+        """GPUs that reach each other over the scale-up fabric (a node, or an NVL72 rack)."""
+        return max(self.gpus_per_node, self.nvlink_domain)
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for a compute dtype."""
@@ -45,7 +115,7 @@ class GPUSpec:
         return self.peak_flops[dtype]
 
     @classmethod
-    def from_catalog(cls, gpu_id: str, data: dict) -> "GPUSpec":
+    def from_catalog(cls, gpu_id: str, data: dict, efficiency: Efficiency | None = None) -> "GPUSpec":
         return cls(
             id=gpu_id, name=data["name"], memory_bytes=float(data["memory_bytes"]),
             hbm_bytes_per_s=data["hbm_gbps"] * GB,
@@ -53,4 +123,5 @@ class GPUSpec:
             interconnect=data["interconnect"], interconnect_bytes_per_s=data["interconnect_gbps"] * GB,
             pcie_bytes_per_s=data["pcie_gbps"] * GB, gpus_per_node=data["gpus_per_node"],
             tdp_w=data["tdp_w"], sm_count=data.get("sm_count", 0), nvlink_domain=data.get("nvlink_domain", 0),
-            vendor=data.get("vendor", "nvidia"), source=data["source"], date=data["date"])
+            vendor=data.get("vendor", "nvidia"), nics_per_node=data.get("nics_per_node", 0),
+            nic_bytes_per_s=data.get("nic_gbit", 0) * 1e9 / 8, efficiency=efficiency, source=data["source"], date=data["date"])

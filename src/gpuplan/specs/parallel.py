@@ -10,6 +10,10 @@ from dataclasses import dataclass
 
 from gpuplan.errors import require
 
+# Pipeline schedules: 1F1B (PipeDream-Flush; interleaved when vp > 1, Narayanan et al. 2021),
+# zero-bubble ZB-H1 (Qi et al. 2023) and DualPipe (DeepSeek-V3 report, 2024, section 3.2.1).
+SCHEDULES = ("1f1b", "zb", "dualpipe")
+
 
 @dataclass(frozen=True)
 class ParallelPlan:
@@ -21,6 +25,8 @@ class ParallelPlan:
     zero: int = 0  # 0: plain DP; 1: optimizer states; 2: + gradients; 3: + weights (FSDP full shard)
     sp: bool = True  # sequence parallelism alongside TP (Korthikanti et al. 2022)
     vp: int = 1  # virtual pipeline stages per rank (interleaved 1F1B)
+    schedule: str = "1f1b"
+    order: str = "tp-cp-dp-pp"  # rank order, innermost first: decides which groups cross nodes
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "pp", "cp", "ep", "vp"):
@@ -31,6 +37,16 @@ class ParallelPlan:
                 f"ep={self.ep} must divide dp x cp = {self.dp * self.cp} (experts are spread over data-parallel ranks)",
                 "pick an ep that divides dp x cp")
         require(self.vp == 1 or self.pp > 1, "vp", "interleaving needs pipeline parallelism", "set --pp > 1 or --vp 1")
+        require(self.schedule in SCHEDULES, "schedule", f"unknown schedule {self.schedule!r}",
+                f"use one of {', '.join(SCHEDULES)}")
+        require(self.schedule == "1f1b" or self.vp == 1, "vp", f"the {self.schedule} schedule has no virtual stages",
+                "use --vp 1, or --schedule 1f1b for interleaving")
+        require(self.schedule != "dualpipe" or (self.pp >= 2 and self.pp % 2 == 0), "pp",
+                f"DualPipe needs an even pipeline depth, got pp={self.pp}", "use an even --pp")
+        dims = self.order.split("-")
+        require(sorted(dims) == ["cp", "dp", "pp", "tp"], "order",
+                f"rank order {self.order!r} must name tp, cp, dp and pp once each, innermost first",
+                "e.g. --rank-order tp-cp-dp-pp")
 
     @property
     def world_size(self) -> int:

@@ -35,6 +35,10 @@ class TrainingConfig:
     cuda_context_bytes: float = 0.5 * GiB  # CUDA/NCCL context and cuBLAS workspaces outside the allocator
     allocator_fraction: float = 0.05  # caching-allocator reserve and fragmentation, fraction of allocated
     comm_bucket_bytes: float = 2 * 40e6 * 4  # two in-flight gradient buckets of 40M fp32 elements (Megatron)
+    # Communication overlap (performance model):
+    tp_overlap: bool = False  # TP collectives hidden behind GEMMs (TransformerEngine userbuffers)
+    overlap_grad_reduce: bool = True  # DP gradient reduce in buckets during the last backward
+    overlap_param_gather: bool = True  # ZeRO parameter all-gather behind the next forward
 
     def __post_init__(self) -> None:
         for name in ("seq_len", "micro_batch"):

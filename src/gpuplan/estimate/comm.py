@@ -1,0 +1,127 @@
+"""Communication: where each parallel group sits on the machine and what its collectives cost.
+
+Placement: ranks are numbered with the innermost dimension first (Megatron-LM's default order
+``tp-cp-dp-pp``; expert parallelism is carved out of the cp x dp ranks, innermost first). A
+group of dimension X with degree d has stride = product of the degrees inside it; its members
+share a scale-up domain (NVLink node or NVL72 rack) when stride x d fits in one.
+
+Cost: the alpha-beta model (Hockney 1994; Thakur, Rabenseifner & Gropp 2005, "Optimization of
+Collective Communication Operations in MPICH"). A ring all-reduce moves 2(n-1)/n of the buffer
+through each rank, all-gather and reduce-scatter (n-1)/n (the "bus bandwidth" convention of
+NVIDIA's nccl-tests, PERFORMANCE.md). Across nodes, a ring through k ranks per node uses k NICs
+in parallel (NCCL builds one ring per NIC rail), so the bus bandwidth is min(scale-up link,
+k x per-GPU NIC share), each times its measured efficiency (catalog/efficiency).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpuplan.errors import require
+from gpuplan.specs.hardware import GPUSpec
+from gpuplan.specs.parallel import ParallelPlan
+
+DEFAULT_ORDER = ("tp", "cp", "dp", "pp")
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "p2p")
+
+
+@dataclass(frozen=True)
+class Group:
+    """One parallel group as placed on the machine."""
+    dim: str
+    size: int
+    stride: int
+    per_domain: int  # members of the group inside one scale-up domain
+    domains: int  # scale-up domains (nodes, or NVL72 racks) the group spans
+
+    @property
+    def crosses_nodes(self) -> bool:
+        return self.domains > 1
+
+
+def parse_order(order: str | tuple[str, ...]) -> tuple[str, ...]:
+    dims = tuple(order.split("-")) if isinstance(order, str) else tuple(order)
+    require(sorted(dims) == sorted(DEFAULT_ORDER), "rank_order",
+            f"{'-'.join(dims)} must name tp, cp, dp and pp once each, innermost first",
+            "e.g. --rank-order tp-cp-dp-pp")
+    return dims
+
+
+def _group(dim: str, size: int, stride: int, domain: int) -> Group:
+    if size == 1:
+        return Group(dim, 1, stride, 1, 1)
+    per_domain = 1 if stride >= domain else max(1, min(size, domain // stride))
+    return Group(dim, size, stride, per_domain, math.ceil(size / per_domain))
+
+
+def place(plan: ParallelPlan, gpu: GPUSpec, order: tuple[str, ...] = DEFAULT_ORDER) -> dict[str, Group]:
+    """Groups for tp, cp, dp, pp and ep (ep lies inside the cp x dp ranks, innermost first)."""
+    domain = gpu.fast_domain
+    groups: dict[str, Group] = {}
+    stride = 1
+    for dim in order:
+        size = getattr(plan, dim)
+        groups[dim] = _group(dim, size, stride, domain)
+        stride *= size
+    inner = min(("cp", "dp"), key=lambda d: groups[d].stride)
+    groups["ep"] = _group("ep", plan.ep, groups[inner].stride, domain)
+    # ZeRO shards dense states over dp x cp; experts over what is left of it after ep.
+    groups["dp_cp"] = _group("dp_cp", plan.dp * plan.cp, groups[inner].stride, domain)
+    return groups
+
+
+def bus_bandwidth(group: Group, gpu: GPUSpec) -> float:
+    """Sustained bus bandwidth (bytes/s) of a collective over ``group``."""
+    e = gpu.efficiency
+    intra = gpu.intra_bytes_per_s * e.intra_bus
+    if not group.crosses_nodes:
+        return intra
+    inter = group.per_domain * gpu.inter_bytes_per_s * e.inter_bus
+    return min(intra, inter) if group.per_domain > 1 else inter
+
+
+def latency(group: Group, gpu: GPUSpec) -> float:
+    e = gpu.efficiency
+    return e.inter_latency_s if group.crosses_nodes else e.intra_latency_s
+
+
+def bytes_sent_per_rank(kind: str, size: float, n: int) -> float:
+    """Bytes each rank sends for a collective on a buffer of ``size`` bytes (the full, unsharded
+    buffer for all-gather and reduce-scatter; the data each rank exchanges for all-to-all)."""
+    require(kind in COLLECTIVES, "collective", f"unknown collective {kind!r}", f"use one of {', '.join(COLLECTIVES)}")
+    if kind == "p2p":
+        return size
+    if n <= 1:
+        return 0.0
+    if kind == "all-reduce":
+        return 2 * (n - 1) / n * size
+    return (n - 1) / n * size
+
+
+def collective_time(kind: str, size: float, group: Group, gpu: GPUSpec) -> float:
+    """Seconds for one collective of ``size`` bytes over ``group`` (see ``bytes_sent_per_rank``)."""
+    n = group.size
+    if kind != "p2p" and (n <= 1 or size <= 0):
+        return 0.0
+    alpha = latency(group, gpu)
+    volume = bytes_sent_per_rank(kind, size, n)
+    if kind == "all-reduce":
+        # NCCL picks ring (2(n-1) latency steps) or double binary tree (2 log2 n) by size
+        steps = min(2 * (n - 1), 2 * math.ceil(math.log2(n)))
+        return volume / bus_bandwidth(group, gpu) + steps * alpha
+    if kind in ("all-gather", "reduce-scatter"):
+        return volume / bus_bandwidth(group, gpu) + (n - 1) * alpha
+    if kind == "all-to-all":
+        # each rank sends (n-1)/n of its data: the part for ranks in its own domain over the
+        # scale-up link, the rest through its NIC share; both run at once
+        e = gpu.efficiency
+        local = (group.per_domain - 1) / n * size
+        remote = (n - group.per_domain) / n * size
+        t_local = local / (gpu.intra_bytes_per_s * e.intra_bus)
+        t_remote = remote / (gpu.inter_bytes_per_s * e.inter_bus) if remote else 0.0
+        return max(t_local, t_remote) + math.ceil(math.log2(n)) * alpha
+    # p2p: one message between neighbours of the group
+    e = gpu.efficiency
+    bw = gpu.inter_bytes_per_s * e.inter_bus if group.crosses_nodes else gpu.intra_bytes_per_s * e.intra_bus
+    return size / bw + alpha

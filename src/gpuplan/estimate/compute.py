@@ -1,0 +1,225 @@
+"""Kernel times on one GPU: GEMMs, attention and memory-bound ops, from shapes and rates.
+
+* GEMMs: a roofline (Williams, Waterman & Patterson 2009) with the compute roof lowered to the
+  GPU's measured maximum achievable matmul rate (MAMF) and split into thread-block tiles over
+  the SMs: a GEMM costs ``waves`` x one tile's time, so partial tiles (tile quantization) and a
+  part-filled last wave (wave quantization) are paid for in full (NVIDIA Deep Learning
+  Performance guide, "Matrix Multiplication Background"). cuBLAS picks the fastest of a few tile
+  shapes; so does this model.
+* Attention: FlashAttention kernels run at a measured fraction of peak that falls for short
+  sequences (Dao 2023, FlashAttention-2, Figs. 4-6; Shah et al. 2024, FlashAttention-3); the
+  backward does 2.5x the forward FLOPs (it recomputes QK^T). Eager attention is two batched GEMMs
+  and a softmax over s^2 scores (Megatron's fused scale-mask-softmax).
+* Memory-bound ops (norms, activations, rotary, residual adds, dropout, softmax, cross-entropy,
+  the optimizer step): bytes read and written over the achievable HBM bandwidth.
+Every kernel also pays a fixed launch/tail gap (``kernel_overhead_s``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+
+from gpuplan.estimate.flops import mean_context
+from gpuplan.estimate.params import Tensor, layer_tensors
+from gpuplan.specs.hardware import GPUSpec
+from gpuplan.specs.model import ModelSpec
+
+
+def dtype_bytes(dtype: str) -> float:
+    return {"fp8": 1.0, "bf16": 2.0, "fp16": 2.0, "tf32": 4.0, "fp32": 4.0}[dtype]
+
+
+def gemm_time(gpu: GPUSpec, dtype: str, m: float, n: float, k: float, batch: float = 1) -> float:
+    """Seconds for ``batch`` GEMMs of (m x k) @ (k x n) on one GPU."""
+    if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
+        return 0.0
+    e = gpu.efficiency
+    rate = gpu.peak(dtype) * e.gemm_fraction(dtype) * e.sustained
+    sms = gpu.sm_count or 100
+    compute = math.inf
+    for tm, tn, rel in e.tiles:
+        tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
+        waves = math.ceil(tiles / sms)
+        compute = min(compute, waves * sms * 2.0 * tm * tn * k / (rate * rel))
+    io = dtype_bytes(dtype) * (m * k + k * n) + 2.0 * m * n  # inputs in dtype, output in 16 bits
+    memory = batch * io / (gpu.hbm_bytes_per_s * e.hbm)
+    return max(compute, memory) + e.kernel_overhead_s
+
+
+def memory_time(gpu: GPUSpec, nbytes: float, kernels: int = 1) -> float:
+    """Seconds for memory-bound kernels moving ``nbytes`` in total."""
+    if nbytes <= 0:
+        return 0.0
+    e = gpu.efficiency
+    return nbytes / (gpu.hbm_bytes_per_s * e.hbm) + kernels * e.kernel_overhead_s
+
+
+def flash_time(gpu: GPUSpec, dtype: str, flops_fwd: float, seq: float) -> tuple[float, float]:
+    """(forward, backward) seconds of a FlashAttention kernel doing ``flops_fwd`` forward FLOPs."""
+    if flops_fwd <= 0:
+        return 0.0, 0.0
+    e = gpu.efficiency
+    ramp = seq / (seq + e.seq_half)
+    peak = gpu.peak(dtype) * e.sustained
+    fwd = flops_fwd / (peak * e.flash_fwd * ramp) + e.kernel_overhead_s
+    bwd = 2.5 * flops_fwd / (peak * e.flash_bwd * ramp) + e.kernel_overhead_s
+    return fwd, bwd
+
+
+@dataclass
+class OpTimes:
+    """Seconds of one piece of work: forward, backward for inputs (B), backward for weights (W).
+
+    ``attn_core`` is the part of forward that selective recompute runs again.
+    """
+    fwd: float = 0.0
+    bwd_input: float = 0.0
+    bwd_weight: float = 0.0
+    attn_core: float = 0.0
+    parts: dict[str, float] = field(default_factory=dict)  # forward+backward seconds by kind
+
+    def add(self, kind: str, fwd: float = 0.0, b: float = 0.0, w: float = 0.0, core: bool = False) -> None:
+        self.fwd += fwd
+        self.bwd_input += b
+        self.bwd_weight += w
+        if core:
+            self.attn_core += fwd
+        self.parts[kind] = self.parts.get(kind, 0.0) + fwd + b + w
+
+    @property
+    def bwd(self) -> float:
+        return self.bwd_input + self.bwd_weight
+
+
+def _local_gemm(t: Tensor, tp: int, ep: int) -> tuple[int, int, int]:
+    """(experts on this GPU, out, in) of a weight after tensor and expert parallelism."""
+    *lead, n_out, n_in = t.shape
+    experts = lead[0] if lead else 1
+    if t.split in ("col", "vocab"):
+        n_out = -(-n_out // tp)
+    elif t.split == "row":
+        n_in = -(-n_in // tp)
+    if t.expert:
+        experts = max(1, experts // ep)
+    return experts, n_out, n_in
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """What one GPU computes for one micro-batch of a layer."""
+    tokens: int  # tokens through this GPU's GEMMs: micro_batch x seq / cp
+    seq: int
+    micro_batch: int
+    tp: int
+    cp: int
+    ep: int
+    sp: bool
+    dtype: str
+    act_bytes: int
+    attention: str  # flash or eager
+
+
+@functools.cache
+def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpTimes:
+    """Compute and memory time of one transformer block (no communication)."""
+    s = shape
+    T, tp, a = s.tokens, s.tp, s.act_bytes
+    h = m.hidden_size
+    out = OpTimes()
+    # GEMMs against weights: forward (T x in) @ (in x out); backward dX = dY @ W and dW = dY^T @ X
+    routed_tokens = T * m.experts_per_token * s.ep / m.num_experts if moe else 0
+    for t in layer_tensors(m, moe):
+        if not t.matmul or len(t.shape) < 2:
+            continue
+        experts, n_out, n_in = _local_gemm(t, tp, s.ep)
+        rows = routed_tokens if t.expert else T
+        if rows <= 0:
+            continue
+        kind = "gemm"
+        out.add(kind, fwd=gemm_time(gpu, s.dtype, rows, n_out, n_in, experts),
+                b=gemm_time(gpu, s.dtype, rows, n_in, n_out, experts),
+                w=gemm_time(gpu, s.dtype, n_out, n_in, rows, experts))
+
+    heads = m.num_heads // tp
+    kv_heads = max(1, m.num_kv_heads // tp) if not m.is_mla else heads
+    window = m.sliding_window if m.num_sliding_layers else None
+    # attention core: queries on this GPU (seq/cp of each sequence) against the whole sequence
+    if s.attention == "flash":
+        ctx = mean_context(s.seq, None, True)
+        if m.num_sliding_layers:
+            frac = m.num_sliding_layers / m.num_layers
+            ctx = (1 - frac) * ctx + frac * mean_context(s.seq, window, True)
+        flops = 2.0 * s.micro_batch * heads * (m.qk_head_dim + m.v_dim) * s.seq * ctx / s.cp
+        fwd, bwd = flash_time(gpu, s.dtype, flops, min(s.seq, window or s.seq) / s.cp)
+        out.add("attention", fwd=fwd, b=bwd, core=True)
+    else:
+        bh = s.micro_batch * heads
+        q, keys = s.seq // s.cp, s.seq
+        scores = bh * q * keys
+        fwd = (gemm_time(gpu, s.dtype, q, keys, m.qk_head_dim, bh)
+               + gemm_time(gpu, s.dtype, q, m.v_dim, keys, bh))
+        bwd = (gemm_time(gpu, s.dtype, q, m.qk_head_dim, keys, bh) + gemm_time(gpu, s.dtype, keys, m.qk_head_dim, q, bh)
+               + gemm_time(gpu, s.dtype, q, keys, m.v_dim, bh) + gemm_time(gpu, s.dtype, keys, m.v_dim, q, bh))
+        out.add("attention", fwd=fwd, b=bwd, core=True)
+        # softmax reads the scores and writes probabilities; dropout adds a pass and a 1-byte mask
+        drop = m.attention_dropout > 0
+        sm_f = scores * (2 * a + ((2 * a + 1) if drop else 0))
+        sm_b = scores * (3 * a + ((2 * a + 1) if drop else 0))
+        out.add("softmax", fwd=memory_time(gpu, sm_f, 2 if drop else 1),
+                b=memory_time(gpu, sm_b, 2 if drop else 1), core=True)
+
+    # elementwise work on the residual stream: sequence-parallel regions hold T/tp tokens
+    t_res = T / tp if s.sp else T
+    norms = m.pre_norms_per_layer + m.post_norms_per_layer
+    out.add("norm", fwd=memory_time(gpu, norms * 2 * a * t_res * h, norms),
+            b=memory_time(gpu, norms * 3 * a * t_res * h, norms))
+    adds = 1 if m.parallel_attn else 2
+    drop = 1 if m.dropout > 0 else 0
+    out.add("residual", fwd=memory_time(gpu, adds * (3 * a + drop) * t_res * h, adds),
+            b=memory_time(gpu, adds * (3 * a + drop) * t_res * h, adds))
+    if m.rotary:
+        qk = (heads * m.qk_head_dim + kv_heads * (m.qk_rope_head_dim or m.head_dim)) if not m.is_mla \
+            else heads * m.qk_rope_head_dim + m.qk_rope_head_dim
+        out.add("rotary", fwd=memory_time(gpu, 2 * a * T * qk, 2), b=memory_time(gpu, 2 * a * T * qk, 2))
+    # MLP activation: GeLU reads and writes ffn; SwiGLU reads 2 ffn and writes one
+    width = (m.moe_ffn_size * m.experts_per_token + m.shared_expert_ffn_size) if moe else m.ffn_size
+    f_local = T * width / tp
+    rw = (3, 5) if m.gated_mlp else (2, 3)
+    out.add("activation", fwd=memory_time(gpu, rw[0] * a * f_local), b=memory_time(gpu, rw[1] * a * f_local))
+    if moe:
+        # permute tokens to experts and back (read and write each routed copy), and the router softmax
+        routed = T * m.experts_per_token * h * a
+        out.add("moe_permute", fwd=memory_time(gpu, 4 * routed, 2), b=memory_time(gpu, 4 * routed, 2))
+    return out
+
+
+@functools.cache
+def head_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape) -> OpTimes:
+    """Final norm, LM head and the vocab-parallel cross-entropy of one micro-batch."""
+    s = shape
+    T, a = s.tokens, s.act_bytes
+    h = m.embed_proj_dim or m.hidden_size
+    v = -(-m.vocab_size // s.tp)
+    out = OpTimes()
+    t_res = T / s.tp if s.sp else T
+    out.add("norm", fwd=memory_time(gpu, 2 * a * t_res * m.hidden_size), b=memory_time(gpu, 3 * a * t_res * m.hidden_size))
+    out.add("gemm", fwd=gemm_time(gpu, s.dtype, T, v, h), b=gemm_time(gpu, s.dtype, T, h, v),
+            w=gemm_time(gpu, s.dtype, v, h, T))
+    # cross-entropy in fp32 over the local vocabulary slice: upcast, max, exp, sum, then the gradient
+    logits = T * v
+    out.add("loss", fwd=memory_time(gpu, logits * (a + 4 * 5), 4), b=memory_time(gpu, logits * (4 * 2 + a), 2))
+    return out
+
+
+@functools.cache
+def embedding_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape) -> OpTimes:
+    """Token (and position) lookup forward; scatter-add into the table's gradient backward."""
+    s = shape
+    T, a = s.tokens, s.act_bytes
+    out = OpTimes()
+    rows = 2 if m.position_embeddings else 1
+    out.add("embedding", fwd=memory_time(gpu, 2 * a * T * m.hidden_size * rows, rows),
+            w=memory_time(gpu, 3 * 4 * T * m.hidden_size * rows, rows))
+    return out

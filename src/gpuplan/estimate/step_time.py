@@ -1,0 +1,313 @@
+"""Step time from first principles: kernel times, communication, overlap and the pipeline bubble.
+
+For each pipeline stage and one micro-batch: forward F, backward-for-inputs B and
+backward-for-weights W (compute.py), plus the communication each dimension puts on that path
+(comm.py) minus what overlap hides. The pipeline then runs m micro-batches:
+
+* 1F1B and interleaved 1F1B (Narayanan et al. 2021, section 2.2): m x t_max + (sum_s t_s - t_max)/v,
+  which for equal stages is (m + (p-1)/v) t: the bubble fraction (p-1)/(v m);
+* ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism"): bubble (p-1)(F + B - 2W);
+* DualPipe (DeepSeek-V3 report, Table 2): bubble (p/2 - 1)(F&B + B - 3W), with the expert
+  all-to-all hidden under the paired forward/backward chunk.
+(B here is the whole backward, as in that table.) Data-parallel gradient reduction overlaps the
+last micro-batch's backward in buckets (PyTorch DDP, Li et al. 2020; Megatron-LM's
+overlap_grad_reduce); what does not fit is exposed, as is at least the last bucket. The optimizer
+step is memory-bound on each GPU's shard.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpuplan.estimate.comm import Group, bytes_sent_per_rank, collective_time, place
+from gpuplan.estimate.compute import LayerShape, OpTimes, embedding_times, head_times, layer_times, memory_time
+from gpuplan.estimate.flops import training_flops
+from gpuplan.estimate.memory import _per_gpu, _stage_tensors, layers_per_stage, optimizer_bytes_per_param
+from gpuplan.estimate.params import layer_tensors
+from gpuplan.specs.hardware import GPUSpec
+from gpuplan.specs.model import ModelSpec
+from gpuplan.specs.parallel import ParallelPlan
+from gpuplan.specs.training import TrainingConfig
+
+DIMS = ("tp", "cp", "ep", "pp", "dp")
+
+
+@dataclass
+class CommLine:
+    """One dimension's communication over a step, on the critical stage."""
+    bytes_per_gpu: float = 0.0  # bytes each GPU sends
+    time: float = 0.0  # seconds if nothing overlapped
+    exposed: float = 0.0  # seconds on the critical path
+    collectives: dict[str, float] = field(default_factory=dict)  # kind -> bytes sent per GPU
+
+    @property
+    def hidden(self) -> float:
+        return self.time - self.exposed
+
+    def add(self, kind: str, size: float, group: Group, gpu: GPUSpec, count: float, exposed: float | None = None) -> float:
+        """Record ``count`` collectives of ``size`` bytes; returns the seconds of one."""
+        t = collective_time(kind, size, group, gpu)
+        sent = bytes_sent_per_rank(kind, size, group.size) * count
+        self.bytes_per_gpu += sent
+        self.collectives[kind] = self.collectives.get(kind, 0.0) + sent
+        self.time += t * count
+        self.exposed += (t * count) if exposed is None else exposed
+        return t
+
+
+@dataclass(frozen=True)
+class StageTime:
+    """One micro-batch on one pipeline stage: kernel seconds and exposed communication."""
+    stage: int
+    layers: int
+    fwd: float
+    bwd_input: float
+    bwd_weight: float
+    recompute: float
+    comm: dict[str, float]  # exposed seconds per micro-batch by dimension (tp, cp, ep, dp for ZeRO-3)
+
+    @property
+    def compute(self) -> float:
+        return self.fwd + self.bwd_input + self.bwd_weight
+
+    @property
+    def total(self) -> float:
+        return self.compute + self.recompute + sum(self.comm.values())
+
+
+@dataclass(frozen=True)
+class StepTime:
+    step_s: float
+    breakdown: dict[str, float]  # seconds on the critical path; sums to step_s
+    comm: dict[str, CommLine]
+    stages: tuple[StageTime, ...]
+    critical_stage: int
+    microbatches: int
+    model_flops_per_step: float
+    hardware_flops_per_step: float
+    gpus: int
+    peak_flops: float
+    ops: dict[str, float]  # kernel seconds per step on the critical stage by kind (gemm, attention, ...)
+
+    @property
+    def mfu(self) -> float:
+        return self.model_flops_per_step / (self.step_s * self.gpus * self.peak_flops)
+
+    @property
+    def hfu(self) -> float:
+        return self.hardware_flops_per_step / (self.step_s * self.gpus * self.peak_flops)
+
+
+def _shape(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) -> LayerShape:
+    return LayerShape(tokens=cfg.micro_batch * cfg.seq_len // plan.cp, seq=cfg.seq_len, micro_batch=cfg.micro_batch,
+                      tp=plan.tp, cp=plan.cp, ep=plan.ep, sp=plan.sp and plan.tp > 1, dtype=cfg.compute_dtype,
+                      act_bytes=cfg.activation_bytes, attention=cfg.attention)
+
+
+def _layer_comm(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpec, groups: dict[str, Group],
+                shape: LayerShape, ops: OpTimes, moe: bool, comm: dict[str, CommLine], count: float,
+                dualpipe: bool) -> dict[str, float]:
+    """Exposed communication seconds of one layer and micro-batch by dimension (forward, backward
+    and recompute together); records ``count`` copies (layers x micro-batches) into ``comm``."""
+    a, h, T = cfg.activation_bytes, m.hidden_size, shape.tokens
+    out: dict[str, float] = {}
+    full = cfg.recompute == "full"
+    passes_fwd = 2 if full else 1  # full recompute re-runs the forward's collectives
+    if plan.tp > 1:
+        g = groups["tp"]
+        blocks = 1 if m.parallel_attn else 2  # attention and MLP each start and end with a collective
+        size = T * h * a
+        if shape.sp:  # all-gather in, reduce-scatter out; the backward mirrors them
+            per = [("all-gather", size), ("reduce-scatter", size)] * blocks
+        else:  # one all-reduce per block forward (g operator) and one backward (f operator)
+            per = [("all-reduce", size)] * blocks
+        exposed = 0.0
+        for kind, sz in per:
+            t = collective_time(kind, sz, g, gpu)
+            # with overlap (TransformerEngine userbuffers) a collective hides behind its GEMM
+            exp_f = t if not cfg.tp_overlap else max(0.0, t - ops.fwd / len(per))
+            exp_b = t if not cfg.tp_overlap else max(0.0, t - ops.bwd / len(per))
+            e = passes_fwd * exp_f + exp_b
+            comm["tp"].add(kind, sz, g, gpu, count * (passes_fwd + 1), exposed=count * e)
+            exposed += e
+        out["tp"] = exposed
+    if plan.cp > 1:
+        # ring attention: cp-1 steps, each sending this rank's K,V chunk while computing on the
+        # previous one; the backward also passes dK, dV (Liu et al. 2023; Megatron-Core CP)
+        g = groups["cp"]
+        kv = m.num_heads * (m.qk_head_dim + m.v_dim) if m.is_mla else 2 * m.num_kv_heads * m.head_dim
+        size = T * kv / plan.tp * a
+        steps = plan.cp - 1
+        chunk_f = ops.attn_core / plan.cp
+        chunk_b = ops.parts.get("attention", 0.0) / plan.cp - chunk_f
+        e_f = steps * max(0.0, collective_time("p2p", size, g, gpu) - chunk_f)
+        e_b = steps * max(0.0, collective_time("p2p", 2 * size, g, gpu) - max(0.0, chunk_b))
+        passes = 1 if cfg.recompute == "none" else 2
+        comm["cp"].add("p2p", size, g, gpu, count * steps * passes, exposed=count * e_f * passes)
+        comm["cp"].add("p2p", 2 * size, g, gpu, count * steps, exposed=count * e_b)
+        out["cp"] = passes * e_f + e_b
+    if moe and plan.ep > 1:
+        # dispatch and combine: every routed token copy leaves for its expert's rank and returns;
+        # DualPipe hides them under the paired chunk's compute
+        g = groups["ep"]
+        size = T * m.experts_per_token * h * a
+        t = collective_time("all-to-all", size, g, gpu)
+        n = 2 * (passes_fwd + 1)
+        e = 0.0 if dualpipe else n * t
+        comm["ep"].add("all-to-all", size, g, gpu, count * n, exposed=count * e)
+        out["ep"] = e
+    if plan.zero == 3 and plan.zero_group > 1:
+        # FSDP: gather the layer's weights for forward and again for backward, reduce-scatter its
+        # gradients; prefetch hides them behind the neighbouring layer's compute
+        g = groups["dp_cp"]
+        w = sum(_per_gpu(t, plan) for t in layer_tensors(m, moe))
+        ag = collective_time("all-gather", w * cfg.weight_bytes, g, gpu)
+        rs = collective_time("reduce-scatter", w * cfg.grad_bytes, g, gpu)
+        e_f = max(0.0, ag - ops.fwd)
+        e_b = max(0.0, ag + rs - ops.bwd)
+        comm["dp"].add("all-gather", w * cfg.weight_bytes, g, gpu, 2 * count, exposed=count * e_f)
+        comm["dp"].add("reduce-scatter", w * cfg.grad_bytes, g, gpu, count, exposed=count * e_b)
+        out["dp"] = e_f + e_b
+    return out
+
+
+def optimizer_bytes_moved(cfg: TrainingConfig) -> float:
+    """HBM bytes per parameter of one optimizer step, as Megatron-LM's mixed-precision optimizer
+    runs it (megatron/optimizer: MixedPrecisionOptimizer.step): unscale the gradients and check for
+    inf/nan (fp16 loss scaling only: read and write), the global norm for clipping (read), the
+    fused Adam update (read weights, gradient and states; write weights and states), copy the
+    master weights back to the model precision, and zero the gradient buffer."""
+    states = optimizer_bytes_per_param(cfg) if cfg.optimizer != "adafactor" else 0.5
+    g = cfg.grad_bytes
+    master = cfg.master_bytes
+    weights = cfg.weight_bytes
+    unscale = 2 * g if cfg.precision == "fp16" else 0.0
+    update = (2 * master if master else 2 * weights) + g + 2 * states
+    copy_back = (master + weights) if master else 0.0
+    return unscale + g + update + copy_back + g
+
+
+def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpec, microbatches: int) -> StepTime:
+    """Predicted seconds per optimizer step, with its breakdown (see the module docstring)."""
+    groups = place(plan, gpu, tuple(plan.order.split("-")))
+    shape = _shape(m, cfg, plan)
+    mb = microbatches
+    dualpipe = plan.schedule == "dualpipe"
+    stages: list[StageTime] = []
+    stage_comm: list[dict[str, CommLine]] = []
+    stage_ops: list[dict[str, float]] = []
+    first = 0
+    for stage, n_layers in enumerate(layers_per_stage(m.num_layers, plan.pp)):
+        ids = range(first, first + n_layers)
+        first += n_layers
+        c = {d: CommLine() for d in DIMS}
+        f = b = w = rec = 0.0
+        exposed: dict[str, float] = {}
+        kinds: dict[str, float] = {}
+        for moe in (False, True):
+            n = sum(1 for i in ids if m.is_moe_layer(i) == moe)
+            if not n:
+                continue
+            ops = layer_times(m, gpu, shape, moe)
+            for d, e in _layer_comm(m, cfg, plan, gpu, groups, shape, ops, moe, c, n * mb, dualpipe).items():
+                exposed[d] = exposed.get(d, 0.0) + n * e
+            f += n * ops.fwd
+            b += n * ops.bwd_input
+            w += n * ops.bwd_weight
+            rec += n * (ops.fwd if cfg.recompute == "full" else ops.attn_core if cfg.recompute == "selective" else 0.0)
+            for k, v in ops.parts.items():
+                kinds[k] = kinds.get(k, 0.0) + n * mb * v
+        extras = ([embedding_times(m, gpu, shape)] if stage == 0 else []) + \
+                 ([head_times(m, gpu, shape)] if stage == plan.pp - 1 else [])
+        for ops in extras:
+            f += ops.fwd
+            b += ops.bwd_input
+            w += ops.bwd_weight
+            for k, v in ops.parts.items():
+                kinds[k] = kinds.get(k, 0.0) + mb * v
+        stages.append(StageTime(stage, n_layers, f, b, w, rec, exposed))
+        stage_comm.append(c)
+        stage_ops.append(kinds)
+
+    p, v = plan.pp, plan.vp
+    totals = [s.total for s in stages]
+    crit = max(range(len(stages)), key=lambda i: totals[i])
+    sc, t_max = stages[crit], totals[crit]
+    F, W = sc.fwd + sc.comm.get("tp", 0.0) / 2, sc.bwd_weight
+    B = t_max - F  # the whole backward, recompute and its communication included
+    if p == 1:
+        bubble = 0.0
+    elif plan.schedule == "zb":
+        bubble = (p - 1) * max(0.0, F + B - 2 * W)
+    elif dualpipe:
+        bubble = (p / 2 - 1) * max(0.0, (F + B) + B - 3 * W)
+    else:
+        bubble = (sum(totals) - t_max) / v
+    crit_comm = stage_comm[crit]
+
+    # pipeline point-to-point: one activation (or gradient) per micro-batch and chunk boundary;
+    # Megatron's blocking send/recv puts each on the path
+    p2p = 0.0
+    if p > 1:
+        g = groups["pp"]
+        # each TP rank sends its 1/tp slice and the receivers all-gather it over NVLink
+        # (Narayanan et al. 2021, section 4.1, scatter/gather); with SP the slice is the activation
+        size = shape.tokens * m.hidden_size * cfg.activation_bytes / plan.tp
+        transfers = 2 * (mb * v + p - 1)
+        p2p = transfers * collective_time("p2p", size, g, gpu)
+        crit_comm["pp"].add("p2p", size, g, gpu, transfers, exposed=p2p)
+
+    # data parallelism: gradients reduced over dp x cp (experts over what is left after ep),
+    # overlapped with the last micro-batch's backward; the sharded optimizer's updated weights
+    # gathered back behind the next forward
+    start = sum(s.layers for s in stages[:crit])
+    held = _stage_tensors(m, p, crit, range(start, start + sc.layers))
+    copies = 2 if dualpipe else 1  # DualPipe keeps two stages' weights per rank
+    dense = copies * sum(_per_gpu(t, plan) * c for t, c in held if not t.expert)
+    expert = copies * sum(_per_gpu(t, plan) * c for t, c in held if t.expert)
+    dp_exposed = 0.0
+    if plan.zero < 3:
+        kind = "reduce-scatter" if plan.zero >= 1 else "all-reduce"
+        window = B
+        for size_params, group in ((dense, groups["dp_cp"]), (expert, _expert_dp_group(groups["dp_cp"], plan))):
+            if not size_params or group.size <= 1:
+                continue
+            grad = size_params * cfg.grad_bytes
+            t_grad = collective_time(kind, grad, group, gpu)
+            last_bucket = t_grad * min(1.0, cfg.comm_bucket_bytes / 2 / grad)
+            e = t_grad if not cfg.overlap_grad_reduce else max(last_bucket, t_grad - window)
+            window = max(0.0, window - t_grad)
+            crit_comm["dp"].add(kind, grad, group, gpu, 1, exposed=e)
+            dp_exposed += e
+            if plan.zero >= 1:
+                wb = size_params * cfg.weight_bytes
+                t_ag = collective_time("all-gather", wb, group, gpu)
+                e = t_ag if not cfg.overlap_param_gather else max(0.0, t_ag - F)
+                crit_comm["dp"].add("all-gather", wb, group, gpu, 1, exposed=e)
+                dp_exposed += e
+    sharded = plan.zero >= 1
+    shard = dense / (plan.zero_group if sharded else 1) + expert / (plan.expert_zero_group if sharded else 1)
+    optimizer = memory_time(gpu, shard * optimizer_bytes_moved(cfg), kernels=4)
+
+    breakdown = {"compute": mb * sc.compute, "recompute": mb * sc.recompute}
+    for d in ("tp", "cp", "ep"):
+        breakdown[f"{d}_comm"] = mb * sc.comm.get(d, 0.0)
+    breakdown["pp_comm"] = p2p
+    breakdown["dp_comm"] = mb * sc.comm.get("dp", 0.0) + dp_exposed
+    breakdown["bubble"] = bubble
+    breakdown["optimizer"] = optimizer
+    step = sum(breakdown.values())
+
+    flops = training_flops(m, cfg.seq_len, cfg.recompute)
+    tokens = cfg.seq_len * cfg.micro_batch * mb * plan.dp
+    return StepTime(step_s=step, breakdown=breakdown, comm=crit_comm, stages=tuple(stages), critical_stage=crit,
+                    microbatches=mb, model_flops_per_step=flops.model_per_token * tokens,
+                    hardware_flops_per_step=flops.hardware_per_token * tokens, gpus=plan.world_size,
+                    peak_flops=gpu.peak(cfg.compute_dtype), ops=stage_ops[crit])
+
+
+def _expert_dp_group(dp_cp: Group, plan: ParallelPlan) -> Group:
+    """Ranks sharing one expert's replicas: the dp x cp ranks left after expert parallelism."""
+    size = plan.expert_zero_group
+    per = max(1, min(size, dp_cp.per_domain // plan.ep)) if dp_cp.per_domain >= plan.ep else 1
+    return Group("edp", size, dp_cp.stride * plan.ep, per, -(-size // per))
