@@ -160,3 +160,53 @@ def test_import_gpuplan_does_not_import_torch_or_the_cli():
     code = "import sys, gpuplan, gpuplan.estimate.train; assert 'torch' not in sys.modules; " \
            "assert 'gpuplan.cli' not in sys.modules; assert 'typer' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_train_without_mfu_predicts_step_time_and_shows_where_it_goes(capsys):
+    code, out, err = run(["train", "llama-3.1-70b", "--gpus", "64", "--tp", "8", "--pp", "2", "--zero", "1",
+                          "--seq-len", "8192", "--global-batch", "512", "--recompute", "selective", "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    perf = doc["performance"]
+    assert doc["mfu_source"] == "predicted"
+    assert doc["time"]["step_s"] == pytest.approx(perf["step_s"])
+    assert sum(perf["breakdown_s"].values()) == pytest.approx(perf["step_s"])
+    assert perf["comm"]["tp"]["bytes_per_gpu"] > 0 and perf["comm"]["dp"]["hidden_s"] > 0
+    assert 0.2 < doc["mfu"] < 0.8
+
+
+def test_search_json_ranks_plans_with_train_keys(capsys):
+    code, out, err = run(["search", "llama-3.1-8b", "--gpus", "16", "--seq-len", "4096", "--global-batch", "256K",
+                          "--top", "3", "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert len(doc["plans"]) == 3
+    assert doc["plans"][0]["training"]["global_batch"] == 64  # 256K tokens = 64 x 4096 (binary suffix)
+    steps = [p["time"]["step_s"] for p in doc["plans"]]
+    assert steps == sorted(steps)
+    assert doc["feasible"] + sum(doc["rejected"].values()) == doc["considered"]
+
+
+def test_validate_json_reports_every_published_row(capsys):
+    code, out, err = run(["validate", "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert len(doc["rows"]) == 18 and doc["summary"]["mean_abs_error"] <= 0.08
+
+
+def test_collective_reports_the_ring_volume(capsys):
+    code, out, err = run(["collective", "all-reduce", "--size", "1G", "--ranks", "8", "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["volume_factor"] == pytest.approx(2 * 7 / 8)
+
+
+@pytest.mark.parametrize("args,field", [
+    (["search", "llama-3.1-405b", "--gpus", "8", "--seq-len", "8192", "--global-batch", "64"], "gpus"),
+    (["search", "llama-3.1-8b", "--gpus", "16", "--seq-len", "4096", "--global-batch", "0"], "global_batch"),
+    (["collective", "all-sum", "--ranks", "8"], "collective"),
+])
+def test_search_and_collective_bad_input_exit_2(args, field, capsys):
+    code, out, err = run(args, capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and field in err

@@ -110,6 +110,115 @@ def train(
 
 
 @app.command()
+def search(
+    model: Annotated[str, typer.Argument(help="Catalog id or a path to a config.json.")],
+    gpu: Annotated[str, typer.Option(help="GPU id (see `gpuplan gpus`).")] = "h100-sxm",
+    gpus: Annotated[int, typer.Option(help="Number of GPUs.")] = 8,
+    seq_len: Annotated[int, typer.Option(help="Sequence length in tokens.")] = 4096,
+    global_batch: Annotated[str, typer.Option(help="Global batch: sequences (512) or tokens with a suffix (16M).")]
+    = "512",
+    precision: Annotated[str, typer.Option(help="bf16, fp16, fp32 or fp8.")] = "bf16",
+    optimizer: Annotated[str, typer.Option(help="adamw, adamw8bit, sgd or adafactor.")] = "adamw",
+    objective: Annotated[str, typer.Option(help="Rank by throughput or cost.")] = "throughput",
+    top: Annotated[int, typer.Option(help="How many plans to show.")] = 5,
+    price: Annotated[Optional[float], typer.Option(help="USD per GPU-hour (default: dated catalog price).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Every valid parallel plan that fits, ranked; rejected plans counted by reason."""
+    from gpuplan import catalog
+    from gpuplan.search.plans import search as run_search
+    from gpuplan.specs.training import TrainingConfig
+    from gpuplan.units import parse_count
+
+    spec, hw = catalog.model(model), catalog.gpu(gpu)
+    if gpus < 1:
+        raise GpuplanError("gpus", f"must be a positive integer, got {gpus}")
+    if top < 1:
+        raise GpuplanError("top", f"must be a positive integer, got {top}")
+    gb = parse_count(global_batch, "global_batch")
+    if not global_batch.strip().isdigit():  # a token count, e.g. 16M tokens of 8K sequences
+        # Batch sizes quoted in tokens are powers of two (Llama 3's "16M" is 2048 x 8192): read the
+        # suffix as binary when the decimal count is not a whole number of sequences.
+        binary = parse_count(global_batch.strip()[:-1], "global_batch") * 2 ** (10 * "KMGT".index(global_batch.strip()[-1].upper()) + 10) \
+            if global_batch.strip()[-1:].upper() in ("K", "M", "G", "T") else gb
+        if gb % seq_len and binary % seq_len == 0:
+            gb = binary
+        if gb % seq_len:
+            raise GpuplanError("global_batch", f"{global_batch} tokens is not a whole number of {seq_len}-token sequences",
+                               "use a multiple of --seq-len, or give sequences")
+        gb //= seq_len
+    base = TrainingConfig(seq_len=seq_len, global_batch=int(gb), precision=precision, optimizer=optimizer)
+    if price is None:
+        found = catalog.price_per_gpu_hour(hw.id)
+        price = found[0] if found else None
+    if json_out:
+        result = run_search(spec, hw, gpus, base, top=top, objective=objective, price_per_gpu_hour=price)
+        from gpuplan.search.report import to_dict
+        _emit_json(to_dict(result, spec, hw))
+        return
+    from rich.progress import Progress
+
+    from gpuplan.cli.render import render_search
+    with Progress(transient=True) as bar:
+        task = bar.add_task("searching plans", total=1)
+        result = run_search(spec, hw, gpus, base, top=top, objective=objective, price_per_gpu_hour=price,
+                            progress=lambda i, n: bar.update(task, completed=i, total=n))
+    render_search(result, spec, hw)
+
+
+@app.command()
+def validate(json_out: JsonOpt = False) -> None:
+    """Predicted step time against published training runs: per-row error, mean and max."""
+    from gpuplan.estimate.validate import summary, validate_training
+
+    results = validate_training()
+    if json_out:
+        _emit_json({"rows": [{"id": r.row.id, "source": r.row.source, "gpu": r.row.gpu,
+                              "measured_step_s": r.row.measured_step_s, "predicted_step_s": r.predicted_step_s,
+                              "error": r.error, "metric": r.row.metric, "value": r.row.value,
+                              "predicted_mfu": r.mfu, "breakdown_s": r.breakdown} for r in results],
+                    "summary": summary(results)})
+        return
+    from gpuplan.cli.render import render_validation
+    render_validation(results, summary(results))
+
+
+@app.command()
+def collective(
+    kind: Annotated[str, typer.Argument(help="all-reduce, all-gather, reduce-scatter, all-to-all or p2p.")],
+    size: Annotated[str, typer.Option(help="Buffer bytes, e.g. 1G, 256M (the full buffer for gathers).")] = "1G",
+    ranks: Annotated[int, typer.Option(help="Ranks in the group.")] = 8,
+    gpu: Annotated[str, typer.Option(help="GPU id: its node size, links and NICs.")] = "h100-sxm",
+    stride: Annotated[int, typer.Option(help="Rank distance between members (1: packed in nodes).")] = 1,
+    json_out: JsonOpt = False,
+) -> None:
+    """One collective on the machine: bytes each rank sends, time and bus bandwidth."""
+    from gpuplan import catalog
+    from gpuplan.estimate.comm import _group, bus_bandwidth, bytes_sent_per_rank, collective_time
+    from gpuplan.units import GB, parse_count
+
+    hw = catalog.gpu(gpu)
+    if ranks < 1 or stride < 1:
+        raise GpuplanError("ranks" if ranks < 1 else "stride", "must be a positive integer")
+    nbytes = parse_count(size, "size")
+    group = _group(kind, ranks, stride, hw.fast_domain)
+    sent = bytes_sent_per_rank(kind, nbytes, ranks)
+    t = collective_time(kind, nbytes, group, hw)
+    doc = {"collective": kind, "size_bytes": nbytes, "ranks": ranks, "gpu": hw.id, "nodes": group.domains,
+           "ranks_per_node": group.per_domain, "bytes_sent_per_rank": sent,
+           "volume_factor": sent / nbytes if nbytes else 0.0, "time_s": t,
+           "bus_bandwidth_bytes_per_s": bus_bandwidth(group, hw), "algorithm_bandwidth_bytes_per_s": nbytes / t if t else 0.0}
+    if json_out:
+        _emit_json(doc)
+        return
+    from gpuplan.cli.render import console
+    console.print(f"{kind} of {nbytes / GB:,.3f} GB over {ranks} ranks ({group.per_domain} per node, {group.domains} "
+                  f"node{'s' if group.domains > 1 else ''}) on {hw.name}: each rank sends {sent / GB:,.3f} GB "
+                  f"({doc['volume_factor']:.4f} x the buffer), {t * 1e3:,.3f} ms, bus bandwidth "
+                  f"{doc['bus_bandwidth_bytes_per_s'] / GB:,.1f} GB/s")
+
+
+@app.command()
 def models(json_out: JsonOpt = False) -> None:
     """List the model catalog."""
     from gpuplan import catalog

@@ -136,3 +136,46 @@ def render_gpus(rows) -> None:
                       f"{r['interconnect_bytes_per_s'] / GB:,.0f}", str(r["gpus_per_node"]), f"{r['tdp_w']:.0f}",
                       f"{r['usd_per_gpu_hour']:.2f}" if r["usd_per_gpu_hour"] else "-")
     console.print(table)
+
+
+def render_search(result, m, gpu) -> None:
+    """The top plans, their step-time breakdowns, and how many plans were rejected and why."""
+    table = Table(title=f"Best plans for {m.name} on {gpu.name} (by {result.objective})")
+    for col in ("#", "plan", "step", "tok/s/GPU", "MFU", "GiB/GPU", "$/M tok"):
+        table.add_column(col, justify="left" if col == "plan" else "right")
+    for i, c in enumerate(result.ranked, 1):
+        p, st = c.plan, c.step
+        usd = (f"{result.price_per_gpu_hour * p.world_size / 3600 / c.tokens_per_s * 1e6:,.2f}"
+               if result.price_per_gpu_hour else "-")
+        desc = (f"{p.world_size} GPUs: dp{p.dp} tp{p.tp} pp{p.pp} cp{p.cp}" + (f" ep{p.ep}" if p.ep > 1 else "")
+                + f" {p.schedule}" + (f" v{p.vp}" if p.vp > 1 else "") + f" zero{p.zero} mbs{c.config.micro_batch}"
+                + f" recompute:{c.config.recompute}")
+        table.add_row(str(i), desc, fmt_duration(st.step_s), f"{c.tokens_per_s / p.world_size:,.0f}", f"{st.mfu:.1%}",
+                      f"{c.memory.per_gpu.total / GiB:,.1f}", usd)
+    console.print(table)
+    best = result.ranked[0]
+    console.print("best plan's step: " + ", ".join(
+        f"{BREAKDOWN_LABELS.get(k, k).split(' (')[0]} {v / best.step.step_s:.0%}"
+        for k, v in best.step.breakdown.items() if v > 0.005 * best.step.step_s))
+    rej = Table(title=f"{result.considered:,} plans considered, {result.feasible:,} fit and were timed")
+    rej.add_column("not ranked because")
+    rej.add_column("plans", justify="right")
+    for reason, n in sorted(result.rejected.items(), key=lambda kv: -kv[1]):
+        rej.add_row(reason, f"{n:,}")
+    console.print(rej)
+    if gpu.efficiency.assumed:
+        console.print(f"[yellow]note[/]: no published efficiency measurements for {gpu.name}; rates are assumed")
+
+
+def render_validation(results, summary) -> None:
+    table = Table(title="Predicted vs published step time")
+    for col in ("run", "GPUs", "tp", "pp", "dp", "recompute", "measured s", "predicted s", "error", "pred. MFU"):
+        table.add_column(col, justify="left" if col in ("run", "recompute") else "right")
+    for r in results:
+        row = r.row
+        table.add_row(row.id, str(row.plan.world_size), str(row.plan.tp), str(row.plan.pp), str(row.plan.dp),
+                      row.config.recompute, f"{row.measured_step_s:,.3f}", f"{r.predicted_step_s:,.3f}",
+                      f"{r.error:+.1%}", f"{r.mfu:.1%}")
+    console.print(table)
+    console.print(f"{summary['rows']} runs: mean |error| {summary['mean_abs_error']:.1%}, "
+                  f"max |error| {summary['max_abs_error']:.1%}, mean signed {summary['mean_signed_error']:+.1%}")

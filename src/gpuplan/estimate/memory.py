@@ -14,6 +14,7 @@ layers, which on the first stage is L (1 + (p - 1)/(p v)) layers' worth.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from gpuplan.estimate.activations import ActivationBreakdown, activation_breakdown
@@ -139,6 +140,44 @@ def _stage_tensors(m: ModelSpec, pp: int, stage: int, layer_ids: range) -> list[
     return out
 
 
+@functools.cache
+def _activations(m: ModelSpec, cfg: TrainingConfig, tp: int, cp: int, ep: int, sp: bool) -> ActivationBreakdown:
+    """Activation sizes depend on the plan only through tp, cp, ep and sp: cached on those."""
+    return activation_breakdown(m, cfg, ParallelPlan(dp=ep, tp=tp, cp=cp, ep=ep, sp=sp))
+
+
+@dataclass(frozen=True)
+class StageParams:
+    """Parameters one GPU of a stage holds after TP and EP (before ZeRO), and what depends on them."""
+    dense: float
+    expert: float
+    adafactor_dense: float  # Adafactor state bytes (shape-dependent)
+    adafactor_expert: float
+    biggest_layer: float  # the largest block's parameters on this GPU (ZeRO-3 gathers one at a time)
+    n_dense: int
+    n_moe: int
+
+
+@functools.cache
+def stage_params(m: ModelSpec, pp: int, stage: int, first: int, n_layers: int, tp: int, ep: int) -> StageParams:
+    layer_ids = range(first, first + n_layers)
+    held = _stage_tensors(m, pp, stage, layer_ids)
+
+    def per_gpu(t: Tensor) -> float:
+        n = float(t.numel) / (tp if t.split != "none" else 1)
+        return n / ep if t.expert else n
+
+    n_moe = sum(1 for i in layer_ids if m.is_moe_layer(i))
+    kinds = {m.is_moe_layer(i) for i in layer_ids}
+    return StageParams(
+        dense=sum(per_gpu(t) * c for t, c in held if not t.expert),
+        expert=sum(per_gpu(t) * c for t, c in held if t.expert),
+        adafactor_dense=sum(_adafactor_bytes(t, tp) * c for t, c in held if not t.expert),
+        adafactor_expert=sum(_adafactor_bytes(t, tp) / ep * c for t, c in held if t.expert),
+        biggest_layer=max((sum(per_gpu(t) for t in layer_tensors(m, f)) for f in kinds), default=0.0),
+        n_dense=n_layers - n_moe, n_moe=n_moe)
+
+
 def _per_gpu(t: Tensor, plan: ParallelPlan) -> float:
     n = float(t.numel)
     if t.split != "none":
@@ -149,18 +188,23 @@ def _per_gpu(t: Tensor, plan: ParallelPlan) -> float:
 
 
 def estimate_memory(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, capacity: float,
-                    microbatches: int = 1) -> MemoryReport:
-    act = activation_breakdown(m, cfg, plan)
+                    microbatches: int = 1, all_stages: bool = True) -> MemoryReport:
+    """Memory of every pipeline stage. ``all_stages=False`` (the search) computes only the stages
+    that can be the most loaded: the first and last, and the first of each run of equal layer
+    counts (within a run, earlier stages hold more micro-batches in flight)."""
+    act = _activations(m, cfg, plan.tp, plan.cp, plan.ep, plan.sp)
     opt_per_param = optimizer_bytes_per_param(cfg)
     z = plan.zero
     stages = []
     first = 0
-    for stage, n_layers in enumerate(layers_per_stage(m.num_layers, plan.pp)):
+    counts = layers_per_stage(m.num_layers, plan.pp)
+    for stage, n_layers in enumerate(counts):
         layer_ids = range(first, first + n_layers)
         first += n_layers
-        held = _stage_tensors(m, plan.pp, stage, layer_ids)
-        dense = sum(_per_gpu(t, plan) * c for t, c in held if not t.expert)
-        expert = sum(_per_gpu(t, plan) * c for t, c in held if t.expert)
+        if not all_stages and 0 < stage < plan.pp - 1 and counts[stage - 1] == n_layers:
+            continue
+        sp_ = stage_params(m, plan.pp, stage, layer_ids.start, n_layers, plan.tp, plan.ep)
+        dense, expert = sp_.dense, sp_.expert
 
         def sharded(min_stage: int) -> float:
             # ZeRO shards a state over the ranks holding replicas of it: DP x CP for dense weights,
@@ -175,8 +219,8 @@ def estimate_memory(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, capac
         grads = cfg.grad_bytes * sharded(2)
         master = cfg.master_bytes * sharded(1)
         if cfg.optimizer == "adafactor":
-            opt_dense = sum(_adafactor_bytes(t, plan.tp) * c for t, c in held if not t.expert)
-            opt_expert = sum(_adafactor_bytes(t, plan.tp) / plan.ep * c for t, c in held if t.expert)
+            copies = 2 if plan.schedule == "dualpipe" else 1
+            opt_dense, opt_expert = copies * sp_.adafactor_dense, copies * sp_.adafactor_expert
             optimizer = (opt_dense / plan.zero_group + opt_expert / plan.expert_zero_group) if z >= 1 \
                 else opt_dense + opt_expert
         else:
@@ -184,11 +228,11 @@ def estimate_memory(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, capac
 
         # Activations: micro-batches in flight times what one micro-batch keeps on this stage.
         in_flight = microbatches_in_flight(stage, plan.pp, plan.vp, microbatches, plan.schedule)
-        moe_flags = [m.is_moe_layer(i) for i in layer_ids]
-        full_layers = sum(act.layer(f) for f in moe_flags)
+        full_layers = sp_.n_dense * act.layer(False) + sp_.n_moe * act.layer(True)
         if cfg.recompute == "full":
             kept = act.layer_checkpoint * n_layers
-            working = max((act.layer(f) for f in moe_flags), default=0.0)  # one block re-run in backward
+            # one block re-run in backward
+            working = max(act.layer(False) if sp_.n_dense else 0.0, act.layer(True) if sp_.n_moe else 0.0)
         else:
             kept, working = full_layers, 0.0
         per_mb = kept + (act.embedding if stage == 0 else 0.0) + (act.head if stage == plan.pp - 1 else 0.0)
@@ -200,8 +244,7 @@ def estimate_memory(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, capac
         if z == 3 and n_layers:
             # FSDP/ZeRO-3 gathers a whole block's weights (current and prefetched next) and holds
             # its unsharded gradient until the reduce-scatter.
-            biggest = max(sum(_per_gpu(t, plan) for t in layer_tensors(m, f)) for f in set(moe_flags))
-            other["zero3_gather"] = biggest * (2 * cfg.weight_bytes + cfg.grad_bytes)
+            other["zero3_gather"] = sp_.biggest_layer * (2 * cfg.weight_bytes + cfg.grad_bytes)
         if plan.zero_group > 1:
             other["comm_buckets"] = cfg.comm_bucket_bytes
         allocated = weights + grads + master + optimizer + activations + sum(other.values())

@@ -17,6 +17,7 @@ step is memory-bound on each GPU's shard.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from gpuplan.estimate.comm import Group, bytes_sent_per_rank, collective_time, place
@@ -156,7 +157,7 @@ def _layer_comm(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUS
         e = 0.0 if dualpipe else n * t
         comm["ep"].add("all-to-all", size, g, gpu, count * n, exposed=count * e)
         out["ep"] = e
-    if plan.zero == 3 and plan.zero_group > 1:
+    if plan.zero == 3 and groups["dp_cp"] is not None and groups["dp_cp"].size > 1:
         # FSDP: gather the layer's weights for forward and again for backward, reduce-scatter its
         # gradients; prefetch hides them behind the neighbouring layer's compute
         g = groups["dp_cp"]
@@ -196,36 +197,21 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
     stages: list[StageTime] = []
     stage_comm: list[dict[str, CommLine]] = []
     stage_ops: list[dict[str, float]] = []
+    seen: dict[tuple, tuple[StageTime, dict, dict]] = {}
     first = 0
     for stage, n_layers in enumerate(layers_per_stage(m.num_layers, plan.pp)):
         ids = range(first, first + n_layers)
         first += n_layers
-        c = {d: CommLine() for d in DIMS}
-        f = b = w = rec = 0.0
-        exposed: dict[str, float] = {}
-        kinds: dict[str, float] = {}
-        for moe in (False, True):
-            n = sum(1 for i in ids if m.is_moe_layer(i) == moe)
-            if not n:
-                continue
-            ops = layer_times(m, gpu, shape, moe)
-            for d, e in _layer_comm(m, cfg, plan, gpu, groups, shape, ops, moe, c, n * mb, dualpipe).items():
-                exposed[d] = exposed.get(d, 0.0) + n * e
-            f += n * ops.fwd
-            b += n * ops.bwd_input
-            w += n * ops.bwd_weight
-            rec += n * (ops.fwd if cfg.recompute == "full" else ops.attn_core if cfg.recompute == "selective" else 0.0)
-            for k, v in ops.parts.items():
-                kinds[k] = kinds.get(k, 0.0) + n * mb * v
-        extras = ([embedding_times(m, gpu, shape)] if stage == 0 else []) + \
-                 ([head_times(m, gpu, shape)] if stage == plan.pp - 1 else [])
-        for ops in extras:
-            f += ops.fwd
-            b += ops.bwd_input
-            w += ops.bwd_weight
-            for k, v in ops.parts.items():
-                kinds[k] = kinds.get(k, 0.0) + mb * v
-        stages.append(StageTime(stage, n_layers, f, b, w, rec, exposed))
+        n_moe = _moe_layers(m, ids.start, n_layers)
+        # stages with the same layers and ends take the same time: compute each kind once
+        key = (n_layers, n_moe, stage == 0, stage == plan.pp - 1)
+        if key not in seen:
+            # what a stage's time depends on, so plans that differ elsewhere share the work
+            z3 = groups["dp_cp"] if plan.zero == 3 and plan.zero_group > 1 else None
+            seen[key] = _stage(m, cfg, _stage_plan(plan), gpu, (groups["tp"], groups["cp"], groups["ep"], z3),
+                               shape, mb, dualpipe, key)
+        st, c, kinds = seen[key]
+        stages.append(StageTime(stage, *astuple_stage(st)))
         stage_comm.append(c)
         stage_ops.append(kinds)
 
@@ -243,7 +229,8 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
         bubble = (p / 2 - 1) * max(0.0, (F + B) + B - 3 * W)
     else:
         bubble = (sum(totals) - t_max) / v
-    crit_comm = stage_comm[crit]
+    # a private copy: stage results are cached and shared between plans
+    crit_comm = {d: CommLine(c.bytes_per_gpu, c.time, c.exposed, dict(c.collectives)) for d, c in stage_comm[crit].items()}
 
     # pipeline point-to-point: one activation (or gradient) per micro-batch and chunk boundary;
     # Megatron's blocking send/recv puts each on the path
@@ -304,6 +291,53 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
                     microbatches=mb, model_flops_per_step=flops.model_per_token * tokens,
                     hardware_flops_per_step=flops.hardware_per_token * tokens, gpus=plan.world_size,
                     peak_flops=gpu.peak(cfg.compute_dtype), ops=stage_ops[crit])
+
+
+def astuple_stage(st: StageTime) -> tuple:
+    return st.layers, st.fwd, st.bwd_input, st.bwd_weight, st.recompute, st.comm
+
+
+@functools.cache
+def _moe_layers(m: ModelSpec, first: int, n: int) -> int:
+    return sum(1 for i in range(first, first + n) if m.is_moe_layer(i))
+
+
+def _stage_plan(plan: ParallelPlan) -> ParallelPlan:
+    """The plan as a stage's time sees it (pipeline and DP layout do not change it)."""
+    return ParallelPlan(dp=plan.ep, tp=plan.tp, cp=plan.cp, ep=plan.ep, zero=3 if plan.zero == 3 else 0, sp=plan.sp)
+
+
+@functools.cache
+def _stage(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpec, group_list: tuple,
+           shape: LayerShape, mb: int, dualpipe: bool, key: tuple) -> tuple[StageTime, dict, dict]:
+    """One micro-batch on a stage of ``n_layers`` (``n_moe`` of them MoE), first and/or last."""
+    n_layers, n_moe, is_first, is_last = key
+    tp_g, cp_g, ep_g, z3 = group_list
+    groups = {"tp": tp_g, "cp": cp_g, "ep": ep_g, "dp_cp": z3}
+    c = {d: CommLine() for d in DIMS}
+    f = b = w = rec = 0.0
+    exposed: dict[str, float] = {}
+    kinds: dict[str, float] = {}
+    for moe, n in ((False, n_layers - n_moe), (True, n_moe)):
+        if not n:
+            continue
+        ops = layer_times(m, gpu, shape, moe)
+        for d, e in _layer_comm(m, cfg, plan, gpu, groups, shape, ops, moe, c, n * mb, dualpipe).items():
+            exposed[d] = exposed.get(d, 0.0) + n * e
+        f += n * ops.fwd
+        b += n * ops.bwd_input
+        w += n * ops.bwd_weight
+        rec += n * (ops.fwd if cfg.recompute == "full" else ops.attn_core if cfg.recompute == "selective" else 0.0)
+        for k, v in ops.parts.items():
+            kinds[k] = kinds.get(k, 0.0) + n * mb * v
+    extras = ([embedding_times(m, gpu, shape)] if is_first else []) + ([head_times(m, gpu, shape)] if is_last else [])
+    for ops in extras:
+        f += ops.fwd
+        b += ops.bwd_input
+        w += ops.bwd_weight
+        for k, v in ops.parts.items():
+            kinds[k] = kinds.get(k, 0.0) + mb * v
+    return StageTime(-1, n_layers, f, b, w, rec, exposed), c, kinds
 
 
 def _expert_dp_group(dp_cp: Group, plan: ParallelPlan) -> Group:

@@ -1,0 +1,24 @@
+"""The JSON document of ``gpuplan search --json``: the ranked plans with ``train --json`` keys."""
+
+from __future__ import annotations
+
+from gpuplan.estimate.train import TrainRequest, estimate_training, to_dict as train_dict
+from gpuplan.search.plans import SearchResult
+from gpuplan.specs.hardware import GPUSpec
+from gpuplan.specs.model import ModelSpec
+
+
+def plan_request(c, m: ModelSpec, gpu: GPUSpec, price: float | None) -> TrainRequest:
+    return TrainRequest(model=m, gpu=gpu, plan=c.plan, config=c.config, price_per_gpu_hour=price,
+                        price_source="catalog" if price is not None else "")
+
+
+def to_dict(result: SearchResult, m: ModelSpec, gpu: GPUSpec) -> dict:
+    plans = []
+    for rank, c in enumerate(result.ranked, 1):
+        doc = train_dict(estimate_training(plan_request(c, m, gpu, result.price_per_gpu_hour)))
+        doc["rank"] = rank
+        doc["tokens_per_s"] = c.tokens_per_s
+        plans.append(doc)
+    return {"objective": result.objective, "considered": result.considered, "feasible": result.feasible,
+            "rejected": result.rejected, "plans": plans}

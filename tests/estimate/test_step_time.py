@@ -1,0 +1,108 @@
+"""Kernel times, overlap and pipeline bubbles of the performance model."""
+
+import dataclasses
+import math
+
+import pytest
+
+from gpuplan import catalog
+from gpuplan.estimate.compute import gemm_time
+from gpuplan.estimate.step_time import step_time
+from gpuplan.specs.parallel import ParallelPlan
+from gpuplan.specs.training import TrainingConfig
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return catalog.gpu("h100-sxm")
+
+
+def test_a_large_gemm_runs_at_the_sustained_achievable_matmul_rate(h100):
+    m, n, k = 256 * 132, 128 * 8, 16384  # 132 x 8 tiles of 256x128: exactly 8 full waves on 132 SMs
+    t = gemm_time(h100, "bf16", m, n, k)
+    e = h100.efficiency
+    assert 2 * m * n * k / t == pytest.approx(h100.peak("bf16") * e.gemm_fraction("bf16") * e.sustained, rel=0.01)
+
+
+def test_one_row_past_a_full_wave_costs_more_than_its_flops(h100):
+    # 132 SMs: 12 x 11 tiles of 256x128 fill one wave exactly; one more row spills into a second
+    # wave, which smaller tiles soften (as cuBLAS does) but cannot remove
+    k = 16384
+    rows, cols = 256 * 12, 128 * 11
+    full = gemm_time(h100, "bf16", rows, cols, k)
+    over = gemm_time(h100, "bf16", rows + 1, cols, k)
+    assert over / full > 1.3
+
+
+def test_a_skinny_gemm_is_bound_by_memory(h100):
+    m, n, k = 8, 8192, 8192  # decode-like: reads the weight once for 8 rows
+    t = gemm_time(h100, "bf16", m, n, k)
+    assert t >= 2 * n * k / (h100.hbm_bytes_per_s * h100.efficiency.hbm)
+
+
+def _st(model, gpu, plan, cfg, mb):
+    return step_time(catalog.model(model), cfg, plan, gpu, mb)
+
+
+def test_1f1b_bubble_is_p_minus_1_stage_times_and_interleaving_divides_it_by_v(h100):
+    cfg = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=64)
+    for vp in (1, 2):
+        st = _st("llama-3.1-8b", h100, ParallelPlan(dp=1, tp=1, pp=4, vp=vp), cfg, 64)
+        per_mb = max(s.total for s in st.stages)
+        # 32 layers split evenly: stages differ only by the embedding and LM head
+        bubble = st.breakdown["bubble"]
+        assert bubble == pytest.approx(sum(s.total for s in st.stages) / vp - per_mb / vp, rel=1e-6)
+        assert bubble / (64 * per_mb) < 3 / (vp * 64) * 1.2
+
+
+def test_zero_bubble_and_dualpipe_shrink_the_bubble(h100):
+    cfg = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=32)
+    m = "llama-3.1-70b"
+    b = {s: _st(m, h100, ParallelPlan(dp=1, tp=8, pp=8, schedule=s), cfg, 32).breakdown["bubble"]
+         for s in ("1f1b", "zb", "dualpipe")}
+    assert b["dualpipe"] < b["zb"] < b["1f1b"]
+
+
+def test_overlapping_the_gradient_reduction_hides_it_behind_the_backward(h100):
+    plan = ParallelPlan(dp=8, tp=8, zero=1)
+    on = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=16)
+    off = dataclasses.replace(on, overlap_grad_reduce=False)
+    a = _st("llama-3.1-8b", h100, plan, on, 2)
+    b = _st("llama-3.1-8b", h100, plan, off, 2)
+    assert a.comm["dp"].exposed < b.comm["dp"].exposed
+    assert a.comm["dp"].bytes_per_gpu == pytest.approx(b.comm["dp"].bytes_per_gpu)
+    assert a.comm["dp"].hidden > 0
+
+
+def test_tp_overlap_hides_tensor_parallel_collectives(h100):
+    plan = ParallelPlan(dp=1, tp=8)
+    cfg = TrainingConfig(seq_len=8192, micro_batch=1, global_batch=1)
+    off = _st("llama-3.1-70b", h100, plan, cfg, 1)
+    on = _st("llama-3.1-70b", h100, plan, dataclasses.replace(cfg, tp_overlap=True), 1)
+    assert on.breakdown["tp_comm"] < 0.5 * off.breakdown["tp_comm"]
+    assert on.step_s < off.step_s
+
+
+def test_breakdown_sums_to_the_step_and_recompute_costs_time(h100):
+    plan = ParallelPlan(dp=4, tp=8, pp=2, zero=1)
+    base = TrainingConfig(seq_len=8192, micro_batch=1, global_batch=512)
+    times = {}
+    for rec in ("none", "selective", "full"):
+        st = _st("llama-3.1-70b", h100, plan, dataclasses.replace(base, recompute=rec), 128)
+        assert sum(st.breakdown.values()) == pytest.approx(st.step_s)
+        times[rec] = st.step_s
+        assert 0 < st.mfu <= st.hfu < 1
+    assert times["none"] < times["selective"] < times["full"]
+
+
+def test_context_parallel_kv_bytes_per_layer_match_the_textbook_count(h100):
+    """Llama-3.1-70B, 8K tokens over cp=8: each GPU holds 1024 tokens and, in a ring, sends its
+    K and V chunk to the next rank cp-1 times forward; backward passes K, V and dK, dV."""
+    m = catalog.model("llama-3.1-70b")
+    cfg = TrainingConfig(seq_len=8192, micro_batch=1, global_batch=1)
+    st = step_time(m, cfg, ParallelPlan(dp=1, cp=8, tp=1), h100, 1)
+    chunk = 1024 * 2 * m.num_kv_heads * m.head_dim * 2  # tokens x (K and V) x kv heads x head dim x bf16
+    assert chunk == 4 * 2 ** 20  # 4 MiB per hop
+    per_layer_fwd = 7 * chunk
+    per_layer = per_layer_fwd + 7 * 2 * chunk
+    assert st.comm["cp"].bytes_per_gpu == pytest.approx(m.num_layers * per_layer)

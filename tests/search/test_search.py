@@ -1,0 +1,38 @@
+"""Plan search: the best plan is the fastest that fits, every plan is accounted for."""
+
+import pytest
+
+from gpuplan import catalog
+from gpuplan.errors import GpuplanError
+from gpuplan.estimate.memory import estimate_memory
+from gpuplan.estimate.step_time import step_time
+from gpuplan.search.plans import search
+from gpuplan.specs.training import TrainingConfig
+
+
+def test_ranked_plans_fit_are_sorted_and_match_a_direct_estimate():
+    m, gpu = catalog.model("llama-3.1-8b"), catalog.gpu("h100-sxm")
+    r = search(m, gpu, 16, TrainingConfig(seq_len=4096, global_batch=64), top=5)
+    steps = [c.step.step_s for c in r.ranked]
+    assert steps == sorted(steps)
+    for c in r.ranked:
+        assert c.plan.world_size == 16
+        assert c.memory.fits
+        full = estimate_memory(m, c.config, c.plan, gpu.memory_bytes, c.microbatches)
+        assert full.per_gpu.total == pytest.approx(c.memory.per_gpu.total)  # the pruned stages were not the peak
+        assert step_time(m, c.config, c.plan, gpu, c.microbatches).step_s == pytest.approx(c.step.step_s)
+    assert r.feasible + sum(r.rejected.values()) == r.considered
+
+
+def test_no_plan_that_fits_says_how_many_gpus_would():
+    m, gpu = catalog.model("llama-3.1-405b"), catalog.gpu("h100-sxm")
+    with pytest.raises(GpuplanError) as e:
+        search(m, gpu, 8, TrainingConfig(seq_len=8192, global_batch=64))
+    assert e.value.field == "gpus" and "--gpus" in str(e.value)
+
+
+def test_cost_objective_may_use_fewer_gpus():
+    m, gpu = catalog.model("llama-3.2-1b"), catalog.gpu("h100-sxm")
+    r = search(m, gpu, 16, TrainingConfig(seq_len=2048, global_batch=64), objective="cost", top=3)
+    sizes = {c.plan.world_size for c in r.ranked}
+    assert sizes and min(sizes) <= 16
