@@ -112,7 +112,9 @@ def search(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, *, top: 
 
 
 def _enumerate(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, micro_batches, zero_stages, rec_order,
-               max_vp: int, progress) -> tuple[list[Candidate], Counter, int]:
+               max_vp: int, progress, any_fit: bool = False) -> tuple[list[Candidate], Counter, int]:
+    """All plans of ``gpus`` GPUs: the ones that fit (timed), rejections by reason, plans seen.
+    ``any_fit``: stop at the first plan that fits, untimed (a feasibility check)."""
     configs = {(mbs, rec): replace(base, micro_batch=mbs, recompute=rec) for mbs in micro_batches for rec in rec_order}
     timed: dict[tuple, StepTime] = {}
     rejected: Counter[str] = Counter()
@@ -176,6 +178,8 @@ def _enumerate(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, micr
                         heavier = len(rec_order) - 1 - start
                         rejected["does not fit in GPU memory"] += start
                         rejected["slower variant (less recompute fits)"] += heavier
+                        if any_fit:
+                            return [None], rejected, considered
                         cfg = configs[mbs, rec]
                         mem = estimate_memory(m, cfg, zplan, gpu.memory_bytes, mb, all_stages=False)
                         # ZeRO-1 and -2 move the same bytes (reduce-scatter, then all-gather): time once
@@ -204,11 +208,8 @@ def _lightest_fitting(m, gpu, configs, plan, mbs, mb, rec_order, start: int = 0)
 
 def _fits_somehow(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig) -> bool:
     """Does any plan fit with every memory saver on (ZeRO-3, full recompute, micro-batch 1)?"""
-    try:
-        search(m, gpu, gpus, base, top=1, micro_batches=(1,), zero_stages=(3,), recompute=("full",), max_vp=1)
-        return True
-    except GpuplanError:
-        return False
+    found, _, _ = _enumerate(m, gpu, gpus, base, (1,), (3,), ["full"], 1, None, any_fit=True)
+    return bool(found)
 
 
 def _no_plan(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, rejected: Counter, considered: int):
