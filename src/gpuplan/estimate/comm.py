@@ -40,14 +40,6 @@ class Group:
         return self.domains > 1
 
 
-def parse_order(order: str | tuple[str, ...]) -> tuple[str, ...]:
-    dims = tuple(order.split("-")) if isinstance(order, str) else tuple(order)
-    require(sorted(dims) == sorted(DEFAULT_ORDER), "rank_order",
-            f"{'-'.join(dims)} must name tp, cp, dp and pp once each, innermost first",
-            "e.g. --rank-order tp-cp-dp-pp")
-    return dims
-
-
 def _group(dim: str, size: int, stride: int, domain: int) -> Group:
     if size == 1:
         return Group(dim, 1, stride, 1, 1)
