@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass, field
 
 from gpuplan.estimate.flops import mean_context
+from gpuplan.estimate.memory import _local_shape
 from gpuplan.estimate.params import Tensor, layer_tensors
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
@@ -95,15 +96,9 @@ class OpTimes:
 
 def _local_gemm(t: Tensor, tp: int, ep: int) -> tuple[int, int, int]:
     """(experts on this GPU, out, in) of a weight after tensor and expert parallelism."""
-    *lead, n_out, n_in = t.shape
+    *lead, n_out, n_in = _local_shape(t, tp)
     experts = lead[0] if lead else 1
-    if t.split in ("col", "vocab"):
-        n_out = -(-n_out // tp)
-    elif t.split == "row":
-        n_in = -(-n_in // tp)
-    if t.expert:
-        experts = max(1, experts // ep)
-    return experts, n_out, n_in
+    return (max(1, experts // ep) if t.expert else experts), n_out, n_in
 
 
 @dataclass(frozen=True)

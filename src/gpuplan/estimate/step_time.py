@@ -17,13 +17,14 @@ step is memory-bound on each GPU's shard.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 
 from gpuplan.estimate.comm import Group, bytes_sent_per_rank, collective_time, place
 from gpuplan.estimate.compute import LayerShape, OpTimes, embedding_times, head_times, layer_times, memory_time
 from gpuplan.estimate.flops import training_flops
-from gpuplan.estimate.memory import _per_gpu, _stage_tensors, layers_per_stage, optimizer_bytes_per_param
+from gpuplan.estimate.memory import _per_gpu, layers_per_stage, optimizer_bytes_per_param, stage_params
 from gpuplan.estimate.params import layer_tensors
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
@@ -211,7 +212,7 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
             seen[key] = _stage(m, cfg, _stage_plan(plan), gpu, (groups["tp"], groups["cp"], groups["ep"], z3),
                                shape, mb, dualpipe, key)
         st, c, kinds = seen[key]
-        stages.append(StageTime(stage, *astuple_stage(st)))
+        stages.append(dataclasses.replace(st, stage=stage))
         stage_comm.append(c)
         stage_ops.append(kinds)
 
@@ -248,10 +249,9 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
     # overlapped with the last micro-batch's backward; the sharded optimizer's updated weights
     # gathered back behind the next forward
     start = sum(s.layers for s in stages[:crit])
-    held = _stage_tensors(m, p, crit, range(start, start + sc.layers))
+    held = stage_params(m, p, crit, start, sc.layers, plan.tp, plan.ep)  # shared with the memory model
     copies = 2 if dualpipe else 1  # DualPipe keeps two stages' weights per rank
-    dense = copies * sum(_per_gpu(t, plan) * c for t, c in held if not t.expert)
-    expert = copies * sum(_per_gpu(t, plan) * c for t, c in held if t.expert)
+    dense, expert = copies * held.dense, copies * held.expert
     dp_exposed = 0.0
     if plan.zero < 3:
         kind = "reduce-scatter" if plan.zero >= 1 else "all-reduce"
@@ -291,10 +291,6 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
                     microbatches=mb, model_flops_per_step=flops.model_per_token * tokens,
                     hardware_flops_per_step=flops.hardware_per_token * tokens, gpus=plan.world_size,
                     peak_flops=gpu.peak(cfg.compute_dtype), ops=stage_ops[crit])
-
-
-def astuple_stage(st: StageTime) -> tuple:
-    return st.layers, st.fwd, st.bwd_input, st.bwd_weight, st.recompute, st.comm
 
 
 @functools.cache
