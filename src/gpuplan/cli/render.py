@@ -157,7 +157,7 @@ def render_search(result, m, gpu) -> None:
     console.print("best plan's step: " + ", ".join(
         f"{BREAKDOWN_LABELS.get(k, k).split(' (')[0]} {v / best.step.step_s:.0%}"
         for k, v in best.step.breakdown.items() if v > 0.005 * best.step.step_s))
-    rej = Table(title=f"{result.considered:,} plans considered, {result.feasible:,} fit and were timed")
+    rej = Table(title=f"{result.considered:,} plans considered, {result.feasible:,} fit, {result.timed:,} timed (the rest bounded out)")
     rej.add_column("not ranked because")
     rej.add_column("plans", justify="right")
     for reason, n in sorted(result.rejected.items(), key=lambda kv: -kv[1]):

@@ -108,6 +108,19 @@ def layers_per_stage(num_layers: int, pp: int) -> list[int]:
     return [base + (1 if i >= pp - extra else 0) for i in range(pp)]
 
 
+def candidate_stages(m: ModelSpec, pp: int) -> list[tuple[int, int, int]]:
+    """(stage, first layer, layers) of the stages that can hold the most memory: the first, the
+    last, and the first of each run of stages with the same layers (same count, same number of
+    MoE layers): within a run, later stages hold fewer micro-batches in flight."""
+    out, first, prev = [], 0, None
+    for s, n in enumerate(layers_per_stage(m.num_layers, pp)):
+        kind = (n, sum(1 for i in range(first, first + n) if m.is_moe_layer(i)))
+        if s in (0, pp - 1) or kind != prev:
+            out.append((s, first, n))
+        first, prev = first + n, kind
+    return out
+
+
 def microbatches_in_flight(stage: int, pp: int, vp: int, microbatches: int, schedule: str = "1f1b") -> float:
     """Micro-batches whose activations a stage holds at its peak, in units of its full layer set.
 
@@ -190,18 +203,18 @@ def _per_gpu(t: Tensor, plan: ParallelPlan) -> float:
 def estimate_memory(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, capacity: float,
                     microbatches: int = 1, all_stages: bool = True) -> MemoryReport:
     """Memory of every pipeline stage. ``all_stages=False`` (the search) computes only the stages
-    that can be the most loaded: the first and last, and the first of each run of equal layer
-    counts (within a run, earlier stages hold more micro-batches in flight)."""
+    that can be the most loaded (``candidate_stages``)."""
     act = _activations(m, cfg, plan.tp, plan.cp, plan.ep, plan.sp)
     opt_per_param = optimizer_bytes_per_param(cfg)
     z = plan.zero
     stages = []
     first = 0
     counts = layers_per_stage(m.num_layers, plan.pp)
+    candidates = None if all_stages else {s for s, _, _ in candidate_stages(m, plan.pp)}
     for stage, n_layers in enumerate(counts):
         layer_ids = range(first, first + n_layers)
         first += n_layers
-        if not all_stages and 0 < stage < plan.pp - 1 and counts[stage - 1] == n_layers:
+        if candidates is not None and stage not in candidates:
             continue
         sp_ = stage_params(m, plan.pp, stage, layer_ids.start, n_layers, plan.tp, plan.ep)
         dense, expert = sp_.dense, sp_.expert

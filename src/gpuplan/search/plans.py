@@ -3,17 +3,21 @@
 The space: tp (within one scale-up domain, dividing the heads), cp (dividing the sequence), pp,
 dp (what is left), ep (MoE: dividing the experts and dp x cp), pipeline schedule and virtual
 stages, ZeRO stage, micro-batch and recompute. Every plan is counted: ranked, or rejected with a
-reason. Two shortcuts keep it fast without losing the best plan:
+reason. Three shortcuts keep it fast without losing the best plan:
 
+* memory is checked for the whole grid at once in numpy (grid.py), on the stages that can be
+  the most loaded only;
 * recompute only adds time and only saves memory, so for each plan the lightest recompute that
   fits is timed and the heavier ones are counted as ``slower variant`` (not ranked);
-* memory is checked before time, on the stages that can be the most loaded only.
-Component times are cached by shape (estimate/compute.py), so the thousands of plans share a few
-hundred kernel evaluations; ranking and counting are numpy.
+* plans are timed in order of a lower bound of their step time, and timing stops once the bound
+  passes the ``top``-th best plan found (branch and bound).
+Component times are cached by shape (estimate/compute.py), so the plans timed share a few
+hundred kernel evaluations.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -25,6 +29,7 @@ from gpuplan.estimate.memory import MemoryReport, estimate_memory
 from gpuplan.estimate.step_time import StepTime, step_time
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
+from gpuplan.search.grid import Grid, Layout
 from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.training import TrainingConfig
 
@@ -53,6 +58,7 @@ class SearchResult:
     considered: int
     objective: str
     price_per_gpu_hour: float | None
+    timed: int = 0  # plans whose step time was computed (the rest were bounded out)
 
 
 def _divisors(n: int) -> list[int]:
@@ -86,130 +92,156 @@ def search(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, *, top: 
     require(objective in OBJECTIVES, "objective", f"unknown objective {objective!r}", f"use one of {', '.join(OBJECTIVES)}")
     require(base.global_batch >= 1, "global_batch", "the search needs a global batch", "pass --global-batch")
     rec_order = [r for r in RECOMPUTE_ORDER if r in recompute]
-    found: list[Candidate] = []
     rejected: Counter[str] = Counter()
     considered = 0
     # throughput: this GPU count; cost: also halves of it, since fewer GPUs can be cheaper per token
     worlds = [gpus]
     while objective == "cost" and worlds[-1] % 2 == 0 and worlds[-1] > 1 and len(worlds) < 8:
         worlds.append(worlds[-1] // 2)
+    pools = []
     for world in worlds:
-        f, r, c = _enumerate(m, gpu, world, base, micro_batches, zero_stages, rec_order, max_vp, progress)
-        found += f
-        rejected.update(r)
-        considered += c
-    if not found:
+        fit = _feasible(m, gpu, world, base, micro_batches, zero_stages, rec_order, max_vp, rejected)
+        considered += fit.considered
+        if len(fit.layout):
+            bound = fit.grid.compute_bound(gpu, fit.mb)[fit.layout, fit.mbs, fit.rec]
+            # cost: GPU-seconds per step (tokens per step are the same for every plan)
+            pools.append((fit, bound * (world if objective == "cost" else 1), world if objective == "cost" else 1))
+    if not pools:
         raise _no_plan(m, gpu, gpus, base, rejected, considered)
-    steps = np.array([c.step.step_s for c in found])
-    mem = np.array([c.memory.per_gpu.total for c in found])
-    if objective == "cost":  # GPU-seconds per token (x price, the same order): less is better
-        key = steps * np.array([c.plan.world_size for c in found]) / np.array([c.tokens_per_s * c.step.step_s for c in found])
-    else:
-        key = steps
-    order = np.lexsort((mem, key))[:top]  # ties go to less memory
-    return SearchResult(ranked=tuple(found[i] for i in order), feasible=len(found), rejected=dict(rejected),
-                        considered=considered, objective=objective, price_per_gpu_hour=price_per_gpu_hour)
+    ranked, timed = _branch_and_bound(m, gpu, pools, top, progress)
+    return SearchResult(ranked=ranked, feasible=sum(len(f.layout) for f, _, _ in pools),
+                        rejected={k: n for k, n in rejected.items() if n},
+                        considered=considered, objective=objective, price_per_gpu_hour=price_per_gpu_hour,
+                        timed=timed)
 
 
-def _enumerate(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, micro_batches, zero_stages, rec_order,
-               max_vp: int, progress, any_fit: bool = False) -> tuple[list[Candidate], Counter, int]:
-    """All plans of ``gpus`` GPUs: the ones that fit (timed), rejections by reason, plans seen.
-    ``any_fit``: stop at the first plan that fits, untimed (a feasibility check)."""
-    configs = {(mbs, rec): replace(base, micro_batch=mbs, recompute=rec) for mbs in micro_batches for rec in rec_order}
+@dataclass
+class _Fits:
+    """The plans of one GPU count that fit, as indices into ``grid`` (one per (layout, mbs, zero),
+    with the lightest recompute that fits)."""
+    grid: Grid
+    mb: np.ndarray  # micro-batches per step by (layout, mbs)
+    layout: np.ndarray
+    mbs: np.ndarray
+    zero: np.ndarray
+    rec: np.ndarray
+    peak: np.ndarray  # bytes on the most loaded GPU
+    considered: int
+
+
+def _feasible(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, micro_batches, zero_stages, rec_order,
+              max_vp: int, rejected: Counter) -> _Fits:
+    """Every plan of ``gpus`` GPUs, checked for memory at once; rejections counted by reason.
+    Recompute only adds time and only saves memory, so each plan keeps the lightest recompute
+    that fits; the heavier ones are counted as ``slower variant``."""
+    n_zero, n_rec = len(zero_stages), len(rec_order)
+    layouts, considered = _layouts(m, gpu, gpus, base, max_vp, len(micro_batches) * n_zero * n_rec, rejected)
+    grid = Grid(m, base, layouts, micro_batches, zero_stages, rec_order)
+    empty = np.zeros(0, dtype=np.int64)
+    if not layouts:
+        return _Fits(grid, np.zeros((0, len(micro_batches)), dtype=np.int64), empty, empty, empty, empty,
+                     np.zeros(0), considered)
+    mb, divides = grid.microbatches()
+    pp = np.array([lo.pp for lo in layouts])[:, None]
+    vp = np.array([lo.vp for lo in layouts])[:, None]
+    dualpipe = np.array([lo.schedule == "dualpipe" for lo in layouts])[:, None]
+    interleave_bad = divides & (vp > 1) & (mb % pp != 0)
+    dualpipe_bad = divides & ~interleave_bad & dualpipe & (mb < pp)
+    n_var = n_zero * n_rec
+    rejected["global batch not divisible by dp x micro-batch"] += int((~divides).sum()) * n_var
+    rejected["interleaving needs micro-batches divisible by pp"] += int(interleave_bad.sum()) * n_var
+    rejected["DualPipe needs at least pp micro-batches"] += int(dualpipe_bad.sum()) * n_var
+    valid = divides & ~interleave_bad & ~dualpipe_bad
+    peak = grid.peak_memory(np.where(valid, mb, 1))
+    fits = (peak <= gpu.memory_bytes) & valid[:, :, None, None]
+    any_fit = fits.any(axis=-1)
+    lightest = fits.argmax(axis=-1)
+    tried = valid[:, :, None] & np.ones(n_zero, dtype=bool)
+    rejected["does not fit in GPU memory"] += int(np.where(any_fit, lightest, n_rec)[tried].sum())
+    rejected["slower variant (less recompute fits)"] += int(np.where(any_fit, n_rec - 1 - lightest, 0)[tried].sum())
+    li, mi, zi = np.nonzero(any_fit)
+    ri = lightest[li, mi, zi]
+    return _Fits(grid, mb, li, mi, zi, ri, peak[li, mi, zi, ri], considered)
+
+
+def _branch_and_bound(m: ModelSpec, gpu: GPUSpec, pools, top: int, progress) -> tuple[tuple[Candidate, ...], int]:
+    """Time plans in order of their lower bound until the bound passes the ``top``-th best plan
+    timed so far: the plans never timed cannot rank (grid.py, ``compute_bound``)."""
+    bound = np.concatenate([b for _, b, _ in pools])
+    peak = np.concatenate([f.peak for f, _, _ in pools])
+    which = np.concatenate([np.full(len(f.layout), i) for i, (f, _, _) in enumerate(pools)])
+    local = np.concatenate([np.arange(len(f.layout)) for f, _, _ in pools])
+    order = np.lexsort((peak, bound))
     timed: dict[tuple, StepTime] = {}
-    rejected: Counter[str] = Counter()
-    found: list[Candidate] = []
-    considered = 0
-    heads, kv = m.num_heads, m.num_kv_heads
-    tps = [t for t in _divisors(min(gpus, gpu.fast_domain))]
-    outer = [(tp, cp) for tp in tps for cp in _pow2_upto(gpus // tp)]
-    for i, (tp, cp) in enumerate(outer):
-        if progress:
-            progress(i, len(outer))
-        rest = gpus // tp
-        if gpus % (tp * cp):
-            continue
-        per_layout = len(zero_stages) * len(micro_batches) * len(rec_order)
-        bad_tp = heads % tp or (not m.is_mla and kv % tp)
-        bad_cp = base.seq_len % cp or (tp > 1 and (base.seq_len // cp) % tp)
-        for pp in _divisors(rest // cp):
-            dp = rest // (cp * pp)
-            eps = [1] if not m.is_moe else [e for e in _divisors(math.gcd(m.num_experts, dp * cp))]
-            layouts = [(ep, s, v) for ep in eps for s, v in _schedules(m, pp, max_vp)]
-            n_plans = len(layouts) * per_layout
-            considered += n_plans
-            if bad_tp:
-                rejected["tp does not divide the attention heads"] += n_plans
-                continue
-            if bad_cp:
-                rejected["cp (x tp) does not divide the sequence"] += n_plans
-                continue
-            if pp > m.num_layers:
-                rejected["more pipeline stages than layers"] += n_plans
-                continue
-            for ep, sched, vp in layouts:
-                plan = ParallelPlan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vp=vp, schedule=sched)
-                for mbs in micro_batches:
-                    n_var = len(zero_stages) * len(rec_order)
-                    if base.global_batch % (dp * mbs):
-                        rejected["global batch not divisible by dp x micro-batch"] += n_var
-                        continue
-                    mb = base.global_batch // (dp * mbs)
-                    if vp > 1 and mb % pp:
-                        rejected["interleaving needs micro-batches divisible by pp"] += n_var
-                        continue
-                    if sched == "dualpipe" and mb < pp:
-                        rejected["DualPipe needs at least pp micro-batches"] += n_var
-                        continue
-                    zplans = {z: replace(plan, zero=z) for z in zero_stages}
-                    # the most frugal variants (ZeRO-2 or -3 with the most recompute) bound the rest
-                    if not any(_fits(m, gpu, configs[mbs, rec_order[-1]], zplans[z], mb)
-                               for z in zero_stages if z >= min(2, max(zero_stages))):
-                        # the most memory-frugal variant does not fit: none does
-                        rejected["does not fit in GPU memory"] += n_var
-                        continue
-                    for zero in zero_stages:
-                        zplan = zplans[zero]
-                        rec = _lightest_fitting(m, gpu, configs, zplan, mbs, mb, rec_order)
-                        if rec is None:
-                            rejected["does not fit in GPU memory"] += len(rec_order)
-                            continue
-                        start = rec_order.index(rec)  # lighter ones were checked and do not fit
-                        heavier = len(rec_order) - 1 - start
-                        rejected["does not fit in GPU memory"] += start
-                        rejected["slower variant (less recompute fits)"] += heavier
-                        if any_fit:
-                            return [None], rejected, considered
-                        cfg = configs[mbs, rec]
-                        mem = estimate_memory(m, cfg, zplan, gpu.memory_bytes, mb, all_stages=False)
-                        # ZeRO-1 and -2 move the same bytes (reduce-scatter, then all-gather): time once
-                        key = (dp, tp, pp, cp, ep, vp, sched, min(zero, 1) if zero < 3 else 3, mbs, rec)
-                        if key not in timed:
-                            timed[key] = step_time(m, cfg, zplan, gpu, mb)
-                        found.append(Candidate(zplan, cfg, mb, timed[key], mem))
+    best: list[float] = []  # max-heap (negated) of the ``top`` best keys so far
+    done: list[tuple[float, float, int]] = []
+    for n, i in enumerate(order):
+        if len(best) >= top and bound[i] > -best[0]:
+            break
+        if progress and n % 64 == 0:
+            progress(n, len(order))
+        fit, _, scale = pools[which[i]]
+        j = local[i]
+        lo = fit.grid.layouts[fit.layout[j]]
+        zero = int(fit.grid.zero[fit.zero[j]])
+        cfg = fit.grid.configs[fit.mbs[j]][fit.rec[j]]
+        mb = int(fit.mb[fit.layout[j], fit.mbs[j]])
+        # ZeRO-1 and -2 move the same bytes (reduce-scatter, then all-gather): time once
+        key = (which[i], fit.layout[j], fit.mbs[j], min(zero, 1) if zero < 3 else 3, fit.rec[j])
+        if key not in timed:
+            timed[key] = step_time(m, cfg, lo.plan(zero), gpu, mb)
+        k = timed[key].step_s * scale
+        heapq.heappush(best, -k)
+        if len(best) > top:
+            heapq.heappop(best)
+        done.append((k, peak[i], i))
     if progress:
-        progress(len(outer), len(outer))
-    return found, rejected, considered
+        progress(len(order), len(order))
+    out = []
+    for _, _, i in sorted(done)[:top]:  # ties go to less memory
+        fit, _, _ = pools[which[i]]
+        j = local[i]
+        lo = fit.grid.layouts[fit.layout[j]]
+        plan = lo.plan(int(fit.grid.zero[fit.zero[j]]))
+        cfg = fit.grid.configs[fit.mbs[j]][fit.rec[j]]
+        mb = int(fit.mb[fit.layout[j], fit.mbs[j]])
+        step = timed[(which[i], fit.layout[j], fit.mbs[j], min(plan.zero, 1) if plan.zero < 3 else 3, fit.rec[j])]
+        out.append(Candidate(plan, cfg, mb, step, estimate_memory(m, cfg, plan, gpu.memory_bytes, mb, all_stages=False)))
+    return tuple(out), len(timed)
 
 
-def _fits(m: ModelSpec, gpu: GPUSpec, cfg: TrainingConfig, plan: ParallelPlan, mb: int) -> bool:
-    return estimate_memory(m, cfg, plan, gpu.memory_bytes, mb, all_stages=False).fits
-
-
-def _lightest_fitting(m, gpu, configs, plan, mbs, mb, rec_order, start: int = 0) -> str | None:
-    """The least recompute from ``rec_order[start:]`` that fits (memory falls as recompute grows)."""
-    if not _fits(m, gpu, configs[mbs, rec_order[-1]], plan, mb):
-        return None
-    for rec in rec_order[start:-1]:
-        if _fits(m, gpu, configs[mbs, rec], plan, mb):
-            return rec
-    return rec_order[-1]
+def _layouts(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, max_vp: int, per_layout: int,
+             rejected: Counter) -> tuple[list[Layout], int]:
+    """Every (tp, cp, pp, dp, ep, schedule, vp) of ``gpus`` GPUs whose degrees divide the model;
+    the others are counted as rejected, ``per_layout`` plans each."""
+    heads, kv = m.num_heads, m.num_kv_heads
+    out: list[Layout] = []
+    considered = 0
+    for tp in _divisors(min(gpus, gpu.fast_domain)):
+        bad_tp = heads % tp or (not m.is_mla and kv % tp)
+        for cp in _pow2_upto(gpus // tp):
+            if gpus % (tp * cp):
+                continue
+            bad_cp = base.seq_len % cp or (tp > 1 and (base.seq_len // cp) % tp)
+            for pp in _divisors(gpus // (tp * cp)):
+                dp = gpus // (tp * cp * pp)
+                eps = [1] if not m.is_moe else _divisors(math.gcd(m.num_experts, dp * cp))
+                layouts = [Layout(tp, cp, pp, dp, ep, s, v) for ep in eps for s, v in _schedules(m, pp, max_vp)]
+                considered += len(layouts) * per_layout
+                if bad_tp:
+                    rejected["tp does not divide the attention heads"] += len(layouts) * per_layout
+                elif bad_cp:
+                    rejected["cp (x tp) does not divide the sequence"] += len(layouts) * per_layout
+                elif pp > m.num_layers:
+                    rejected["more pipeline stages than layers"] += len(layouts) * per_layout
+                else:
+                    out += layouts
+    return out, considered
 
 
 def _fits_somehow(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig) -> bool:
     """Does any plan fit with every memory saver on (ZeRO-3, full recompute, micro-batch 1)?"""
-    found, _, _ = _enumerate(m, gpu, gpus, base, (1,), (3,), ["full"], 1, None, any_fit=True)
-    return bool(found)
+    return len(_feasible(m, gpu, gpus, base, (1,), (3,), ["full"], 1, Counter()).layout) > 0
 
 
 def _no_plan(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, rejected: Counter, considered: int):

@@ -21,4 +21,4 @@ def to_dict(result: SearchResult, m: ModelSpec, gpu: GPUSpec) -> dict:
         doc["tokens_per_s"] = c.tokens_per_s
         plans.append(doc)
     return {"objective": result.objective, "considered": result.considered, "feasible": result.feasible,
-            "rejected": result.rejected, "plans": plans}
+            "timed": result.timed, "rejected": result.rejected, "plans": plans}

@@ -1,0 +1,187 @@
+"""The search space as numpy arrays: peak memory and a step-time lower bound for every plan at once.
+
+A *layout* fixes (tp, cp, pp, dp, ep, schedule, vp); the grid crosses each layout with every
+micro-batch size, ZeRO stage and recompute mode, giving arrays of shape (layouts, mbs, zero, rec).
+
+``peak_memory`` is the vectorised twin of ``estimate.memory.estimate_memory`` (same terms, same
+order; tests/search/test_grid.py checks they agree to 1e-9 on every plan of several searches), so
+the search can reject the tens of thousands of plans that do not fit without a Python call each.
+``compute_bound`` is a lower bound of ``estimate.step_time.step_time``: the critical stage's
+kernels over all micro-batches plus, for 1F1B, the bubble the other stages' kernels alone cause
+(communication, the optimizer and the rest only add). The search times plans in order of this
+bound and stops once the bound passes the plans it already has (branch and bound), so it times a
+few hundred plans instead of thousands and still returns exactly the best ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from gpuplan.estimate.compute import embedding_times, head_times, layer_times
+from gpuplan.estimate.memory import _activations, candidate_stages, optimizer_bytes_per_param, stage_params
+from gpuplan.estimate.step_time import _moe_layers, _shape
+from gpuplan.specs.hardware import GPUSpec
+from gpuplan.specs.model import ModelSpec
+from gpuplan.specs.parallel import ParallelPlan
+from gpuplan.specs.training import TrainingConfig
+
+
+@dataclass(frozen=True)
+class Layout:
+    tp: int
+    cp: int
+    pp: int
+    dp: int
+    ep: int
+    schedule: str
+    vp: int
+
+    def plan(self, zero: int) -> ParallelPlan:
+        return ParallelPlan(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep, zero=zero, vp=self.vp,
+                            schedule=self.schedule)
+
+
+class Grid:
+    """Per-(layout, candidate stage) rows; the (mbs, zero, rec) axes are broadcast."""
+
+    def __init__(self, m: ModelSpec, base: TrainingConfig, layouts: list[Layout], micro_batches, zero_stages,
+                 rec_order):
+        self.m, self.base, self.layouts = m, base, layouts
+        self.mbs = np.array(micro_batches, dtype=np.int64)
+        self.zero = np.array(zero_stages, dtype=np.int64)
+        self.rec = list(rec_order)
+        self.configs = [[replace(base, micro_batch=int(b), recompute=r) for r in rec_order] for b in micro_batches]
+        rows: list[tuple] = []
+        starts = []
+        for li, lo in enumerate(layouts):
+            starts.append(len(rows))
+            for s, first, n in candidate_stages(m, lo.pp):
+                rows.append((li, s, first, n))
+        self.starts = np.array(starts, dtype=np.int64)
+        self.row_layout = np.array([r[0] for r in rows], dtype=np.int64)
+        col = {name: np.array([getattr(layouts[r[0]], name) for r in rows], dtype=np.int64)
+               for name in ("tp", "cp", "pp", "dp", "ep", "vp")}
+        self.col = col
+        self.stage = np.array([r[1] for r in rows], dtype=np.int64)
+        self.n_layers = np.array([r[3] for r in rows], dtype=np.int64)
+        self.dualpipe = np.array([layouts[r[0]].schedule == "dualpipe" for r in rows])
+        params = [stage_params(m, layouts[li].pp, s, first, n, layouts[li].tp, layouts[li].ep) for li, s, first, n in rows]
+        self.params = {k: np.array([getattr(p, k) for p in params], dtype=np.float64)
+                       for k in ("dense", "expert", "adafactor_dense", "adafactor_expert", "biggest_layer", "n_dense",
+                                 "n_moe")}
+        self.first_stage = self.stage == 0
+        self.last_stage = self.stage == col["pp"] - 1
+        # activation and kernel-time tables keyed by the shape a stage sees: (tp, cp, ep)
+        triples = [(layouts[r[0]].tp, layouts[r[0]].cp, layouts[r[0]].ep) for r in rows]
+        keys = sorted(set(triples))
+        index = {k: i for i, k in enumerate(keys)}
+        self.shape_key = np.array([index[k] for k in triples], dtype=np.int64)
+        self.shape_keys = keys
+
+    # -- memory -------------------------------------------------------------------------------
+    def microbatches(self) -> tuple[np.ndarray, np.ndarray]:
+        """(micro-batches per step, whether the global batch divides) per (layout, mbs)."""
+        dp = np.array([lo.dp for lo in self.layouts], dtype=np.int64)[:, None]
+        per = dp * self.mbs[None, :]
+        ok = self.base.global_batch % per == 0
+        return np.where(ok, self.base.global_batch // per, 0), ok
+
+    def _activation_table(self) -> dict[str, np.ndarray]:
+        """Activation bytes per micro-batch by (shape key, mbs, rec)."""
+        names = ("dense_layer", "moe_layer", "layer_checkpoint", "embedding", "head", "loss")
+        out = {k: np.zeros((len(self.shape_keys), len(self.mbs), len(self.rec))) for k in names}
+        for i, (tp, cp, ep) in enumerate(self.shape_keys):
+            for j in range(len(self.mbs)):
+                for k, cfg in enumerate(self.configs[j]):
+                    a = _activations(self.m, cfg, tp, cp, ep, True)
+                    for name in names[:-1]:
+                        out[name][i, j, k] = getattr(a, name)
+                    out["loss"][i, j, k] = a.loss_saved + a.loss_transient
+        return out
+
+    def peak_memory(self, mb: np.ndarray) -> np.ndarray:
+        """Bytes on the most loaded GPU, shape (layouts, mbs, zero, rec); ``mb``: micro-batches per
+        step by (layout, mbs). Mirrors estimate_memory term by term."""
+        cfg, p = self.base, self.params
+        z = self.zero[None, :]  # (1, Z)
+        zg = (self.col["dp"] * self.col["cp"])[:, None].astype(np.float64)
+        ezg = (self.col["dp"] * self.col["cp"] // self.col["ep"])[:, None].astype(np.float64)
+        copies = np.where(self.dualpipe, 2.0, 1.0)[:, None]
+        dense, expert = copies * p["dense"][:, None], copies * p["expert"][:, None]
+
+        def sharded(min_stage: int) -> np.ndarray:  # (rows, Z)
+            return np.where(z >= min_stage, dense / zg + expert / ezg, dense + expert)
+
+        states = cfg.weight_bytes * sharded(3) + cfg.grad_bytes * sharded(2) + cfg.master_bytes * sharded(1)
+        if cfg.optimizer == "adafactor":
+            od, oe = copies * p["adafactor_dense"][:, None], copies * p["adafactor_expert"][:, None]
+            states = states + np.where(z >= 1, od / zg + oe / ezg, od + oe)
+        else:
+            states = states + optimizer_bytes_per_param(cfg) * sharded(1)
+        gather = np.where((z == 3) & (self.n_layers[:, None] > 0),
+                          p["biggest_layer"][:, None] * (2 * cfg.weight_bytes + cfg.grad_bytes), 0.0)
+        buckets = np.where(zg > 1, cfg.comm_bucket_bytes, 0.0)
+        fixed = states + gather + buckets  # (rows, Z)
+
+        act = {k: v[self.shape_key] for k, v in self._activation_table().items()}  # (rows, M, R)
+        full = np.array([r == "full" for r in self.rec])[None, None, :]
+        n_d, n_m = p["n_dense"][:, None, None], p["n_moe"][:, None, None]
+        kept = np.where(full, act["layer_checkpoint"] * self.n_layers[:, None, None],
+                        n_d * act["dense_layer"] + n_m * act["moe_layer"])
+        working = np.where(full, np.maximum(np.where(n_d > 0, act["dense_layer"], 0.0),
+                                            np.where(n_m > 0, act["moe_layer"], 0.0)), 0.0)
+        first, last = self.first_stage[:, None, None], self.last_stage[:, None, None]
+        per_mb = kept + np.where(first, act["embedding"], 0.0) + np.where(last, act["head"], 0.0)
+        flight = self._in_flight(mb[self.row_layout])[:, :, None]
+        varying = flight * per_mb + working + np.where(last, act["loss"], 0.0)  # (rows, M, R)
+
+        allocated = fixed[:, None, :, None] + varying[:, :, None, :]
+        total = (1 + cfg.allocator_fraction) * allocated + cfg.cuda_context_bytes
+        return np.maximum.reduceat(total, self.starts, axis=0)
+
+    def _in_flight(self, mb: np.ndarray) -> np.ndarray:
+        """estimate.memory.microbatches_in_flight for every (row, mbs)."""
+        pp, vp, s = self.col["pp"][:, None], self.col["vp"][:, None], self.stage[:, None]
+        mb = mb.astype(np.float64)
+        one_f_one_b = np.minimum(pp - s, mb)
+        interleaved = np.minimum((pp - s - 1) * 2 + (vp - 1) * pp + 1, mb * vp) / vp
+        out = np.where(vp == 1, one_f_one_b, interleaved)
+        out = np.where(self.dualpipe[:, None], np.minimum(pp + 1, 2 * mb), out)
+        return np.where(pp == 1, 1.0, out)
+
+    # -- time ---------------------------------------------------------------------------------
+    def compute_bound(self, gpu: GPUSpec, mb: np.ndarray) -> np.ndarray:
+        """A lower bound of the step time, shape (layouts, mbs, rec) (see the module docstring)."""
+        m = self.m
+        n_s, n_r = len(self.shape_keys), len(self.rec)
+        dense_t = np.zeros((n_s, len(self.mbs), n_r))
+        moe_t, ends_first, ends_last = np.zeros_like(dense_t), np.zeros_like(dense_t), np.zeros_like(dense_t)
+        for i, (tp, cp, ep) in enumerate(self.shape_keys):
+            plan = ParallelPlan(dp=ep, tp=tp, cp=cp, ep=ep)
+            for j in range(len(self.mbs)):
+                shape = _shape(m, self.configs[j][0], plan)
+                for k, rec in enumerate(self.rec):
+                    for moe, out in ((False, dense_t), (True, moe_t)):
+                        if moe and not m.is_moe:
+                            continue
+                        o = layer_times(m, gpu, shape, moe)
+                        redo = o.fwd if rec == "full" else o.attn_core if rec == "selective" else 0.0
+                        out[i, j, k] = o.fwd + o.bwd + redo
+                    e, h = embedding_times(m, gpu, shape), head_times(m, gpu, shape)
+                    ends_first[i, j, k] = e.fwd + e.bwd
+                    ends_last[i, j, k] = h.fwd + h.bwd
+        key = self.shape_key
+        n_d, n_m = self.params["n_dense"][:, None, None], self.params["n_moe"][:, None, None]
+        stage = (n_d * dense_t[key] + n_m * moe_t[key] + np.where(self.first_stage[:, None, None], ends_first[key], 0.0)
+                 + np.where(self.last_stage[:, None, None], ends_last[key], 0.0))  # (rows, M, R)
+        worst = np.maximum.reduceat(stage, self.starts, axis=0)  # (L, M, R)
+        lkey = key[self.starts]
+        n_moe = np.array([_moe_layers(m, 0, m.num_layers)] * len(self.layouts), dtype=np.float64)[:, None, None]
+        whole = ((m.num_layers - n_moe) * dense_t[lkey] + n_moe * moe_t[lkey] + ends_first[lkey] + ends_last[lkey])
+        pp = np.array([lo.pp for lo in self.layouts])[:, None, None]
+        vp = np.array([lo.vp for lo in self.layouts])[:, None, None]
+        one_f = np.array([lo.schedule == "1f1b" for lo in self.layouts])[:, None, None]
+        bubble = np.where(one_f & (pp > 1), np.maximum(0.0, whole - worst) / vp, 0.0)
+        return mb[:, :, None] * worst + bubble

@@ -1,0 +1,56 @@
+"""The vectorised grid agrees with the scalar memory model, and its time bound never exceeds a step."""
+
+import numpy as np
+import pytest
+
+from gpuplan import catalog
+from gpuplan.estimate.memory import estimate_memory
+from gpuplan.estimate.step_time import step_time
+from gpuplan.search.grid import Grid
+from gpuplan.search.plans import RECOMPUTE_ORDER, _layouts
+from gpuplan.specs.training import TrainingConfig
+
+CASES = [
+    ("llama-3.1-8b", 16, TrainingConfig(seq_len=4096, global_batch=64)),
+    ("mixtral-8x7b", 32, TrainingConfig(seq_len=4096, global_batch=64)),  # MoE: ep, expert ZeRO group
+    ("deepseek-v3", 256, TrainingConfig(seq_len=4096, global_batch=256)),  # MLA, leading dense layers, 61 layers
+    ("gemma-2-9b", 8, TrainingConfig(seq_len=4096, global_batch=32, optimizer="adafactor")),
+    ("llama-3.1-70b", 64, TrainingConfig(seq_len=8192, global_batch=512, precision="fp16", profile="eager")),
+]
+
+
+def _grid(name, gpus, base):
+    from collections import Counter
+    m, gpu = catalog.model(name), catalog.gpu("h100-sxm")
+    layouts, _ = _layouts(m, gpu, gpus, base, 4, 1, Counter())
+    return m, gpu, Grid(m, base, layouts, (1, 2, 4), (0, 1, 2, 3), RECOMPUTE_ORDER)
+
+
+def _samples(grid, mb, n, seed):
+    rng = np.random.default_rng(seed)
+    li, mi = np.nonzero(mb > 0)
+    pick = rng.choice(len(li), size=min(n, len(li)), replace=False)
+    return [(li[k], mi[k], rng.integers(len(grid.zero)), rng.integers(len(grid.rec))) for k in pick]
+
+
+@pytest.mark.parametrize("name,gpus,base", CASES, ids=[c[0] for c in CASES])
+def test_peak_memory_matches_the_scalar_model_on_every_sampled_plan(name, gpus, base):
+    m, gpu, grid = _grid(name, gpus, base)
+    mb, _ = grid.microbatches()
+    peak = grid.peak_memory(np.maximum(mb, 1))
+    for li, mi, zi, ri in _samples(grid, mb, 120, 0):
+        plan = grid.layouts[li].plan(int(grid.zero[zi]))
+        cfg = grid.configs[mi][ri]
+        scalar = estimate_memory(m, cfg, plan, gpu.memory_bytes, int(mb[li, mi]))  # every stage
+        assert peak[li, mi, zi, ri] == pytest.approx(scalar.per_gpu.total, rel=1e-9), (plan, cfg.micro_batch, cfg.recompute)
+
+
+@pytest.mark.parametrize("name,gpus,base", CASES[:3], ids=[c[0] for c in CASES[:3]])
+def test_compute_bound_never_exceeds_the_step_time(name, gpus, base):
+    m, gpu, grid = _grid(name, gpus, base)
+    mb, _ = grid.microbatches()
+    bound = grid.compute_bound(gpu, np.maximum(mb, 1))
+    for li, mi, zi, ri in _samples(grid, mb, 40, 1):
+        plan = grid.layouts[li].plan(int(grid.zero[zi]))
+        st = step_time(m, grid.configs[mi][ri], plan, gpu, int(mb[li, mi]))
+        assert bound[li, mi, ri] <= st.step_s * (1 + 1e-12)
