@@ -29,13 +29,11 @@ from gpuplan.specs.model import ModelSpec
 
 
 def dtype_bytes(dtype: str) -> float:
-    return {"fp8": 1.0, "bf16": 2.0, "fp16": 2.0, "tf32": 4.0, "fp32": 4.0}[dtype]
+    return {"fp8": 1.0, "int8": 1.0, "bf16": 2.0, "fp16": 2.0, "tf32": 4.0, "fp32": 4.0}[dtype]
 
 
-def gemm_time(gpu: GPUSpec, dtype: str, m: float, n: float, k: float, batch: float = 1) -> float:
-    """Seconds for ``batch`` GEMMs of (m x k) @ (k x n) on one GPU."""
-    if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
-        return 0.0
+def gemm_compute_time(gpu: GPUSpec, dtype: str, m: float, n: float, k: float, batch: float = 1) -> float:
+    """Tensor-core seconds for ``batch`` GEMMs of (m x k) @ (k x n): tiles in waves over the SMs."""
     e = gpu.efficiency
     rate = gpu.peak(dtype) * e.gemm_fraction(dtype) * e.sustained
     sms = gpu.sm_count or 100
@@ -44,9 +42,17 @@ def gemm_time(gpu: GPUSpec, dtype: str, m: float, n: float, k: float, batch: flo
         tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
         waves = math.ceil(tiles / sms)
         compute = min(compute, waves * sms * 2.0 * tm * tn * k / (rate * rel))
+    return compute
+
+
+def gemm_time(gpu: GPUSpec, dtype: str, m: float, n: float, k: float, batch: float = 1) -> float:
+    """Seconds for ``batch`` GEMMs of (m x k) @ (k x n) on one GPU."""
+    if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
+        return 0.0
+    e = gpu.efficiency
     io = dtype_bytes(dtype) * (m * k + k * n) + 2.0 * m * n  # inputs in dtype, output in 16 bits
     memory = batch * io / (gpu.hbm_bytes_per_s * e.hbm)
-    return max(compute, memory) + e.kernel_overhead_s
+    return max(gemm_compute_time(gpu, dtype, m, n, k, batch), memory) + e.kernel_overhead_s
 
 
 def memory_time(gpu: GPUSpec, nbytes: float, kernels: int = 1) -> float:

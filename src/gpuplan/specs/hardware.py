@@ -68,7 +68,7 @@ class GPUSpec:
     peak_flops: dict[str, float]  # dense peak FLOP/s per dtype
     interconnect: str
     interconnect_bytes_per_s: float  # per GPU, both directions together (as datasheets quote it)
-    pcie_bytes_per_s: float
+    pcie_bytes_per_s: float  # both directions together, as quoted
     gpus_per_node: int
     tdp_w: float
     sm_count: int = 0
@@ -76,6 +76,7 @@ class GPUSpec:
     vendor: str = "nvidia"
     nics_per_node: int = 0  # scale-out NICs per node
     nic_bytes_per_s: float = 0.0  # per NIC, one direction
+    c2c_bytes_per_s: float = 0.0  # NVLink-C2C to the host CPU (Grace), both directions; 0: PCIe
     efficiency: Efficiency | None = field(default=None, compare=False)
     source: str = field(default="", compare=False)
     date: str = field(default="", compare=False)
@@ -102,6 +103,11 @@ class GPUSpec:
         return self.nics_per_node * self.nic_bytes_per_s / self.gpus_per_node
 
     @property
+    def host_bytes_per_s(self) -> float:
+        """One direction of the GPU's link to host memory: NVLink-C2C where present, else PCIe."""
+        return (self.c2c_bytes_per_s or self.pcie_bytes_per_s) / 2
+
+    @property
     def fast_domain(self) -> int:
         """GPUs that reach each other over the scale-up fabric (a node, or an NVL72 rack)."""
         return max(self.gpus_per_node, self.nvlink_domain)
@@ -124,4 +130,5 @@ class GPUSpec:
             pcie_bytes_per_s=data["pcie_gbps"] * GB, gpus_per_node=data["gpus_per_node"],
             tdp_w=data["tdp_w"], sm_count=data.get("sm_count", 0), nvlink_domain=data.get("nvlink_domain", 0),
             vendor=data.get("vendor", "nvidia"), nics_per_node=data.get("nics_per_node", 0),
-            nic_bytes_per_s=data.get("nic_gbit", 0) * 1e9 / 8, efficiency=efficiency, source=data["source"], date=data["date"])
+            nic_bytes_per_s=data.get("nic_gbit", 0) * 1e9 / 8, c2c_bytes_per_s=data.get("c2c_gbps", 0) * GB,
+            efficiency=efficiency, source=data["source"], date=data["date"])

@@ -1,0 +1,62 @@
+"""KV-cache size: bytes per token and per sequence, on the whole model and on one GPU.
+
+Per layer and token a standard attention layer stores K and V for each KV head: 2 x kv_heads x
+head_dim values (Vaswani et al. 2017; MQA, Shazeer 2019, has one KV head; GQA, Ainslie et al.
+2023, groups queries over fewer KV heads). Multi-head latent attention stores one compressed
+latent and the decoupled rotary key instead: (kv_lora_rank + qk_rope_head_dim) values per layer
+(DeepSeek-V2 report, section 2.1.2 and Table 1), which serving engines (vLLM, SGLang) cache as is.
+
+Tensor parallelism splits KV heads across GPUs, but a GPU always holds at least one: with more
+GPUs than KV heads the heads are replicated (vLLM ``num_kv_heads // tp`` floored at 1). The MLA
+latent is not split by heads, so every TP rank holds all of it.
+
+Sliding-window layers (Mistral, and every other layer of Gemma-2) keep only the last
+``window - 1`` tokens between steps (the token being decoded is the window's last one), which is
+what transformers' ``DynamicSlidingWindowLayer`` holds; full-attention layers keep everything.
+"""
+
+from __future__ import annotations
+
+from gpuplan.errors import GpuplanError
+from gpuplan.serve.formats import KVFormat
+from gpuplan.specs.model import ModelSpec
+
+
+def kv_heads_per_gpu(m: ModelSpec, tp: int) -> int:
+    if m.is_mla:
+        return 1  # one latent "head", replicated on every TP rank
+    if m.num_kv_heads % tp and tp % m.num_kv_heads:
+        raise GpuplanError("tp", f"tp={tp} neither divides nor is a multiple of the {m.num_kv_heads} KV heads of {m.name}",
+                           f"use a tp that divides {m.num_kv_heads} or a multiple of it")
+    return max(1, m.num_kv_heads // tp)
+
+
+def kv_values_per_head(m: ModelSpec) -> int:
+    """Values one head stores per token and layer (K and V, or the MLA latent + rotary key)."""
+    if m.is_mla:
+        return m.kv_lora_rank + m.qk_rope_head_dim
+    return 2 * m.head_dim
+
+
+def kv_bytes_per_token_layer(m: ModelSpec, fmt: KVFormat, tp: int = 1) -> float:
+    """Bytes one token adds to one layer's cache on one GPU."""
+    heads = kv_heads_per_gpu(m, tp) if tp > 1 else (1 if m.is_mla else m.num_kv_heads)
+    per_head = kv_values_per_head(m) * fmt.bytes + (2 if not m.is_mla else 1) * fmt.meta_bytes_per_head
+    return heads * per_head
+
+
+def kv_bytes_per_token(m: ModelSpec, fmt: KVFormat, tp: int = 1) -> float:
+    """Bytes one token adds to the cache of all layers (when the context is inside every window)."""
+    return m.num_layers * kv_bytes_per_token_layer(m, fmt, tp)
+
+
+def cached_tokens(m: ModelSpec, context: float) -> float:
+    """Token-layers held for a sequence of ``context`` tokens, summed over layers."""
+    full = m.num_layers - m.num_sliding_layers
+    sliding = m.num_sliding_layers * min(context, (m.sliding_window or context + 1) - 1) if m.num_sliding_layers else 0
+    return full * context + sliding
+
+
+def kv_bytes_per_sequence(m: ModelSpec, fmt: KVFormat, context: float, tp: int = 1) -> float:
+    """Bytes of one sequence's cache at ``context`` tokens on one GPU of the TP group."""
+    return cached_tokens(m, context) * kv_bytes_per_token_layer(m, fmt, tp)

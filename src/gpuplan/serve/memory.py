@@ -1,0 +1,129 @@
+"""Serving memory on one GPU: weights, the paged KV pool, peak activations, and what is left over.
+
+The budget follows vLLM (``gpu_memory_utilization``, vllm/v1/worker/gpu_worker.py
+``determine_available_memory``): the engine may use ``total x utilization``; from it go the
+weights, the peak activations of a profiling forward pass over the batched-token budget
+(``max_num_batched_tokens``), and memory outside PyTorch's allocator (CUDA context, NCCL buffers,
+CUDA graphs); what remains is the KV cache, cut into blocks of ``block_size`` tokens
+(PagedAttention, Kwon et al. 2023). A sequence holds ceil(tokens / block_size) blocks per layer
+group, so paging wastes less than one block per sequence, where contiguous pre-allocation
+(FasterTransformer, Hugging Face static caches) reserves the maximum length for every sequence.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpuplan.errors import require
+from gpuplan.estimate.memory import layers_per_stage
+from gpuplan.serve.kv import kv_bytes_per_token_layer
+from gpuplan.serve.timing import Deployment
+from gpuplan.serve.weights import weight_bytes_per_gpu
+from gpuplan.units import GiB
+
+LOGIT_BYTES = 4  # the sampler works on fp32 logits
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Engine settings (vLLM names)."""
+    gpu_memory_utilization: float = 0.9
+    block_size: int = 16
+    max_batched_tokens: int = 8192  # tokens per iteration (chunked prefill budget)
+    max_num_seqs: int | None = None  # sequences per iteration; None: as many as memory allows
+    max_model_len: int | None = None  # longest context; default the model's maximum
+    context_bytes: float = 0.5 * GiB  # CUDA context, cuBLAS workspaces
+    cuda_graph_bytes: float = 0.5 * GiB  # captured decode graphs (vLLM logs 0.3-1 GiB for 7-70B models)
+    nccl_bytes: float = 0.25 * GiB  # NCCL and custom all-reduce buffers, with tp or pp > 1
+
+    def __post_init__(self) -> None:
+        require(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization",
+                f"must be in (0, 1], got {self.gpu_memory_utilization}")
+        require(isinstance(self.block_size, int) and self.block_size >= 1, "block_size",
+                f"must be a positive integer, got {self.block_size!r}")
+        require(self.max_batched_tokens >= 1, "max_batched_tokens", "must be positive")
+        require(self.max_num_seqs is None or self.max_num_seqs >= 1, "max_num_seqs", "must be positive")
+        for name in ("context_bytes", "cuda_graph_bytes", "nccl_bytes"):
+            require(getattr(self, name) >= 0, name, "must not be negative")
+
+
+@dataclass(frozen=True)
+class ServeMemory:
+    """Bytes on the most loaded GPU of the group."""
+    capacity: float
+    budget: float  # capacity x utilization
+    weights: float
+    activations: float
+    other: float
+    kv_pool: float  # what is left for the KV cache (negative: does not fit)
+    kv_block_bytes: float  # one block of block_size tokens over this GPU's layers
+    layers: int  # layers on this GPU
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.activations + self.other + max(0.0, self.kv_pool)
+
+    @property
+    def fits(self) -> bool:
+        return self.kv_pool > 0
+
+
+def activation_peak(d: Deployment, cfg: ServeConfig) -> float:
+    """Peak activations of a forward pass over ``max_batched_tokens`` tokens on one GPU: the
+    residual stream and its normed copy, plus the widest intermediate (fused QKV and attention
+    output, or gate+up and the activated MLP), and fp32 logits for every sampled sequence."""
+    m = d.model
+    t = cfg.max_batched_tokens
+    a = 2.0
+    h = m.hidden_size
+    attn = (m.q_size + 2 * m.num_kv_heads * m.head_dim + m.num_heads * m.v_dim) / d.tp
+    mlp = (3 if m.gated_mlp else 2) * m.ffn_size / d.tp
+    if m.is_moe:  # each token's routed copies through its experts' MLPs
+        mlp = max(mlp, m.experts_per_token * (h + (3 if m.gated_mlp else 2) * m.moe_ffn_size / d.tp))
+    seqs = min(cfg.max_num_seqs or 256, t)  # vLLM profiles the sampler with max_num_seqs (default 256)
+    return t * a * (2 * h + max(attn, mlp)) + seqs * m.vocab_size * LOGIT_BYTES * 2
+
+
+def serve_memory(d: Deployment, cfg: ServeConfig) -> ServeMemory:
+    layers = max(layers_per_stage(d.model.num_layers, d.pp))
+    weights = weight_bytes_per_gpu(d.model, d.weights, d.tp, d.pp)
+    other = cfg.context_bytes + cfg.cuda_graph_bytes + (cfg.nccl_bytes if d.gpus > 1 else 0.0)
+    act = activation_peak(d, cfg)
+    budget = d.gpu.memory_bytes * cfg.gpu_memory_utilization
+    block = cfg.block_size * layers * kv_bytes_per_token_layer(d.model, d.kv, d.tp)
+    return ServeMemory(capacity=d.gpu.memory_bytes, budget=budget, weights=weights, activations=act, other=other,
+                       kv_pool=budget - weights - act - other, kv_block_bytes=block, layers=layers)
+
+
+def blocks_per_sequence(d: Deployment, cfg: ServeConfig, context: float) -> float:
+    """Blocks one sequence of ``context`` tokens holds, in units of all-layer blocks: full layers
+    hold ceil(context / block) blocks, sliding-window layers at most the window's."""
+    m, bs = d.model, cfg.block_size
+    full_blocks = math.ceil(context / bs)
+    if not m.num_sliding_layers:
+        return float(full_blocks)
+    win_blocks = min(full_blocks, math.ceil((m.sliding_window - 1) / bs) + 1)
+    frac = m.num_sliding_layers / m.num_layers
+    return (1 - frac) * full_blocks + frac * win_blocks
+
+
+def max_concurrency(mem: ServeMemory, d: Deployment, cfg: ServeConfig, context: float) -> int:
+    """Sequences of ``context`` tokens whose blocks fit in the pool at once."""
+    if mem.kv_pool <= 0:
+        return 0
+    return int(mem.kv_pool // (blocks_per_sequence(d, cfg, context) * mem.kv_block_bytes))
+
+
+def max_context(mem: ServeMemory, d: Deployment, cfg: ServeConfig, concurrency: int, limit: int) -> int:
+    """The longest context (up to ``limit``) that ``concurrency`` sequences can each hold."""
+    if mem.kv_pool <= 0 or concurrency < 1:
+        return 0
+    lo, hi = 0, limit
+    while lo < hi:  # blocks grow with the context: bisect
+        mid = (lo + hi + 1) // 2
+        if concurrency * blocks_per_sequence(d, cfg, mid) * mem.kv_block_bytes <= mem.kv_pool:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

@@ -1,0 +1,65 @@
+"""Speculative decoding (Leviathan, Kalman & Matias 2023, "Fast Inference from Transformers via
+Speculative Decoding"; Chen et al. 2023).
+
+A cheap proposer guesses ``k`` tokens; the target model checks them in one pass over k + 1
+positions per sequence and keeps the longest accepted prefix plus one token of its own. With a
+per-token acceptance rate ``alpha`` the expected tokens per target pass are
+
+    E = (1 - alpha^(k+1)) / (1 - alpha)            (Leviathan et al. 2023, eq. 1)
+
+and the speedup over plain decoding is E x t_target / (k x t_draft + t_verify), where t_verify is
+the target's iteration over (k + 1) x batch rows. At small batches decoding is bandwidth-bound, so
+verifying k + 1 tokens costs about as much as one and the speedup approaches E / (1 + k c)
+(eq. 2, c = draft/target cost); as the batch grows the target turns compute-bound, verification
+costs k + 1 times more, and speculation stops paying. An n-gram (prompt-lookup) proposer costs
+nothing on the GPU (c = 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuplan.errors import require
+from gpuplan.serve.timing import StepModel
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """Expected tokens per target pass (accepted drafts plus the target's own token)."""
+    require(0 <= alpha <= 1, "acceptance", f"must be in [0, 1], got {alpha}")
+    require(k >= 1, "draft_len", f"must be at least 1, got {k}")
+    if alpha == 1:
+        return float(k + 1)
+    return (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+@dataclass(frozen=True)
+class Speculation:
+    method: str  # "draft" or "ngram"
+    draft_len: int
+    acceptance: float
+    expected_tokens: float
+    speedup: float  # at the planned batch
+    break_even_batch: int | None  # smallest batch at which it stops paying (None: pays at every batch tried)
+    curve: tuple[tuple[int, float], ...]  # (batch, speedup)
+
+
+def speedup(target: StepModel, draft: StepModel | None, batch: float, context: float, k: int, alpha: float) -> float:
+    plain = target.decode_step(batch, context).seconds
+    # the k drafted positions go through like a prompt chunk that reads the cache once per sequence
+    verify = target.iteration(decode=batch, prefill=batch * k, decode_context=context, prefill_context=context,
+                              prefill_seqs=batch * k).seconds
+    propose = k * draft.decode_step(batch, context).seconds if draft is not None else 0.0
+    return expected_tokens(alpha, k) * plain / (propose + verify)
+
+
+def speculation(target: StepModel, draft: StepModel | None, batch: int, context: float, k: int, alpha: float,
+                max_batch: int) -> Speculation:
+    curve, stop, b = [], None, 1
+    while b <= max(max_batch, 1):
+        s = speedup(target, draft, b, context, k, alpha)
+        curve.append((b, s))
+        if stop is None and s < 1:
+            stop = b
+        b *= 2
+    return Speculation("draft" if draft is not None else "ngram", k, alpha, expected_tokens(alpha, k),
+                       speedup(target, draft, batch, context, k, alpha), stop, tuple(curve))

@@ -1,0 +1,239 @@
+"""Time of one serving iteration: a batch of decode tokens and prefill tokens through the model.
+
+Engines with continuous batching (Orca, Yu et al. 2022; vLLM; TensorRT-LLM in-flight batching)
+run one forward pass per iteration over every running sequence's next token plus chunks of new
+prompts. Its time on one GPU of the tensor-parallel group, summed over pipeline stages:
+
+* GEMMs on a roofline (compute.py): the weights are read once per iteration, so few tokens are
+  bandwidth-bound and many are compute-bound; fp8/int8 W8A8 formats run at the 8-bit peak.
+  Weight-only formats (AWQ, GPTQ, NF4, GGUF) read fewer bytes but unpack every weight to 16 bits
+  on the CUDA cores, once per 64-token tile of rows (Marlin, Frantar et al. 2024; AWQ's GEMM
+  kernels): the "unpacking tax" that makes them slower than 16-bit once a batch is compute-bound.
+  MoE layers read only the experts the batch's tokens touch: E (1 - (1 - k/E)^T) of E. Fewer
+  than 64 rows run as split-K/GEMV kernels padded to 16 rows (TensorRT-LLM's and vLLM's small-M
+  kernels) rather than as 64-row tiles.
+* Attention: decode reads each sequence's KV cache (memory-bound, FlashDecoding/PagedAttention);
+  prefill runs FlashAttention over the prompt (compute.flash_time).
+* Norms, residual adds, rotary and activations: bytes over HBM bandwidth.
+* Tensor parallelism: two all-reduces of the activations per layer (Megatron-LM, Shoeybi et al.
+  2019), one for parallel attention+MLP blocks; pipeline parallelism: one send per stage boundary.
+* LM head on the sequences that sample this iteration, the logits gathered over TP, and sampling.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+
+from gpuplan.errors import GpuplanError, require
+from gpuplan.estimate.comm import collective_time, place
+from gpuplan.estimate.compute import _local_gemm, flash_time, gemm_compute_time, memory_time
+from gpuplan.estimate.params import embedding_tensors, head_tensors, layer_tensors
+from gpuplan.serve.formats import KVFormat, WeightFormat
+from gpuplan.serve.kv import cached_tokens, kv_bytes_per_token_layer, kv_heads_per_gpu
+from gpuplan.serve.weights import tensor_bits
+from gpuplan.specs.hardware import GPUSpec
+from gpuplan.specs.model import ModelSpec
+from gpuplan.specs.parallel import ParallelPlan
+
+SKINNY_ROWS = 64  # below this many token rows, decode GEMMs run as split-K/GEMV kernels
+DEQUANT_ROWS = 64  # token rows per GEMM tile: weights are unpacked again for every 64 rows
+DEQUANT_OPS = {True: 4.0, False: 2.0}  # CUDA-core instructions per weight: sub-byte (unpack, convert,
+# zero, scale) or 8-bit (convert, scale)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One model replica: a model on tp x pp GPUs in a weight and a KV-cache format."""
+    model: ModelSpec
+    gpu: GPUSpec
+    weights: WeightFormat
+    kv: KVFormat
+    tp: int = 1
+    pp: int = 1
+
+    def __post_init__(self) -> None:
+        m = self.model
+        require(isinstance(self.tp, int) and self.tp >= 1, "tp", f"must be a positive integer, got {self.tp!r}")
+        require(isinstance(self.pp, int) and self.pp >= 1, "pp", f"must be a positive integer, got {self.pp!r}")
+        require(m.num_heads % self.tp == 0, "tp", f"tp={self.tp} does not divide the {m.num_heads} attention heads of "
+                f"{m.name}", f"use a tp that divides {m.num_heads}")
+        kv_heads_per_gpu(m, self.tp)
+        require(self.pp <= m.num_layers, "pp", f"pp={self.pp} is more than the {m.num_layers} layers",
+                f"use --pp {m.num_layers} or fewer")
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def dtype16(self) -> str:
+        """The 16-bit dtype of what stays unquantised."""
+        return self.weights.compute if self.weights.compute in ("bf16", "fp16") else \
+            ("bf16" if "bf16" in self.gpu.peak_flops else "fp16")
+
+
+@dataclass(frozen=True)
+class Iteration:
+    seconds: float
+    parts: dict[str, float] = field(default_factory=dict)  # seconds by kind, summing to ``seconds``
+
+
+class StepModel:
+    """Iteration times of one deployment; GEMM times are cached by the number of token rows."""
+
+    def __init__(self, d: Deployment):
+        self.d = d
+        m, gpu = d.model, d.gpu
+        e = gpu.efficiency
+        if e is None:
+            raise GpuplanError("gpu", f"{gpu.name} has no efficiency data", "pick a GPU from `gpuplan gpus`")
+        self.hbm = gpu.hbm_bytes_per_s * e.hbm
+        self.overhead = e.kernel_overhead_s
+        self.act_bytes = 1.0 if d.weights.compute in ("fp8", "int8") else 2.0
+        self.n_moe = m.num_moe_layers
+        self.n_dense = m.num_layers - self.n_moe
+        groups = place(ParallelPlan(tp=d.tp, pp=d.pp), gpu)
+        self.tp_group, self.pp_group = groups["tp"], groups["pp"]
+        self.kv_token_layer = kv_bytes_per_token_layer(m, d.kv, d.tp)
+        self.heads = m.num_heads // d.tp
+        if m.is_mla:  # absorbed MLA decode: scores over the latent + rotary key, values from the latent
+            self.attn_dims = m.kv_lora_rank + m.qk_rope_head_dim + m.kv_lora_rank
+        else:
+            self.attn_dims = m.qk_head_dim + m.v_dim
+        # CUDA-core instruction rate for dequantisation (FMA = 2 FLOPs)
+        self.alu = gpu.peak_flops.get("fp32", gpu.peak(d.dtype16) / 16) / 2
+        self._gemm_cache: dict[tuple[int, bool], tuple[float, float]] = {}
+
+    # -- GEMMs ----------------------------------------------------------------------------------
+    def _matmul(self, t, rows: float) -> tuple[float, float]:
+        """(seconds, of which exposed unpacking) of one weight's GEMM over ``rows`` tokens."""
+        d, m, gpu = self.d, self.d.model, self.d.gpu
+        experts, n_out, n_in = _local_gemm(t, d.tp, 1)
+        bits = tensor_bits(m, t, d.weights)
+        quantised = bits < 16
+        dtype = d.weights.compute if quantised else d.dtype16
+        if t.expert:  # routed experts: only the ones some token picked are read
+            k, n_e = m.experts_per_token, m.num_experts
+            touched = n_e * (1 - (1 - k / n_e) ** rows)
+            per_rows = rows * k / touched
+        else:
+            touched, per_rows = float(experts), rows
+        if per_rows < SKINNY_ROWS:
+            # few rows: split-K / GEMV kernels keep every SM busy and pad rows only to the 16-row
+            # MMA shape (mma.m16n8k16), not to a 64-row tile
+            rate = gpu.peak(dtype) * gpu.efficiency.gemm_fraction(dtype) * gpu.efficiency.sustained
+            compute = 2.0 * 16 * math.ceil(per_rows / 16) * n_out * n_in * touched / rate
+        else:
+            compute = gemm_compute_time(gpu, dtype, per_rows, n_out, n_in, touched)
+        unpack = 0.0
+        if quantised and d.weights.weight_only:
+            passes = math.ceil(per_rows / DEQUANT_ROWS)
+            unpack = passes * touched * n_out * n_in * DEQUANT_OPS[bits < 8] / self.alu
+        act = self.act_bytes if quantised else 2.0
+        rows_in = rows * (m.experts_per_token if t.expert else 1)  # each routed copy is read and written
+        io = touched * n_out * n_in * bits / 8 + act * rows_in * n_in + 2.0 * rows_in * n_out
+        memory = io / self.hbm
+        total = max(compute + unpack, memory)
+        return total + self.overhead, total - max(compute, memory)  # the unpacking that shows
+
+    def gemms(self, rows: int, moe: bool) -> tuple[float, float]:
+        """(seconds, exposed unpacking seconds) of one layer's weight GEMMs over ``rows`` tokens."""
+        key = (rows, moe)
+        if key not in self._gemm_cache:
+            total = unpack = 0.0
+            for t in layer_tensors(self.d.model, moe):
+                if t.matmul and len(t.shape) >= 2:
+                    s, u = self._matmul(t, rows)
+                    total += s
+                    unpack += u
+            self._gemm_cache[key] = (total, unpack)
+        return self._gemm_cache[key]
+
+    # -- one iteration --------------------------------------------------------------------------
+    def iteration(self, decode: float, prefill: float = 0.0, decode_context: float = 0.0,
+                  prefill_context: float = 0.0, prefill_seqs: float = 0.0) -> Iteration:
+        """``decode`` sequences each add one token at ``decode_context`` tokens of context;
+        ``prefill`` prompt tokens (of ``prefill_seqs`` prompts that finish here) attend to
+        ``prefill_context`` tokens on average (half the prompt for whole prompts)."""
+        d, m, gpu = self.d, self.d.model, self.d.gpu
+        rows = max(1, math.ceil(decode + prefill))
+        h = m.hidden_size
+        parts: dict[str, float] = {}
+        gemm = unpack = 0.0
+        for n, moe in ((self.n_dense, False), (self.n_moe, True)):
+            if n:
+                s, u = self.gemms(rows, moe)
+                gemm += n * s
+                unpack += n * u
+        parts["gemm"] = gemm - unpack
+        parts["unpack"] = unpack
+
+        # attention: decode reads the cache; prefill is a flash kernel over the prompt
+        attn = 0.0
+        if decode:
+            kv_bytes = decode * cached_tokens(m, decode_context) * self.kv_token_layer
+            flops = 2.0 * decode * self.heads * self.attn_dims * cached_tokens(m, decode_context)
+            rate = gpu.peak(d.dtype16) * gpu.efficiency.flash_fwd
+            attn += max(kv_bytes / self.hbm, flops / rate) + m.num_layers * self.overhead
+        if prefill:
+            ctx = cached_tokens(m, prefill_context) / m.num_layers
+            flops = 2.0 * prefill * self.heads * self.attn_dims * ctx
+            fwd, _ = flash_time(gpu, d.dtype16, flops, max(1.0, 2 * prefill_context))
+            attn += m.num_layers * fwd
+        parts["attention"] = attn
+
+        # elementwise: norms, residual adds, rotary, MLP activation (per layer, on all rows)
+        a = 2.0
+        norms = m.pre_norms_per_layer + m.post_norms_per_layer
+        adds = 1 if m.parallel_attn else 2
+        width = (m.moe_ffn_size * m.experts_per_token + m.shared_expert_ffn_size) if m.is_moe else m.ffn_size
+        per_row = (norms * 2 + adds * 3) * a * h + (3 if m.gated_mlp else 2) * a * width / d.tp
+        if m.rotary:
+            per_row += 2 * a * (self.heads + kv_heads_per_gpu(m, d.tp)) * m.qk_head_dim
+        parts["elementwise"] = m.num_layers * memory_time(gpu, rows * per_row, norms + adds + 2)
+
+        # communication: TP all-reduces per layer; PP sends between stages
+        comm = 0.0
+        if d.tp > 1:
+            per_layer = 1 if m.parallel_attn else 2
+            comm += m.num_layers * per_layer * collective_time("all-reduce", rows * h * a, self.tp_group, gpu)
+        if d.pp > 1:
+            comm += (d.pp - 1) * collective_time("p2p", rows * h * a, self.pp_group, gpu)
+        parts["communication"] = comm
+
+        # embedding lookup, LM head on the sampled rows, logits gathered over TP, sampling
+        sampled = max(1, math.ceil(decode + prefill_seqs))
+        head = memory_time(gpu, 2 * rows * h * a)
+        for t in head_tensors(m) + tuple(embedding_tensors(m)):
+            if t.name == "lm_head" or (t.name == "embed.tokens" and m.tied_embeddings):
+                s, _ = self._matmul(t, sampled)
+                head += s
+        vocab = m.vocab_size
+        if d.tp > 1:
+            head += collective_time("all-gather", sampled * vocab * a, self.tp_group, gpu)
+        head += memory_time(gpu, sampled * vocab * 4 * 3, 3)  # fp32 logits: softmax, top-k/p, sample
+        parts["head_and_sampling"] = head
+        return Iteration(sum(parts.values()), parts)
+
+    def decode_step(self, batch: float, context: float) -> Iteration:
+        return self.iteration(decode=batch, decode_context=context)
+
+    def prefill(self, tokens: float, chunk: int) -> Iteration:
+        """One prompt of ``tokens`` prefilled alone in chunks of at most ``chunk`` tokens."""
+        total, parts, done = 0.0, {}, 0.0
+        while done < tokens:
+            n = min(chunk, tokens - done)
+            it = self.iteration(decode=0, prefill=n, prefill_context=done + n / 2,
+                                prefill_seqs=1 if done + n >= tokens else 0)
+            total += it.seconds
+            for k, v in it.parts.items():
+                parts[k] = parts.get(k, 0.0) + v
+            done += n
+        return Iteration(total, parts)
+
+
+@functools.cache
+def step_model(d: Deployment) -> StepModel:
+    return StepModel(d)

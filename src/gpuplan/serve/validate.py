@@ -1,0 +1,88 @@
+"""Predicted serving numbers against published runs (catalog/validation/inference_runs.csv).
+
+How a row becomes a deployment, stated once for all rows:
+
+* ``batch_or_concurrency = max``: offline max-throughput mode (trtllm-bench), with the row's KV
+  fraction as ``gpu_memory_utilization`` when its note gives one (TensorRT-LLM's
+  ``kv_cache_free_gpu_mem_fraction``; 0.95 in the v0.17 tables) and gpuplan's defaults otherwise
+  (8192 batched tokens, TensorRT-LLM's default ``max_num_tokens``);
+* a number: that many sequences; ``prefill_ms`` is the prompt's prefill (TTFT without queueing),
+  ``decode_ms_per_token`` one decode iteration at the prompt's context;
+* ``opt-13b-like`` (FasterTransformer's "GPT 13B": 40 layers, hidden 5120, 40 heads) is OPT-13B.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuplan import catalog
+from gpuplan.serve.memory import ServeConfig
+from gpuplan.serve.plan import ServeRequest, estimate_serving
+
+CSV = Path(__file__).resolve().parent.parent / "catalog" / "validation" / "inference_runs.csv"
+MODEL_ALIASES = {"opt-13b-like": "opt-13b"}
+
+
+@dataclass(frozen=True)
+class ServeRow:
+    id: str
+    source: str
+    request: ServeRequest
+    metric: str
+    measured: float
+
+
+@dataclass(frozen=True)
+class ServeCheck:
+    row: ServeRow
+    predicted: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.row.measured - 1
+
+
+def load_rows(path: Path = CSV) -> list[ServeRow]:
+    rows = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            model = catalog.model(MODEL_ALIASES.get(r["model"], r["model"]))
+            frac = re.search(r"kv fraction ([0-9.]+)", r["note"] or "")
+            source_frac = frac.group(1) if frac else None
+            rows.append((r, model, source_frac))
+    # a KV fraction stated once for a source applies to all its rows
+    fractions = {r["source"]: f for r, _, f in rows if f}
+    out = []
+    for r, model, _ in rows:
+        cfg = ServeConfig(gpu_memory_utilization=float(fractions.get(r["source"], 0.9)))
+        conc = r["batch_or_concurrency"]
+        req = ServeRequest(model=model, gpu=catalog.gpu(r["gpu"]), tp=int(r["tp"]), weights=r["precision"],
+                           kv=r["kv_precision"], input_len=int(r["input_len"]), output_len=int(r["output_len"]),
+                           concurrency=None if conc == "max" else int(conc), max_throughput=conc == "max", config=cfg)
+        out.append(ServeRow(r["id"], r["source"], req, r["metric"], float(r["value"])))
+    return out
+
+
+def predict(row: ServeRow) -> float:
+    e = estimate_serving(row.request)
+    if row.metric == "output_tokens_per_s":
+        return e.point.output_tokens_per_s
+    if row.metric == "prefill_ms":
+        return e.prefill.seconds * 1e3
+    if row.metric == "decode_ms_per_token":
+        return e.decode_step.seconds * 1e3
+    raise ValueError(f"unknown metric {row.metric!r} in {row.id}")
+
+
+def validate_serving(path: Path = CSV) -> list[ServeCheck]:
+    return [ServeCheck(row, predict(row)) for row in load_rows(path)]
+
+
+def summary(checks: list[ServeCheck]) -> dict:
+    errors = [abs(c.error) for c in checks]
+    return {"rows": len(checks), "median_abs_error": statistics.median(errors), "mean_abs_error": statistics.fmean(errors),
+            "max_abs_error": max(errors), "mean_signed_error": statistics.fmean(c.error for c in checks)}

@@ -1,0 +1,66 @@
+"""Serving weights: bits of every tensor in a storage format, and bytes on each GPU of a TP x PP group."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+from gpuplan.estimate.memory import _local_shape, layers_per_stage
+from gpuplan.estimate.params import Tensor, embedding_tensors, head_tensors, layer_tensors
+from gpuplan.serve.formats import WeightFormat
+from gpuplan.specs.model import ModelSpec
+
+_Q6_K = 6.5625
+
+
+def tensor_bits(m: ModelSpec, t: Tensor, fmt: WeightFormat) -> float:
+    """Bits per element of ``t`` stored in ``fmt`` (see formats.py for what stays 16-bit)."""
+    if t.name == "embed.tokens":
+        return fmt.embed_bits
+    if t.name == "lm_head":
+        return fmt.head_bits
+    if not t.matmul or len(t.shape) < 2 or t.name == "moe.router":
+        return 16.0
+    if fmt.q6_share:
+        share = 0.0  # of this tensor's elements that a K-quant mix keeps at Q6_K
+        if t.name.endswith("down.weight"):
+            share = 1.0
+        elif t.name == "attn.qkv.weight":
+            share = m.num_kv_heads * m.head_dim / (m.q_size + 2 * m.num_kv_heads * m.head_dim)
+        elif t.name == "attn.kv_b_proj.weight":
+            share = m.v_head_dim / (m.head_dim + m.v_head_dim)
+        share *= fmt.q6_share
+        return share * _Q6_K + (1 - share) * fmt.bits
+    return fmt.bits
+
+
+def local_numel(t: Tensor, tp: int) -> int:
+    return math.prod(_local_shape(t, tp))
+
+
+@functools.cache
+def stage_weight_bytes(m: ModelSpec, fmt: WeightFormat, tp: int, pp: int) -> tuple[float, ...]:
+    """Weight bytes on one GPU of each pipeline stage (TP shards columns, rows and the vocabulary;
+    a tied embedding is also held by the last stage when pp > 1, as for training)."""
+    def size(ts) -> float:
+        return sum(local_numel(t, tp) * tensor_bits(m, t, fmt) / 8 for t in ts)
+
+    dense, moe = size(layer_tensors(m, False)), size(layer_tensors(m, True)) if m.is_moe else 0.0
+    out, first = [], 0
+    for stage, n in enumerate(layers_per_stage(m.num_layers, pp)):
+        n_moe = sum(1 for i in range(first, first + n) if m.is_moe_layer(i))
+        b = (n - n_moe) * dense + n_moe * moe
+        if stage == 0:
+            b += size(embedding_tensors(m))
+        if stage == pp - 1:
+            b += size(head_tensors(m))
+            if m.tied_embeddings and pp > 1:
+                b += size(t for t in embedding_tensors(m) if t.name == "embed.tokens")
+        out.append(b)
+        first += n
+    return tuple(out)
+
+
+def weight_bytes_per_gpu(m: ModelSpec, fmt: WeightFormat, tp: int = 1, pp: int = 1) -> float:
+    """Bytes on the most loaded GPU."""
+    return max(stage_weight_bytes(m, fmt, tp, pp))
