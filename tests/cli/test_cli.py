@@ -210,3 +210,54 @@ def test_search_and_collective_bad_input_exit_2(args, field, capsys):
     code, out, err = run(args, capsys)
     assert code == 2
     assert err.count("\n") == 1 and field in err
+
+
+SERVE = ["serve", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "1", "--weights", "fp8", "--kv", "fp8",
+         "--input-len", "2048", "--output-len", "256", "--price", "3.0"]
+
+
+def test_serve_json_has_the_contract_keys(capsys):
+    code, out, _ = run(SERVE + ["--concurrency", "16", "--json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    per = doc["memory"]["per_gpu"]
+    assert per["total"] == pytest.approx(sum(per[k] for k in ("weights", "kv_cache", "activations", "other")))
+    assert doc["memory"]["fits"] is True
+    assert doc["kv_bytes_per_token"] == 32 * 8 * 128 * 2  # fp8: 32 layers x 8 KV heads x (K+V) x 128
+    for key in ("max_concurrency", "ttft_s", "tpot_s", "output_tokens_per_s", "cost_per_million_input_tokens",
+                "cost_per_million_output_tokens"):
+        assert doc[key] > 0
+
+
+def test_serve_max_throughput_and_human_output(capsys):
+    code, out, _ = run(SERVE + ["--max-throughput", "--ngram"], capsys)
+    assert code == 0
+    assert "Throughput vs concurrency" in out and "speculative" in out
+
+
+def test_serve_sim_json_and_slo_search(capsys):
+    code, out, _ = run(["serve-sim", "llama-3.1-8b", "--weights", "fp8", "--kv", "fp8", "--rate", "2", "--requests",
+                        "100", "--ttft-slo", "1s", "--json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["runs"][0]["requests"] == 100 and doc["slo"]["max_rate"] > 2
+
+
+def test_validate_serving_prints_the_median_error(capsys):
+    code, out, _ = run(["validate", "serving", "--json"], capsys)
+    assert code == 0 and json.loads(out)["summary"]["median_abs_error"] <= 0.15
+
+
+@pytest.mark.parametrize("args,field", [
+    (["serve", "llama-3.1-8b", "--gpu", "a100-sxm-80gb", "--weights", "fp8"], "weights"),
+    (["serve", "llama-3.1-8b", "--tp", "3"], "tp"),
+    (["serve", "llama-2-7b", "--input-len", "8000"], "input_len"),
+    (["serve", "llama-3.1-405b", "--gpu", "h100-sxm"], "memory"),
+    (["serve", "llama-3.1-8b", "--weights", "int3"], "weights"),
+    (["serve-sim", "llama-3.1-8b", "--rate", "fast"], "rate"),
+    (["serve-sim", "llama-3.1-8b", "--rate", "1", "--input-len", "0"], "input_len"),
+])
+def test_bad_serving_input_is_one_line_naming_the_field(args, field, capsys):
+    code, _, err = run(args, capsys)
+    assert code == 2
+    assert err.startswith(f"error: {field}:") and err.count("\n") == 1

@@ -167,8 +167,154 @@ def search(
 
 
 @app.command()
-def validate(json_out: JsonOpt = False) -> None:
-    """Predicted step time against published training runs: per-row error, mean and max."""
+def serve(
+    model: Annotated[str, typer.Argument(help="Catalog id (see `gpuplan models`) or a path to a config.json.")],
+    gpu: Annotated[str, typer.Option(help="GPU id (see `gpuplan gpus`).")] = "h100-sxm",
+    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
+    pp: Annotated[int, typer.Option(help="Pipeline-parallel degree.")] = 1,
+    weights: Annotated[str, typer.Option(help="Weight format: bf16, fp16, fp8, fp8-wo, int8, int4-awq, int4-gptq, "
+                                              "nf4, q4_k_m, q8_0.")] = "bf16",
+    kv: Annotated[str, typer.Option(help="KV-cache format: bf16, fp16, fp8, int8.")] = "bf16",
+    input_len: Annotated[int, typer.Option(help="Prompt tokens per request.")] = 2048,
+    output_len: Annotated[int, typer.Option(help="Generated tokens per request.")] = 256,
+    concurrency: Annotated[Optional[int], typer.Option(help="Sequences in flight (default 1).")] = None,
+    max_throughput: Annotated[bool, typer.Option("--max-throughput",
+                                                 help="As many sequences as memory allows (offline mode).")] = False,
+    gpu_memory_utilization: Annotated[float, typer.Option(help="Fraction of GPU memory the engine may use.")] = 0.9,
+    block_size: Annotated[int, typer.Option(help="Tokens per KV-cache block (paging).")] = 16,
+    max_batched_tokens: Annotated[int, typer.Option(help="Tokens per iteration (chunked-prefill budget).")] = 8192,
+    max_num_seqs: Annotated[Optional[int], typer.Option(help="Cap on sequences per iteration.")] = None,
+    max_model_len: Annotated[Optional[int], typer.Option(help="Longest context (default: the model's).")] = None,
+    prefix_hit_rate: Annotated[float, typer.Option(help="Share of prompt tokens found in the prefix cache.")] = 0.0,
+    draft_model: Annotated[Optional[str], typer.Option(help="Draft model for speculative decoding.")] = None,
+    ngram: Annotated[bool, typer.Option("--ngram", help="n-gram (prompt lookup) speculative decoding.")] = False,
+    draft_len: Annotated[int, typer.Option(help="Tokens proposed per step.")] = 4,
+    acceptance: Annotated[float, typer.Option(help="Per-token acceptance rate of proposals.")] = 0.7,
+    target_tokens_per_s: Annotated[Optional[float], typer.Option(help="Output tokens/s to serve: GPUs needed.")] = None,
+    target_rps: Annotated[Optional[float], typer.Option(help="Requests/s to serve: GPUs needed.")] = None,
+    tpot_slo: Annotated[Optional[str], typer.Option(help="Inter-token latency target, e.g. 50ms.")] = None,
+    ttft_slo: Annotated[Optional[str], typer.Option(help="Time-to-first-token target, e.g. 2s.")] = None,
+    price: Annotated[Optional[float], typer.Option(help="USD per GPU-hour (default: dated catalog price).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Serving: does it fit, KV cache, max concurrency, TTFT/TPOT, tokens/s and $/M tokens."""
+    from gpuplan import catalog
+    from gpuplan.serve.memory import ServeConfig
+    from gpuplan.serve.plan import ServeRequest, estimate_serving, to_dict
+    from gpuplan.units import parse_duration
+
+    hw = catalog.gpu(gpu)
+    if price is None:
+        found = catalog.price_per_gpu_hour(hw.id)
+        price = found[0] if found else None
+    cfg = ServeConfig(gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
+                      max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs, max_model_len=max_model_len)
+    req = ServeRequest(model=catalog.model(model), gpu=hw, tp=tp, pp=pp, weights=weights, kv=kv, input_len=input_len,
+                       output_len=output_len, concurrency=concurrency, max_throughput=max_throughput, config=cfg,
+                       price_per_gpu_hour=price, prefix_hit_rate=prefix_hit_rate,
+                       draft_model=catalog.model(draft_model) if draft_model else None, ngram=ngram,
+                       draft_len=draft_len, acceptance=acceptance, target_tokens_per_s=target_tokens_per_s,
+                       target_requests_per_s=target_rps,
+                       tpot_slo_s=parse_duration(tpot_slo, "tpot_slo") if tpot_slo else None,
+                       ttft_slo_s=parse_duration(ttft_slo, "ttft_slo") if ttft_slo else None)
+    est = estimate_serving(req)
+    if json_out:
+        _emit_json(to_dict(est))
+        return
+    from gpuplan.cli.render import render_serve
+    render_serve(est, to_dict(est))
+
+
+@app.command("serve-sim")
+def serve_sim(
+    model: Annotated[str, typer.Argument(help="Catalog id (see `gpuplan models`) or a path to a config.json.")],
+    gpu: Annotated[str, typer.Option(help="GPU id (see `gpuplan gpus`).")] = "h100-sxm",
+    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
+    pp: Annotated[int, typer.Option(help="Pipeline-parallel degree.")] = 1,
+    weights: Annotated[str, typer.Option(help="Weight format (see `gpuplan serve --help`).")] = "bf16",
+    kv: Annotated[str, typer.Option(help="KV-cache format: bf16, fp16, fp8, int8.")] = "bf16",
+    rate: Annotated[Optional[str], typer.Option(help="Poisson request rate(s) per second, e.g. 4 or 1,2,4,8.")] = None,
+    requests: Annotated[int, typer.Option(help="Requests per simulation.")] = 1000,
+    input_len: Annotated[str, typer.Option(help="Prompt length: 2048, 512-4096 (uniform) or exp:1024.")] = "2048",
+    output_len: Annotated[str, typer.Option(help="Output length: 256, 64-512 (uniform) or exp:256.")] = "256",
+    trace: Annotated[Optional[str], typer.Option(help="CSV trace: arrival_s,input_len,output_len.")] = None,
+    seed: Annotated[int, typer.Option(help="Random seed (arrivals and lengths).")] = 0,
+    ttft_slo: Annotated[Optional[str], typer.Option(help="p99 TTFT target, e.g. 2s: find the highest rate.")] = None,
+    itl_slo: Annotated[Optional[str], typer.Option(help="p99 inter-token latency target, e.g. 50ms.")] = None,
+    gpu_memory_utilization: Annotated[float, typer.Option(help="Fraction of GPU memory the engine may use.")] = 0.9,
+    block_size: Annotated[int, typer.Option(help="Tokens per KV-cache block.")] = 16,
+    max_batched_tokens: Annotated[int, typer.Option(help="Tokens per iteration (chunked-prefill budget).")] = 8192,
+    max_num_seqs: Annotated[Optional[int], typer.Option(help="Cap on running sequences.")] = 256,
+    json_out: JsonOpt = False,
+) -> None:
+    """Discrete-event serving simulation: continuous batching, paged KV, chunked prefill, preemption."""
+    from pathlib import Path
+
+    from gpuplan import catalog
+    from gpuplan.serve.formats import kv_format, weight_format
+    from gpuplan.serve.memory import ServeConfig
+    from gpuplan.serve.sim import Lengths, Workload, max_rate, simulate
+    from gpuplan.serve.timing import Deployment
+    from gpuplan.units import parse_duration
+
+    hw = catalog.gpu(gpu)
+    d = Deployment(catalog.model(model), hw, weight_format(weights, hw), kv_format(kv), tp, pp)
+    cfg = ServeConfig(gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
+                      max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs)
+    lin, lout = Lengths.parse(input_len, "input_len"), Lengths.parse(output_len, "output_len")
+    ttft = parse_duration(ttft_slo, "ttft_slo") if ttft_slo else None
+    itl = parse_duration(itl_slo, "itl_slo") if itl_slo else None
+    results, best = [], None
+    if trace:
+        results.append(simulate(d, cfg, Workload.from_trace(Path(trace))))
+    else:
+        rates = []
+        for part in (rate or "").split(","):
+            if part.strip():
+                try:
+                    rates.append(float(part))
+                except ValueError:
+                    raise GpuplanError("rate", f"cannot read {part!r} as a rate", "write e.g. 4 or 1,2,4,8") from None
+        if not rates and not (ttft or itl):
+            raise GpuplanError("rate", "give --rate, --trace, or an SLO (--ttft-slo/--itl-slo) to search the rate",
+                               "e.g. --rate 1,2,4,8")
+        for r in rates:
+            results.append(simulate(d, cfg, Workload.poisson(r, requests, lin, lout, seed), r))
+        if ttft or itl:
+            best = max_rate(d, cfg, requests, lin, lout, seed, ttft, itl)
+    doc = {"model": d.model.name, "gpu": hw.id, "tp": tp, "pp": pp, "weights": weights, "kv": kv, "seed": seed,
+           "runs": [r.to_dict() for r in results]}
+    if ttft or itl:
+        doc["slo"] = {"ttft_p99_s": ttft, "itl_p99_s": itl, "max_rate": best[0],
+                      "at_max_rate": best[1].to_dict() if best[1] else None}
+    if json_out:
+        _emit_json(doc)
+        return
+    from gpuplan.cli.render import render_serve_sim
+    render_serve_sim(doc)
+
+
+@app.command()
+def validate(
+    kind: Annotated[str, typer.Argument(help="training (step time) or serving (throughput and latency).")]
+    = "training",
+    json_out: JsonOpt = False,
+) -> None:
+    """Predictions against published runs: per-row error, mean/median and max."""
+    if kind == "serving":
+        from gpuplan.serve.validate import summary as serve_summary, validate_serving
+
+        checks = validate_serving()
+        if json_out:
+            _emit_json({"rows": [{"id": c.row.id, "source": c.row.source, "metric": c.row.metric,
+                                  "measured": c.row.measured, "predicted": c.predicted, "error": c.error}
+                                 for c in checks], "summary": serve_summary(checks)})
+            return
+        from gpuplan.cli.render import render_serve_validation
+        render_serve_validation(checks, serve_summary(checks))
+        return
+    if kind != "training":
+        raise GpuplanError("kind", f"unknown validation set {kind!r}", "use training or serving")
     from gpuplan.estimate.validate import summary, validate_training
 
     results = validate_training()

@@ -179,3 +179,97 @@ def render_validation(results, summary) -> None:
     console.print(table)
     console.print(f"{summary['rows']} runs: mean |error| {summary['mean_abs_error']:.1%}, "
                   f"max |error| {summary['max_abs_error']:.1%}, mean signed {summary['mean_signed_error']:+.1%}")
+
+
+def render_serve(est, doc: dict) -> None:
+    r, d = est.request, est.deployment
+    mem = doc["memory"]
+    console.print(f"[bold]{r.model.name}[/] on {d.gpus} x {d.gpu.name} (tp={d.tp}, pp={d.pp}), weights {d.weights.name}, "
+                  f"KV {d.kv.name}; {r.input_len} tokens in, {r.output_len} out, "
+                  f"{'max-throughput' if r.max_throughput else 'concurrency'} {doc['concurrency']}")
+    table = Table(title=f"Memory per GPU (engine budget {r.config.gpu_memory_utilization:.0%} of {mem['capacity'] / GiB:,.2f} GiB)")
+    for col in ("component", "GiB", "GB", "of GPU", "note"):
+        table.add_column(col, justify="left" if col in ("component", "note") else "right")
+    per = mem["per_gpu"]
+    cap = mem["capacity"]
+    _mem_row(table, "weights", per["weights"], cap, d.weights.description)
+    _mem_row(table, "KV cache (these sequences)", per["kv_cache"], cap,
+             f"{doc['concurrency']} x {r.input_len + r.output_len} tokens, blocks of {r.config.block_size}")
+    _mem_row(table, "activations (peak)", per["activations"], cap, f"{r.config.max_batched_tokens} batched tokens")
+    _mem_row(table, "other", per["other"], cap, "CUDA context, graphs, NCCL")
+    _mem_row(table, "total", per["total"], cap)
+    _mem_row(table, "KV pool (allocated)", mem["kv_pool"], cap, f"holds {doc['max_concurrency']:,} such sequences")
+    console.print(table)
+    pg = doc["paging"]
+    console.print(f"KV per token: {doc['kv_bytes_per_token'] / 1024:,.1f} KiB (whole model), "
+                  f"{doc['kv_bytes_per_token_per_gpu'] / 1024:,.1f} KiB per GPU; max concurrency {doc['max_concurrency']:,}; "
+                  f"max context at concurrency {doc['concurrency']}: {doc['max_context_at_concurrency']:,} tokens")
+    console.print(f"paging wastes {pg['paged_waste_fraction']:.1%} of a sequence's blocks; contiguous pre-allocation of "
+                  f"{est.model_max_len:,} tokens would waste {pg['contiguous_waste_fraction']:.1%} and hold only "
+                  f"{pg['contiguous_max_concurrency']:,} sequences")
+
+    t = Table(title="Latency and throughput (steady state)")
+    t.add_column("quantity")
+    t.add_column("value", justify="right")
+    t.add_row("TTFT (prefill, no queueing)", fmt_duration(doc["ttft_s"]))
+    t.add_row("TPOT (inter-token latency)", fmt_duration(doc["tpot_s"]))
+    t.add_row("end-to-end per request", fmt_duration(doc["e2e_s"]))
+    t.add_row("output tokens/s (replica)", f"{doc['output_tokens_per_s']:,.0f}")
+    t.add_row("output tokens/s per GPU", f"{doc['output_tokens_per_s_per_gpu']:,.0f}")
+    t.add_row("decode turns compute-bound at batch", f"{doc['compute_bound_batch']:,.0f}")
+    if doc["cost_per_million_output_tokens"] is not None:
+        t.add_row("$ per M input tokens", f"{doc['cost_per_million_input_tokens']:,.4f}")
+        t.add_row("$ per M output tokens", f"{doc['cost_per_million_output_tokens']:,.4f}")
+    if "gpus_needed" in doc:
+        t.add_row("GPUs needed for the target", f"{doc['gpus_needed']:,}")
+    t.add_row("swap one sequence's KV in from host", fmt_duration(doc["kv_offload"]["swap_in_s"]))
+    console.print(t)
+
+    c = Table(title="Throughput vs concurrency")
+    for col in ("concurrency", "decoding", "TPOT", "TTFT", "output tok/s"):
+        c.add_column(col, justify="right")
+    for p in doc["throughput_curve"]:
+        c.add_row(f"{p['concurrency']:,}", f"{p['decoding']:,.0f}", fmt_duration(p["tpot_s"]), fmt_duration(p["ttft_s"]),
+                  f"{p['output_tokens_per_s']:,.0f}")
+    console.print(c)
+    if "speculative" in doc:
+        s = doc["speculative"]
+        stop = s["stops_paying_at_batch"]
+        console.print(f"speculative ({s['method']}, {s['draft_len']} drafts, acceptance {s['acceptance']:.0%}): "
+                      f"{s['expected_tokens_per_pass']:.2f} tokens per target pass, speedup {s['speedup']:.2f}x at this "
+                      f"batch; " + (f"stops paying at batch {stop}" if stop else "pays at every batch up to the maximum"))
+
+
+def render_serve_validation(checks, summary) -> None:
+    table = Table(title="Predicted vs published serving runs")
+    for col in ("run", "metric", "measured", "predicted", "error"):
+        table.add_column(col, justify="left" if col in ("run", "metric") else "right")
+    for c in checks:
+        table.add_row(c.row.id, c.row.metric, f"{c.row.measured:,.2f}", f"{c.predicted:,.2f}", f"{c.error:+.1%}")
+    console.print(table)
+    console.print(f"{summary['rows']} runs: median |error| {summary['median_abs_error']:.1%}, mean |error| "
+                  f"{summary['mean_abs_error']:.1%}, max |error| {summary['max_abs_error']:.1%}")
+
+
+def render_serve_sim(doc: dict) -> None:
+    table = Table(title=f"Serving simulation: {doc['model']} on {doc['tp'] * doc['pp']} x {doc['gpu']} "
+                        f"({doc['weights']}, KV {doc['kv']}), seed {doc['seed']}")
+    for col in ("rate req/s", "requests", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "E2E p50", "E2E p99",
+                "output tok/s", "preempt."):
+        table.add_column(col, justify="right")
+    runs = list(doc["runs"])
+    if doc.get("slo") and doc["slo"]["at_max_rate"]:
+        runs.append(doc["slo"]["at_max_rate"])
+    for r in runs:
+        itl = r["itl_s"] or {"p50": 0.0, "p99": 0.0}
+        table.add_row(f"{r['rate']:,.2f}" if r["rate"] else "trace", f"{r['requests']:,}",
+                      fmt_duration(r["ttft_s"]["p50"]), fmt_duration(r["ttft_s"]["p99"]), fmt_duration(itl["p50"]),
+                      fmt_duration(itl["p99"]), fmt_duration(r["e2e_s"]["p50"]), fmt_duration(r["e2e_s"]["p99"]),
+                      f"{r['output_tokens_per_s']:,.0f}", f"{r['preemptions']:,}")
+    console.print(table)
+    if doc.get("slo"):
+        s = doc["slo"]
+        goal = " and ".join(x for x in (f"p99 TTFT <= {fmt_duration(s['ttft_p99_s'])}" if s["ttft_p99_s"] else "",
+                                         f"p99 ITL <= {fmt_duration(s['itl_p99_s'])}" if s["itl_p99_s"] else "") if x)
+        console.print(f"highest rate meeting {goal}: {s['max_rate']:,.2f} requests/s" if s["max_rate"] else
+                      f"no rate meets {goal}")

@@ -150,26 +150,35 @@ def compute_bound_batch(d: Deployment) -> float:
 
 
 def _smallest_fix(req: ServeRequest, cfg: ServeConfig) -> str:
-    """The first TP degree, then weight format, that leaves room for one sequence."""
+    """The fewest GPUs (tp within a node, then pp) that hold one sequence in this weight format, and
+    the same in a smaller format."""
     m, gpu = req.model, req.gpu
-    for tp in (2, 4, 8, 16):
-        if tp <= req.tp or tp > gpu.fast_domain or m.num_heads % tp:
-            continue
-        try:
-            d = Deployment(m, gpu, weight_format(req.weights, gpu), kv_format(req.kv), tp, req.pp)
-        except GpuplanError:
-            continue
-        mem = serve_memory(d, cfg)
-        if max_concurrency(mem, d, cfg, req.input_len + req.output_len) >= 1:
-            return f"use --tp {tp}"
-    for fmt in ("fp8", "int8", "int4-awq"):
-        try:
-            d = Deployment(m, gpu, weight_format(fmt, gpu), kv_format(req.kv), req.tp, req.pp)
-        except GpuplanError:
-            continue
-        if max_concurrency(serve_memory(d, cfg), d, cfg, req.input_len + req.output_len) >= 1:
-            return f"use --weights {fmt}"
-    return "use a GPU with more memory or more GPUs (--tp/--pp)"
+    length = req.input_len + req.output_len
+
+    def fewest(fmt: str) -> tuple[int, int] | None:
+        layouts = sorted(((tp, pp) for tp in (1, 2, 4, 8, 16, 32, 64, 72) for pp in (1, 2, 4, 8, 16)
+                          if tp <= gpu.fast_domain and m.num_heads % tp == 0 and pp <= m.num_layers),
+                         key=lambda x: (x[0] * x[1], x[1]))
+        for tp, pp in layouts:
+            try:
+                d = Deployment(m, gpu, weight_format(fmt, gpu), kv_format(req.kv), tp, pp)
+            except GpuplanError:
+                continue
+            if max_concurrency(serve_memory(d, cfg), d, cfg, length) >= 1:
+                return tp, pp
+        return None
+
+    fixes = []
+    for fmt in dict.fromkeys((req.weights, "fp8", "int8", "int4-awq")):
+        found = fewest(fmt)
+        if found:
+            tp, pp = found
+            flags = ([f"--weights {fmt}"] if fmt != req.weights else []) + ([f"--tp {tp}"] if tp > 1 else []) + \
+                ([f"--pp {pp}"] if pp > 1 else [])
+            fixes.append(" ".join(flags) + f" ({tp * pp} GPUs)")
+        if len(fixes) == 2:
+            break
+    return "use " + " or ".join(fixes) if fixes else "use a GPU with more memory"
 
 
 def estimate_serving(req: ServeRequest) -> ServeEstimate:

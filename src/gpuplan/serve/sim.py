@@ -1,0 +1,298 @@
+"""Serving simulation: requests arrive, are batched continuously, and each iteration takes the time
+the performance model gives (timing.py).
+
+The scheduler follows vLLM's V1 engine (vllm/v1/core/sched/scheduler.py): every iteration has a
+budget of ``max_batched_tokens``; running sequences go first (one token each when decoding, a chunk
+of their prompt when prefilling: chunked prefill, Agrawal et al. 2024 "Sarathi-Serve"), then waiting
+requests are admitted first-come-first-served while the budget, ``max_num_seqs`` and free KV blocks
+allow. KV memory is paged (Kwon et al. 2023): a sequence holds ceil(tokens / block_size) blocks,
+allocated as it grows; when a running sequence needs a block and none is free, the most recently
+admitted sequence is preempted, its blocks freed, and it waits to be recomputed (vLLM's default
+RECOMPUTE preemption). Sliding-window layers are treated as full layers here (a slight
+overestimate of their memory).
+
+Arrivals are Poisson at ``rate`` (or read from a trace), lengths fixed, uniform or exponential; a
+seed makes every run reproducible. Outputs: TTFT, inter-token latency (ITL) and end-to-end latency
+percentiles, throughput and preemptions; ``max_rate`` bisects for the highest rate whose p99s meet
+an SLO.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gpuplan.errors import GpuplanError, require
+from gpuplan.serve.memory import ServeConfig, serve_memory
+from gpuplan.serve.timing import Deployment, step_model
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """A length distribution: ``2048`` (fixed), ``512-4096`` (uniform) or ``exp:512`` (exponential mean)."""
+    kind: str
+    a: float
+    b: float = 0.0
+
+    @classmethod
+    def parse(cls, text: str | int, field: str) -> "Lengths":
+        s = str(text).strip()
+        try:
+            if s.startswith("exp:"):
+                out = cls("exp", float(s[4:]))
+            elif "-" in s:
+                lo, hi = s.split("-", 1)
+                out = cls("uniform", float(lo), float(hi))
+            else:
+                out = cls("fixed", float(s))
+        except ValueError:
+            raise GpuplanError(field, f"cannot read {text!r} as a length", "write 2048, 512-4096 or exp:512") from None
+        require(out.a >= 1 and (out.kind != "uniform" or out.b >= out.a), field,
+                f"lengths must be at least 1 (and lo <= hi), got {text!r}")
+        return out
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        if self.kind == "fixed":
+            return np.full(n, int(self.a), dtype=np.int64)
+        if self.kind == "uniform":
+            return rng.integers(int(self.a), int(self.b) + 1, size=n)
+        return np.maximum(1, np.round(rng.exponential(self.a, size=n))).astype(np.int64)
+
+    @property
+    def max(self) -> float:
+        return self.b if self.kind == "uniform" else (self.a * 10 if self.kind == "exp" else self.a)
+
+
+@dataclass(frozen=True)
+class Workload:
+    arrival_s: np.ndarray
+    input_len: np.ndarray
+    output_len: np.ndarray
+
+    @classmethod
+    def poisson(cls, rate: float, n: int, input_len: Lengths, output_len: Lengths, seed: int = 0) -> "Workload":
+        require(rate > 0, "rate", f"must be positive, got {rate}")
+        require(n >= 1, "requests", f"must be at least 1, got {n}")
+        rng = np.random.default_rng(seed)
+        arrivals = np.cumsum(rng.exponential(1 / rate, size=n))
+        return cls(arrivals, input_len.sample(rng, n), output_len.sample(rng, n))
+
+    @classmethod
+    def from_trace(cls, path: Path) -> "Workload":
+        """CSV with columns arrival_s, input_len, output_len (one request per row)."""
+        try:
+            with open(path, newline="") as f:
+                rows = list(csv.DictReader(f))
+            a = np.array([float(r["arrival_s"]) for r in rows])
+            i = np.array([int(r["input_len"]) for r in rows])
+            o = np.array([int(r["output_len"]) for r in rows])
+        except (OSError, KeyError, ValueError) as exc:
+            raise GpuplanError("trace", f"cannot read {path}: {exc}",
+                               "give a CSV with columns arrival_s,input_len,output_len") from None
+        require(len(a) > 0, "trace", f"{path} has no requests")
+        order = np.argsort(a, kind="stable")
+        return cls(a[order], i[order], o[order])
+
+
+@dataclass(frozen=True)
+class SimResult:
+    rate: float  # offered requests/s
+    requests: int
+    makespan_s: float
+    ttft_s: np.ndarray
+    e2e_s: np.ndarray
+    itl_s: np.ndarray  # distinct inter-token gaps ...
+    itl_weight: np.ndarray  # ... and how many tokens had each
+    output_tokens: int
+    preemptions: int
+    iterations: int
+
+    def percentiles(self) -> dict:
+        def pct(x, w=None):
+            if w is None:
+                return {f"p{q}": float(np.percentile(x, q)) for q in (50, 90, 99)} | {"mean": float(np.mean(x))}
+            order = np.argsort(x)
+            x, w = x[order], w[order]
+            cum = np.cumsum(w) / w.sum()
+            return {f"p{q}": float(x[min(len(x) - 1, np.searchsorted(cum, q / 100))]) for q in (50, 90, 99)} | \
+                {"mean": float((x * w).sum() / w.sum())}
+        return {"ttft_s": pct(self.ttft_s), "itl_s": pct(self.itl_s, self.itl_weight) if len(self.itl_s) else {},
+                "e2e_s": pct(self.e2e_s)}
+
+    def to_dict(self) -> dict:
+        return {"rate": self.rate, "requests": self.requests, "makespan_s": self.makespan_s,
+                "output_tokens_per_s": self.output_tokens / self.makespan_s if self.makespan_s else 0.0,
+                "requests_per_s": self.requests / self.makespan_s if self.makespan_s else 0.0,
+                "preemptions": self.preemptions, "iterations": self.iterations, **self.percentiles()}
+
+
+def simulate(d: Deployment, cfg: ServeConfig, w: Workload, rate: float = 0.0) -> SimResult:
+    """Run the requests of ``w`` through one replica until all finish.
+
+    State lives in numpy arrays over requests; the running set is an array of request ids in
+    admission order. Stretches where every running sequence decodes and nothing is waiting are
+    run as one step of k iterations (k up to the next arrival, the next finish or the free blocks),
+    each taking the iteration time at the stretch's middle context.
+    """
+    sm = step_model(d)
+    mem = serve_memory(d, cfg)
+    free = int(mem.kv_pool // mem.kv_block_bytes) if mem.kv_pool > 0 else 0
+    bs = cfg.block_size
+    n = len(w.arrival_s)
+    longest = int((w.input_len + w.output_len).max())
+    if math.ceil(longest / bs) > free:
+        raise GpuplanError("input_len", f"a {longest}-token request needs {math.ceil(longest / bs)} KV blocks; the pool "
+                                        f"has {free}", "use shorter requests, --kv fp8, or a larger --tp")
+    arrival, prompt, out = w.arrival_s, w.input_len.astype(np.int64), w.output_len.astype(np.int64)
+    computed = np.zeros(n, dtype=np.int64)  # tokens whose KV is in the cache
+    generated = np.zeros(n, dtype=np.int64)
+    target = prompt.copy()  # tokens to prefill (the prompt, plus generated tokens after a preemption)
+    blocks = np.zeros(n, dtype=np.int64)
+    first = np.full(n, np.nan)
+    last = np.full(n, np.nan)
+    finish = np.full(n, np.nan)
+    waiting: deque[int] = deque()
+    running = np.zeros(0, dtype=np.int64)
+    gaps: list[np.ndarray] = []
+    now, nxt, done, preemptions, iterations = 0.0, 0, 0, 0, 0
+    max_seqs = cfg.max_num_seqs or n
+    budget0 = cfg.max_batched_tokens
+    while done < n:
+        while nxt < n and arrival[nxt] <= now:
+            waiting.append(nxt)
+            nxt += 1
+        if not len(running) and not waiting:
+            now = float(arrival[nxt])
+            continue
+        # running sequences first, in admission order: decoders take one token, prefills a chunk
+        while True:
+            c, t, b = computed[running], target[running], blocks[running]
+            full = np.where(c >= t, 1, t - c)
+            before = np.cumsum(full) - full
+            take = np.clip(budget0 - before, 0, full)
+            want = np.maximum(0, -(-(c + take) // bs) - b)
+            if want.sum() <= free or len(running) <= 1:
+                break
+            v = int(running[-1])  # out of blocks: preempt the newest and recompute it later
+            running = running[:-1]
+            free += int(blocks[v])
+            blocks[v] = computed[v] = 0
+            target[v] = prompt[v] + generated[v]
+            waiting.appendleft(v)
+            preemptions += 1
+        free -= int(want.sum())
+        blocks[running] += want
+        decoding = c >= t
+        budget = budget0 - int(take.sum())
+        # then waiting requests, first come first served, while budget, seats and blocks allow
+        admitted, adm_take = [], []
+        while waiting and budget > 0 and len(running) + len(admitted) < max_seqs:
+            r = waiting[0]
+            need = min(int(target[r] - computed[r]), budget)
+            blk = -(-(int(computed[r]) + need) // bs) - int(blocks[r])
+            if blk > free:
+                break
+            waiting.popleft()
+            free -= blk
+            blocks[r] += blk
+            admitted.append(r)
+            adm_take.append(need)
+            budget -= need
+        if admitted:
+            running = np.concatenate([running, np.array(admitted, dtype=np.int64)])
+            take = np.concatenate([take, np.array(adm_take, dtype=np.int64)])
+            decoding = np.concatenate([decoding, np.zeros(len(admitted), dtype=bool)])
+        sel = take > 0
+        ids, tk, dec = running[sel], take[sel], decoding[sel]
+        pre = ~dec
+        n_dec = int(dec.sum())
+        dec_ctx = float((computed[ids[dec]] + 1).mean()) if n_dec else 0.0
+        pre_tok = int(tk[pre].sum())
+        pre_done = int(((computed[ids[pre]] + tk[pre]) >= target[ids[pre]]).sum())
+        pre_ctx = float(((computed[ids[pre]] + tk[pre] / 2) * tk[pre]).sum() / pre_tok) if pre_tok else 0.0
+
+        steps = 1
+        if pre_tok == 0 and not waiting:
+            # a pure decode stretch: run k iterations at once
+            left = int((out[ids] - generated[ids]).min())
+            it = sm.iteration(decode=n_dec, decode_context=dec_ctx)
+            horizon = (arrival[nxt] - now) / it.seconds if nxt < n else math.inf
+            steps = max(1, left if horizon > left else int(horizon))
+            if steps > 1:  # blocks for the whole stretch
+                extra = np.maximum(0, -(-(computed[ids] + steps) // bs) - blocks[ids])
+                while steps > 1 and extra.sum() > free:
+                    steps //= 2
+                    extra = np.maximum(0, -(-(computed[ids] + steps) // bs) - blocks[ids])
+                if steps > 1:
+                    free -= int(extra.sum())
+                    blocks[ids] += extra
+                    tk = np.full(len(ids), steps, dtype=np.int64)
+            it = sm.iteration(decode=n_dec, decode_context=dec_ctx + (steps - 1) / 2)
+        else:
+            it = sm.iteration(decode=n_dec, prefill=pre_tok, decode_context=dec_ctx, prefill_context=pre_ctx,
+                              prefill_seqs=pre_done)
+        dt = it.seconds
+        now += steps * dt
+        iterations += steps
+        computed[ids] += tk
+        emits = dec | (computed[ids] >= target[ids])  # decoders, and prompts whose last chunk ran
+        e = ids[emits]
+        fresh = generated[e] == 0
+        first[e[fresh]] = now - (steps - 1) * dt
+        old = e[~fresh]
+        if len(old):
+            gaps.append(now - (steps - 1) * dt - last[old])  # the first token of this step
+            if steps > 1:
+                gaps.append(np.full(len(old) * (steps - 1), dt))
+        if steps > 1 and fresh.any():
+            gaps.append(np.full(int(fresh.sum()) * (steps - 1), dt))
+        generated[e] += steps
+        last[e] = now
+        fin = generated[running] >= out[running]
+        if fin.any():
+            gone = running[fin]
+            free += int(blocks[gone].sum())
+            blocks[gone] = 0
+            finish[gone] = now
+            done += len(gone)
+            running = running[~fin]
+    itl = np.concatenate(gaps) if gaps else np.zeros(0)
+    return SimResult(rate=rate, requests=n, makespan_s=float(np.nanmax(finish) - arrival[0]), ttft_s=first - arrival,
+                     e2e_s=finish - arrival, itl_s=itl, itl_weight=np.ones(len(itl)),
+                     output_tokens=int(out.sum()), preemptions=preemptions, iterations=iterations)
+
+
+def meets(result: SimResult, ttft_slo_s: float | None, itl_slo_s: float | None) -> bool:
+    p = result.percentiles()
+    return ((ttft_slo_s is None or p["ttft_s"]["p99"] <= ttft_slo_s)
+            and (itl_slo_s is None or not p["itl_s"] or p["itl_s"]["p99"] <= itl_slo_s))
+
+
+def max_rate(d: Deployment, cfg: ServeConfig, n: int, input_len: Lengths, output_len: Lengths, seed: int,
+             ttft_slo_s: float | None, itl_slo_s: float | None, steps: int = 10) -> tuple[float, SimResult | None]:
+    """The highest Poisson rate whose p99 TTFT and ITL meet the SLO (bisection on a log scale)."""
+    def run(rate: float) -> SimResult:
+        return simulate(d, cfg, Workload.poisson(rate, n, input_len, output_len, seed), rate)
+
+    lo, hi = 0.0, 1.0
+    best = None
+    while True:  # grow until the SLO breaks
+        r = run(hi)
+        if not meets(r, ttft_slo_s, itl_slo_s):
+            break
+        lo, best, hi = hi, r, hi * 2
+        if hi > 1e6:
+            return lo, best
+    for _ in range(steps):
+        mid = (lo + hi) / 2 if lo == 0 else math.sqrt(lo * hi)
+        r = run(mid)
+        if meets(r, ttft_slo_s, itl_slo_s):
+            lo, best = mid, r
+        else:
+            hi = mid
+    return lo, best

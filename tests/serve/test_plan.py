@@ -1,0 +1,83 @@
+"""The serve estimate: published runs, concurrency limits, costs, and what it says when it cannot fit."""
+
+import pytest
+
+from gpuplan import catalog
+from gpuplan.errors import GpuplanError
+from gpuplan.serve.memory import ServeConfig
+from gpuplan.serve.plan import ServeRequest, estimate_serving, to_dict
+from gpuplan.serve.validate import summary, validate_serving
+
+H100 = catalog.gpu("h100-sxm")
+
+
+def test_published_serving_runs_are_predicted_within_15_percent_median():
+    checks = validate_serving()
+    s = summary(checks)
+    assert s["rows"] == 16
+    assert s["median_abs_error"] <= 0.15
+    assert s["max_abs_error"] <= 0.30
+
+
+def test_max_throughput_fills_memory_and_beats_a_single_sequence():
+    m = catalog.model("llama-3.1-8b")
+    one = estimate_serving(ServeRequest(m, H100, weights="fp8", kv="fp8", input_len=1000, output_len=1000))
+    full = estimate_serving(ServeRequest(m, H100, weights="fp8", kv="fp8", input_len=1000, output_len=1000,
+                                         max_throughput=True))
+    assert full.point.concurrency == full.max_concurrency > 100
+    assert full.point.output_tokens_per_s > 50 * one.point.output_tokens_per_s
+    assert full.kv_needed <= full.memory.kv_pool
+
+
+def test_costs_split_the_gpu_hour_between_input_and_output_tokens():
+    m = catalog.model("llama-3.1-8b")
+    e = estimate_serving(ServeRequest(m, H100, input_len=2048, output_len=256, concurrency=64, price_per_gpu_hour=3.0))
+    per_s = 3.0 / 3600  # dollars per second of the one GPU
+    spent = (e.cost_per_million_input_tokens * e.point.input_tokens_per_s
+             + e.cost_per_million_output_tokens * e.point.output_tokens_per_s) / 1e6
+    assert spent == pytest.approx(per_s)
+
+
+def test_too_many_sequences_name_the_concurrency_that_fits():
+    m = catalog.model("llama-2-7b")  # MHA: 512 KiB of KV per token in fp16
+    with pytest.raises(GpuplanError) as e:
+        estimate_serving(ServeRequest(m, catalog.gpu("a10g"), weights="fp16", kv="fp16", input_len=4000,
+                                      output_len=96, concurrency=64))
+    assert e.value.field == "concurrency" and "--concurrency" in str(e.value)
+
+
+def test_a_model_that_cannot_fit_names_the_smallest_tp():
+    with pytest.raises(GpuplanError) as e:
+        estimate_serving(ServeRequest(catalog.model("llama-3.1-70b"), H100, weights="bf16"))
+    assert "--tp 2" in str(e.value)
+
+
+def test_a_context_beyond_the_model_maximum_is_refused():
+    with pytest.raises(GpuplanError) as e:
+        estimate_serving(ServeRequest(catalog.model("llama-2-7b"), H100, input_len=4000, output_len=200))
+    assert e.value.field == "input_len" and "4096" in str(e.value)
+
+
+def test_paging_wastes_less_than_a_block_where_contiguous_reserves_the_maximum():
+    m = catalog.model("llama-3.1-8b")
+    doc = to_dict(estimate_serving(ServeRequest(m, H100, input_len=1000, output_len=10, concurrency=8,
+                                                config=ServeConfig(block_size=16))))
+    p = doc["paging"]
+    assert p["paged_bytes_per_sequence"] - doc["kv_bytes_per_sequence_per_gpu"] < 16 * doc["kv_bytes_per_token_per_gpu"]
+    assert p["contiguous_waste_fraction"] > 0.99  # 1010 of 131072 tokens used
+    assert p["contiguous_max_concurrency"] < doc["max_concurrency"]
+
+
+def test_prefix_cache_hits_shorten_time_to_first_token():
+    m = catalog.model("llama-3.1-8b")
+    cold = estimate_serving(ServeRequest(m, H100, input_len=8000, output_len=100))
+    warm = estimate_serving(ServeRequest(m, H100, input_len=8000, output_len=100, prefix_hit_rate=0.75))
+    assert warm.point.ttft_s < 0.4 * cold.point.ttft_s
+
+
+def test_gpus_needed_meet_the_latency_target():
+    m = catalog.model("llama-3.1-8b")
+    e = estimate_serving(ServeRequest(m, H100, weights="fp8", kv="fp8", input_len=1000, output_len=200,
+                                      target_tokens_per_s=100_000, tpot_slo_s=0.03))
+    best = max((p for p in e.curve if p.tpot_s <= 0.03), key=lambda p: p.output_tokens_per_s)
+    assert e.gpus_needed == -(-100_000 // best.output_tokens_per_s)

@@ -1,0 +1,56 @@
+"""Serving simulation: reproducible, conserves requests, agrees with the steady-state model."""
+
+import numpy as np
+import pytest
+
+from gpuplan import catalog
+from gpuplan.serve.formats import kv_format, weight_format
+from gpuplan.serve.memory import ServeConfig
+from gpuplan.serve.plan import steady_state
+from gpuplan.serve.sim import Lengths, Workload, max_rate, simulate
+from gpuplan.serve.timing import Deployment, step_model
+
+G = catalog.gpu("h100-sxm")
+D = Deployment(catalog.model("llama-3.1-8b"), G, weight_format("fp8", G), kv_format("fp8"))
+CFG = ServeConfig(max_num_seqs=256)
+
+
+def _run(rate, n=300, i="1024", o="128", seed=0, cfg=CFG, d=D):
+    return simulate(d, cfg, Workload.poisson(rate, n, Lengths.parse(i, "i"), Lengths.parse(o, "o"), seed), rate)
+
+
+def test_the_same_seed_gives_the_same_run_and_another_seed_another():
+    a, b, c = _run(5, i="256-2048", o="exp:128"), _run(5, i="256-2048", o="exp:128"), _run(5, i="256-2048", o="exp:128", seed=1)
+    assert a.to_dict() == b.to_dict()
+    assert a.to_dict() != c.to_dict()
+
+
+def test_every_request_finishes_after_it_arrives_and_first_tokens_come_first():
+    r = _run(20, i="64-4096", o="exp:200")
+    assert np.isfinite(r.e2e_s).all() and (r.ttft_s > 0).all() and (r.e2e_s >= r.ttft_s).all()
+
+
+def test_at_low_load_ttft_is_the_prefill_and_itl_the_decode_step():
+    r = _run(0.2, n=50).percentiles()
+    p = steady_state(step_model(D), CFG, 1, 1024, 128)
+    assert r["ttft_s"]["p50"] == pytest.approx(p.ttft_s, rel=0.02)
+    assert r["itl_s"]["p50"] == pytest.approx(p.tpot_s, rel=0.02)
+
+
+def test_saturated_throughput_agrees_with_the_steady_state_model():
+    r = _run(1000, n=2000)
+    p = steady_state(step_model(D), CFG, 256, 1024, 128)
+    assert r.output_tokens / r.makespan_s == pytest.approx(p.output_tokens_per_s, rel=0.10)
+
+
+def test_a_small_kv_pool_preempts_and_still_finishes_everything():
+    d = Deployment(catalog.model("llama-3.1-8b"), catalog.gpu("l4"), weight_format("fp8", catalog.gpu("l4")),
+                   kv_format("fp8"))
+    r = _run(50, n=200, i="512", o="1024", d=d, cfg=ServeConfig(max_num_seqs=None))
+    assert r.preemptions > 0 and np.isfinite(r.e2e_s).all()
+
+
+def test_the_highest_rate_meeting_an_slo_meets_it_and_twice_that_does_not():
+    rate, at = max_rate(D, CFG, 200, Lengths.parse("1024", "i"), Lengths.parse("128", "o"), 0, 0.5, None, steps=6)
+    assert at.percentiles()["ttft_s"]["p99"] <= 0.5
+    assert _run(2 * rate, n=200).percentiles()["ttft_s"]["p99"] > 0.5

@@ -1,0 +1,59 @@
+"""Iteration times: bandwidth-bound decode, the unpacking tax, MoE expert reads, tensor parallelism."""
+
+import numpy as np
+import pytest
+
+from gpuplan import catalog
+from gpuplan.serve.formats import kv_format, weight_format
+from gpuplan.serve.timing import Deployment, StepModel
+from gpuplan.serve.weights import weight_bytes_per_gpu
+
+
+def _model(name="llama-3.1-8b", gpu="h100-sxm", weights="bf16", tp=1) -> StepModel:
+    g = catalog.gpu(gpu)
+    return StepModel(Deployment(catalog.model(name), g, weight_format(weights, g), kv_format("bf16"), tp))
+
+
+def test_batch_one_decode_is_reading_the_weights_once():
+    sm = _model()
+    d = sm.d
+    stream = weight_bytes_per_gpu(d.model, d.weights) / (d.gpu.hbm_bytes_per_s * d.gpu.efficiency.hbm)
+    t = sm.decode_step(1, 128).seconds
+    assert stream < t < 1.25 * stream  # launch gaps and the KV read are the rest
+
+
+def test_decode_time_barely_grows_with_batch_until_the_ridge_then_linearly():
+    sm = _model()
+    t1, t8 = sm.decode_step(1, 1).seconds, sm.decode_step(8, 1).seconds
+    assert t8 < 1.1 * t1
+    t2k, t4k = sm.decode_step(2048, 1).seconds, sm.decode_step(4096, 1).seconds
+    assert t4k / t2k == pytest.approx(2, rel=0.15)
+
+
+def test_int4_beats_fp16_at_small_batch_and_loses_once_compute_bound():
+    awq, fp16 = _model(weights="int4-awq"), _model(weights="fp16")
+    assert awq.decode_step(1, 128).seconds < 0.6 * fp16.decode_step(1, 128).seconds
+    big = awq.decode_step(1024, 128)
+    assert big.seconds > fp16.decode_step(1024, 128).seconds
+    assert big.parts["unpack"] > 0
+
+
+def test_moe_decode_reads_only_the_experts_its_tokens_touch():
+    # oracle: route random tokens to k of E experts and count the distinct experts hit
+    sm = _model("mixtral-8x7b")
+    m = sm.d.model
+    rng = np.random.default_rng(0)
+    for tokens in (1, 2, 4, 16):
+        hits = [len(set(np.concatenate([rng.choice(m.num_experts, m.experts_per_token, replace=False)
+                                        for _ in range(tokens)]))) for _ in range(4000)]
+        expected = m.num_experts * (1 - (1 - m.experts_per_token / m.num_experts) ** tokens)
+        assert np.mean(hits) == pytest.approx(expected, rel=0.03)
+    one, many = sm.decode_step(1, 128).seconds, sm.decode_step(64, 128).seconds
+    assert many > 2 * one  # batch 1 reads 2 of 8 experts, batch 64 all of them
+
+
+def test_tensor_parallel_decode_is_faster_but_pays_all_reduces():
+    one, two = _model("llama-3.1-70b", weights="fp8"), _model("llama-3.1-70b", weights="fp8", tp=2)
+    t1, t2 = one.decode_step(1, 1024), two.decode_step(1, 1024)
+    assert t2.seconds < 0.65 * t1.seconds
+    assert t2.parts["communication"] > 0 == t1.parts["communication"]
