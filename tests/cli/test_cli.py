@@ -261,3 +261,14 @@ def test_bad_serving_input_is_one_line_naming_the_field(args, field, capsys):
     code, _, err = run(args, capsys)
     assert code == 2
     assert err.startswith(f"error: {field}:") and err.count("\n") == 1
+
+
+def test_serve_sim_replays_a_trace(tmp_path, capsys):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrival_s,input_len,output_len\n0.0,512,32\n0.05,1024,16\n0.5,128,64\n")
+    code, out, _ = run(["serve-sim", "llama-3.1-8b", "--trace", str(trace), "--json"], capsys)
+    assert code == 0
+    run_ = json.loads(out)["runs"][0]
+    assert run_["requests"] == 3 and run_["ttft_s"]["p50"] > 0
+    code, _, err = run(["serve-sim", "llama-3.1-8b", "--trace", str(tmp_path / "missing.csv")], capsys)
+    assert code == 2 and err.startswith("error: trace:")

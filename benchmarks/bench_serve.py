@@ -1,0 +1,69 @@
+"""Speed targets of the inference planner: one `serve` estimate under 10 ms, and a `serve-sim` of
+10,000 requests under 5 s. The estimate is timed cold (new deployment: nothing cached for its
+shapes, the way one CLI call runs) after the catalog is read; the simulation in a fresh process.
+
+Run: .venv/bin/python benchmarks/bench_serve.py   (exits 1 if a target is missed)
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+ESTIMATE_TARGET_S = 10e-3
+SIM_TARGET_S = 5.0
+
+CHILD_ESTIMATE = """
+import json, sys, time
+from gpuplan import catalog
+from gpuplan.serve.plan import ServeRequest, estimate_serving
+m, g = catalog.model(sys.argv[1]), catalog.gpu("h100-sxm")
+req = ServeRequest(m, g, tp=int(sys.argv[2]), weights="fp8", kv="fp8", input_len=2048, output_len=256,
+                   max_throughput=True, price_per_gpu_hour=3.0)
+t0 = time.perf_counter()
+estimate_serving(req)
+print(json.dumps({"s": time.perf_counter() - t0}))
+"""
+
+CHILD_SIM = """
+import json, time
+from gpuplan import catalog
+from gpuplan.serve.formats import kv_format, weight_format
+from gpuplan.serve.memory import ServeConfig
+from gpuplan.serve.sim import Lengths, Workload, simulate
+from gpuplan.serve.timing import Deployment
+g = catalog.gpu("h100-sxm")
+d = Deployment(catalog.model("llama-3.1-8b"), g, weight_format("bf16", g), kv_format("bf16"))
+best = {}
+for rate in (5.0, 40.0):  # below and above saturation
+    w = Workload.poisson(rate, 10_000, Lengths.parse("512-2048", "i"), Lengths.parse("exp:256", "o"), 0)
+    t0 = time.perf_counter()
+    r = simulate(d, ServeConfig(max_num_seqs=256), w, rate)
+    best[rate] = {"s": time.perf_counter() - t0, "iterations": r.iterations}
+print(json.dumps(best))
+"""
+
+
+def main() -> int:
+    ok = True
+    for model, tp in (("llama-3.1-8b", 1), ("llama-3.1-70b", 4), ("mixtral-8x7b", 2)):
+        runs = [json.loads(subprocess.run([sys.executable, "-c", CHILD_ESTIMATE, model, str(tp)], check=True,
+                                          capture_output=True, text=True).stdout)["s"] for _ in range(3)]
+        best = min(runs)
+        ok &= best <= ESTIMATE_TARGET_S
+        print(f"serve estimate {model} tp={tp} (max-throughput, curve included): {best * 1e3:.2f} ms "
+              f"(target {ESTIMATE_TARGET_S * 1e3:.0f} ms) {'ok' if best <= ESTIMATE_TARGET_S else 'MISSED'}")
+    t0 = time.perf_counter()
+    sims = json.loads(subprocess.run([sys.executable, "-c", CHILD_SIM], check=True, capture_output=True,
+                                     text=True).stdout)
+    for rate, r in sims.items():
+        ok &= r["s"] <= SIM_TARGET_S
+        print(f"serve-sim 10,000 requests at {float(rate):g} req/s: {r['s']:.2f} s, {r['iterations']:,} iterations "
+              f"(target {SIM_TARGET_S:g} s) {'ok' if r['s'] <= SIM_TARGET_S else 'MISSED'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
