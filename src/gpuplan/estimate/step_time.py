@@ -4,12 +4,11 @@ For each pipeline stage and one micro-batch: forward F, backward-for-inputs B an
 backward-for-weights W (compute.py), plus the communication each dimension puts on that path
 (comm.py) minus what overlap hides. The pipeline then runs m micro-batches:
 
-* 1F1B and interleaved 1F1B (Narayanan et al. 2021, section 2.2): m x t_max + (sum_s t_s - t_max)/v,
-  which for equal stages is (m + (p-1)/v) t: the bubble fraction (p-1)/(v m);
-* ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism"): bubble (p-1)(F + B - 2W);
-* DualPipe (DeepSeek-V3 report, Table 2): bubble (p/2 - 1)(F&B + B - 3W), with the expert
-  all-to-all hidden under the paired forward/backward chunk.
-(B here is the whole backward, as in that table.) Data-parallel gradient reduction overlaps the
+m x t_max plus the bubble of the schedule, simulated on the stages' F, B and W times
+(pipeline/bubble.py): for equal stages this is 1F1B's and interleaved 1F1B's (p-1)/v x t
+(Narayanan et al. 2021), ZB-H1's (p-1)(F + B - 2W) (Qi et al. 2023) and DualPipe's
+(p/2 - 1)(F&B + B - 3W) (DeepSeek-V3 report, Table 2; B the whole backward there), with the
+expert all-to-all hidden under DualPipe's paired forward/backward chunks. Data-parallel gradient reduction overlaps the
 last micro-batch's backward in buckets (PyTorch DDP, Li et al. 2020; Megatron-LM's
 overlap_grad_reduce); what does not fit is exposed, as is at least the last bucket. The optimizer
 step is memory-bound on each GPU's shard.
@@ -26,6 +25,8 @@ from gpuplan.estimate.compute import LayerShape, OpTimes, embedding_times, head_
 from gpuplan.estimate.flops import training_flops
 from gpuplan.estimate.memory import _per_gpu, layers_per_stage, optimizer_bytes_per_param, stage_params
 from gpuplan.estimate.params import layer_tensors
+from gpuplan.errors import GpuplanError
+from gpuplan.pipeline.bubble import pipeline_bubble
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
@@ -220,16 +221,15 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
     totals = [s.total for s in stages]
     crit = max(range(len(stages)), key=lambda i: totals[i])
     sc, t_max = stages[crit], totals[crit]
-    F, W = sc.fwd + sc.comm.get("tp", 0.0) / 2, sc.bwd_weight
-    B = t_max - F  # the whole backward, recompute and its communication included
-    if p == 1:
-        bubble = 0.0
-    elif plan.schedule == "zb":
-        bubble = (p - 1) * max(0.0, F + B - 2 * W)
-    elif dualpipe:
-        bubble = (p / 2 - 1) * max(0.0, (F + B) + B - 3 * W)
-    else:
-        bubble = (sum(totals) - t_max) / v
+    # per rank: forward (with half the exposed per-layer communication), input-gradient backward
+    # (recompute and the other half included) and weight-gradient backward, for the simulation
+    fwd = [st.fwd + sum(st.comm.values()) / 2 for st in stages]
+    wgt = [st.bwd_weight for st in stages]
+    inp = [tot - f_ - w_ for tot, f_, w_ in zip(totals, fwd, wgt)]
+    if dualpipe and (mb < 2 * p or mb % 2):
+        raise GpuplanError("global_batch", f"DualPipe needs an even number of micro-batches per step, at least "
+                                           f"2 x pp = {2 * p}, got {mb}", "raise --global-batch or lower --micro-batch")
+    bubble = pipeline_bubble(plan.schedule, v, mb, fwd, inp, wgt)
     # a private copy: stage results are cached and shared between plans
     crit_comm = {d: CommLine(c.bytes_per_gpu, c.time, c.exposed, dict(c.collectives)) for d, c in stage_comm[crit].items()}
 
@@ -255,7 +255,7 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
     dp_exposed = 0.0
     if plan.zero < 3:
         kind = "reduce-scatter" if plan.zero >= 1 else "all-reduce"
-        window = B
+        window = t_max - fwd[crit]  # the last micro-batch's whole backward
         for size_params, group in ((dense, groups["dp_cp"]), (expert, _expert_dp_group(groups["dp_cp"], plan))):
             if not size_params or group.size <= 1:
                 continue
@@ -269,7 +269,7 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
             if plan.zero >= 1:
                 wb = size_params * cfg.weight_bytes
                 t_ag = collective_time("all-gather", wb, group, gpu)
-                e = t_ag if not cfg.overlap_param_gather else max(0.0, t_ag - F)
+                e = t_ag if not cfg.overlap_param_gather else max(0.0, t_ag - fwd[crit])
                 crit_comm["dp"].add("all-gather", wb, group, gpu, 1, exposed=e)
                 dp_exposed += e
     sharded = plan.zero >= 1

@@ -7,7 +7,8 @@ micro-batch size, ZeRO stage and recompute mode, giving arrays of shape (layouts
 order; tests/search/test_grid.py checks they agree to 1e-9 on every plan of several searches), so
 the search can reject the tens of thousands of plans that do not fit without a Python call each.
 ``compute_bound`` is a lower bound of ``estimate.step_time.step_time``: the critical stage's
-kernels over all micro-batches plus, for 1F1B, the bubble the other stages' kernels alone cause
+kernels over all micro-batches plus, for 1F1B, the bubble the other stages' kernels alone cause,
+or any stage's kernels plus the time before the first micro-batch's forward can reach it
 (communication, the optimizer and the rest only add). The search times plans in order of this
 bound and stops once the bound passes the plans it already has (branch and bound), so it times a
 few hundred plans instead of thousands and still returns exactly the best ones.
@@ -158,6 +159,7 @@ class Grid:
         n_s, n_r = len(self.shape_keys), len(self.rec)
         dense_t = np.zeros((n_s, len(self.mbs), n_r))
         moe_t, ends_first, ends_last = np.zeros_like(dense_t), np.zeros_like(dense_t), np.zeros_like(dense_t)
+        fwd_min = np.full((n_s, len(self.mbs)), np.inf)  # the cheapest layer's forward
         for i, (tp, cp, ep) in enumerate(self.shape_keys):
             plan = ParallelPlan(dp=ep, tp=tp, cp=cp, ep=ep)
             for j in range(len(self.mbs)):
@@ -167,6 +169,7 @@ class Grid:
                         if moe and not m.is_moe:
                             continue
                         o = layer_times(m, gpu, shape, moe)
+                        fwd_min[i, j] = min(fwd_min[i, j], o.fwd)
                         redo = o.fwd if rec == "full" else o.attn_core if rec == "selective" else 0.0
                         out[i, j, k] = o.fwd + o.bwd + redo
                     e, h = embedding_times(m, gpu, shape), head_times(m, gpu, shape)
@@ -184,4 +187,14 @@ class Grid:
         vp = np.array([lo.vp for lo in self.layouts])[:, None, None]
         one_f = np.array([lo.schedule == "1f1b" for lo in self.layouts])[:, None, None]
         bubble = np.where(one_f & (pp > 1), np.maximum(0.0, whole - worst) / vp, 0.0)
-        return mb[:, :, None] * worst + bubble
+        flat = mb[:, :, None] * worst + bubble
+        # a rank cannot start before the first micro-batch's forward reached it: r chunks of at
+        # least floor(L/p)/v layers each (DualPipe: from the nearer end). 5% margin for the
+        # simulation's 1% cost rounding.
+        r_p, r_v = self.col["pp"][:, None], self.col["vp"][:, None]
+        dual = self.dualpipe[:, None]
+        hops = np.where(dual, np.minimum(self.stage, self.col["pp"] - 1 - self.stage)[:, None], self.stage[:, None])
+        delay = 0.95 * hops * (m.num_layers // r_p) / r_v * fwd_min[key]  # (rows, M)
+        rows = self.row_layout
+        row_bound = mb[rows][:, :, None] * stage + delay[:, :, None]
+        return np.maximum(flat, np.maximum.reduceat(row_bound, self.starts, axis=0))

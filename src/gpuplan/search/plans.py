@@ -146,11 +146,11 @@ def _feasible(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, micro
     vp = np.array([lo.vp for lo in layouts])[:, None]
     dualpipe = np.array([lo.schedule == "dualpipe" for lo in layouts])[:, None]
     interleave_bad = divides & (vp > 1) & (mb % pp != 0)
-    dualpipe_bad = divides & ~interleave_bad & dualpipe & (mb < pp)
+    dualpipe_bad = divides & ~interleave_bad & dualpipe & ((mb < 2 * pp) | (mb % 2 != 0))
     n_var = n_zero * n_rec
     rejected["global batch not divisible by dp x micro-batch"] += int((~divides).sum()) * n_var
     rejected["interleaving needs micro-batches divisible by pp"] += int(interleave_bad.sum()) * n_var
-    rejected["DualPipe needs at least pp micro-batches"] += int(dualpipe_bad.sum()) * n_var
+    rejected["DualPipe needs an even number of micro-batches, at least 2 x pp"] += int(dualpipe_bad.sum()) * n_var
     valid = divides & ~interleave_bad & ~dualpipe_bad
     peak = grid.peak_memory(np.where(valid, mb, 1))
     fits = (peak <= gpu.memory_bytes) & valid[:, :, None, None]

@@ -1,0 +1,72 @@
+"""A pipeline timeline as Chrome trace JSON (Perfetto, chrome://tracing) and as a PNG diagram.
+
+Trace Event Format (Google, "Trace Event Format" document): complete events ``ph: "X"`` with
+``ts``/``dur`` in microseconds, one process per rank, thread 0 for compute and thread 1 for
+communication, flow events (``ph: "s"``/``"f"``) from each send to the receive that uses it, and
+``process_name``/``thread_name`` metadata.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gpuplan.pipeline.simulate import Timeline
+
+COLORS = {"F": "#4c9be8", "B": "#2ca02c", "W": "#8c6bb1", "BW": "#17a673", "FB": "#f28e2b"}
+
+
+def chrome_trace(t: Timeline, unit_s: float = 1e-3) -> dict:
+    """``unit_s``: seconds per unit of the timeline's costs (1 ms when costs are unitless)."""
+    us = unit_s * 1e6
+    events = []
+    for r in range(t.schedule.ranks):
+        events.append({"ph": "M", "name": "process_name", "pid": r, "args": {"name": f"rank {r}"}})
+        events.append({"ph": "M", "name": "process_sort_index", "pid": r, "args": {"sort_index": r}})
+        events.append({"ph": "M", "name": "thread_name", "pid": r, "tid": 0, "args": {"name": "compute"}})
+        events.append({"ph": "M", "name": "thread_name", "pid": r, "tid": 1, "args": {"name": "communication"}})
+    for e in t.events:
+        label = " + ".join(op.label() for op in e.action.ops)
+        events.append({"ph": "X", "name": label, "cat": e.action.kind, "pid": e.rank, "tid": 0, "ts": e.start * us,
+                       "dur": (e.end - e.start) * us,
+                       "args": {"ops": [dict(kind=o.kind, microbatch=o.mb, stage=o.stage, stream=o.stream)
+                                        for o in e.action.ops]}})
+    for i, x in enumerate(t.transfers):
+        events.append({"ph": "X", "name": f"send {x.label}", "cat": "p2p", "pid": x.src, "tid": 1, "ts": x.start * us,
+                       "dur": max(x.end - x.start, 0.0) * us, "args": {"to": x.dst}})
+        events.append({"ph": "s", "name": "p2p", "cat": "p2p", "id": i, "pid": x.src, "tid": 1, "ts": x.start * us})
+        events.append({"ph": "f", "bp": "e", "name": "p2p", "cat": "p2p", "id": i, "pid": x.dst, "tid": 0,
+                       "ts": x.end * us})
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"schedule": t.schedule.name, "makespan": t.makespan_s, "bubble_fraction": t.bubble_fraction}}
+
+
+def write_trace(t: Timeline, path: Path, unit_s: float = 1e-3) -> None:
+    Path(path).write_text(json.dumps(chrome_trace(t, unit_s)))
+
+
+def write_plot(t: Timeline, path: Path) -> None:
+    """The usual pipeline diagram: one row per rank, one box per action, micro-batch numbers inside."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    p = t.schedule.ranks
+    fig, ax = plt.subplots(figsize=(max(8.0, min(40.0, len(t.events) / p * 0.35)), 0.5 * p + 1.2))
+    for e in t.events:
+        ax.broken_barh([(e.start, e.end - e.start)], (p - 1 - e.rank + 0.05, 0.9), facecolors=COLORS[e.action.kind],
+                       edgecolors="white", linewidth=0.5)
+        label = "/".join(str(o.mb) for o in e.action.ops)
+        ax.text((e.start + e.end) / 2, p - 1 - e.rank + 0.5, label, ha="center", va="center", fontsize=6, color="white")
+    ax.set_yticks([p - 1 - r + 0.5 for r in range(p)], [f"rank {r}" for r in range(p)])
+    ax.set_xlim(0, t.makespan_s)
+    ax.set_xlabel("time")
+    ax.set_title(f"{t.schedule.name}: {p} ranks, {t.schedule.microbatches} micro-batches, "
+                 f"bubble {t.bubble_fraction:.1%}")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
+    ax.legend(handles, ["F", "B (input)", "W (weight)", "full backward", "F&B overlapped"], loc="upper center",
+              bbox_to_anchor=(0.5, -0.35), ncol=5, fontsize=7, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

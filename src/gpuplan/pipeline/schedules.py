@@ -1,0 +1,350 @@
+"""Pipeline schedules as per-rank action lists.
+
+An action is a forward (F), an input-gradient backward (B), a weight-gradient backward (W), a
+full backward (BW = B then W, as 1F1B runs it), or an overlapped pair (FB: one chunk's forward
+and another's backward run together, DualPipe's communication-hiding unit). Every action names a
+micro-batch and a *virtual stage* of a *stream*: a stream is one pipeline the micro-batch flows
+through (DualPipe has two, in opposite directions), a virtual stage one model chunk; ``rank_of``
+says which rank holds each stage.
+
+Definitions followed:
+
+* GPipe (Huang et al. 2019): all forwards, then all backwards.
+* 1F1B (PipeDream-Flush; Narayanan et al. 2021, section 2.2): rank i runs p - 1 - i forwards,
+  then alternates one forward and one backward, then drains the backwards (Megatron-LM's
+  ``forward_backward_pipelining_without_interleaving``).
+* Interleaved 1F1B (Narayanan et al. 2021, section 2.2.2): v chunks per rank (stage c x p + i on
+  rank i), micro-batches in groups of p per chunk, (p - i - 1) x 2 + (v - 1) x p warm-up
+  forwards (Megatron-LM's ``forward_backward_pipelining_with_interleaving``); needs m % p == 0.
+* ZB-H1 and ZB-H2 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", section 3): backward split
+  into B and W; in the steady state rank i runs (F_x, B_{x-d}, W_{x-e}) with d = p - 1 - i,
+  e = p - 1 (H1: 1F1B's memory) or d = 2(p - 1 - i), e = 2(p - 1) (H2: about twice the memory,
+  no bubble), warm-up and cool-down being the same triples with the out-of-range parts left out.
+* ZB-V (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory"): a V-shaped placement of
+  2p chunks (chunk c < p on rank c, chunk c >= p on rank 2p - 1 - c), built here by the greedy
+  rule of the zero-bubble paper's heuristic scheduler, on the actual costs: run a ready B first,
+  else a forward while fewer than p micro-batches' activations are held (1F1B's memory), else a
+  pending W.
+* DualPipe (DeepSeek-V3 report, section 3.2.1, and the reference implementation
+  deepseek-ai/DualPipe): two streams fed from both ends, each rank holding stage i of one and stage
+  p - 1 - i of the other; eight steps (nF0, nF0F1, nB1W1F1, nF0B1F1B0 with overlapped pairs,
+  nB1F1B0, nB1B0, nWB0, nW). DualPipeV ("cut-in-half" DualPipe, Qi et al. 2025): one stream in a
+  V over 2p chunks, the same eight steps on p ranks. DualPipe needs an even number of ranks and
+  m >= 2p micro-batches (m even); DualPipeV needs m >= 2p.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuplan.errors import GpuplanError, require
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev")
+
+
+@dataclass(frozen=True)
+class Op:
+    """One unit of work of one micro-batch on one virtual stage."""
+    kind: str  # F, B, W, BW
+    mb: int
+    stage: int
+    stream: int = 0
+
+    @property
+    def key(self) -> tuple:
+        return self.kind, self.stream, self.stage, self.mb
+
+    def label(self) -> str:
+        return f"{self.kind}{self.mb}" + (f"/{self.stream}" if self.stream else "")
+
+
+@dataclass(frozen=True)
+class Action:
+    """What a rank runs next: one op, or two overlapped (F of one chunk with a backward of another)."""
+    ops: tuple[Op, ...]
+
+    @property
+    def kind(self) -> str:
+        return "FB" if len(self.ops) > 1 else self.ops[0].kind
+
+
+@dataclass(frozen=True)
+class Schedule:
+    name: str
+    ranks: int
+    microbatches: int  # of the whole step (DualPipe: half per stream)
+    stages: int  # virtual stages per stream
+    streams: int
+    rank_of: tuple[tuple[int, ...], ...]  # [stream][stage] -> rank
+    actions: tuple[tuple[Action, ...], ...]  # per rank, in order
+    chunk_fraction: float  # one virtual stage's share of a rank's layers (1/v; DualPipe: 1, each copy is a stage)
+    param_copies: int = 1  # DualPipe holds two copies of the weights
+
+
+def _one(kind: str, mb: int, stage: int, stream: int = 0) -> Action:
+    return Action((Op(kind, mb, stage, stream),))
+
+
+def _check(p: int, m: int) -> None:
+    require(isinstance(p, int) and p >= 1, "stages", f"must be a positive integer, got {p!r}")
+    require(isinstance(m, int) and m >= 1, "microbatches", f"must be a positive integer, got {m!r}")
+
+
+def gpipe(p: int, m: int) -> Schedule:
+    _check(p, m)
+    acts = tuple(tuple(_one("F", x, r) for x in range(m)) + tuple(_one("BW", x, r) for x in range(m)) for r in range(p))
+    return Schedule("gpipe", p, m, p, 1, (tuple(range(p)),), acts, 1.0)
+
+
+def _triples(p: int, m: int, r: int, d: int, e: int | None) -> tuple[Action, ...]:
+    """(F_x, B_{x-d}, W_{x-e}) for x = 0, 1, ...; out-of-range parts left out. e=None: full backward."""
+    out: list[Action] = []
+    last = m + (d if e is None else max(d, e))
+    for x in range(last):
+        if x < m:
+            out.append(_one("F", x, r))
+        if 0 <= x - d < m:
+            out.append(_one("BW" if e is None else "B", x - d, r))
+        if e is not None and 0 <= x - e < m:
+            out.append(_one("W", x - e, r))
+    return tuple(out)
+
+
+def one_f_one_b(p: int, m: int) -> Schedule:
+    _check(p, m)
+    acts = tuple(_triples(p, m, r, min(p - 1 - r, m), None) for r in range(p))
+    return Schedule("1f1b", p, m, p, 1, (tuple(range(p)),), acts, 1.0)
+
+
+def zb_h1(p: int, m: int) -> Schedule:
+    _check(p, m)
+    acts = tuple(_triples(p, m, r, p - 1 - r, p - 1) for r in range(p))
+    return Schedule("zb-h1", p, m, p, 1, (tuple(range(p)),), acts, 1.0)
+
+
+def zb_h2(p: int, m: int) -> Schedule:
+    _check(p, m)
+    acts = tuple(_triples(p, m, r, 2 * (p - 1 - r), 2 * (p - 1)) for r in range(p))
+    return Schedule("zb-h2", p, m, p, 1, (tuple(range(p)),), acts, 1.0)
+
+
+def interleaved(p: int, m: int, v: int) -> Schedule:
+    """Megatron-LM's interleaved 1F1B: chunk c of rank r is virtual stage c x p + r."""
+    _check(p, m)
+    require(isinstance(v, int) and v >= 1, "vp", f"must be a positive integer, got {v!r}")
+    require(v == 1 or m % p == 0, "microbatches", f"interleaving needs micro-batches divisible by the {p} stages, "
+                                                  f"got {m}", f"use a multiple of {p}")
+    total = m * v
+
+    def fwd(k: int) -> tuple[int, int]:  # k-th forward of a rank: (chunk, micro-batch)
+        group, within = divmod(k, p * v)
+        return (k // p) % v, group * p + within % p
+
+    def bwd(k: int) -> tuple[int, int]:
+        c, mb = fwd(k)
+        return v - 1 - c, mb
+
+    acts = []
+    for r in range(p):
+        warm = min(total, (p - r - 1) * 2 + (v - 1) * p) if v > 1 else min(total, p - r - 1)
+        seq: list[Action] = []
+        for k in range(warm):
+            c, mb = fwd(k)
+            seq.append(_one("F", mb, c * p + r))
+        for k in range(total - warm):
+            c, mb = fwd(k + warm)
+            seq.append(_one("F", mb, c * p + r))
+            c, mb = bwd(k)
+            seq.append(_one("BW", mb, c * p + r))
+        for k in range(total - warm, total):
+            c, mb = bwd(k)
+            seq.append(_one("BW", mb, c * p + r))
+        acts.append(tuple(seq))
+    rank_of = (tuple(s % p for s in range(p * v)),)
+    return Schedule("interleaved" if v > 1 else "1f1b", p, m, p * v, 1, rank_of, tuple(acts), 1 / v)
+
+
+def zb_v(p: int, m: int, f: float = 1.0, b: float = 1.0, w: float = 1.0, p2p_s: float = 0.0) -> Schedule:
+    """ZB-V by the greedy rule (module docstring), run on the given per-stage costs: the order is
+    decided by when work becomes ready, as the zero-bubble paper's heuristic scheduler does."""
+    _check(p, m)
+    stages = 2 * p
+    rank_of = tuple(s if s < p else 2 * p - 1 - s for s in range(stages))
+    held_limit = 2 * p  # chunks of half a stage: p micro-batches' worth, 1F1B's memory
+    cost = {"F": f / 2, "B": b / 2, "W": w / 2}
+    done: dict[tuple, float] = {}  # (kind, stage, mb) -> time its result is usable on another rank
+    pending_w: list[list[Op]] = [[] for _ in range(p)]
+    next_f = [[0, 0] for _ in range(p)]
+    next_b = [[0, 0] for _ in range(p)]
+    held = [0] * p
+    acts: list[list[Action]] = [[] for _ in range(p)]
+    free_at = [0.0] * p
+    left = [6 * m] * p  # F, B and W of two chunks per micro-batch
+
+    def ready(key: tuple, r: int, t: float) -> bool:
+        if key not in done:
+            return False
+        src = rank_of[key[1]]
+        return done[key] + (p2p_s if src != r else 0.0) <= t + 1e-12
+
+    while max(left):
+        t = min(free_at[r] for r in range(p) if left[r])
+        waiting: list[int] = []
+        for r in range(p):
+            if not left[r] or free_at[r] > t:
+                continue
+            chunks = (r, 2 * p - 1 - r)
+            pick = None
+            for ci in (1, 0):  # a ready B first, the deeper chunk first
+                st, x = chunks[ci], next_b[r][ci]
+                if x < m and ready(("F", st, x), r, t) and (st == stages - 1 or ready(("B", st + 1, x), r, t)):
+                    pick = ("B", ci, st, x)
+                    break
+            if pick is None:
+                # the deeper chunk's forward is always allowed (a backward waits on it); a new
+                # micro-batch starts only while the activations held stay under the limit
+                for ci in (1, 0):
+                    st, x = chunks[ci], next_f[r][ci]
+                    # a new micro-batch will also hold its deeper chunk here: count it now
+                    if ci == 0 and held[r] + (next_f[r][0] - next_f[r][1]) + 2 > held_limit:
+                        continue
+                    if x < m and (st == 0 or ready(("F", st - 1, x), r, t)):
+                        pick = ("F", ci, st, x)
+                        break
+            if pick is None and pending_w[r]:
+                op = pending_w[r].pop(0)
+                acts[r].append(Action((op,)))
+                free_at[r] = t + cost["W"]
+                held[r] -= 1
+                left[r] -= 1
+                continue
+            if pick is None:
+                waiting.append(r)
+                continue
+            kind, ci, st, x = pick
+            acts[r].append(_one(kind, x, st))
+            free_at[r] = t + cost[kind]
+            done[(kind, st, x)] = free_at[r]
+            left[r] -= 1
+            if kind == "F":
+                next_f[r][ci] += 1
+                held[r] += 1
+            else:
+                next_b[r][ci] += 1
+                pending_w[r].append(Op("W", x, st))
+        for r in waiting:  # nothing ready: wait for the next result anywhere
+            later = [v + p2p_s for v in done.values() if v + p2p_s > t + 1e-12] + \
+                    [v for v in free_at if v > t + 1e-12]
+            if not later:
+                raise GpuplanError("schedule", f"zb-v cannot proceed on rank {r} at t={t}")
+            free_at[r] = min(later)
+    return Schedule("zb-v", p, m, stages, 1, (rank_of,), tuple(tuple(a) for a in acts), 0.5)
+
+
+def _dual_steps(half_rank: int, half_ranks: int, n: int, ranks: int, first_special: bool) -> list[tuple]:
+    """DualPipe's eight steps for one rank as (kind, chunk[, zero-bubble]) tokens; n micro-batches
+    per chunk (DualPipe: per direction; DualPipeV: all)."""
+    seq: list[tuple] = []
+    seq += [("F", 0)] * ((half_ranks - half_rank - 1) * 2)  # 1: nF0
+    for _ in range(half_rank + 1):  # 2: nF0F1
+        seq += [("F", 0), ("F", 1)]
+    for _ in range(half_ranks - half_rank - 1):  # 3: nB1W1F1 (zero bubble)
+        seq += [("B", 1, True), ("W",), ("F", 1)]
+    for i in range(n - ranks + half_rank + 1):  # 4: nF0B1F1B0
+        if i == 0 and first_special:  # not overlapped, to shorten the bubble
+            seq += [("F", 0), ("B", 1, False)]
+        else:
+            seq.append(("FB", 0, 1))
+        seq.append(("FB", 1, 0))
+    for _ in range(half_ranks - half_rank - 1):  # 5: nB1F1B0
+        seq += [("B", 1, False), ("FB", 1, 0)]
+    zb = False
+    steps6 = half_rank + 1
+    for i in range(steps6):  # 6: nB1B0, the second half with zero bubble
+        if i == steps6 // 2 and half_rank % 2 == 1:
+            zb = True
+        seq.append(("B", 1, zb))
+        if i == steps6 // 2 and half_rank % 2 == 0:
+            zb = True
+        seq.append(("B", 0, zb))
+    for _ in range(half_ranks - half_rank - 1):  # 7: nWB0
+        seq += [("W",), ("B", 0, True)]
+    seq += [("W",)] * (half_rank + 1)  # 8: nW
+    return seq
+
+
+def _expand(seq: list[tuple], chunk_of: dict[int, tuple[int, int]]) -> tuple[Action, ...]:
+    """Tokens to actions: micro-batches in order per chunk; W pops the oldest split backward."""
+    nf, nb = {0: 0, 1: 0}, {0: 0, 1: 0}
+    wq: list[Op] = []
+    out: list[Action] = []
+
+    def fwd(c: int) -> Op:
+        stream, stage = chunk_of[c]
+        op = Op("F", nf[c], stage, stream)
+        nf[c] += 1
+        return op
+
+    def bwd(c: int, zb: bool) -> Op:
+        stream, stage = chunk_of[c]
+        op = Op("B" if zb else "BW", nb[c], stage, stream)
+        nb[c] += 1
+        if zb:
+            wq.append(Op("W", op.mb, stage, stream))
+        return op
+
+    for tok in seq:
+        if tok[0] == "F":
+            out.append(Action((fwd(tok[1]),)))
+        elif tok[0] == "B":
+            out.append(Action((bwd(tok[1], tok[2]),)))
+        elif tok[0] == "W":
+            out.append(Action((wq.pop(0),)))
+        else:  # overlapped forward of one chunk and full backward of the other
+            out.append(Action((fwd(tok[1]), bwd(tok[2], False))))
+    return tuple(out)
+
+
+def dualpipe(p: int, m: int) -> Schedule:
+    _check(p, m)
+    require(p >= 2 and p % 2 == 0, "stages", f"DualPipe needs an even number of ranks, got {p}", "use an even --stages")
+    require(m % 2 == 0 and m >= 2 * p, "microbatches", f"DualPipe needs an even number of micro-batches >= 2 x ranks "
+                                                       f"= {2 * p}, got {m}", f"use --microbatches {2 * p} or more (even)")
+    half = p // 2
+    acts = []
+    for r in range(p):
+        second = r >= half
+        hr = p - 1 - r if second else r
+        # stream 0 flows rank 0 -> p-1 (stage r on rank r); stream 1 flows p-1 -> 0 (stage p-1-r on rank r).
+        # Chunk 0 is the stream this rank's half feeds.
+        own0, own1 = (0, r), (1, p - 1 - r)
+        chunk_of = {0: own1, 1: own0} if second else {0: own0, 1: own1}
+        acts.append(_expand(_dual_steps(hr, half, m // 2, p, hr == half - 1), chunk_of))
+    rank_of = (tuple(range(p)), tuple(p - 1 - s for s in range(p)))
+    return Schedule("dualpipe", p, m, p, 2, rank_of, tuple(acts), 1.0, param_copies=2)
+
+
+def dualpipev(p: int, m: int) -> Schedule:
+    _check(p, m)
+    require(m >= 2 * p, "microbatches", f"DualPipeV needs micro-batches >= 2 x ranks = {2 * p}, got {m}",
+            f"use --microbatches {2 * p} or more")
+    acts = []
+    for r in range(p):
+        chunk_of = {0: (0, r), 1: (0, 2 * p - 1 - r)}
+        acts.append(_expand(_dual_steps(r, p, m, 2 * p, r == p - 1), chunk_of))
+    rank_of = (tuple(s if s < p else 2 * p - 1 - s for s in range(2 * p)),)
+    return Schedule("dualpipev", p, m, 2 * p, 1, rank_of, tuple(acts), 0.5)
+
+
+def build(name: str, stages: int, microbatches: int, vp: int = 1, f: float = 1.0, b: float = 1.0, w: float = 1.0,
+          p2p_s: float = 0.0) -> Schedule:
+    """A schedule by name (SCHEDULES); ``vp`` only for interleaved; the costs only for zb-v, whose
+    order is decided greedily on them (the others are fixed orders)."""
+    require(name in SCHEDULES, "schedule", f"unknown schedule {name!r}", f"use one of {', '.join(SCHEDULES)}")
+    if name == "interleaved":
+        require(vp >= 2, "vp", "interleaved needs --vp 2 or more", "pass --vp, or use --schedule 1f1b")
+        return interleaved(stages, microbatches, vp)
+    if name == "zb-v":
+        return zb_v(stages, microbatches, f, b, w, p2p_s)
+    return {"gpipe": gpipe, "1f1b": one_f_one_b, "zb-h1": zb_h1, "zb-h2": zb_h2, "dualpipe": dualpipe,
+            "dualpipev": dualpipev}[name](stages, microbatches)
