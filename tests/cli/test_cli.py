@@ -272,3 +272,38 @@ def test_serve_sim_replays_a_trace(tmp_path, capsys):
     assert run_["requests"] == 3 and run_["ttft_s"]["p50"] > 0
     code, _, err = run(["serve-sim", "llama-3.1-8b", "--trace", str(tmp_path / "missing.csv")], capsys)
     assert code == 2 and err.startswith("error: trace:")
+
+
+def test_pipeline_json_trace_and_plot(tmp_path, capsys):
+    trace, png = tmp_path / "out.json", tmp_path / "out.png"
+    code, out, _ = run(["pipeline", "--schedule", "dualpipev", "--stages", "8", "--microbatches", "32", "--f", "1",
+                        "--b", "2", "--w", "1", "--overlap", "3", "--p2p", "0.05", "--trace", str(trace),
+                        "--plot", str(png), "--json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    assert len(doc["idle_s"]) == 8 and len(doc["peak_activations"]) == 8
+    assert doc["makespan_s"] > 0 and 0 < doc["bubble_fraction"] < 1
+    events = json.loads(trace.read_text())["traceEvents"]
+    complete = [e for e in events if e["ph"] == "X"]
+    assert {e["pid"] for e in complete} == set(range(8)) and {e["tid"] for e in complete} == {0, 1}
+    assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in complete)
+    assert sum(e["ph"] == "s" for e in events) == sum(e["ph"] == "f" for e in events) > 0
+    assert any(e["ph"] == "M" and e["name"] == "process_name" for e in events)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_pipeline_accepts_the_full_backward_convention(capsys):
+    _, a, _ = run(["pipeline", "--schedule", "zb-h1", "--b", "2", "--w", "1", "--json"], capsys)
+    _, b, _ = run(["pipeline", "--schedule", "zb-h1", "--b-full", "3", "--w", "1", "--json"], capsys)
+    assert json.loads(a)["makespan_s"] == json.loads(b)["makespan_s"]
+
+
+@pytest.mark.parametrize("args,field", [
+    (["pipeline", "--schedule", "dualpipe", "--stages", "5", "--microbatches", "20"], "stages"),
+    (["pipeline", "--schedule", "dualpipev", "--stages", "8", "--microbatches", "8"], "microbatches"),
+    (["pipeline", "--b", "1", "--b-full", "2"], "b"),
+    (["pipeline", "--f", "-1"], "f"),
+])
+def test_pipeline_bad_input_exit_2(args, field, capsys):
+    code, _, err = run(args, capsys)
+    assert code == 2 and err.startswith(f"error: {field}:") and err.count("\n") == 1
