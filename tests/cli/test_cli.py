@@ -307,3 +307,26 @@ def test_pipeline_accepts_the_full_backward_convention(capsys):
 def test_pipeline_bad_input_exit_2(args, field, capsys):
     code, _, err = run(args, capsys)
     assert code == 2 and err.startswith(f"error: {field}:") and err.count("\n") == 1
+
+
+def test_experts_json_from_a_loads_file(tmp_path, capsys):
+    loads = tmp_path / "loads.csv"
+    loads.write_text("e0,e1,e2,e3,e4,e5,e6,e7\n" + "\n".join(",".join(str(10 * (i + 1) ** 2) for i in range(8))
+                                                             for _ in range(3)))
+    code, out, _ = run(["experts", "--loads", str(loads), "--replicas", "12", "--gpus", "4", "--nodes", "2",
+                        "--groups", "4", "--top-k", "2", "--json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    assert len(doc["balance"]) == 3 and doc["balance_mean"] >= 1
+    assert all(sum(c) == 12 for c in doc["replica_counts"])
+    assert len(doc["phy2log"][0]) == 12 and doc["cross_node"]["remote_nodes_per_token"] > 0
+
+
+@pytest.mark.parametrize("args,field", [
+    (["experts"], "loads"),
+    (["experts", "--synthetic", "1", "--replicas", "100", "--gpus", "32"], "replicas"),
+    (["experts", "--synthetic", "1", "--experts", "64", "--replicas", "64", "--gpus", "8", "--groups", "6"], "groups"),
+])
+def test_experts_bad_input_exit_2(args, field, capsys):
+    code, _, err = run(args, capsys)
+    assert code == 2 and err.startswith(f"error: {field}:") and err.count("\n") == 1

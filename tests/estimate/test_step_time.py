@@ -107,3 +107,12 @@ def test_context_parallel_kv_bytes_per_layer_match_the_textbook_count(h100):
     per_layer_fwd = 7 * chunk
     per_layer = per_layer_fwd + 7 * 2 * chunk
     assert st.comm["cp"].bytes_per_gpu == pytest.approx(m.num_layers * per_layer)
+
+
+def test_expert_imbalance_slows_the_moe_layers_by_the_busiest_gpu(h100):
+    cfg = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=64)
+    plan = ParallelPlan(dp=8, ep=8)
+    even = _st("mixtral-8x7b", h100, plan, cfg, 8)
+    skewed = _st("mixtral-8x7b", h100, plan, dataclasses.replace(cfg, expert_imbalance=1.5), 8)
+    assert skewed.step_s > even.step_s
+    assert skewed.comm["ep"].bytes_per_gpu == pytest.approx(1.5 * even.comm["ep"].bytes_per_gpu)

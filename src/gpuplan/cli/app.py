@@ -58,6 +58,8 @@ def train(
     price: Annotated[Optional[float], typer.Option(help="USD per GPU-hour (default: dated catalog price).")] = None,
     cuda_context_gib: Annotated[float, typer.Option(help="CUDA/NCCL context per GPU, GiB.")] = 0.5,
     allocator_fraction: Annotated[float, typer.Option(help="Allocator reserve, fraction of allocated.")] = 0.05,
+    expert_imbalance: Annotated[float, typer.Option(help="MoE: busiest expert-parallel GPU's load over the mean "
+                                                         "(`gpuplan experts` reports it).")] = 1.0,
     json_out: JsonOpt = False,
 ) -> None:
     """Will a training run fit, where every byte per GPU goes, its FLOPs, time and cost."""
@@ -90,7 +92,8 @@ def train(
                             precision=precision, master_weights=master_weights, optimizer=optimizer,
                             recompute=recompute, attention=attention, profile=profile,
                             cuda_context_bytes=cuda_context_gib * GiB, allocator_fraction=allocator_fraction,
-                            tp_overlap=tp_overlap, overlap_grad_reduce=overlap_grad_reduce)
+                            tp_overlap=tp_overlap, overlap_grad_reduce=overlap_grad_reduce,
+                            expert_imbalance=expert_imbalance)
     price_source = "--price"
     if price is None:
         found = catalog.price_per_gpu_hour(hw.id)
@@ -345,6 +348,51 @@ def pipeline(
         return
     from gpuplan.cli.render import render_pipeline
     render_pipeline(doc)
+
+
+@app.command()
+def experts(
+    loads: Annotated[Optional[str], typer.Option(help="Per-layer expert loads: CSV (a row per layer) or JSON.")]
+    = None,
+    synthetic: Annotated[Optional[float], typer.Option(help="Instead of --loads: Zipf skew of synthetic loads.")]
+    = None,
+    layers: Annotated[int, typer.Option(help="Layers of synthetic loads.")] = 61,
+    num_experts: Annotated[int, typer.Option("--experts", help="Experts per layer of synthetic loads.")] = 256,
+    seed: Annotated[int, typer.Option(help="Seed of synthetic loads.")] = 0,
+    replicas: Annotated[int, typer.Option(help="Physical expert slots in all (a multiple of --gpus).")] = 288,
+    groups: Annotated[int, typer.Option(help="Expert groups (group-limited routing).")] = 8,
+    nodes: Annotated[int, typer.Option(help="Nodes.")] = 4,
+    gpus: Annotated[int, typer.Option(help="GPUs in the expert-parallel group.")] = 32,
+    policy: Annotated[str, typer.Option(help="hierarchical (groups to nodes first) or global.")] = "hierarchical",
+    top_k: Annotated[int, typer.Option(help="Experts per token, for the cross-node traffic estimate.")] = 8,
+    hidden: Annotated[int, typer.Option(help="Hidden size, for bytes per token.")] = 7168,
+    dispatch_bytes: Annotated[float, typer.Option(help="Bytes per hidden element sent (1: fp8 dispatch).")] = 1.0,
+    json_out: JsonOpt = False,
+) -> None:
+    """MoE expert placement: replicas per expert and the GPU of each, balance and cross-node traffic."""
+    from gpuplan.experts.loads import read_loads, synthetic_loads
+    from gpuplan.experts.placement import cross_node_traffic, place
+
+    if (loads is None) == (synthetic is None):
+        raise GpuplanError("loads", "give --loads FILE or --synthetic SKEW", "e.g. --synthetic 1.0 --layers 61")
+    table = read_loads(loads) if loads else synthetic_loads(layers, num_experts, synthetic, seed)
+    if top_k < 1:
+        raise GpuplanError("top_k", f"must be at least 1, got {top_k}")
+    p = place(table, replicas, gpus, nodes, groups, policy)
+    traffic = cross_node_traffic(p, top_k)
+    bal = p.balance
+    doc = {"policy": p.policy, "layers": int(table.shape[0]), "experts": int(table.shape[1]), "replicas": replicas,
+           "gpus": gpus, "nodes": nodes, "groups": groups, "balance": bal.tolist(), "balance_mean": float(bal.mean()),
+           "balance_max": float(bal.max()), "gpu_load": p.gpu_load.tolist(), "node_load": p.node_load.tolist(),
+           "replica_counts": p.counts.tolist(), "phy2log": p.phy2log.tolist(), "log2phy": p.log2phy.tolist(),
+           "cross_node": traffic | {"dispatch_bytes_per_token": traffic["remote_nodes_per_token"] * hidden *
+                                    dispatch_bytes, "top_k": top_k},
+           "expert_imbalance_for_train": float(bal.mean())}
+    if json_out:
+        _emit_json(doc)
+        return
+    from gpuplan.cli.render import render_experts
+    render_experts(doc)
 
 
 @app.command()

@@ -288,3 +288,22 @@ def render_pipeline(doc: dict) -> None:
     for k in ("trace", "plot"):
         if doc[k]:
             console.print(f"{k} written to {doc[k]}")
+
+
+def render_experts(doc: dict) -> None:
+    table = Table(title=f"Expert placement ({doc['policy']}): {doc['experts']} experts x {doc['layers']} layers, "
+                        f"{doc['replicas']} slots on {doc['gpus']} GPUs in {doc['nodes']} nodes")
+    for col in ("layer", "max/mean GPU load", "most replicas", "heaviest node share"):
+        table.add_column(col, justify="right")
+    layers = range(len(doc["balance"]))
+    shown = list(layers) if len(doc["balance"]) <= 12 else sorted(layers, key=lambda l: -doc["balance"][l])[:12]
+    for l in sorted(shown):
+        node = doc["node_load"][l]
+        table.add_row(str(l), f"{doc['balance'][l]:.4f}", str(max(doc["replica_counts"][l])),
+                      f"{max(node) / sum(node):.1%}" if sum(node) else "-")
+    console.print(table)
+    c = doc["cross_node"]
+    console.print(f"balance: mean {doc['balance_mean']:.4f}, worst {doc['balance_max']:.4f} "
+                  f"(pass --expert-imbalance {doc['expert_imbalance_for_train']:.3f} to `gpuplan train`); "
+                  f"a token's top-{c['top_k']} reaches {c['remote_nodes_per_token']:.2f} other nodes "
+                  f"({c['dispatch_bytes_per_token'] / 1024:,.1f} KiB dispatched across nodes per token, node-deduplicated)")

@@ -120,6 +120,7 @@ class LayerShape:
     dtype: str
     act_bytes: int
     attention: str  # flash or eager
+    expert_imbalance: float = 1.0  # routed tokens on the busiest expert-parallel GPU over the mean
 
 
 @functools.cache
@@ -130,7 +131,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
     h = m.hidden_size
     out = OpTimes()
     # GEMMs against weights: forward (T x in) @ (in x out); backward dX = dY @ W and dW = dY^T @ X
-    routed_tokens = T * m.experts_per_token * s.ep / m.num_experts if moe else 0
+    routed_tokens = T * m.experts_per_token * s.ep / m.num_experts * s.expert_imbalance if moe else 0
     for t in layer_tensors(m, moe):
         if not t.matmul or len(t.shape) < 2:
             continue

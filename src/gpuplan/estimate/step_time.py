@@ -104,7 +104,8 @@ class StepTime:
 def _shape(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) -> LayerShape:
     return LayerShape(tokens=cfg.micro_batch * cfg.seq_len // plan.cp, seq=cfg.seq_len, micro_batch=cfg.micro_batch,
                       tp=plan.tp, cp=plan.cp, ep=plan.ep, sp=plan.sp and plan.tp > 1, dtype=cfg.compute_dtype,
-                      act_bytes=cfg.activation_bytes, attention=cfg.attention)
+                      act_bytes=cfg.activation_bytes, attention=cfg.attention,
+                      expert_imbalance=cfg.expert_imbalance if plan.ep > 1 else 1.0)
 
 
 def _layer_comm(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpec, groups: dict[str, Group],
@@ -153,7 +154,7 @@ def _layer_comm(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUS
         # dispatch and combine: every routed token copy leaves for its expert's rank and returns;
         # DualPipe hides them under the paired chunk's compute
         g = groups["ep"]
-        size = T * m.experts_per_token * h * a
+        size = T * m.experts_per_token * h * a * cfg.expert_imbalance  # the busiest GPU receives the most
         t = collective_time("all-to-all", size, g, gpu)
         n = 2 * (passes_fwd + 1)
         e = 0.0 if dualpipe else n * t

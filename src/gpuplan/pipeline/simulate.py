@@ -127,7 +127,7 @@ class Compiled:
     prev: np.ndarray  # the rank's previous action (n: none)
     deps: np.ndarray  # (actions, 3) producing actions (n: none)
     cross: np.ndarray  # (actions, 3) whether that input comes from another rank
-    levels: tuple[np.ndarray, ...]
+    levels: tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], ...]  # (actions, prev, deps, cross) per level
     order: tuple[tuple[int, int], ...]  # action index -> (rank, position in the rank's list)
 
 
@@ -179,7 +179,8 @@ def compile_schedule(s: Schedule) -> Compiled:
     if (level < 0).any():
         stuck = sorted({flat[i][0] for i in np.nonzero(level < 0)[0]})
         raise GpuplanError("schedule", f"{s.name} deadlocks: ranks {stuck} wait on each other")
-    return Compiled(rank, kind, prev, deps, cross, tuple(levels), tuple((r, i) for r, i, _ in flat))
+    per_level = tuple((idx, prev[idx], deps[idx], cross[idx].astype(np.float64)) for idx in levels)
+    return Compiled(rank, kind, prev, deps, cross, per_level, tuple((r, i) for r, i, _ in flat))
 
 
 def run(c: Compiled, durations: np.ndarray, p2p_s: float) -> tuple[np.ndarray, np.ndarray]:
@@ -187,8 +188,9 @@ def run(c: Compiled, durations: np.ndarray, p2p_s: float) -> tuple[np.ndarray, n
     n = len(durations)
     end = np.zeros(n + 1)  # slot n: "none", ready at 0
     start = np.zeros(n)
-    for idx in c.levels:
-        ready = np.maximum(end[c.prev[idx]], (end[c.deps[idx]] + c.cross[idx] * p2p_s).max(axis=1))
+    for idx, prev, deps, cross in c.levels:
+        inputs = end[deps] + cross * p2p_s if p2p_s else end[deps]
+        ready = np.maximum(end[prev], inputs.max(axis=1))
         start[idx] = ready
         end[idx] = ready + durations[idx]
     return start, end[:n]

@@ -39,6 +39,9 @@ class TrainingConfig:
     tp_overlap: bool = False  # TP collectives hidden behind GEMMs (TransformerEngine userbuffers)
     overlap_grad_reduce: bool = True  # DP gradient reduce in buckets during the last backward
     overlap_param_gather: bool = True  # ZeRO parameter all-gather behind the next forward
+    # MoE: the most loaded expert-parallel GPU's routed tokens over the mean (``gpuplan experts``
+    # reports it for a placement); the slowest GPU sets the pace of the expert GEMMs and all-to-all
+    expert_imbalance: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("seq_len", "micro_batch"):
@@ -59,6 +62,8 @@ class TrainingConfig:
         for name in ("cuda_context_bytes", "comm_bucket_bytes"):
             require(getattr(self, name) >= 0, name, "must not be negative")
         require(0 <= self.allocator_fraction < 1, "allocator_fraction", "must be in [0, 1)")
+        require(self.expert_imbalance >= 1, "expert_imbalance",
+                f"is the busiest GPU's load over the mean, so at least 1; got {self.expert_imbalance}")
 
     @property
     def activation_bytes(self) -> int:
