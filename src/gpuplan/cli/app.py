@@ -304,13 +304,14 @@ def pipeline(
     stages: Annotated[int, typer.Option(help="Pipeline ranks.")] = 4,
     microbatches: Annotated[int, typer.Option(help="Micro-batches per step (DualPipe: both directions together).")] = 8,
     vp: Annotated[int, typer.Option(help="Model chunks per rank (interleaved only).")] = 2,
-    f: Annotated[float, typer.Option("--f", help="Forward time of one micro-batch on one stage.")] = 1.0,
-    b: Annotated[Optional[float], typer.Option("--b", help="Input-gradient backward time (B without W).")] = None,
-    b_full: Annotated[Optional[float], typer.Option("--b-full",
-                                                    help="Full backward time (input + weight gradients).")] = None,
-    w: Annotated[float, typer.Option("--w", help="Weight-gradient backward time (W).")] = 1.0,
-    overlap: Annotated[Optional[float], typer.Option(help="Time of one overlapped forward+backward pair (F&B); "
-                                                          "default F + B + W.")] = None,
+    f: Annotated[str, typer.Option("--f", help="Forward time of one micro-batch on one stage (or one per stage, "
+                                               "comma-separated).")] = "1",
+    b: Annotated[Optional[str], typer.Option("--b", help="Input-gradient backward time (B without W).")] = None,
+    b_full: Annotated[Optional[str], typer.Option("--b-full",
+                                                  help="Full backward time (input + weight gradients).")] = None,
+    w: Annotated[str, typer.Option("--w", help="Weight-gradient backward time (W).")] = "1",
+    overlap: Annotated[Optional[str], typer.Option(help="Time of one overlapped forward+backward pair (F&B); "
+                                                        "default F + B + W.")] = None,
     p2p: Annotated[float, typer.Option(help="Send/receive time between neighbouring stages.")] = 0.0,
     unit: Annotated[str, typer.Option(help="What one time unit is, for the trace: e.g. 1ms, 10ms, 1s.")] = "1ms",
     activation_gib: Annotated[Optional[float], typer.Option(help="Activation GiB of one micro-batch on one stage.")]
@@ -326,14 +327,29 @@ def pipeline(
     from gpuplan.pipeline.simulate import Costs, simulate
     from gpuplan.units import GiB, parse_duration
 
+    def times(text: str | None, name: str):
+        if text is None:
+            return None
+        try:
+            vals = [float(x) for x in text.split(",")]
+        except ValueError:
+            raise GpuplanError(name, f"cannot read {text!r} as times", "write 1.5, or one per stage: 1,1,1,1.4") from None
+        return vals[0] if len(vals) == 1 else vals
+
     if b is not None and b_full is not None:
         raise GpuplanError("b", "--b (input-gradient backward) and --b-full (full backward) are exclusive",
                            "pass one of them")
+    f_, w_, ov_ = times(f, "f"), times(w, "w"), times(overlap, "overlap")
     if b_full is not None:
-        costs = Costs.from_full_backward(f, b_full, w, overlap, p2p)
+        costs = Costs.from_full_backward(f_, times(b_full, "b_full"), w_, ov_, p2p)
     else:
-        costs = Costs(f, 1.0 if b is None else b, w, overlap, p2p)
-    sched = build(schedule, stages, microbatches, vp, costs.f, costs.b, costs.w, p2p)
+        costs = Costs(f_, 1.0 if b is None else times(b, "b"), w_, ov_, p2p)
+
+    def mean(x):
+        return sum(x) / len(x) if isinstance(x, list) else x
+
+    # zb-v decides its order on the costs (their means when they differ by stage)
+    sched = build(schedule, stages, microbatches, vp, mean(costs.f), mean(costs.b), mean(costs.w), p2p)
     t = simulate(sched, costs, activation_gib * GiB if activation_gib is not None else None)
     if trace:
         write_trace(t, trace, parse_duration(unit, "unit"))
