@@ -1,0 +1,121 @@
+"""A small GPT trained on synthetic tokens on CPU, checkpointed by gpuplan's resilient runtime.
+
+    python examples/train_tiny.py --steps 200 --checkpoint-dir ckpt --checkpoint-every 25 --seed 0
+
+Kill it with SIGTERM (or SIGUSR1, or Ctrl-C) at any point and run the same command again until it
+finishes: the last line, ``final_checksum=...``, is the same as for an uninterrupted run. Exit
+code 75 means "stopped after a checkpoint: run me again". Under torchrun (gloo on CPU) every rank
+trains a replica with DDP and the checkpoint is collective.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from gpuplan.errors import GpuplanError
+from gpuplan.train import Resilient, state_checksum
+
+
+class Block(nn.Module):
+    def __init__(self, d: int, heads: int, dropout: float):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        self.heads, self.drop = heads, nn.Dropout(dropout)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).unbind(2)
+        y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        x = x + self.drop(self.proj(y.transpose(1, 2).reshape(b, t, d)))
+        return x + self.drop(self.mlp(self.ln2(x)))
+
+
+class TinyGPT(nn.Module):
+    def __init__(self, vocab: int = 256, d: int = 64, layers: int = 2, heads: int = 4, ctx: int = 32,
+                 dropout: float = 0.1):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(ctx, d)
+        self.blocks = nn.ModuleList(Block(d, heads, dropout) for _ in range(layers))
+        self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.ln(x))
+
+
+def batch(seed: int, position: int, rank: int, size: int = 8, ctx: int = 32, vocab: int = 256):
+    """Synthetic tokens for a data position: a function of (seed, position, rank), so resuming at a
+    position replays exactly the data an uninterrupted run would have seen."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + position * 7919 + rank)
+    x = torch.randint(0, vocab, (size, ctx + 1), generator=g)
+    return x[:, :-1], x[:, 1:]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--checkpoint-dir", default="checkpoints/tiny")
+    ap.add_argument("--checkpoint-every", type=int, default=25)
+    ap.add_argument("--checkpoint-seconds", type=float, default=None)
+    ap.add_argument("--mtbf", type=float, default=None, help="seconds: checkpoint at Daly's interval")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sync", action="store_true", help="synchronous checkpoints (default: async)")
+    ap.add_argument("--telemetry", default=None, help="JSON-lines file (default: print them)")
+    ap.add_argument("--restart", action="store_true", help="ignore existing checkpoints")
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+
+    distributed = "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
+    rank = 0
+    if distributed:
+        torch.distributed.init_process_group("gloo")
+        rank = torch.distributed.get_rank()
+    torch.manual_seed(args.seed)
+    model = TinyGPT()
+    net = nn.parallel.DistributedDataParallel(model) if distributed else model
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * min(s, args.steps) / args.steps)))
+    config = {"model": "tiny-gpt", "d": 64, "layers": 2, "seed": args.seed, "steps": args.steps,
+              "world": torch.distributed.get_world_size() if distributed else 1}
+    telemetry = args.telemetry or (os.devnull if args.quiet else None)
+    with Resilient(model, opt, sched, checkpoint_dir=args.checkpoint_dir, every_steps=args.checkpoint_every,
+                   every_seconds=args.checkpoint_seconds, mtbf_s=args.mtbf, async_save=not args.sync, config=config,
+                   telemetry=telemetry, restart=args.restart) as run:
+        while run.step < args.steps:
+            x, y = batch(args.seed, run.data_position, rank)
+            loss = F.cross_entropy(net(x).flatten(0, 1), y.flatten())
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            run.end_step(tokens=x.numel())
+            if telemetry is None and rank == 0 and (run.step % 50 == 0 or run.step == args.steps):
+                print(f"step {run.step} loss {loss.item():.4f}", flush=True)
+    if rank == 0:
+        print(f"final_checksum={state_checksum(model, opt)}", flush=True)
+    if distributed:
+        torch.distributed.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except GpuplanError as exc:  # bad input (unwritable directory, another run's checkpoints): one line
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)

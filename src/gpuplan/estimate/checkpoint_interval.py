@@ -1,0 +1,44 @@
+"""How often to checkpoint: Young's and Daly's optimal intervals and the expected waste.
+
+* Young 1974, "A first order approximation to the optimum checkpoint interval": tau = sqrt(2 c M)
+  for checkpoint cost c and mean time between failures M.
+* Daly 2006, "A higher order estimate of the optimum checkpoint interval for restart dumps"
+  (eq. 37): tau = sqrt(2 c M) [1 + sqrt(c / 2M) / 3 + (c / 2M) / 9] - c for c < 2M, else M.
+* Expected waste (Daly 2006, eq. 13, exponential failures, restart time R): the wall time to
+  finish T_s of work in segments of tau with checkpoints of c is
+      T_w = M e^(R/M) (e^((tau + c)/M) - 1) T_s / tau,
+  so the waste fraction is 1 - T_s / T_w.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpuplan.errors import require
+
+
+def young_interval(cost_s: float, mtbf_s: float) -> float:
+    _check(cost_s, mtbf_s)
+    return math.sqrt(2 * cost_s * mtbf_s)
+
+
+def daly_interval(cost_s: float, mtbf_s: float) -> float:
+    _check(cost_s, mtbf_s)
+    if cost_s >= 2 * mtbf_s:
+        return mtbf_s
+    x = cost_s / (2 * mtbf_s)
+    return math.sqrt(2 * cost_s * mtbf_s) * (1 + math.sqrt(x) / 3 + x / 9) - cost_s
+
+
+def expected_waste_fraction(interval_s: float, cost_s: float, mtbf_s: float, restart_s: float = 0.0) -> float:
+    """Share of wall time not spent on useful work (checkpoints, lost work, restarts)."""
+    _check(cost_s, mtbf_s)
+    require(interval_s > 0, "interval", f"must be positive, got {interval_s}")
+    require(restart_s >= 0, "restart", f"must not be negative, got {restart_s}")
+    wall_per_work = mtbf_s * math.exp(restart_s / mtbf_s) * math.expm1((interval_s + cost_s) / mtbf_s) / interval_s
+    return 1 - 1 / wall_per_work
+
+
+def _check(cost_s: float, mtbf_s: float) -> None:
+    require(cost_s > 0, "cost", f"checkpoint cost must be positive, got {cost_s}")
+    require(mtbf_s > 0, "mtbf", f"mean time between failures must be positive, got {mtbf_s}")
