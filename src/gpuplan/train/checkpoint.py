@@ -111,6 +111,9 @@ class CheckpointManager:
         self.async_save = async_save and hasattr(dcp, "async_save")
         self.config_hash = config_hash
         self.pending: Pending | None = None
+        # async saves run collectives from a background thread: give them their own group so they
+        # never interleave with the training loop's collectives (DCP's advice for async_save)
+        self.group = dist.new_group(backend="gloo") if _dist() else None
         if _rank() == 0:
             try:
                 self.dir.mkdir(parents=True, exist_ok=True)
@@ -152,10 +155,10 @@ class CheckpointManager:
             if _dist():
                 dist.barrier()
             if self.async_save:
-                fut = dcp.async_save(state, checkpoint_id=str(tmp), no_dist=not _dist())
+                fut = dcp.async_save(state, checkpoint_id=str(tmp), process_group=self.group, no_dist=not _dist())
                 fut = getattr(fut, "upload_completion", fut)
             else:
-                dcp.save(state, checkpoint_id=str(tmp), no_dist=not _dist())
+                dcp.save(state, checkpoint_id=str(tmp), process_group=self.group, no_dist=not _dist())
                 fut = None
         except BaseException as exc:  # DCP wraps I/O errors in CheckpointException (a BaseException)
             self._failed(tmp, step, _storage_error(exc, reraise=True))
@@ -245,7 +248,7 @@ class CheckpointManager:
                                                         f"(hash {marker.get('config_hash')}, this run {self.config_hash})",
                                       "use another --checkpoint-dir, or --restart to start over")
             try:
-                dcp.load(state, checkpoint_id=str(path), no_dist=not _dist())
+                dcp.load(state, checkpoint_id=str(path), process_group=self.group, no_dist=not _dist())
                 extra = torch.load(path / EXTRA, weights_only=False)
             except Exception as exc:  # unreadable shard or pickle: fall back to the one before
                 errors.append(f"{path.name}: {type(exc).__name__}: {exc}")
