@@ -254,7 +254,7 @@ class CheckpointManager:
                 errors.append(f"{path.name}: {type(exc).__name__}: {exc}")
                 log.warning("could not load %s (%s); falling back to the previous checkpoint", path.name, exc)
                 continue
-            log.info("resumed from %s (step %d)", path.name, step)
+            log.warning("resumed from %s (step %d)", path.name, step)
             return step, extra
         if found:
             raise CheckpointError("checkpoint_dir", f"no checkpoint in {self.dir} could be loaded ({'; '.join(errors)})",

@@ -1,0 +1,105 @@
+"""An sbatch script for a preemptible, requeueable training job.
+
+What it gets right (the traps are in the comments it writes):
+* ``--requeue`` so a preempted or failed job goes back to the queue, ``--open-mode=append`` so
+  its log survives the requeue;
+* ``--signal=B:USR1@<s>``: the batch shell gets SIGUSR1 that many seconds before the time limit
+  (torchrun kills workers 30 s after it forwards SIGTERM, and Slurm's KillWait is 30 s by
+  default: both too short for a large checkpoint), and forwards it to the trainer;
+* on preemption with PreemptMode=REQUEUE Slurm sends SIGTERM to the job's *steps* (not to the
+  batch shell: seen with Slurm 22.05, "No steps in jobid to send signal 15"), waits the
+  partition's GraceTime, then kills: so the trainer runs as a step under ``srun``, gets the
+  SIGTERM and checkpoints within the grace time;
+* the trainer exits 75 (EX_TEMPFAIL) after such a checkpoint; the script then asks Slurm to
+  requeue it (needed for the time-limit case; a preempted job is requeued by Slurm itself).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from gpuplan.errors import require
+
+LAUNCHERS = ("torchrun", "python")
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    command: tuple[str, ...]  # the training script and its arguments
+    nodes: int = 1
+    gpus_per_node: int = 8
+    partition: str | None = None
+    qos: str | None = None
+    time_limit: str = "24:00:00"
+    job_name: str = "gpuplan-train"
+    checkpoint_dir: str = "checkpoints"
+    signal_before_s: int = 120
+    launcher: str = "torchrun"
+    cpus_per_task: int | None = None
+    extra_sbatch: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        require(len(self.command) > 0, "command", "give the training script to run", "e.g. -- train.py --steps 1000")
+        require(self.nodes >= 1, "nodes", f"must be at least 1, got {self.nodes}")
+        require(self.gpus_per_node >= 0, "gpus_per_node", "must not be negative")
+        require(self.launcher in LAUNCHERS, "launcher", f"unknown launcher {self.launcher!r}",
+                f"use one of {', '.join(LAUNCHERS)}")
+        require(self.launcher == "torchrun" or self.nodes == 1, "launcher",
+                "the python launcher runs one process on one node", "use --launcher torchrun for several nodes")
+        require(bool(re.fullmatch(r"(\d+-)?\d+(:\d{1,2}){0,2}", self.time_limit)), "time",
+                f"{self.time_limit!r} is not a Slurm time limit", "write it like 48:00:00 or 2-00:00:00")
+        require(self.signal_before_s >= 0, "signal_before", "must not be negative")
+
+
+def nodes_for(gpus: int, gpus_per_node: int) -> int:
+    require(gpus >= 1, "gpus", f"must be at least 1, got {gpus}")
+    return math.ceil(gpus / max(1, gpus_per_node))
+
+
+def sbatch_script(job: SlurmJob) -> str:
+    q = shlex.quote
+    lines = ["#!/bin/bash", f"#SBATCH --job-name={job.job_name}"]
+    if job.partition:
+        lines.append(f"#SBATCH --partition={job.partition}  # the partition (or QoS) sets the priority tier")
+    if job.qos:
+        lines.append(f"#SBATCH --qos={job.qos}")
+    lines += [f"#SBATCH --nodes={job.nodes}", "#SBATCH --ntasks-per-node=1"]
+    if job.gpus_per_node:
+        lines.append(f"#SBATCH --gpus-per-node={job.gpus_per_node}")
+    if job.cpus_per_task:
+        lines.append(f"#SBATCH --cpus-per-task={job.cpus_per_task}")
+    lines += [f"#SBATCH --time={job.time_limit}",
+              "#SBATCH --requeue  # back to the queue when preempted or when it exits 75",
+              f"#SBATCH --signal=B:USR1@{job.signal_before_s}  # SIGUSR1 to this script {job.signal_before_s} s before "
+              "the time limit",
+              "#SBATCH --open-mode=append  # keep the log across requeues",
+              "#SBATCH --output=%x-%j.out"]
+    lines += [f"#SBATCH {x}" for x in job.extra_sbatch]
+    lines += ["", "set -u", f"export CKPT_DIR={q(job.checkpoint_dir)}",
+              'echo "job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST"', "",
+              "# Forward SIGUSR1 (time limit near, sent to this shell) and SIGTERM to the trainer, which finishes",
+              "# its step, checkpoints and exits 75. Preemption signals the srun step directly. torchrun gives",
+              "# workers only 30 s after a SIGTERM: warn early.",
+              'child=""', "forward() {", '  echo "got SIG$1: forwarding to the trainer"',
+              '  [ -n "$child" ] && kill -s "$1" "$child" 2>/dev/null', "}",
+              "trap 'forward USR1' USR1", "trap 'forward TERM' TERM", ""]
+    cmd = " ".join(q(c) for c in job.command)
+    if job.launcher == "torchrun":
+        lines += ['MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+                  'srun --kill-on-bad-exit=1 "${TORCHRUN:-torchrun}" --nnodes "$SLURM_NNODES" '
+                  f'--nproc-per-node {max(1, job.gpus_per_node)} --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:29500" --rdzv-id "$SLURM_JOB_ID" \\',
+                  f'    {cmd} --checkpoint-dir "$CKPT_DIR" &']
+    else:
+        lines.append(f'srun --kill-on-bad-exit=1 "${{PYTHON:-python3}}" {cmd} --checkpoint-dir "$CKPT_DIR" &')
+    lines += ["child=$!",
+              "# wait returns early when a trapped signal arrives: wait until the trainer really exits",
+              'while true; do wait "$child"; status=$?; kill -0 "$child" 2>/dev/null || break; done',
+              'if [ "$status" -eq 75 ]; then',
+              '  echo "trainer stopped after a checkpoint: requeueing"',
+              '  scontrol requeue "$SLURM_JOB_ID" || true  # a preempted job is already being requeued',
+              "fi",
+              'exit "$status"', ""]
+    return "\n".join(lines)
