@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     ap.add_argument("--mtbf", type=float, default=None, help="seconds: checkpoint at Daly's interval")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sync", action="store_true", help="synchronous checkpoints (default: async)")
-    ap.add_argument("--telemetry", default=None, help="JSON-lines file (default: print them)")
+    ap.add_argument("--telemetry", default="-", help="JSON-lines file (default: -, print them)")
     ap.add_argument("--restart", action="store_true", help="ignore existing checkpoints")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * min(s, args.steps) / args.steps)))
     config = {"model": "tiny-gpt", "d": 64, "layers": 2, "seed": args.seed, "steps": args.steps,
               "world": torch.distributed.get_world_size() if distributed else 1}
-    telemetry = args.telemetry or (os.devnull if args.quiet else None)
+    telemetry = os.devnull if args.quiet and args.telemetry == "-" else args.telemetry
     with Resilient(model, opt, sched, checkpoint_dir=args.checkpoint_dir, every_steps=args.checkpoint_every,
                    every_seconds=args.checkpoint_seconds, mtbf_s=args.mtbf, async_save=not args.sync, config=config,
                    telemetry=telemetry, restart=args.restart) as run:
@@ -104,8 +104,6 @@ def main(argv=None) -> int:
             opt.step()
             sched.step()
             run.end_step(tokens=x.numel())
-            if telemetry is None and rank == 0 and (run.step % 50 == 0 or run.step == args.steps):
-                print(f"step {run.step} loss {loss.item():.4f}", flush=True)
     if rank == 0:
         print(f"final_checksum={state_checksum(model, opt)}", flush=True)
     if distributed:

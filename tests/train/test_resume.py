@@ -102,3 +102,29 @@ def test_a_full_disk_is_reported_keeps_the_previous_checkpoint_and_loses_no_trai
     assert buf.getvalue().strip().splitlines()[-1] == reference  # training state was not lost
     from gpuplan.train import CheckpointManager
     assert [s for s, _ in CheckpointManager(ckpt).complete()] == [20, 10]
+
+
+def test_bad_checkpoint_directories_are_refused_or_fall_back_loudly(tiny, tmp_path, caplog):
+    import json
+    from gpuplan.train import CheckpointError
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(CheckpointError) as e:  # a path under a file cannot be a directory
+        tiny.main(["--steps", "2", "--checkpoint-dir", str(blocker / "ckpt"), "--quiet"])
+    assert e.value.field == "checkpoint_dir" and "not writable" in str(e.value)
+
+    ckpt = tmp_path / "ckpt"
+    assert tiny.main(["--steps", "20", "--checkpoint-dir", str(ckpt), "--checkpoint-every", "10", "--quiet"]) == 0
+    with pytest.raises(CheckpointError) as e:  # another run's checkpoints (a different seed: another config)
+        tiny.main(["--steps", "20", "--checkpoint-dir", str(ckpt), "--seed", "1", "--quiet"])
+    assert "different model or config" in str(e.value) and "--restart" in str(e.value)
+    assert tiny.main(["--steps", "20", "--checkpoint-dir", str(ckpt), "--seed", "1", "--restart", "--quiet"]) == 0
+
+    fresh = tmp_path / "fresh"
+    args = ["--steps", "20", "--checkpoint-dir", str(fresh), "--checkpoint-every", "10", "--quiet"]
+    assert tiny.main(args) == 0
+    (fresh / "step-00000020" / "COMPLETE").write_text("{not json")  # a corrupt marker on the newest
+    with caplog.at_level("WARNING", logger="gpuplan.train"):
+        assert tiny.main(args) == 0
+    assert "corrupt marker" in caplog.text and "resumed from step-00000010" in caplog.text
+    assert json.loads((fresh / "step-00000020" / "COMPLETE").read_text())["step"] == 20  # rewritten

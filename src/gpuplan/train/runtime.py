@@ -107,7 +107,7 @@ def _peak_memory() -> tuple[float, str]:
 class Resilient:
     def __init__(self, model, optimizer, scheduler=None, *, checkpoint_dir: str | Path, every_steps: int | None = None,
                  every_seconds: float | None = None, mtbf_s: float | None = None, keep: int = 2,
-                 async_save: bool = True, config: dict | None = None, telemetry: str | Path | None = None,
+                 async_save: bool = True, config: dict | None = None, telemetry: str | Path | None = None,  # "-": stdout
                  deadline_s: float = 25.0, restart: bool = False):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.every_steps, self.every_seconds, self.mtbf_s = every_steps, every_seconds, mtbf_s
@@ -138,7 +138,7 @@ class Resilient:
         else:
             self.resume()
         if self.telemetry_path and self._rank() == 0:
-            self._telemetry = open(self.telemetry_path, "a")
+            self._telemetry = sys.stdout if str(self.telemetry_path) == "-" else open(self.telemetry_path, "a")
         self._last_ckpt_time = time.monotonic()
         self._step_start = time.perf_counter()
         return self
@@ -149,7 +149,7 @@ class Resilient:
         finally:
             for sig, h in self._old_handlers.items():
                 signal.signal(sig, h)
-            if self._telemetry:
+            if self._telemetry and self._telemetry is not sys.stdout:
                 self._telemetry.close()
 
     def _on_signal(self, signum, frame) -> None:
