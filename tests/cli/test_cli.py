@@ -330,3 +330,23 @@ def test_experts_json_from_a_loads_file(tmp_path, capsys):
 def test_experts_bad_input_exit_2(args, field, capsys):
     code, _, err = run(args, capsys)
     assert code == 2 and err.startswith(f"error: {field}:") and err.count("\n") == 1
+
+
+def test_whatif_prices_the_motivating_story(capsys):
+    code, out, _ = run(["cluster", "whatif", "--gpus", "64", "--gpu", "h100-sxm", "--hours", "47", "--spot",
+                        "--preempt-at", "47h", "--checkpoint", "none", "--checkpoint", "1h", "--checkpoint", "optimal",
+                        "--price", "3.0", "--json"], capsys)
+    assert code == 0
+    by = {p["checkpoint"]: p for p in json.loads(out)["policies"]}
+    assert by["none"]["lost_usd"] == pytest.approx(64 * 47 * 3.0)  # about $9,000
+    assert by["1h"]["lost_gpu_hours"] <= 64 * (1 + 600 / 3600) + 1e-9  # at most an interval and the restart
+    assert by["optimal"]["lost_usd"] < by["none"]["lost_usd"]
+
+
+def test_checkpoint_interval_json_and_bad_input(capsys):
+    code, out, _ = run(["checkpoint-interval", "--mtbf", "3.1h", "--cost", "60s", "--restart", "10m", "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and doc["young_s"] == pytest.approx((2 * 60 * 3.1 * 3600) ** 0.5)
+    assert doc["daly_s"] < doc["young_s"] and 0 < doc["expected_waste_fraction"] < 1
+    code, _, err = run(["checkpoint-interval", "--mtbf", "-3h", "--cost", "60s"], capsys)
+    assert code == 2 and err.startswith("error: mtbf:")

@@ -19,6 +19,12 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print a machine-readable JSON document.")]
 
 
+def _duration_or_zero(text: str, field: str) -> float:
+    """A duration where zero is allowed (a restart that costs nothing)."""
+    from gpuplan.units import parse_duration
+    return 0.0 if text.strip() in ("0", "0s", "0m", "0h") else parse_duration(text, field)
+
+
 def _emit_json(doc) -> None:
     sys.stdout.write(json.dumps(doc, indent=2) + "\n")
 
@@ -451,6 +457,77 @@ def slurm(
                     "script": script})
     elif not output:
         sys.stdout.write(script)
+
+
+@app.command("checkpoint-interval")
+def checkpoint_interval(
+    mtbf: Annotated[str, typer.Option(help="Mean time between failures or preemptions, e.g. 3.1h.")],
+    cost: Annotated[str, typer.Option(help="Time to write one checkpoint, e.g. 60s.")],
+    restart: Annotated[str, typer.Option(help="Time to restart after a failure, e.g. 10m.")] = "0s",
+    json_out: JsonOpt = False,
+) -> None:
+    """Young's and Daly's optimal checkpoint intervals and the expected share of time wasted."""
+    from gpuplan.estimate.checkpoint_interval import daly_interval, expected_waste_fraction, young_interval
+    from gpuplan.units import parse_duration
+
+    m, c, r = parse_duration(mtbf, "mtbf"), parse_duration(cost, "cost"), _duration_or_zero(restart, "restart")
+    young, daly = young_interval(c, m), daly_interval(c, m)
+    doc = {"mtbf_s": m, "cost_s": c, "restart_s": r, "young_s": young, "daly_s": daly,
+           "expected_waste_fraction": expected_waste_fraction(daly, c, m, r),
+           "expected_waste_fraction_young": expected_waste_fraction(young, c, m, r)}
+    if json_out:
+        _emit_json(doc)
+        return
+    from gpuplan.cli.render import console
+    from gpuplan.units import fmt_duration
+    console.print(f"checkpoint every {fmt_duration(daly)} (Daly; Young: {fmt_duration(young)}) for an MTBF of "
+                  f"{fmt_duration(m)} and {fmt_duration(c)} checkpoints: expected waste "
+                  f"{doc['expected_waste_fraction']:.2%} of wall time (checkpoints, lost work"
+                  f"{', restarts' if r else ''})")
+
+
+cluster_app = typer.Typer(no_args_is_help=True, help="Cluster questions: what preemption costs.")
+app.add_typer(cluster_app, name="cluster")
+
+
+@cluster_app.command()
+def whatif(
+    gpus: Annotated[int, typer.Option(help="GPUs of the job.")] = 64,
+    gpu: Annotated[str, typer.Option(help="GPU id (for its catalog price).")] = "h100-sxm",
+    hours: Annotated[float, typer.Option(help="Hours of work the job needs.")] = 47.0,
+    spot: Annotated[bool, typer.Option("--spot", help="Runs on spot capacity (informational).")] = False,
+    preempt_at: Annotated[str, typer.Option(help="When the preemption hits, e.g. 47h.")] = "47h",
+    checkpoint: Annotated[list[str], typer.Option(help="Policies to compare: none, an interval (1h, 30m), "
+                                                       "optimal. Repeat the flag.")] = ["none", "1h", "optimal"],
+    cost: Annotated[str, typer.Option(help="Time to write one checkpoint.")] = "60s",
+    restart: Annotated[str, typer.Option(help="Time to restart the job.")] = "10m",
+    mtbf: Annotated[Optional[str], typer.Option(help="Mean time between preemptions (for optimal; default: "
+                                                     "the job's length).")] = None,
+    price: Annotated[Optional[float], typer.Option(help="USD per GPU-hour (default: catalog price).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Dollars a preemption throws away under each checkpoint policy."""
+    from gpuplan import catalog
+    from gpuplan.cluster.whatif import loss
+    from gpuplan.units import HOUR, parse_duration
+
+    hw = catalog.gpu(gpu)
+    if price is None:
+        found = catalog.price_per_gpu_hour(hw.id)
+        price = found[0] if found else 0.0
+    if hours <= 0:
+        raise GpuplanError("hours", f"must be positive, got {hours}")
+    at = min(parse_duration(preempt_at, "preempt_at"), hours * HOUR)
+    m = parse_duration(mtbf, "mtbf") if mtbf else hours * HOUR
+    c, r = parse_duration(cost, "cost"), _duration_or_zero(restart, "restart")
+    rows = [loss(p, gpus=gpus, preempt_at_s=at, cost_s=c, restart_s=r, price=price, mtbf_s=m) for p in checkpoint]
+    doc = {"gpus": gpus, "gpu": hw.id, "hours": hours, "spot": spot, "preempt_at_s": at, "price_per_gpu_hour": price,
+           "policies": [x.to_dict() for x in rows]}
+    if json_out:
+        _emit_json(doc)
+        return
+    from gpuplan.cli.render import render_whatif
+    render_whatif(doc)
 
 
 @app.command()

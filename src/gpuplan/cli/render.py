@@ -307,3 +307,15 @@ def render_experts(doc: dict) -> None:
                   f"(pass --expert-imbalance {doc['expert_imbalance_for_train']:.3f} to `gpuplan train`); "
                   f"a token's top-{c['top_k']} reaches {c['remote_nodes_per_token']:.2f} other nodes "
                   f"({c['dispatch_bytes_per_token'] / 1024:,.1f} KiB dispatched across nodes per token, node-deduplicated)")
+
+
+def render_whatif(doc: dict) -> None:
+    table = Table(title=f"{doc['gpus']} x {doc['gpu']}, preempted after {fmt_duration(doc['preempt_at_s'])} "
+                        f"at ${doc['price_per_gpu_hour']:.2f}/GPU-hour")
+    for col in ("checkpoint", "interval", "work lost", "GPU-hours lost", "$ lost", "$ checkpoint overhead"):
+        table.add_column(col, justify="left" if col == "checkpoint" else "right")
+    for p in doc["policies"]:
+        table.add_row(p["checkpoint"], fmt_duration(p["interval_s"]) if p["interval_s"] else "-",
+                      fmt_duration(p["lost_work_s"]), f"{p['lost_gpu_hours']:,.1f}", f"${p['lost_usd']:,.0f}",
+                      f"${p['overhead_usd']:,.0f}")
+    console.print(table)
