@@ -97,6 +97,9 @@ class Cluster:
 
     def __exit__(self, *exc) -> None:
         self.sh("scancel", "--full", "-u", "root")
+        t0 = time.monotonic()  # let the step daemons finish before the controllers go
+        while self.sh("squeue", "-h").stdout.strip() and time.monotonic() - t0 < 15:
+            time.sleep(0.5)
         for p in reversed(self.procs):
             p.terminate()
         for p in self.procs:

@@ -17,6 +17,12 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   rich_markup_mode=None, help="Plan LLM training and serving: memory, FLOPs, time and cost per GPU.")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print a machine-readable JSON document.")]
+# Options several commands share, declared once
+ModelArg = Annotated[str, typer.Argument(help="Catalog id (see `gpuplan models`) or a path to a config.json.")]
+GpuOpt = Annotated[str, typer.Option(help="GPU id (see `gpuplan gpus`).")]
+TpOpt = Annotated[int, typer.Option(help="Tensor-parallel degree.")]
+PpOpt = Annotated[int, typer.Option(help="Pipeline-parallel degree.")]
+PriceOpt = Annotated[Optional[float], typer.Option(help="USD per GPU-hour (default: dated catalog price).")]
 
 
 def _duration_or_zero(text: str, field: str) -> float:
@@ -25,17 +31,35 @@ def _duration_or_zero(text: str, field: str) -> float:
     return 0.0 if text.strip() in ("0", "0s", "0m", "0h") else parse_duration(text, field)
 
 
+def _price(gpu_id: str, price: float | None) -> float | None:
+    """--price, or the GPU's dated catalog price."""
+    if price is not None:
+        return price
+    from gpuplan import catalog
+    found = catalog.price_per_gpu_hour(gpu_id)
+    return found[0] if found else None
+
+
+def _show(doc: dict, json_out: bool, renderer: str) -> None:
+    """Print ``doc`` as JSON, or through the named rich renderer of cli/render.py."""
+    if json_out:
+        _emit_json(doc)
+        return
+    from gpuplan.cli import render
+    getattr(render, renderer)(doc)
+
+
 def _emit_json(doc) -> None:
     sys.stdout.write(json.dumps(doc, indent=2) + "\n")
 
 
 @app.command()
 def train(
-    model: Annotated[str, typer.Argument(help="Catalog id (see `gpuplan models`) or a path to a config.json.")],
-    gpu: Annotated[str, typer.Option(help="GPU id (see `gpuplan gpus`).")] = "h100-sxm",
+    model: ModelArg,
+    gpu: GpuOpt = "h100-sxm",
     gpus: Annotated[int, typer.Option(help="Number of GPUs (world size).")] = 8,
-    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
-    pp: Annotated[int, typer.Option(help="Pipeline-parallel degree.")] = 1,
+    tp: TpOpt = 1,
+    pp: PpOpt = 1,
     dp: Annotated[Optional[int], typer.Option(help="Data-parallel degree (default: gpus / (tp*pp*cp)).")] = None,
     cp: Annotated[int, typer.Option(help="Context-parallel degree.")] = 1,
     ep: Annotated[int, typer.Option(help="Expert-parallel degree (carved from dp*cp).")] = 1,
@@ -61,7 +85,7 @@ def train(
                                              help="Hide TP collectives behind GEMMs (TransformerEngine).")] = False,
     overlap_grad_reduce: Annotated[bool, typer.Option("--overlap-grad-reduce/--no-overlap-grad-reduce",
                                                       help="Reduce DP gradients during the backward.")] = True,
-    price: Annotated[Optional[float], typer.Option(help="USD per GPU-hour (default: dated catalog price).")] = None,
+    price: PriceOpt = None,
     cuda_context_gib: Annotated[float, typer.Option(help="CUDA/NCCL context per GPU, GiB.")] = 0.5,
     allocator_fraction: Annotated[float, typer.Option(help="Allocator reserve, fraction of allocated.")] = 0.05,
     expert_imbalance: Annotated[float, typer.Option(help="MoE: busiest expert-parallel GPU's load over the mean "
@@ -120,8 +144,8 @@ def train(
 
 @app.command()
 def search(
-    model: Annotated[str, typer.Argument(help="Catalog id or a path to a config.json.")],
-    gpu: Annotated[str, typer.Option(help="GPU id (see `gpuplan gpus`).")] = "h100-sxm",
+    model: ModelArg,
+    gpu: GpuOpt = "h100-sxm",
     gpus: Annotated[int, typer.Option(help="Number of GPUs.")] = 8,
     seq_len: Annotated[int, typer.Option(help="Sequence length in tokens.")] = 4096,
     global_batch: Annotated[str, typer.Option(help="Global batch: sequences (512) or tokens with a suffix (16M).")]
@@ -130,7 +154,7 @@ def search(
     optimizer: Annotated[str, typer.Option(help="adamw, adamw8bit, sgd or adafactor.")] = "adamw",
     objective: Annotated[str, typer.Option(help="Rank by throughput or cost.")] = "throughput",
     top: Annotated[int, typer.Option(help="How many plans to show.")] = 5,
-    price: Annotated[Optional[float], typer.Option(help="USD per GPU-hour (default: dated catalog price).")] = None,
+    price: PriceOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Every valid parallel plan that fits, ranked; rejected plans counted by reason."""
@@ -157,9 +181,7 @@ def search(
                                "use a multiple of --seq-len, or give sequences")
         gb //= seq_len
     base = TrainingConfig(seq_len=seq_len, global_batch=int(gb), precision=precision, optimizer=optimizer)
-    if price is None:
-        found = catalog.price_per_gpu_hour(hw.id)
-        price = found[0] if found else None
+    price = _price(hw.id, price)
     if json_out:
         result = run_search(spec, hw, gpus, base, top=top, objective=objective, price_per_gpu_hour=price)
         from gpuplan.search.report import to_dict
@@ -177,10 +199,10 @@ def search(
 
 @app.command()
 def serve(
-    model: Annotated[str, typer.Argument(help="Catalog id (see `gpuplan models`) or a path to a config.json.")],
-    gpu: Annotated[str, typer.Option(help="GPU id (see `gpuplan gpus`).")] = "h100-sxm",
-    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
-    pp: Annotated[int, typer.Option(help="Pipeline-parallel degree.")] = 1,
+    model: ModelArg,
+    gpu: GpuOpt = "h100-sxm",
+    tp: TpOpt = 1,
+    pp: PpOpt = 1,
     weights: Annotated[str, typer.Option(help="Weight format: bf16, fp16, fp8, fp8-wo, int8, int4-awq, int4-gptq, "
                                               "nf4, q4_k_m, q8_0.")] = "bf16",
     kv: Annotated[str, typer.Option(help="KV-cache format: bf16, fp16, fp8, int8.")] = "bf16",
@@ -203,7 +225,7 @@ def serve(
     target_rps: Annotated[Optional[float], typer.Option(help="Requests/s to serve: GPUs needed.")] = None,
     tpot_slo: Annotated[Optional[str], typer.Option(help="Inter-token latency target, e.g. 50ms.")] = None,
     ttft_slo: Annotated[Optional[str], typer.Option(help="Time-to-first-token target, e.g. 2s.")] = None,
-    price: Annotated[Optional[float], typer.Option(help="USD per GPU-hour (default: dated catalog price).")] = None,
+    price: PriceOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Serving: does it fit, KV cache, max concurrency, TTFT/TPOT, tokens/s and $/M tokens."""
@@ -213,9 +235,7 @@ def serve(
     from gpuplan.units import parse_duration
 
     hw = catalog.gpu(gpu)
-    if price is None:
-        found = catalog.price_per_gpu_hour(hw.id)
-        price = found[0] if found else None
+    price = _price(hw.id, price)
     cfg = ServeConfig(gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
                       max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs, max_model_len=max_model_len)
     req = ServeRequest(model=catalog.model(model), gpu=hw, tp=tp, pp=pp, weights=weights, kv=kv, input_len=input_len,
@@ -236,10 +256,10 @@ def serve(
 
 @app.command("serve-sim")
 def serve_sim(
-    model: Annotated[str, typer.Argument(help="Catalog id (see `gpuplan models`) or a path to a config.json.")],
-    gpu: Annotated[str, typer.Option(help="GPU id (see `gpuplan gpus`).")] = "h100-sxm",
-    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
-    pp: Annotated[int, typer.Option(help="Pipeline-parallel degree.")] = 1,
+    model: ModelArg,
+    gpu: GpuOpt = "h100-sxm",
+    tp: TpOpt = 1,
+    pp: PpOpt = 1,
     weights: Annotated[str, typer.Option(help="Weight format (see `gpuplan serve --help`).")] = "bf16",
     kv: Annotated[str, typer.Option(help="KV-cache format: bf16, fp16, fp8, int8.")] = "bf16",
     rate: Annotated[Optional[str], typer.Option(help="Poisson request rate(s) per second, e.g. 4 or 1,2,4,8.")] = None,
@@ -296,11 +316,7 @@ def serve_sim(
     if ttft or itl:
         doc["slo"] = {"ttft_p99_s": ttft, "itl_p99_s": itl, "max_rate": best[0],
                       "at_max_rate": best[1].to_dict() if best[1] else None}
-    if json_out:
-        _emit_json(doc)
-        return
-    from gpuplan.cli.render import render_serve_sim
-    render_serve_sim(doc)
+    _show(doc, json_out, "render_serve_sim")
 
 
 @app.command()
@@ -365,11 +381,7 @@ def pipeline(
                                    "backward_convention": "b is the input-gradient backward; full = b + w"},
                          "bubble_ratio": sum(t.idle_s) / sum(t.busy_s) if sum(t.busy_s) else 0.0,
                          "trace": trace, "plot": plot}
-    if json_out:
-        _emit_json(doc)
-        return
-    from gpuplan.cli.render import render_pipeline
-    render_pipeline(doc)
+    _show(doc, json_out, "render_pipeline")
 
 
 @app.command()
@@ -410,11 +422,7 @@ def experts(
            "cross_node": traffic | {"dispatch_bytes_per_token": traffic["remote_nodes_per_token"] * hidden *
                                     dispatch_bytes, "top_k": top_k},
            "expert_imbalance_for_train": float(bal.mean())}
-    if json_out:
-        _emit_json(doc)
-        return
-    from gpuplan.cli.render import render_experts
-    render_experts(doc)
+    _show(doc, json_out, "render_experts")
 
 
 @app.command(context_settings={"allow_interspersed_args": False})
@@ -512,9 +520,7 @@ def whatif(
     from gpuplan.units import HOUR, parse_duration
 
     hw = catalog.gpu(gpu)
-    if price is None:
-        found = catalog.price_per_gpu_hour(hw.id)
-        price = found[0] if found else 0.0
+    price = _price(hw.id, price) or 0.0
     if hours <= 0:
         raise GpuplanError("hours", f"must be positive, got {hours}")
     at = min(parse_duration(preempt_at, "preempt_at"), hours * HOUR)
@@ -523,11 +529,7 @@ def whatif(
     rows = [loss(p, gpus=gpus, preempt_at_s=at, cost_s=c, restart_s=r, price=price, mtbf_s=m) for p in checkpoint]
     doc = {"gpus": gpus, "gpu": hw.id, "hours": hours, "spot": spot, "preempt_at_s": at, "price_per_gpu_hour": price,
            "policies": [x.to_dict() for x in rows]}
-    if json_out:
-        _emit_json(doc)
-        return
-    from gpuplan.cli.render import render_whatif
-    render_whatif(doc)
+    _show(doc, json_out, "render_whatif")
 
 
 @app.command()

@@ -10,6 +10,13 @@ from gpuplan.units import GB, GiB, TFLOP, fmt_bytes, fmt_count, fmt_duration
 console = Console()
 
 
+def _mem_table(title: str) -> Table:
+    table = Table(title=title)
+    for col in ("component", "GiB", "GB", "of GPU", "note"):
+        table.add_column(col, justify="left" if col in ("component", "note") else "right")
+    return table
+
+
 def _mem_row(table: Table, name: str, n_bytes: float, capacity: float, note: str = "") -> None:
     table.add_row(name, f"{n_bytes / GiB:,.2f}", f"{n_bytes / GB:,.2f}", f"{100 * n_bytes / capacity:5.1f}%", note)
 
@@ -27,9 +34,7 @@ def render_train(est) -> None:
                   f" ({req.microbatches} micro-batches/step), {req.config.precision}, {req.config.optimizer},"
                   f" recompute {req.config.recompute}, {req.config.attention} attention, {req.config.profile} profile")
 
-    table = Table(title=f"Memory per GPU (most loaded: pipeline stage {s.stage}, {s.layers} layers)")
-    for col in ("component", "GiB", "GB", "of GPU", "note"):
-        table.add_column(col, justify="left" if col in ("component", "note") else "right")
+    table = _mem_table(f"Memory per GPU (most loaded: pipeline stage {s.stage}, {s.layers} layers)")
     cap = mem.capacity
     _mem_row(table, "weights", s.weights, cap)
     _mem_row(table, "gradients", s.gradients, cap)
@@ -187,9 +192,8 @@ def render_serve(est, doc: dict) -> None:
     console.print(f"[bold]{r.model.name}[/] on {d.gpus} x {d.gpu.name} (tp={d.tp}, pp={d.pp}), weights {d.weights.name}, "
                   f"KV {d.kv.name}; {r.input_len} tokens in, {r.output_len} out, "
                   f"{'max-throughput' if r.max_throughput else 'concurrency'} {doc['concurrency']}")
-    table = Table(title=f"Memory per GPU (engine budget {r.config.gpu_memory_utilization:.0%} of {mem['capacity'] / GiB:,.2f} GiB)")
-    for col in ("component", "GiB", "GB", "of GPU", "note"):
-        table.add_column(col, justify="left" if col in ("component", "note") else "right")
+    table = _mem_table(f"Memory per GPU (engine budget {r.config.gpu_memory_utilization:.0%} of "
+                       f"{mem['capacity'] / GiB:,.2f} GiB)")
     per = mem["per_gpu"]
     cap = mem["capacity"]
     _mem_row(table, "weights", per["weights"], cap, d.weights.description)
