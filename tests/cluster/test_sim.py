@@ -1,0 +1,89 @@
+"""The cluster simulator against queueing theory and Daly, and its bookkeeping."""
+
+import math
+
+import numpy as np
+import pytest
+
+from gpuplan.cluster.sim import ClusterConfig, ClusterSim, Job
+from gpuplan.estimate.checkpoint_interval import daly_interval, expected_waste_fraction
+
+
+def erlang_c_wait(c: int, lam: float, mu: float) -> float:
+    """Mean wait in queue of M/M/c (Erlang C)."""
+    a = lam / mu
+    rho = a / c
+    tail = a ** c / math.factorial(c) / (1 - rho)
+    p_wait = tail / (sum(a ** k / math.factorial(k) for k in range(c)) + tail)
+    return p_wait / (c * mu - lam)
+
+
+def _poisson_jobs(n, lam, mean_s, seed, **kw):
+    rng = np.random.default_rng(seed)
+    arr = np.cumsum(rng.exponential(1 / lam, n))
+    dur = rng.exponential(mean_s, n)
+    return [Job(i, float(arr[i]), 1.0, float(dur[i]), **kw) for i in range(n)]
+
+
+def test_single_gpu_jobs_under_fifo_wait_as_long_as_erlang_c_says():
+    c, mean, rho = 16, 600.0, 0.8
+    lam = rho * c / mean
+    waits = []
+    for seed in range(16):  # the mean wait is noisy: 16 x 48,000 jobs put its standard error near 2%
+        jobs = _poisson_jobs(50_000, lam, mean, seed)
+        sim = ClusterSim(ClusterConfig(nodes=2, gpus_per_node=8, policy="fifo"), jobs).run()
+        w = np.array([j.first_start_s - j.arrival_s for j in jobs])[2000:]  # past the warm-up
+        waits.append(w.mean())
+    assert np.mean(waits) == pytest.approx(erlang_c_wait(c, lam, 1 / mean), rel=0.05)
+
+
+def test_a_job_under_exponential_failures_wastes_what_daly_predicts():
+    cost, mtbf, restart = 60.0, 4 * 3600.0, 300.0
+    tau = daly_interval(cost, mtbf)
+    waste = []
+    for seed in range(60):
+        # one 8-GPU job on one of many nodes: a failed node is never the only place to restart
+        # one node's worth of GPUs on a cluster of many: after a failure the job restarts elsewhere
+        # at once, and its node's failures (MTBF each) are the job's failures
+        job = Job(0, 0.0, 8.0, 200 * 3600.0, checkpoint=str(tau), cost_s=cost, restart_s=restart)
+        cfg = ClusterConfig(nodes=64, gpus_per_node=8, node_mtbf_s=mtbf, repair_s=1.0, seed=seed)
+        ClusterSim(cfg, [job]).run()
+        waste.append(1 - job.work_s / (job.finish_s - job.arrival_s))
+    assert np.mean(waste) == pytest.approx(expected_waste_fraction(tau, cost, mtbf, restart), rel=0.05)
+
+
+def test_gpu_hours_add_up_and_the_same_seed_repeats_the_run():
+    def run(seed):
+        rng = np.random.default_rng(3)
+        jobs = [Job(i, float(i * 50), float(rng.choice([0.5, 1, 2, 8, 16])), float(rng.exponential(3600)),
+                    tier=int(rng.integers(0, 3)), spot=bool(rng.random() < 0.3), checkpoint="daly", cost_s=30,
+                    restart_s=120) for i in range(400)]
+        cfg = ClusterConfig(nodes=4, gpus_per_node=8, policy="backfill", node_mtbf_s=30 * 86400,
+                            spot_reclaim_per_hour=0.2, seed=seed)
+        return jobs, ClusterSim(cfg, jobs).run().report()
+
+    jobs, a = run(0)
+    _, b = run(0)
+    assert a == b
+    assert a["finished"] == 400
+    work_h = sum(j.gpus * j.work_s for j in jobs) / 3600
+    assert a["gpu_hours"]["useful"] == pytest.approx(work_h, rel=1e-9)
+    assert a["preemptions"] > 0 and a["reclaims"] > 0
+
+
+def test_a_higher_tier_preempts_the_job_with_the_least_unsaved_work():
+    low_old = Job(0, 0.0, 8.0, 10_000.0, tier=0, checkpoint="600", cost_s=10)
+    low_new = Job(1, 550.0, 8.0, 10_000.0, tier=0, checkpoint="600", cost_s=10)
+    high = Job(2, 650.0, 8.0, 100.0, tier=1)
+    cfg = ClusterConfig(nodes=2, gpus_per_node=8, policy="priority", grace_s=30)
+    sim = ClusterSim(cfg, [low_old, low_new, high]).run()
+    # at 650 s the old job saved 600 s of work at 610 s (40 s unsaved), the new one has 100 s unsaved
+    assert low_old.preemptions == 1 and low_new.preemptions == 0
+    assert high.first_start_s == pytest.approx(650 + 30)
+
+
+def test_jobs_larger_than_the_cluster_are_refused():
+    from gpuplan.errors import GpuplanError
+    with pytest.raises(GpuplanError) as e:
+        ClusterSim(ClusterConfig(nodes=2, gpus_per_node=8), [Job(0, 0.0, 32.0, 10.0)])
+    assert e.value.field == "jobs"
