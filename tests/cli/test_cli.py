@@ -350,3 +350,13 @@ def test_checkpoint_interval_json_and_bad_input(capsys):
     assert doc["daly_s"] < doc["young_s"] and 0 < doc["expected_waste_fraction"] < 1
     code, _, err = run(["checkpoint-interval", "--mtbf", "-3h", "--cost", "60s"], capsys)
     assert code == 2 and err.startswith("error: mtbf:")
+
+
+def test_cluster_sim_json(capsys):
+    code, out, _ = run(["cluster", "sim", "--gpus", "256", "--jobs", "2000", "--load", "0.9", "--json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["finished"] == 2000 and 0 < doc["utilisation"] <= 1 and doc["goodput"] <= doc["utilisation"]
+    assert set(doc["gpu_hours"]) >= {"useful", "checkpoint", "lost_failure", "lost_preemption", "lost_reclaim"}
+    code, _, err = run(["cluster", "sim", "--policy", "lottery"], capsys)
+    assert code == 2 and err.startswith("error: policy:")

@@ -532,6 +532,73 @@ def whatif(
     _show(doc, json_out, "render_whatif")
 
 
+@cluster_app.command("sim")
+def cluster_sim(
+    gpus: Annotated[int, typer.Option(help="GPUs in the cluster.")] = 1024,
+    gpus_per_node: Annotated[int, typer.Option(help="GPUs per node.")] = 8,
+    jobs: Annotated[int, typer.Option(help="Synthetic jobs (ignored with --trace).")] = 10_000,
+    load: Annotated[float, typer.Option(help="Offered load of the synthetic jobs (1.0 = the cluster's GPUs).")] = 0.8,
+    spot_share: Annotated[float, typer.Option(help="Share of the lowest tier's jobs on spot capacity.")] = 0.3,
+    trace: Annotated[Optional[str], typer.Option(help="A job trace instead of synthetic jobs.")] = None,
+    trace_format: Annotated[str, typer.Option(help="openb (Alibaba 2023), philly or helios.")] = "openb",
+    policy: Annotated[str, typer.Option(help="fifo, priority or backfill.")] = "backfill",
+    preempt: Annotated[bool, typer.Option("--preempt/--no-preempt", help="Higher tiers preempt lower ones.")] = True,
+    placement: Annotated[str, typer.Option(help="pack, spread or topology.")] = "pack",
+    grace: Annotated[str, typer.Option(help="SIGTERM to SIGKILL on preemption and reclaim.")] = "2m",
+    node_mtbf: Annotated[str, typer.Option(help="Node mean time between failures: llama3 (264 node-days), a "
+                                                "duration, or none.")] = "llama3",
+    weibull: Annotated[Optional[float], typer.Option(help="Weibull shape of failures (default exponential).")]
+    = None,
+    repair: Annotated[str, typer.Option(help="Time to repair a failed node.")] = "1h",
+    spot_reclaim_per_hour: Annotated[float, typer.Option(help="Reclaims per running spot job per hour.")] = 0.05,
+    checkpoint: Annotated[str, typer.Option(help="Jobs' checkpoint policy: none, daly, sigterm or an interval.")]
+    = "daly",
+    checkpoint_cost: Annotated[str, typer.Option(help="Time to write one checkpoint.")] = "60s",
+    restart: Annotated[str, typer.Option(help="Time to restart a job.")] = "5m",
+    seed: Annotated[int, typer.Option(help="Seed of the workload, failures and reclaims.")] = 0,
+    price: Annotated[float, typer.Option(help="USD per GPU-hour, for the dollars lost.")] = 3.0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Simulate a cluster running a job mix: utilisation, goodput, GPU-hours and $ lost by cause."""
+    from rich.progress import Progress
+
+    from gpuplan.cluster.sim import LLAMA3_NODE_MTBF_S, ClusterConfig, ClusterSim
+    from gpuplan.cluster.workloads import READERS, synthetic
+    from gpuplan.units import parse_duration
+
+    if gpus < gpus_per_node or gpus % gpus_per_node:
+        raise GpuplanError("gpus", f"{gpus} GPUs do not make whole nodes of {gpus_per_node}",
+                           f"use a multiple of {gpus_per_node}")
+    ckpt = checkpoint if checkpoint in ("none", "daly", "sigterm") else str(parse_duration(checkpoint, "checkpoint"))
+    cost, rst = parse_duration(checkpoint_cost, "checkpoint_cost"), _duration_or_zero(restart, "restart")
+    skipped: dict = {}
+    if trace:
+        if trace_format not in READERS:
+            raise GpuplanError("trace_format", f"unknown trace format {trace_format!r}",
+                               f"use one of {', '.join(READERS)}")
+        work, skipped = READERS[trace_format](trace)
+        too_big = [j for j in work if j.gpus > gpus]
+        if too_big:
+            skipped[f"needs more than the cluster's {gpus} GPUs"] = len(too_big)
+        work = [j for j in work if j.gpus <= gpus]
+        for k, j in enumerate(work):
+            j.id, j.checkpoint, j.cost_s, j.restart_s = k, ckpt, cost, rst
+    else:
+        work = synthetic(jobs, gpus, load, seed, spot_share, checkpoint=ckpt, cost_s=cost, restart_s=rst)
+    mtbf = None if node_mtbf == "none" else LLAMA3_NODE_MTBF_S if node_mtbf == "llama3" else \
+        parse_duration(node_mtbf, "node_mtbf")
+    cfg = ClusterConfig(nodes=gpus // gpus_per_node, gpus_per_node=gpus_per_node, policy=policy, preempt=preempt,
+                        placement=placement, grace_s=_duration_or_zero(grace, "grace"), node_mtbf_s=mtbf,
+                        weibull_shape=weibull, repair_s=parse_duration(repair, "repair"),
+                        spot_reclaim_per_hour=spot_reclaim_per_hour, price_per_gpu_hour=price, seed=seed)
+    with Progress(transient=True, disable=json_out) as bar:
+        bar.add_task(f"simulating {len(work):,} jobs on {gpus:,} GPUs", total=None)
+        report = ClusterSim(cfg, work).run().report()
+    report["skipped"] = dict(skipped)
+    report["policy"], report["placement"], report["checkpoint"] = policy, placement, checkpoint
+    _show(report, json_out, "render_cluster")
+
+
 @app.command()
 def validate(
     kind: Annotated[str, typer.Argument(help="training (step time) or serving (throughput and latency).")]

@@ -323,3 +323,26 @@ def render_whatif(doc: dict) -> None:
                       fmt_duration(p["lost_work_s"]), f"{p['lost_gpu_hours']:,.1f}", f"${p['lost_usd']:,.0f}",
                       f"${p['overhead_usd']:,.0f}")
     console.print(table)
+
+
+def render_cluster(r: dict) -> None:
+    console.print(f"{r['finished']:,} of {r['jobs']:,} jobs on {r['gpus']:,} GPUs ({r['policy']}, {r['placement']}, "
+                  f"checkpoints {r['checkpoint']}) in {fmt_duration(r['makespan_s'])}: utilisation "
+                  f"{r['utilisation']:.1%}, goodput {r['goodput']:.1%}; {r['preemptions']:,} preemptions, "
+                  f"{r['failures']:,} node failures, {r['reclaims']:,} spot reclaims")
+    if r.get("skipped"):
+        console.print("trace rows skipped: " + ", ".join(f"{n:,} {why}" for why, n in r["skipped"].items()))
+    t = Table(title="GPU-hours by use")
+    for col in ("use", "GPU-hours", "$"):
+        t.add_column(col, justify="left" if col == "use" else "right")
+    price = r["usd_lost"] / r["gpu_hours_lost"] if r["gpu_hours_lost"] else 0.0
+    for k, v in r["gpu_hours"].items():
+        t.add_row(k.replace("_", " "), f"{v:,.1f}", f"{v * price:,.0f}" if k != "useful" else "")
+    console.print(t)
+    q = Table(title="By tier")
+    for col in ("tier", "jobs", "mean wait", "p99 wait", "mean completion"):
+        q.add_column(col, justify="right")
+    for tier, v in r["tiers"].items():
+        q.add_row(tier, f"{v['jobs']:,}", fmt_duration(v["mean_wait_s"]), fmt_duration(v["p99_wait_s"]),
+                  fmt_duration(v["mean_jct_s"]))
+    console.print(q)

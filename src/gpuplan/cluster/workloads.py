@@ -1,0 +1,158 @@
+"""Workloads for the cluster simulator: a seeded synthetic generator and trace importers.
+
+Importers (each returns the jobs and how many rows it skipped, by reason):
+
+* Alibaba ``openb`` (cluster-trace-gpu-v2023, Weng et al., ATC 2023), ``openb_pod_list_*.csv``:
+  ``name, cpu_milli, memory_mib, num_gpu, gpu_milli, gpu_spec, qos, pod_phase, creation_time,
+  deletion_time, scheduled_time``. A task wants ``num_gpu`` GPUs, or ``gpu_milli``/1000 of one when
+  num_gpu is 1 and gpu_milli < 1000 (GPU sharing); it runs deletion_time - scheduled_time seconds;
+  QoS LS (latency-sensitive) is tier 1, the rest (BE, Burstable, Guaranteed) tier 0. CPU-only
+  tasks (num_gpu 0) are skipped.
+* Microsoft Philly (Jeon et al., ATC 2019), ``cluster_job_log`` as a JSON list: each job has
+  ``jobid``, ``submitted_time`` ("YYYY-MM-DD HH:MM:SS"), ``attempts`` with ``start_time``,
+  ``end_time`` and ``detail`` (one entry per machine, each with its ``gpus``). Duration: the last
+  attempt's end minus its start (earlier attempts failed; the simulator adds its own failures);
+  GPUs: those of the last attempt.
+* SenseTime Helios (Hu et al., SC 2021), ``cluster_log.csv``: ``job_id, user, vc, jobname,
+  gpu_num, cpu_num, node_num, state, submit_time, start_time, end_time, duration, queue`` (times
+  in seconds). Jobs with gpu_num 0 are skipped.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+from gpuplan.cluster.sim import Job
+from gpuplan.errors import GpuplanError, require
+
+
+def synthetic(n: int, gpus: int, load: float = 0.8, seed: int = 0, spot_share: float = 0.3,
+              tier_mix: tuple[float, ...] = (0.5, 0.4, 0.1), checkpoint: str = "daly", cost_s: float = 60.0,
+              restart_s: float = 300.0, mean_s: float = 3600.0, sigma: float = 1.0) -> list[Job]:
+    """Poisson arrivals at ``load`` of ``gpus``; sizes from a production-like mix (half single-GPU,
+    a few 64-GPU gangs); lognormal durations of median ``mean_s``; spot only in the lowest tier."""
+    require(n >= 1 and gpus >= 1, "jobs", "need at least one job and one GPU")
+    require(0 < load, "load", f"must be positive, got {load}")
+    require(abs(sum(tier_mix) - 1) < 1e-9, "tiers", "the tier mix must add up to 1")
+    rng = np.random.default_rng(seed)
+    sizes = np.array([0.5, 1, 2, 4, 8, 16, 64])
+    p = np.array([0.1, 0.4, 0.15, 0.15, 0.12, 0.06, 0.02])
+    fit = sizes <= gpus
+    size = rng.choice(sizes[fit], p=p[fit] / p[fit].sum(), size=n)
+    dur = rng.lognormal(np.log(mean_s), sigma, size=n)
+    rate = load * gpus / float((size * dur).mean())
+    arrival = np.cumsum(rng.exponential(1 / rate, size=n))
+    tier = rng.choice(len(tier_mix), p=tier_mix, size=n)
+    spot = (rng.random(n) < spot_share) & (tier == 0)
+    return [Job(i, float(arrival[i]), float(size[i]), float(dur[i]), int(tier[i]), bool(spot[i]), checkpoint=checkpoint,
+                cost_s=cost_s, restart_s=restart_s) for i in range(n)]
+
+
+def _rows(path: Path) -> tuple[list[str], list[list[str]]]:
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.reader(f))
+    except OSError as exc:
+        raise GpuplanError("trace", f"cannot read {path}: {exc.strerror}", "pass an existing trace file") from None
+    require(len(rows) >= 1, "trace", f"{path} is empty")
+    return rows[0], rows[1:]
+
+
+def _col(header: list[str], name: str, path: Path) -> int:
+    if name not in header:
+        raise GpuplanError("trace", f"{path}: no column {name!r} in the header", f"expected columns like {header[:6]}")
+    return header.index(name)
+
+
+def read_openb(path: str | Path) -> tuple[list[Job], Counter]:
+    path = Path(path)
+    header, rows = _rows(path)
+    c = {k: _col(header, k, path) for k in ("num_gpu", "gpu_milli", "qos", "creation_time", "deletion_time",
+                                            "scheduled_time")}
+    jobs, skipped = [], Counter()
+    for line, r in enumerate(rows, start=2):
+        try:
+            n_gpu, milli = int(r[c["num_gpu"]]), int(r[c["gpu_milli"]] or 0)
+            created = float(r[c["creation_time"]])
+            start = float(r[c["scheduled_time"]] or created)
+            end = float(r[c["deletion_time"]])
+        except (ValueError, IndexError) as exc:
+            raise GpuplanError("trace", f"{path} line {line}: cannot read the row ({exc})",
+                               "fix or remove that row") from None
+        if n_gpu == 0:
+            skipped["no GPU (CPU-only task)"] += 1
+            continue
+        if end <= start:
+            skipped["no run time (deleted before it ran)"] += 1
+            continue
+        gpus = milli / 1000 if n_gpu == 1 and 0 < milli < 1000 else float(n_gpu)
+        jobs.append(Job(len(jobs), created, gpus, end - start, tier=1 if r[c["qos"]] == "LS" else 0))
+    return jobs, skipped
+
+
+def read_philly(path: str | Path) -> tuple[list[Job], Counter]:
+    path = Path(path)
+    try:
+        log = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise GpuplanError("trace", f"cannot read {path} as Philly's JSON job log ({exc})",
+                           "pass cluster_job_log (a JSON list of jobs)") from None
+    fmt = "%Y-%m-%d %H:%M:%S"
+    jobs, skipped, t0 = [], Counter(), None
+    for i, j in enumerate(log):
+        try:
+            attempts = j.get("attempts") or []
+            if not attempts:
+                skipped["never started"] += 1
+                continue
+            start = datetime.strptime(attempts[-1]["start_time"], fmt)
+            if attempts[-1].get("end_time") in (None, "None"):
+                skipped["still running at the end of the trace"] += 1
+                continue
+            end = datetime.strptime(attempts[-1]["end_time"], fmt)
+            gpus = sum(len(d.get("gpus", [])) for d in attempts[-1].get("detail", []))
+            submitted = datetime.strptime(j["submitted_time"], fmt)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise GpuplanError("trace", f"{path} job {i} ({j.get('jobid', '?') if isinstance(j, dict) else '?'}): "
+                                        f"cannot read it ({exc})", "fix or remove that job") from None
+        if gpus == 0:
+            skipped["no GPU"] += 1
+            continue
+        t0 = submitted if t0 is None else min(t0, submitted)
+        jobs.append((submitted, gpus, (end - start).total_seconds()))
+    out = [Job(k, (s - t0).total_seconds(), float(g), max(0.0, d)) for k, (s, g, d) in enumerate(sorted(jobs))]
+    return out, skipped
+
+
+def read_helios(path: str | Path) -> tuple[list[Job], Counter]:
+    path = Path(path)
+    header, rows = _rows(path)
+    c = {k: _col(header, k, path) for k in ("gpu_num", "submit_time", "duration", "state")}
+    jobs, skipped = [], Counter()
+    t0 = None
+    parsed = []
+    for line, r in enumerate(rows, start=2):
+        try:
+            gpus, submit, dur = int(r[c["gpu_num"]]), float(r[c["submit_time"]]), float(r[c["duration"]])
+        except (ValueError, IndexError) as exc:
+            raise GpuplanError("trace", f"{path} line {line}: cannot read the row ({exc})",
+                               "fix or remove that row") from None
+        if gpus == 0:
+            skipped["no GPU (CPU job)"] += 1
+            continue
+        if dur <= 0:
+            skipped["no run time"] += 1
+            continue
+        t0 = submit if t0 is None else min(t0, submit)
+        parsed.append((submit, gpus, dur))
+    jobs = [Job(k, s - t0, float(g), d) for k, (s, g, d) in enumerate(sorted(parsed))]
+    return jobs, skipped
+
+
+READERS = {"openb": read_openb, "philly": read_philly, "helios": read_helios}
