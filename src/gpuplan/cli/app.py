@@ -600,6 +600,44 @@ def cluster_sim(
 
 
 @app.command()
+def tco(
+    gpus: Annotated[int, typer.Option(help="GPUs to rent or buy.")] = 64,
+    gpu: GpuOpt = "h100-sxm",
+    on_demand: Annotated[Optional[float], typer.Option(help="On-demand USD per GPU-hour (default: catalog).")]
+    = None,
+    spot: Annotated[Optional[float], typer.Option(help="Spot USD per GPU-hour.")] = None,
+    spot_mtbf: Annotated[str, typer.Option(help="Mean time between spot preemptions.")] = "24h",
+    checkpoint_cost: Annotated[str, typer.Option(help="Time to write one checkpoint.")] = "60s",
+    capex: Annotated[str, typer.Option(help="Purchase price of the owned GPUs (servers, network), e.g. 2.5M.")]
+    = "0",
+    pue: Annotated[float, typer.Option(help="Power usage effectiveness of the data centre.")] = 1.3,
+    kwh: Annotated[float, typer.Option(help="USD per kWh.")] = 0.10,
+    staff: Annotated[float, typer.Option(help="Staff USD per month for the owned cluster.")] = 0.0,
+    colo: Annotated[float, typer.Option(help="Colocation/space USD per month.")] = 0.0,
+    utilisation: Annotated[float, typer.Option(help="Share of hours the GPUs do useful work.")] = 0.8,
+    months: Annotated[int, typer.Option(help="Months to compare.")] = 36,
+    json_out: JsonOpt = False,
+) -> None:
+    """Cloud on-demand vs spot (with preemption losses) vs owned: monthly costs and the break-even month."""
+    from gpuplan import catalog
+    from gpuplan.cluster.tco import TCOInput, tco as run_tco
+    from gpuplan.units import parse_count, parse_duration
+
+    hw = catalog.gpu(gpu)
+    price = _price(hw.id, on_demand)
+    if price is None:
+        raise GpuplanError("on_demand", f"no catalog price for {hw.name}", "pass --on-demand USD per GPU-hour")
+    doc = run_tco(TCOInput(gpus=gpus, on_demand_per_gpu_hour=price, spot_per_gpu_hour=spot,
+                           spot_mtbf_s=parse_duration(spot_mtbf, "spot_mtbf"),
+                           checkpoint_cost_s=parse_duration(checkpoint_cost, "checkpoint_cost"),
+                           capex=0.0 if capex.strip() == "0" else parse_count(capex, "capex"), tdp_w=hw.tdp_w,
+                           pue=pue, usd_per_kwh=kwh, staff_per_month=staff, colo_per_month=colo,
+                           utilisation=utilisation, months=months))
+    doc["on_demand_per_gpu_hour"] = price
+    _show(doc, json_out, "render_tco")
+
+
+@app.command()
 def validate(
     kind: Annotated[str, typer.Argument(help="training (step time) or serving (throughput and latency).")]
     = "training",

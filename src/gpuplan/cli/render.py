@@ -346,3 +346,17 @@ def render_cluster(r: dict) -> None:
         q.add_row(tier, f"{v['jobs']:,}", fmt_duration(v["mean_wait_s"]), fmt_duration(v["p99_wait_s"]),
                   fmt_duration(v["mean_jct_s"]))
     console.print(q)
+
+
+def render_tco(doc: dict) -> None:
+    m = doc["monthly"]
+    console.print(f"{doc['gpus']} GPUs, {doc['useful_gpu_hours_per_month']:,.0f} useful GPU-hours a month: on demand "
+                  f"${m['on_demand']:,.0f}/month" + (f", spot ${m['spot']:,.0f}/month (preemptions waste "
+                                                    f"{doc['spot_waste_fraction']:.1%})" if m["spot"] else "")
+                  + f", owned ${m['owned_capex']:,.0f} up front + ${m['owned_running']:,.0f}/month")
+    be = doc["breakeven_month"]
+    for k, v in be.items():
+        if k == "spot" and not m["spot"]:
+            continue
+        console.print(f"owning beats {k.replace('_', '-')} " + (f"from month {v}" if v else
+                                                                f"never within {len(doc['cumulative'])} months"))
