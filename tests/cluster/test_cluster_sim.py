@@ -87,3 +87,18 @@ def test_jobs_larger_than_the_cluster_are_refused():
     with pytest.raises(GpuplanError) as e:
         ClusterSim(ClusterConfig(nodes=2, gpus_per_node=8), [Job(0, 0.0, 32.0, 10.0)])
     assert e.value.field == "jobs"
+
+
+def test_the_utilisation_curve_integrates_to_the_busy_gpu_time_and_the_trace_has_every_run(tmp_path):
+    from gpuplan.cluster.render import chrome_trace, utilisation_over_time, write_plot
+    rng = np.random.default_rng(5)
+    jobs = [Job(i, float(i * 30), float(rng.choice([0.5, 1, 4, 16])), float(rng.exponential(1800)),
+                tier=int(rng.integers(0, 2))) for i in range(300)]
+    sim = ClusterSim(ClusterConfig(nodes=4, gpus_per_node=8, policy="backfill"), jobs).run()
+    t, u = utilisation_over_time(sim, bins=100)
+    width = t[1] - t[0]
+    assert (u * width * 32).sum() == pytest.approx(sim.busy_gpu_s, rel=1e-9)
+    runs = [e for e in chrome_trace(sim)["traceEvents"] if e["ph"] == "X"]
+    assert len(runs) == sum(len(s[2]) for s in sim.segments)
+    write_plot(sim, tmp_path / "c.png")
+    assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"

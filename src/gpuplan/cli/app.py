@@ -557,6 +557,9 @@ def cluster_sim(
     restart: Annotated[str, typer.Option(help="Time to restart a job.")] = "5m",
     seed: Annotated[int, typer.Option(help="Seed of the workload, failures and reclaims.")] = 0,
     price: Annotated[float, typer.Option(help="USD per GPU-hour, for the dollars lost.")] = 3.0,
+    trace_out: Annotated[Optional[str], typer.Option(help="Write a Chrome trace of jobs on nodes.")] = None,
+    plot: Annotated[Optional[str], typer.Option(help="Write a PNG: utilisation over time, queue delay by tier.")]
+    = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Simulate a cluster running a job mix: utilisation, goodput, GPU-hours and $ lost by cause."""
@@ -593,8 +596,16 @@ def cluster_sim(
                         spot_reclaim_per_hour=spot_reclaim_per_hour, price_per_gpu_hour=price, seed=seed)
     with Progress(transient=True, disable=json_out) as bar:
         bar.add_task(f"simulating {len(work):,} jobs on {gpus:,} GPUs", total=None)
-        report = ClusterSim(cfg, work).run().report()
+        sim = ClusterSim(cfg, work).run()
+        report = sim.report()
+    if trace_out or plot:
+        from gpuplan.cluster.render import write_plot, write_trace
+        if trace_out:
+            write_trace(sim, trace_out)
+        if plot:
+            write_plot(sim, plot)
     report["skipped"] = dict(skipped)
+    report["trace"], report["plot"] = trace_out, plot
     report["policy"], report["placement"], report["checkpoint"] = policy, placement, checkpoint
     _show(report, json_out, "render_cluster")
 

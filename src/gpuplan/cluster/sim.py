@@ -135,6 +135,8 @@ class ClusterSim:
         self.rack = np.arange(cfg.nodes) // cfg.nodes_per_rack
         self.on_node: list[set[int]] = [set() for _ in range(cfg.nodes)]
         self.running: dict[int, Job] = {}  # running or in their grace period
+        self.segments: list[tuple] = []  # (job, tier, nodes, start, end, outcome): for traces and plots
+        self._run_start: dict[int, float] = {}
         self.queues: dict[int, deque] = {}
         self.rng = np.random.default_rng(cfg.seed)
         self.m = Metrics()
@@ -186,6 +188,7 @@ class ClusterSim:
             self.on_node[n].add(j.id)
         j.placed, j.state, j.start_s = placed, "running", now
         self.running[j.id] = j
+        self._run_start[j.id] = now
         if math.isnan(j.first_start_s):
             j.first_start_s = now
         j.epoch += 1
@@ -194,7 +197,9 @@ class ClusterSim:
             self.sim.schedule(now + self.rng.exponential(3600 / self.cfg.spot_reclaim_per_hour), 0, self._reclaim, j,
                               j.epoch)
 
-    def _release(self, j: Job) -> None:
+    def _release(self, j: Job, outcome: str) -> None:
+        self.segments.append((j.id, j.tier, tuple(n for n, _ in j.placed), self._run_start.pop(j.id, self.sim.now),
+                              self.sim.now, outcome, j.gpus))
         for n, milli in j.placed:
             if self.up[n]:
                 self.free[n] += milli
@@ -231,7 +236,7 @@ class ClusterSim:
             return
         self._account(j, sim.now, None)
         self._done(j)
-        self._release(j)
+        self._release(j, "done")
         self._schedule_pass()
 
     def _done(self, j: Job) -> None:
@@ -247,7 +252,7 @@ class ClusterSim:
         j.interruptions += 1
         j.restarting = True
         j.epoch += 1
-        self._release(j)
+        self._release(j, cause)
         j.state = "queued"
         self.queues.setdefault(j.tier if self.cfg.policy != "fifo" else 0, deque()).appendleft(j)
 
@@ -301,7 +306,7 @@ class ClusterSim:
         self.busy_gpu_s += j.gpus * (sim.now - j.start_s)
         j.restarting = True
         j.epoch += 1
-        self._release(j)
+        self._release(j, "checkpointed on SIGTERM")
         if j.remaining_s <= 0:
             self._done(j)
         else:
