@@ -30,7 +30,7 @@ def test_a_malformed_row_is_named_by_line(tmp_path):
                  "scheduled_time\np0,1,1,one,1000,,LS,Running,0,100,10\n")
     with pytest.raises(GpuplanError) as e:
         read_openb(f)
-    assert e.value.field == "trace" and "line 2" in str(e.value)
+    assert e.value.field == "trace" and "line 2, column num_gpu" in str(e.value)
 
 
 @pytest.mark.skipif(not OPENB.exists(), reason="the shared openb trace is not here")

@@ -70,6 +70,19 @@ def _col(header: list[str], name: str, path: Path) -> int:
     return header.index(name)
 
 
+def _field(row: list[str], index: int, name: str, cast, path: Path, line: int, default=None):
+    """One cell as a number; a bad one is an error naming its line and column."""
+    text = row[index].strip() if index < len(row) else None
+    if (text is None or text == "") and default is not None:
+        return default
+    try:
+        return cast(text)
+    except (TypeError, ValueError):
+        raise GpuplanError("trace", f"{path} line {line}, column {name}: cannot read "
+                                    f"{'a missing value' if text is None else repr(text)} as a number",
+                           "fix or remove that row") from None
+
+
 def read_openb(path: str | Path) -> tuple[list[Job], Counter]:
     path = Path(path)
     header, rows = _rows(path)
@@ -77,14 +90,11 @@ def read_openb(path: str | Path) -> tuple[list[Job], Counter]:
                                             "scheduled_time")}
     jobs, skipped = [], Counter()
     for line, r in enumerate(rows, start=2):
-        try:
-            n_gpu, milli = int(r[c["num_gpu"]]), int(r[c["gpu_milli"]] or 0)
-            created = float(r[c["creation_time"]])
-            start = float(r[c["scheduled_time"]] or created)
-            end = float(r[c["deletion_time"]])
-        except (ValueError, IndexError) as exc:
-            raise GpuplanError("trace", f"{path} line {line}: cannot read the row ({exc})",
-                               "fix or remove that row") from None
+        n_gpu = _field(r, c["num_gpu"], "num_gpu", int, path, line)
+        milli = _field(r, c["gpu_milli"], "gpu_milli", int, path, line, default=0)
+        created = _field(r, c["creation_time"], "creation_time", float, path, line)
+        start = _field(r, c["scheduled_time"], "scheduled_time", float, path, line, default=created)
+        end = _field(r, c["deletion_time"], "deletion_time", float, path, line)
         if n_gpu == 0:
             skipped["no GPU (CPU-only task)"] += 1
             continue
@@ -138,11 +148,9 @@ def read_helios(path: str | Path) -> tuple[list[Job], Counter]:
     t0 = None
     parsed = []
     for line, r in enumerate(rows, start=2):
-        try:
-            gpus, submit, dur = int(r[c["gpu_num"]]), float(r[c["submit_time"]]), float(r[c["duration"]])
-        except (ValueError, IndexError) as exc:
-            raise GpuplanError("trace", f"{path} line {line}: cannot read the row ({exc})",
-                               "fix or remove that row") from None
+        gpus = _field(r, c["gpu_num"], "gpu_num", int, path, line)
+        submit = _field(r, c["submit_time"], "submit_time", float, path, line)
+        dur = _field(r, c["duration"], "duration", float, path, line)
         if gpus == 0:
             skipped["no GPU (CPU job)"] += 1
             continue
