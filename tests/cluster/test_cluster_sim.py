@@ -102,3 +102,12 @@ def test_the_utilisation_curve_integrates_to_the_busy_gpu_time_and_the_trace_has
     assert len(runs) == sum(len(s[2]) for s in sim.segments)
     write_plot(sim, tmp_path / "c.png")
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_gang_preempts_whole_nodes_not_gpus_scattered_over_the_cluster():
+    # four nodes of 8, each holding two 4-GPU low jobs; a 16-GPU high job needs two whole nodes
+    lows = [Job(i, 0.0, 4.0, 10_000.0, tier=0, checkpoint="1000", cost_s=10) for i in range(8)]
+    high = Job(8, 100.0, 16.0, 500.0, tier=1)
+    sim = ClusterSim(ClusterConfig(nodes=4, gpus_per_node=8, policy="priority", grace_s=60), lows + [high]).run()
+    assert sum(v.preemptions for v in lows) == 4  # two nodes' worth, not any four jobs
+    assert high.first_start_s == pytest.approx(160.0)

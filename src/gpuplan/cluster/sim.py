@@ -71,6 +71,9 @@ class Job:
     def milli(self) -> int:
         return int(round(self.gpus * MILLI))
 
+    def milli_on(self, node: int) -> int:
+        return sum(m for n, m in self.placed if n == node)
+
     @property
     def on_sigterm(self) -> bool:
         return self.checkpoint == "sigterm"
@@ -368,25 +371,45 @@ class ClusterSim:
                 return
 
     def _preempt_for(self, j: Job) -> bool:
-        """Send SIGTERM to lower-tier jobs (least unsaved work first) until ``j`` would fit."""
-        victims = [v for v in self._running_below(j.tier)]
-        if not victims:
+        """Make room for ``j`` by sending SIGTERM to lower-tier jobs, node by node so the room is
+        where ``j`` can use it: for a one-node job, the node whose victims lose the least unsaved
+        work; for a gang, the cheapest nodes that can be emptied entirely. True when room is on
+        its way (victims in their grace period), so the job waits for it."""
+        if not any(v.state == "running" and v.tier < j.tier for v in self.running.values()):
             return False
-        free_total = int(self.free[self.up].sum()) + sum(v.milli for v in self._graceful())
-        if free_total + sum(v.milli for v in victims) < j.milli:
-            return False
-        victims.sort(key=lambda v: self._unsaved(v) * v.gpus)
-        chosen = []
-        for v in victims:
-            if free_total >= j.milli:
-                break
-            chosen.append(v)
-            free_total += v.milli
-        for v in chosen:
+        cap = self.cap
+        plans = []  # (cost, node, victims)
+        for n in np.nonzero(self.up)[0]:
+            on = [self.jobs_by_id[i] for i in self.on_node[n]]
+            coming = int(self.free[n]) + sum(v.milli_on(n) for v in on if v.state == "grace")
+            low = sorted((v for v in on if v.state == "running" and v.tier < j.tier),
+                         key=lambda v: self._unsaved(v) * v.gpus)
+            if j.milli <= cap:
+                need, chosen = j.milli - coming, []
+                for v in low:
+                    if need <= 0:
+                        break
+                    chosen.append(v)
+                    need -= v.milli_on(n)
+                if need <= 0:
+                    plans.append((sum(self._unsaved(v) * v.gpus for v in chosen), int(n), chosen))
+            elif len(low) + sum(1 for v in on if v.state == "grace") == len(on):  # every job here can go
+                plans.append((sum(self._unsaved(v) * v.gpus for v in low), int(n), low))
+        if j.milli <= cap:
+            if not plans:
+                return False
+            plans = [min(plans, key=lambda p: p[:2])]
+        else:
+            k = math.ceil(j.milli / cap)
+            if len(plans) < k:
+                return False
+            plans = sorted(plans, key=lambda p: p[:2])[:k]
+        victims = {v.id: v for _, _, vs in plans for v in vs}
+        for v in victims.values():
             v.preemptions += 1
             self.m.preemptions += 1
             self._begin_grace(v, "preemption")
-        return bool(chosen) or free_total >= j.milli
+        return True
 
     def _running_below(self, tier: int):
         return [v for v in self.running.values() if v.state == "running" and v.tier < tier]
