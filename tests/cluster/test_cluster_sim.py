@@ -111,3 +111,12 @@ def test_a_gang_preempts_whole_nodes_not_gpus_scattered_over_the_cluster():
     sim = ClusterSim(ClusterConfig(nodes=4, gpus_per_node=8, policy="priority", grace_s=60), lows + [high]).run()
     assert sum(v.preemptions for v in lows) == 4  # two nodes' worth, not any four jobs
     assert high.first_start_s == pytest.approx(160.0)
+
+
+def test_nodes_of_different_sizes_place_jobs_where_they_fit():
+    jobs = [Job(0, 0.0, 4.0, 100.0), Job(1, 1.0, 2.0, 100.0), Job(2, 200.0, 10.0, 100.0)]
+    sim = ClusterSim(ClusterConfig(nodes=0, node_gpus=(2, 8)), jobs).run()
+    runs = {s[0]: s[2] for s in sim.segments}
+    assert runs[0] == (1,) and runs[1] == (0,)  # 4 GPUs only fit the big node; 2 GPUs best-fit the small one
+    assert sorted(runs[2]) == [0, 1]  # a 10-GPU gang takes both whole nodes
+    assert sim.report()["gpus"] == 10

@@ -541,6 +541,8 @@ def cluster_sim(
     spot_share: Annotated[float, typer.Option(help="Share of the lowest tier's jobs on spot capacity.")] = 0.3,
     trace: Annotated[Optional[str], typer.Option(help="A job trace instead of synthetic jobs.")] = None,
     trace_format: Annotated[str, typer.Option(help="openb (Alibaba 2023), philly or helios.")] = "openb",
+    nodes_file: Annotated[Optional[str], typer.Option(help="Nodes of differing sizes: openb's node list "
+                                                            "(overrides --gpus/--gpus-per-node).")] = None,
     policy: Annotated[str, typer.Option(help="fifo, priority or backfill.")] = "backfill",
     preempt: Annotated[bool, typer.Option("--preempt/--no-preempt", help="Higher tiers preempt lower ones.")] = True,
     placement: Annotated[str, typer.Option(help="pack, spread or topology.")] = "pack",
@@ -569,7 +571,12 @@ def cluster_sim(
     from gpuplan.cluster.workloads import READERS, synthetic
     from gpuplan.units import parse_duration
 
-    if gpus < gpus_per_node or gpus % gpus_per_node:
+    from gpuplan.cluster.workloads import read_openb_nodes
+
+    node_gpus, node_skips = (read_openb_nodes(nodes_file) if nodes_file else (None, {}))
+    if node_gpus:
+        gpus = sum(node_gpus)
+    elif gpus < gpus_per_node or gpus % gpus_per_node:
         raise GpuplanError("gpus", f"{gpus} GPUs do not make whole nodes of {gpus_per_node}",
                            f"use a multiple of {gpus_per_node}")
     ckpt = checkpoint if checkpoint in ("none", "daly", "sigterm") else str(parse_duration(checkpoint, "checkpoint"))
@@ -590,7 +597,8 @@ def cluster_sim(
         work = synthetic(jobs, gpus, load, seed, spot_share, checkpoint=ckpt, cost_s=cost, restart_s=rst)
     mtbf = None if node_mtbf == "none" else LLAMA3_NODE_MTBF_S if node_mtbf == "llama3" else \
         parse_duration(node_mtbf, "node_mtbf")
-    cfg = ClusterConfig(nodes=gpus // gpus_per_node, gpus_per_node=gpus_per_node, policy=policy, preempt=preempt,
+    cfg = ClusterConfig(nodes=gpus // gpus_per_node, gpus_per_node=gpus_per_node, node_gpus=node_gpus, policy=policy,
+                        preempt=preempt,
                         placement=placement, grace_s=_duration_or_zero(grace, "grace"), node_mtbf_s=mtbf,
                         weibull_shape=weibull, repair_s=parse_duration(repair, "repair"),
                         spot_reclaim_per_hour=spot_reclaim_per_hour, price_per_gpu_hour=price, seed=seed)
@@ -604,7 +612,7 @@ def cluster_sim(
             write_trace(sim, trace_out)
         if plot:
             write_plot(sim, plot)
-    report["skipped"] = dict(skipped)
+    report["skipped"] = dict(skipped) | dict(node_skips)
     report["trace"], report["plot"] = trace_out, plot
     report["policy"], report["placement"], report["checkpoint"] = policy, placement, checkpoint
     _show(report, json_out, "render_cluster")

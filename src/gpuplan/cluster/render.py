@@ -49,7 +49,7 @@ def utilisation_over_time(sim: ClusterSim, bins: int = 200) -> tuple[np.ndarray,
         lo, hi = np.searchsorted(edges, start, "right") - 1, np.searchsorted(edges, end, "left")
         for b in range(max(lo, 0), min(hi, bins)):
             busy[b] += g * max(0.0, min(end, edges[b + 1]) - max(start, edges[b]))
-    return edges[:-1], busy / (width * sim.cfg.nodes * sim.cfg.gpus_per_node)
+    return edges[:-1], busy / (width * sim.capacity.sum() / 1000)
 
 
 def write_plot(sim: ClusterSim, path: str | Path) -> None:

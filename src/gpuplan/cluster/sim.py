@@ -83,6 +83,7 @@ class Job:
 class ClusterConfig:
     nodes: int
     gpus_per_node: int = 8
+    node_gpus: tuple[int, ...] | None = None  # GPUs of each node when they differ (overrides the two above)
     nodes_per_rack: int = 32
     policy: str = "priority"
     preempt: bool = True
@@ -97,6 +98,11 @@ class ClusterConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        if self.node_gpus is not None:
+            require(len(self.node_gpus) >= 1 and min(self.node_gpus) >= 1, "nodes",
+                    "every node needs at least one GPU")
+            self.nodes = len(self.node_gpus)
+            self.gpus_per_node = max(self.node_gpus)
         require(self.nodes >= 1 and self.gpus_per_node >= 1, "nodes", "the cluster needs nodes with GPUs")
         require(self.policy in POLICIES, "policy", f"unknown policy {self.policy!r}", f"use one of {', '.join(POLICIES)}")
         require(self.placement in PLACEMENTS, "placement", f"unknown placement {self.placement!r}",
@@ -118,12 +124,14 @@ class Metrics:
 class ClusterSim:
     def __init__(self, cfg: ClusterConfig, jobs: list[Job]):
         self.cfg = cfg
-        cap = cfg.gpus_per_node * MILLI
+        gpus = np.array(cfg.node_gpus if cfg.node_gpus is not None else [cfg.gpus_per_node] * cfg.nodes)
+        capacity = gpus.astype(np.int64) * MILLI
+        cap = int(capacity.max())
         for j in jobs:
             require(j.gpus > 0 and j.work_s >= 0 and j.arrival_s >= 0, "jobs",
                     f"job {j.id}: GPUs must be positive and times non-negative")
-            require(j.milli <= cfg.nodes * cap, "jobs", f"job {j.id} needs {j.gpus} GPUs, the cluster has "
-                    f"{cfg.nodes * cfg.gpus_per_node}", "drop it or use a bigger cluster")
+            require(j.milli <= capacity.sum(), "jobs", f"job {j.id} needs {j.gpus} GPUs, the cluster has "
+                    f"{int(gpus.sum())}", "drop it or use a bigger cluster")
             require(j.gpus <= 1 or j.gpus == int(j.gpus), "jobs", f"job {j.id}: more than one GPU must be whole GPUs")
             j.remaining_s = j.work_s
             if j.checkpoint == "daly":
@@ -132,8 +140,9 @@ class ClusterSim:
             elif j.checkpoint not in ("none", "sigterm"):
                 j.interval_s = float(j.checkpoint)
         self.jobs = jobs
-        self.cap = cap
-        self.free = np.full(cfg.nodes, cap, dtype=np.int64)
+        self.cap = cap  # the biggest node: jobs up to it run on one node, larger ones as gangs
+        self.capacity = capacity
+        self.free = capacity.copy()
         self.up = np.ones(cfg.nodes, dtype=bool)
         self.rack = np.arange(cfg.nodes) // cfg.nodes_per_rack
         self.on_node: list[set[int]] = [set() for _ in range(cfg.nodes)]
@@ -270,7 +279,7 @@ class ClusterSim:
 
     def _repair(self, sim, n: int):
         self.up[n] = True
-        self.free[n] = self.cap - sum(m for jid in self.on_node[n] for (nn, m) in self.jobs_by_id[jid].placed if nn == n)
+        self.free[n] = self.capacity[n] - sum(self.jobs_by_id[jid].milli_on(n) for jid in self.on_node[n])
         sim.schedule(self._next_failure(), 0, self._fail, n)
         self._schedule_pass()
 
@@ -333,20 +342,23 @@ class ClusterSim:
             f = self.free[ok]
             n = ok[np.argmax(f)] if self.cfg.placement == "spread" else ok[np.argmin(f)]
             return [(int(n), need)]
-        k = math.ceil(need / cap)
-        whole = np.nonzero(self.free == cap)[0]
-        if len(whole) < k:
+        whole = np.nonzero((self.free == self.capacity) & self.up)[0]
+        if self.capacity[whole].sum() < need:
             return None
         if self.cfg.placement == "topology":  # keep the gang in as few racks as possible
             racks, counts = np.unique(self.rack[whole], return_counts=True)
             order = np.argsort(-counts, kind="stable")
-            chosen = np.concatenate([whole[self.rack[whole] == racks[i]] for i in order])[:k]
-        else:
-            chosen = whole[:k]
-        out = [(int(n), cap) for n in chosen]
-        rest = need - cap * (k - 1)
-        out[-1] = (out[-1][0], rest)
-        return out
+            whole = np.concatenate([whole[self.rack[whole] == racks[i]] for i in order])
+        else:  # the biggest nodes first: the fewest nodes
+            whole = whole[np.argsort(-self.capacity[whole], kind="stable")]
+        out, left = [], need
+        for n in whole:
+            take = int(min(self.capacity[n], left))
+            out.append((int(n), take))
+            left -= take
+            if left <= 0:
+                return out
+        return None
 
     def _schedule_pass(self) -> None:
         for tier in sorted(self.queues, reverse=True):
@@ -385,6 +397,8 @@ class ClusterSim:
             low = sorted((v for v in on if v.state == "running" and v.tier < j.tier),
                          key=lambda v: self._unsaved(v) * v.gpus)
             if j.milli <= cap:
+                if self.capacity[n] < j.milli:
+                    continue
                 need, chosen = j.milli - coming, []
                 for v in low:
                     if need <= 0:
@@ -399,11 +413,16 @@ class ClusterSim:
             if not plans:
                 return False
             plans = [min(plans, key=lambda p: p[:2])]
-        else:
-            k = math.ceil(j.milli / cap)
-            if len(plans) < k:
+        else:  # the cheapest nodes to empty until their GPUs hold the gang
+            chosen, room = [], 0
+            for p in sorted(plans, key=lambda p: p[:2]):
+                if room >= j.milli:
+                    break
+                chosen.append(p)
+                room += int(self.capacity[p[1]])
+            if room < j.milli:
                 return False
-            plans = sorted(plans, key=lambda p: p[:2])[:k]
+            plans = chosen
         victims = {v.id: v for _, _, vs in plans for v in vs}
         for v in victims.values():
             v.preemptions += 1
@@ -432,7 +451,7 @@ class ClusterSim:
     # -- results ---------------------------------------------------------------------------------------
     def report(self) -> dict:
         cfg, jobs = self.cfg, self.jobs
-        gpus = cfg.nodes * cfg.gpus_per_node
+        gpus = int(self.capacity.sum()) // MILLI
         span = max(self.end_s, max((j.arrival_s for j in jobs), default=0.0)) - min((j.arrival_s for j in jobs),
                                                                                    default=0.0)
         done = [j for j in jobs if j.state == "done"]

@@ -163,4 +163,20 @@ def read_helios(path: str | Path) -> tuple[list[Job], Counter]:
     return jobs, skipped
 
 
+def read_openb_nodes(path: str | Path) -> tuple[tuple[int, ...], Counter]:
+    """GPUs per node from ``openb_node_list_gpu_node.csv`` (``sn, cpu_milli, memory_mib, gpu, model``);
+    nodes without GPUs are skipped. GPU models are not told apart."""
+    path = Path(path)
+    header, rows = _rows(path)
+    col = _col(header, "gpu", path)
+    gpus, skipped = [], Counter()
+    for line, r in enumerate(rows, start=2):
+        g = _field(r, col, "gpu", int, path, line)
+        if g <= 0:
+            skipped["node without GPUs"] += 1
+        else:
+            gpus.append(g)
+    return tuple(gpus), skipped
+
+
 READERS = {"openb": read_openb, "philly": read_philly, "helios": read_helios}
