@@ -120,3 +120,15 @@ def test_nodes_of_different_sizes_place_jobs_where_they_fit():
     assert runs[0] == (1,) and runs[1] == (0,)  # 4 GPUs only fit the big node; 2 GPUs best-fit the small one
     assert sorted(runs[2]) == [0, 1]  # a 10-GPU gang takes both whole nodes
     assert sim.report()["gpus"] == 10
+
+
+@pytest.mark.parametrize("shape", [None, 0.7, 2.0])
+def test_node_failures_come_at_the_configured_mean_rate_for_exponential_and_weibull(shape):
+    # one long job keeps the run going; count failures over its span across 200 idle-ish nodes
+    mtbf, span = 10 * 86400.0, 200 * 86400.0
+    job = Job(0, 0.0, 1.0, span, checkpoint="3600", cost_s=1.0)
+    cfg = ClusterConfig(nodes=200, gpus_per_node=1, node_mtbf_s=mtbf, weibull_shape=shape, repair_s=1.0, seed=2)
+    sim = ClusterSim(cfg, [job]).run()
+    elapsed = job.finish_s
+    expected = 200 * elapsed / mtbf  # renewal process: failures per node ~ time / mean
+    assert sim.m.failures == pytest.approx(expected, rel=0.1)
