@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 ESTIMATE_TARGET_S = 10e-3
 SIM_TARGET_S = 5.0
@@ -55,7 +54,6 @@ def main() -> int:
         ok &= best <= ESTIMATE_TARGET_S
         print(f"serve estimate {model} tp={tp} (max-throughput, curve included): {best * 1e3:.2f} ms "
               f"(target {ESTIMATE_TARGET_S * 1e3:.0f} ms) {'ok' if best <= ESTIMATE_TARGET_S else 'MISSED'}")
-    t0 = time.perf_counter()
     sims = json.loads(subprocess.run([sys.executable, "-c", CHILD_SIM], check=True, capture_output=True,
                                      text=True).stdout)
     for rate, r in sims.items():

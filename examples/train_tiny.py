@@ -93,21 +93,26 @@ def main(argv=None) -> int:
     config = {"model": "tiny-gpt", "d": 64, "layers": 2, "seed": args.seed, "steps": args.steps,
               "world": torch.distributed.get_world_size() if distributed else 1}
     telemetry = os.devnull if args.quiet and args.telemetry == "-" else args.telemetry
-    with Resilient(model, opt, sched, checkpoint_dir=args.checkpoint_dir, every_steps=args.checkpoint_every,
-                   every_seconds=args.checkpoint_seconds, mtbf_s=args.mtbf, async_save=not args.sync, config=config,
-                   telemetry=telemetry, restart=args.restart) as run:
-        while run.step < args.steps:
-            x, y = batch(args.seed, run.data_position, rank)
-            loss = F.cross_entropy(net(x).flatten(0, 1), y.flatten())
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            run.end_step(tokens=x.numel())
-    if rank == 0:
-        print(f"final_checksum={state_checksum(model, opt)}", flush=True)
-    if distributed:
-        torch.distributed.destroy_process_group()
+    try:
+        with Resilient(model, opt, sched, checkpoint_dir=args.checkpoint_dir, every_steps=args.checkpoint_every,
+                       every_seconds=args.checkpoint_seconds, mtbf_s=args.mtbf, async_save=not args.sync,
+                       config=config, telemetry=telemetry, restart=args.restart) as run:
+            while run.step < args.steps:
+                x, y = batch(args.seed, run.data_position, rank)
+                loss = F.cross_entropy(net(x).flatten(0, 1), y.flatten())
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                sched.step()
+                run.end_step(tokens=x.numel())  # raises SystemExit(75) after a signal and a checkpoint
+        if rank == 0:
+            print(f"final_checksum={state_checksum(model, opt)}", flush=True)
+    finally:
+        if distributed:
+            # also on the SystemExit of a preemption: left to interpreter teardown, DDP's gloo group
+            # deadlocks joining its worker thread, and the process never exits
+            del net
+            torch.distributed.destroy_process_group()
     return 0
 
 

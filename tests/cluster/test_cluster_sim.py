@@ -31,7 +31,7 @@ def test_single_gpu_jobs_under_fifo_wait_as_long_as_erlang_c_says():
     waits = []
     for seed in range(16):  # the mean wait is noisy: 16 x 48,000 jobs put its standard error near 2%
         jobs = _poisson_jobs(50_000, lam, mean, seed)
-        sim = ClusterSim(ClusterConfig(nodes=2, gpus_per_node=8, policy="fifo"), jobs).run()
+        ClusterSim(ClusterConfig(nodes=2, gpus_per_node=8, policy="fifo"), jobs).run()
         w = np.array([j.first_start_s - j.arrival_s for j in jobs])[2000:]  # past the warm-up
         waits.append(w.mean())
     assert np.mean(waits) == pytest.approx(erlang_c_wait(c, lam, 1 / mean), rel=0.05)
@@ -76,7 +76,7 @@ def test_a_higher_tier_preempts_the_job_with_the_least_unsaved_work():
     low_new = Job(1, 550.0, 8.0, 10_000.0, tier=0, checkpoint="600", cost_s=10)
     high = Job(2, 650.0, 8.0, 100.0, tier=1)
     cfg = ClusterConfig(nodes=2, gpus_per_node=8, policy="priority", grace_s=30)
-    sim = ClusterSim(cfg, [low_old, low_new, high]).run()
+    ClusterSim(cfg, [low_old, low_new, high]).run()
     # at 650 s the old job saved 600 s of work at 610 s (40 s unsaved), the new one has 100 s unsaved
     assert low_old.preemptions == 1 and low_new.preemptions == 0
     assert high.first_start_s == pytest.approx(650 + 30)
@@ -108,7 +108,7 @@ def test_a_gang_preempts_whole_nodes_not_gpus_scattered_over_the_cluster():
     # four nodes of 8, each holding two 4-GPU low jobs; a 16-GPU high job needs two whole nodes
     lows = [Job(i, 0.0, 4.0, 10_000.0, tier=0, checkpoint="1000", cost_s=10) for i in range(8)]
     high = Job(8, 100.0, 16.0, 500.0, tier=1)
-    sim = ClusterSim(ClusterConfig(nodes=4, gpus_per_node=8, policy="priority", grace_s=60), lows + [high]).run()
+    ClusterSim(ClusterConfig(nodes=4, gpus_per_node=8, policy="priority", grace_s=60), lows + [high]).run()
     assert sum(v.preemptions for v in lows) == 4  # two nodes' worth, not any four jobs
     assert high.first_start_s == pytest.approx(160.0)
 

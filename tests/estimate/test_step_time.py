@@ -1,7 +1,6 @@
 """Kernel times, overlap and pipeline bubbles of the performance model."""
 
 import dataclasses
-import math
 
 import pytest
 

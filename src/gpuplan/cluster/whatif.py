@@ -68,7 +68,7 @@ def loss(policy: str, *, gpus: int, preempt_at_s: float, cost_s: float, restart_
         tau = policy_interval(policy)
     n = math.floor(preempt_at_s / (tau + cost_s))  # checkpoints completed before the preemption
     done = n * (tau + cost_s)
-    return PolicyLoss(policy if policy != "optimal" else "optimal", tau, preempt_at_s - done, n * cost_s, restart_s,
+    return PolicyLoss(policy, tau, preempt_at_s - done, n * cost_s, restart_s,
                       gpus, price)
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuplan.errors import GpuplanError, require
+from gpuplan.errors import require
 
 POLICIES = ("hierarchical", "global")
 
@@ -247,7 +247,6 @@ def place(load, replicas: int, gpus: int, nodes: int = 1, groups: int = 1, polic
 
 def _fill(phy2log, experts, ids, gpu, first_gpu, per_gpu) -> None:
     """Write local replica ``ids`` (indices into ``experts``) packed on ``gpu`` into physical slots."""
-    n_layers = ids.shape[0]
     order = np.argsort(gpu, axis=1, kind="stable")  # replicas grouped by GPU, per_gpu each
     local = np.take_along_axis(ids, order, axis=1)
     logical = np.take_along_axis(experts, local, axis=1)

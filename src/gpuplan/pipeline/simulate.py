@@ -45,13 +45,9 @@ class Costs:
     @classmethod
     def from_full_backward(cls, f, b_full, w, overlap=None, p2p_s: float = 0.0) -> "Costs":
         """Take the full backward (input + weight gradients) and the weight part."""
-        bf = b_full if isinstance(b_full, (list, tuple)) else [b_full]
-        ww = w if isinstance(w, (list, tuple)) else [w] * len(bf)
-        if not isinstance(b_full, (list, tuple)):
-            ww = ww[:1]
-        b = [x - y for x, y in zip(bf, ww)]
-        require(all(x >= 0 for x in b), "w", "the weight-gradient part cannot exceed the full backward")
-        return cls(f, b if isinstance(b_full, (list, tuple)) else b[0], w, overlap, p2p_s)
+        b = np.asarray(b_full, dtype=float) - np.asarray(w, dtype=float)  # scalars or one per stage
+        require(bool((b >= 0).all()), "w", "the weight-gradient part cannot exceed the full backward")
+        return cls(f, b.tolist() if b.ndim else float(b), w, overlap, p2p_s)
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ def kv_values_per_head(m: ModelSpec) -> int:
 
 def kv_bytes_per_token_layer(m: ModelSpec, fmt: KVFormat, tp: int = 1) -> float:
     """Bytes one token adds to one layer's cache on one GPU."""
-    heads = kv_heads_per_gpu(m, tp) if tp > 1 else (1 if m.is_mla else m.num_kv_heads)
+    heads = kv_heads_per_gpu(m, tp)
     per_head = kv_values_per_head(m) * fmt.bytes + (2 if not m.is_mla else 1) * fmt.meta_bytes_per_head
     return heads * per_head
 

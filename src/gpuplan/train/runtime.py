@@ -17,6 +17,9 @@ The state checkpointed: model and optimizer (DCP, sharded), the LR scheduler, th
 seen, the data position, RNG states of Python, NumPy and torch (CPU and CUDA), and a hash of the
 run's config that a resume must match.
 
+Under torchrun, destroy the process group in a ``finally`` (``end_step`` leaves through SystemExit):
+left to interpreter teardown, DDP's gloo group can deadlock joining its worker thread.
+
 The torchrun trap: torchrun's agent forwards SIGTERM to the workers and kills them 30 s later
 (not configurable), and Slurm's default KillWait is 30 s too. Ask Slurm for an earlier warning
 (``sbatch --signal=B:USR1@120``: SIGUSR1 to the batch shell 120 s before the end), have the batch
@@ -28,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import random
 import resource
 import signal
@@ -201,8 +203,8 @@ class Resilient:
         if self.every_seconds and elapsed >= self.every_seconds:
             return True
         if self.mtbf_s:
-            if self._ckpt_cost is None:  # measure the cost once, early
-                return self.step - self._last_ckpt_step >= 1 and self.resumed_from is None and self.step == 1
+            if self._ckpt_cost is None:  # checkpoint once right away to measure what one costs
+                return True
             return elapsed >= daly_interval(max(self._ckpt_cost, 1e-6), self.mtbf_s)
         return False
 
