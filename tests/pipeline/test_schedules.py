@@ -89,11 +89,25 @@ def test_dualpipe_and_dualpipev_idle_pp_half_minus_1_times_fb_plus_b_minus_3w(ha
     assert max(t.idle_s) == pytest.approx(expected, abs=1e-9)
 
 
-def test_zb_v_keeps_1f1b_memory_and_beats_zb_h1_on_equal_costs():
+@settings(max_examples=60, deadline=None)
+@given(p=st.integers(2, 12), extra=st.integers(0, 20), f=st.sampled_from([0.5, 1.0, 1.7]))
+def test_zb_v_idles_only_while_the_first_micro_batch_reaches_the_last_rank_at_equal_costs(p, extra, f):
+    # Qi et al. 2023, section 6: zero bubble at F = B = W; what is left is the ramp-up of the V,
+    # (p - 1) chunk forwards of F / 2, whatever the number of micro-batches (>= 2p - 1)
+    t = simulate(build("zb-v", p, 2 * p - 1 + extra), Costs(f, f, f))
+    assert max(t.idle_s) == pytest.approx((p - 1) * f / 2, abs=1e-9)
+    assert max(t.peak_activations) == p  # 1F1B's memory (rank 0's), on every rank
+
+
+def test_zb_v_beats_zb_h1_and_zb_h2_on_equal_costs():
     for p, m in ((4, 8), (4, 16), (8, 16), (8, 32)):
-        v, h = (simulate(build(n, p, m), Costs(1, 1, 1)) for n in ("zb-v", "zb-h1"))
-        assert max(v.peak_activations) <= p
-        assert max(v.idle_s) < max(h.idle_s)
+        v, h1, h2 = (simulate(build(n, p, m), Costs(1, 1, 1)) for n in ("zb-v", "zb-h1", "zb-h2"))
+        assert max(v.idle_s) < min(max(h1.idle_s), max(h2.idle_s))
+
+
+def test_zb_v_with_fewer_micro_batches_than_its_warm_up_still_runs_each_once():
+    t = simulate(build("zb-v", 4, 3), Costs(1, 1, 1))
+    assert sum(len(a) for a in t.schedule.actions) == 3 * 8 * 3  # F, B, W of 8 chunks x 3 micro-batches
 
 
 def test_with_unequal_forward_and_backward_dualpipe_departs_from_its_closed_form():

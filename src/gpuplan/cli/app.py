@@ -367,11 +367,7 @@ def pipeline(
     else:
         costs = Costs(f_, 1.0 if b is None else times(b, "b"), w_, ov_, p2p)
 
-    def mean(x):
-        return sum(x) / len(x) if isinstance(x, list) else x
-
-    # zb-v decides its order on the costs (their means when they differ by stage)
-    sched = build(schedule, stages, microbatches, vp, mean(costs.f), mean(costs.b), mean(costs.w), p2p)
+    sched = build(schedule, stages, microbatches, vp)
     t = simulate(sched, costs, activation_gib * GiB if activation_gib is not None else None)
     if trace:
         write_trace(t, trace, parse_duration(unit, "unit"))

@@ -20,11 +20,9 @@ Definitions followed:
   into B and W; in the steady state rank i runs (F_x, B_{x-d}, W_{x-e}) with d = p - 1 - i,
   e = p - 1 (H1: 1F1B's memory) or d = 2(p - 1 - i), e = 2(p - 1) (H2: about twice the memory,
   no bubble), warm-up and cool-down being the same triples with the out-of-range parts left out.
-* ZB-V (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory"): a V-shaped placement of
-  2p chunks (chunk c < p on rank c, chunk c >= p on rank 2p - 1 - c), built here by the greedy
-  rule of the zero-bubble paper's heuristic scheduler, on the actual costs: run a ready B first,
-  else a forward while fewer than p micro-batches' activations are held (1F1B's memory), else a
-  pending W.
+* ZB-V (Qi et al. 2023, section 6, and Qi et al. 2024, "Pipeline Parallelism with Controllable
+  Memory"): a V-shaped placement of 2p chunks (chunk c < p on rank c, chunk c >= p on rank
+  2p - 1 - c) and the paper's handcrafted order, zero bubble at F = B = W with 1F1B's memory.
 * DualPipe (DeepSeek-V3 report, section 3.2.1, and the reference implementation
   deepseek-ai/DualPipe): two streams fed from both ends, each rank holding stage i of one and stage
   p - 1 - i of the other; eight steps (nF0, nF0F1, nB1W1F1, nF0B1F1B0 with overlapped pairs,
@@ -37,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuplan.errors import GpuplanError, require
+from gpuplan.errors import require
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev")
 
@@ -164,81 +162,43 @@ def interleaved(p: int, m: int, v: int) -> Schedule:
     return Schedule("interleaved" if v > 1 else "1f1b", p, m, p * v, 1, rank_of, tuple(acts), 1 / v)
 
 
-def zb_v(p: int, m: int, f: float = 1.0, b: float = 1.0, w: float = 1.0, p2p_s: float = 0.0) -> Schedule:
-    """ZB-V by the greedy rule (module docstring), run on the given per-stage costs: the order is
-    decided by when work becomes ready, as the zero-bubble paper's heuristic scheduler does."""
+def zb_v(p: int, m: int) -> Schedule:
+    """The handcrafted ZB-V (module docstring). Rank r, holding chunk 0 = stage r and chunk 1 =
+    stage 2p - 1 - r, runs: 2(p - r) - 1 forwards of chunk 0; r pairs (F1, F0); p - r triples
+    (F1, B1, W1); then the steady state (F0, B0, W0, F1, B1, W1) until every forward is issued;
+    then r pairs (B0, B1), p - r pairs (B0, W0) and the remaining Ws. The phase lengths assume at
+    least 2p - 1 micro-batches; with fewer, the order is built for 2p - 1 and the micro-batches that
+    do not exist are left out (as PyTorch's ScheduleZBVZeroBubble does). At F = B = W every rank
+    idles (p - 1) F / 2, the time the first micro-batch takes to reach the last rank, and holds p
+    micro-batches' activations (Qi et al. 2024, section 6: "zero bubble" at 1F1B's memory)."""
     _check(p, m)
-    stages = 2 * p
-    rank_of = tuple(s if s < p else 2 * p - 1 - s for s in range(stages))
-    held_limit = 2 * p  # chunks of half a stage: p micro-batches' worth, 1F1B's memory
-    cost = {"F": f / 2, "B": b / 2, "W": w / 2}
-    done: dict[tuple, float] = {}  # (kind, stage, mb) -> time its result is usable on another rank
-    pending_w: list[list[Op]] = [[] for _ in range(p)]
-    next_f = [[0, 0] for _ in range(p)]
-    next_b = [[0, 0] for _ in range(p)]
-    held = [0] * p
-    acts: list[list[Action]] = [[] for _ in range(p)]
-    free_at = [0.0] * p
-    left = [6 * m] * p  # F, B and W of two chunks per micro-batch
+    n = max(m, 2 * p - 1)
+    acts = []
+    for r in range(p):
+        chunk_stage = (r, 2 * p - 1 - r)
+        issued = {(k, c): 0 for k in "FBW" for c in (0, 1)}
+        seq: list[Action] = []
 
-    def ready(key: tuple, r: int, t: float) -> bool:
-        if key not in done:
-            return False
-        src = rank_of[key[1]]
-        return done[key] + (p2p_s if src != r else 0.0) <= t + 1e-12
+        def run(*tokens: str) -> None:  # "F0", "B1", ...: the next micro-batch of that chunk
+            for tok in tokens:
+                key = (tok[0], int(tok[1]))
+                x = issued[key]
+                issued[key] += 1
+                if x < m:
+                    seq.append(_one(tok[0], x, chunk_stage[key[1]]))
 
-    while max(left):
-        t = min(free_at[r] for r in range(p) if left[r])
-        waiting: list[int] = []
-        for r in range(p):
-            if not left[r] or free_at[r] > t:
-                continue
-            chunks = (r, 2 * p - 1 - r)
-            pick = None
-            for ci in (1, 0):  # a ready B first, the deeper chunk first
-                st, x = chunks[ci], next_b[r][ci]
-                if x < m and ready(("F", st, x), r, t) and (st == stages - 1 or ready(("B", st + 1, x), r, t)):
-                    pick = ("B", ci, st, x)
-                    break
-            if pick is None:
-                # the deeper chunk's forward is always allowed (a backward waits on it); a new
-                # micro-batch starts only while the activations held stay under the limit
-                for ci in (1, 0):
-                    st, x = chunks[ci], next_f[r][ci]
-                    # a new micro-batch will also hold its deeper chunk here: count it now
-                    if ci == 0 and held[r] + (next_f[r][0] - next_f[r][1]) + 2 > held_limit:
-                        continue
-                    if x < m and (st == 0 or ready(("F", st - 1, x), r, t)):
-                        pick = ("F", ci, st, x)
-                        break
-            if pick is None and pending_w[r]:
-                op = pending_w[r].pop(0)
-                acts[r].append(Action((op,)))
-                free_at[r] = t + cost["W"]
-                held[r] -= 1
-                left[r] -= 1
-                continue
-            if pick is None:
-                waiting.append(r)
-                continue
-            kind, ci, st, x = pick
-            acts[r].append(_one(kind, x, st))
-            free_at[r] = t + cost[kind]
-            done[(kind, st, x)] = free_at[r]
-            left[r] -= 1
-            if kind == "F":
-                next_f[r][ci] += 1
-                held[r] += 1
-            else:
-                next_b[r][ci] += 1
-                pending_w[r].append(Op("W", x, st))
-        for r in waiting:  # nothing ready: wait for the next result anywhere
-            later = [v + p2p_s for v in done.values() if v + p2p_s > t + 1e-12] + \
-                    [v for v in free_at if v > t + 1e-12]
-            if not later:
-                raise GpuplanError("schedule", f"zb-v cannot proceed on rank {r} at t={t}")
-            free_at[r] = min(later)
-    return Schedule("zb-v", p, m, stages, 1, (rank_of,), tuple(tuple(a) for a in acts), 0.5)
+        run(*["F0"] * (2 * (p - r) - 1))
+        run(*["F1", "F0"] * r)
+        run(*["F1", "B1", "W1"] * (p - r))
+        while issued["F", 1] < issued["F", 0] or issued["F", 0] < n:
+            run(*(["F0"] if issued["F", 0] < n else []), "B0", "W0", "F1", "B1", "W1")
+        run(*["B0", "B1"] * r)
+        run(*["B0", "W0"] * (p - r))
+        run(*["W1"] * (issued["B", 1] - issued["W", 1]))
+        run(*["W0"] * (issued["B", 0] - issued["W", 0]))
+        acts.append(tuple(seq))
+    rank_of = tuple(s if s < p else 2 * p - 1 - s for s in range(2 * p))
+    return Schedule("zb-v", p, m, 2 * p, 1, (rank_of,), tuple(acts), 0.5)
 
 
 def _dual_steps(half_rank: int, half_ranks: int, n: int, ranks: int, first_special: bool) -> list[tuple]:
@@ -336,15 +296,12 @@ def dualpipev(p: int, m: int) -> Schedule:
     return Schedule("dualpipev", p, m, 2 * p, 1, rank_of, tuple(acts), 0.5)
 
 
-def build(name: str, stages: int, microbatches: int, vp: int = 1, f: float = 1.0, b: float = 1.0, w: float = 1.0,
-          p2p_s: float = 0.0) -> Schedule:
-    """A schedule by name (SCHEDULES); ``vp`` only for interleaved; the costs only for zb-v, whose
-    order is decided greedily on them (the others are fixed orders)."""
+def build(name: str, stages: int, microbatches: int, vp: int = 1) -> Schedule:
+    """A schedule by name (SCHEDULES); ``vp`` only for interleaved. Orders are fixed: the costs
+    only come in when the schedule is simulated."""
     require(name in SCHEDULES, "schedule", f"unknown schedule {name!r}", f"use one of {', '.join(SCHEDULES)}")
     if name == "interleaved":
         require(vp >= 2, "vp", "interleaved needs --vp 2 or more", "pass --vp, or use --schedule 1f1b")
         return interleaved(stages, microbatches, vp)
-    if name == "zb-v":
-        return zb_v(stages, microbatches, f, b, w, p2p_s)
-    return {"gpipe": gpipe, "1f1b": one_f_one_b, "zb-h1": zb_h1, "zb-h2": zb_h2, "dualpipe": dualpipe,
+    return {"gpipe": gpipe, "1f1b": one_f_one_b, "zb-h1": zb_h1, "zb-h2": zb_h2, "zb-v": zb_v, "dualpipe": dualpipe,
             "dualpipev": dualpipev}[name](stages, microbatches)
