@@ -360,3 +360,26 @@ def test_cluster_sim_json(capsys):
     assert set(doc["gpu_hours"]) >= {"useful", "checkpoint", "lost_failure", "lost_preemption", "lost_reclaim"}
     code, _, err = run(["cluster", "sim", "--policy", "lottery"], capsys)
     assert code == 2 and err.startswith("error: policy:")
+
+
+def test_cluster_sim_reads_node_models_and_a_reclaim_trace_and_skips_jobs_it_can_never_run(capsys, tmp_path):
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,1,1,8,A100\nn1,1,1,2,T4\n")
+    pods = tmp_path / "pods.csv"
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+                    "deletion_time,scheduled_time\n"
+                    "p0,1,1,2,1000,T4,LS,Running,0,100,0\n"
+                    "p1,1,1,1,1000,H100,LS,Running,0,100,0\n"
+                    "p2,1,1,4,1000,T4,LS,Running,0,100,0\n")
+    reclaims = tmp_path / "reclaims.csv"
+    reclaims.write_text("time_s,gpus\n50,1\n")
+    code, out, _ = run(["cluster", "sim", "--trace", str(pods), "--nodes-file", str(nodes), "--reclaims",
+                        str(reclaims), "--node-mtbf", "none", "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and doc["finished"] == 1 and doc["reclaims"] == 0  # trace jobs are on-demand
+    assert doc["skipped"] == {"needs GPU model H100, which no node has": 1, "needs more GPUs than the cluster has": 1}
+    reclaims.write_text("time_s,gpus\n3600,64\n")
+    code, out, _ = run(["cluster", "sim", "--gpus", "256", "--jobs", "500", "--spot-reclaim-per-hour", "0",
+                        "--reclaims", str(reclaims), "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and doc["reclaims"] >= 1 and doc["gpu_hours"]["lost_reclaim"] > 0

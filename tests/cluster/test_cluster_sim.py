@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from gpuplan.cluster.sim import ClusterConfig, ClusterSim, Job
+from gpuplan.errors import GpuplanError
 from gpuplan.estimate.checkpoint_interval import daly_interval, expected_waste_fraction
 
 
@@ -132,3 +133,65 @@ def test_node_failures_come_at_the_configured_mean_rate_for_exponential_and_weib
     elapsed = job.finish_s
     expected = 200 * elapsed / mtbf  # renewal process: failures per node ~ time / mean
     assert sim.m.failures == pytest.approx(expected, rel=0.1)
+
+
+def test_jobs_naming_gpu_models_run_only_on_nodes_of_those_models():
+    cfg = ClusterConfig(nodes=0, node_gpus=(8, 8, 2, 2), node_models=("A100", "A100", "T4", "T4"))
+    jobs = [Job(0, 0.0, 1.0, 100.0, gpu_models=frozenset({"T4"})),  # pack would pick a T4 node anyway...
+            Job(1, 0.0, 8.0, 100.0),
+            Job(2, 1.0, 4.0, 100.0, gpu_models=frozenset({"T4"})),  # ...more than one T4 node holds: a gang of both
+            Job(3, 1.0, 0.5, 100.0, gpu_models=frozenset({"A100"}))]  # the A100 node with room, not the emptier T4
+    sim = ClusterSim(cfg, jobs).run()
+    runs = {s[0]: s[2] for s in sim.segments}
+    assert runs[0] in ((2,), (3,)) and runs[1] in ((0,), (1,))
+    assert sorted(runs[2]) == [2, 3] and sim.jobs_by_id[2].first_start_s == 100.0  # waited for job 0's node
+    assert runs[3][0] in (0, 1)
+
+
+def test_a_job_for_a_gpu_model_the_cluster_lacks_is_refused_with_the_reason():
+    cfg = ClusterConfig(nodes=0, node_gpus=(8, 2), node_models=("A100", "T4"))
+    with pytest.raises(GpuplanError, match="H100, which no node has"):
+        ClusterSim(cfg, [Job(0, 0.0, 1.0, 10.0, gpu_models=frozenset({"H100"}))])
+    with pytest.raises(GpuplanError, match="needs 4 GPUs, the cluster has 2 of T4"):
+        ClusterSim(cfg, [Job(0, 0.0, 4.0, 10.0, gpu_models=frozenset({"T4"}))])
+
+
+def test_a_reclaim_event_takes_back_spot_jobs_until_it_has_its_gpus():
+    def run(seed):
+        jobs = [Job(i, 0.0, 2.0, 1000.0, spot=i < 6) for i in range(8)]
+        cfg = ClusterConfig(nodes=2, gpus_per_node=8, reclaims=((100.0, 5.0), (5000.0, 100.0)), grace_s=0.0,
+                            preempt=False, seed=seed)
+        return ClusterSim(cfg, jobs).run()
+    sim = run(0)
+    first = sorted(s[0] for s in sim.segments if s[5] == "reclaim")
+    assert len(first) == 3 and all(j < 6 for j in first)  # 3 spot jobs of 2 GPUs cover 5; on-demand untouched
+    assert sim.m.reclaims == 3  # the second event comes after every job has finished: nothing to take
+    assert first == sorted(s[0] for s in run(0).segments if s[5] == "reclaim")  # the seed decides which
+    assert any(first != sorted(s[0] for s in run(k).segments if s[5] == "reclaim") for k in range(1, 6))
+
+
+def test_a_scheduling_policy_and_a_placement_plug_in():
+    from gpuplan.cluster.policies import STARTED, Placement, Policy
+
+    class ShortestFirst(Policy):  # shortest job first, no tiers
+        name, tiered = "sjf", False
+
+        def schedule(self, sim):
+            for q in sim.queues_by_tier():
+                ordered = sorted(q, key=lambda j: j.work_s)
+                q.clear()
+                q.extend(ordered)
+                while q and sim.try_start(q, 0) == STARTED:
+                    pass
+
+    class LastNode(Placement):
+        name = "last"
+
+        def node(self, sim, job, candidates):
+            return int(candidates[-1])
+
+    jobs = [Job(0, 0.0, 8.0, 50.0), Job(1, 1.0, 8.0, 300.0), Job(2, 2.0, 8.0, 100.0)]
+    sim = ClusterSim(ClusterConfig(nodes=1, gpus_per_node=8, policy=ShortestFirst()), jobs).run()
+    assert [s[0] for s in sorted(sim.segments, key=lambda s: s[3])] == [0, 2, 1]  # FIFO would run 0, 1, 2
+    sim = ClusterSim(ClusterConfig(nodes=2, gpus_per_node=8, placement=LastNode()), [Job(0, 0.0, 1.0, 10.0)]).run()
+    assert sim.segments[0][2] == (1,)  # pack would take node 0

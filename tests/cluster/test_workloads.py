@@ -5,10 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from gpuplan.cluster.workloads import read_helios, read_openb, read_philly, synthetic
+from gpuplan.cluster.workloads import read_helios, read_openb, read_openb_nodes, read_philly, read_reclaims, synthetic
 from gpuplan.errors import GpuplanError
 
 OPENB = Path(__file__).resolve().parents[3] / "shared" / "traces" / "openb-2023" / "openb_pod_list_default.csv"
+OPENB_NODES = OPENB.with_name("openb_node_list_gpu_node.csv")
 
 
 def test_openb_rows_become_jobs_with_fractional_gpus_and_qos_tiers(tmp_path):
@@ -22,6 +23,28 @@ def test_openb_rows_become_jobs_with_fractional_gpus_and_qos_tiers(tmp_path):
     jobs, skipped = read_openb(f)
     assert [(j.arrival_s, j.gpus, j.work_s, j.tier) for j in jobs] == [(0, 1.0, 90, 1), (5, 0.46, 60, 0)]
     assert skipped == {"no GPU (CPU-only task)": 1, "no run time (deleted before it ran)": 1}
+
+
+def test_openb_gpu_spec_names_the_models_a_task_accepts_and_the_node_list_each_nodes_model(tmp_path):
+    f = tmp_path / "pods.csv"
+    f.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
+                 "scheduled_time\n"
+                 "p0,1,1,2,1000,V100M16|V100M32,LS,Running,0,100,10\n"
+                 "p1,1,1,1,500,,BE,Running,0,100,10\n")
+    jobs, _ = read_openb(f)
+    assert jobs[0].gpu_models == {"V100M16", "V100M32"} and jobs[1].gpu_models is None
+    n = tmp_path / "nodes.csv"
+    n.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,1,1,8,G2\nn1,1,1,0,\nn2,1,1,2,T4\n")
+    assert read_openb_nodes(n) == ((8, 2), ("G2", "T4"), {"node without GPUs": 1})
+
+
+def test_reclaim_events_are_read_in_time_order_and_a_bad_row_is_named(tmp_path):
+    f = tmp_path / "reclaims.csv"
+    f.write_text("time_s,gpus\n3600,16\n60,8\n")
+    assert read_reclaims(f) == ((60.0, 8.0), (3600.0, 16.0))
+    f.write_text("time_s,gpus\n3600,16\n-5,8\n")
+    with pytest.raises(GpuplanError, match="line 3"):
+        read_reclaims(f)
 
 
 def test_a_malformed_row_is_named_by_line(tmp_path):
@@ -38,6 +61,8 @@ def test_the_real_openb_trace_imports_every_gpu_task():
     jobs, skipped = read_openb(OPENB)
     assert len(jobs) + sum(skipped.values()) == 8152
     assert any(j.gpus < 1 for j in jobs) and {j.tier for j in jobs} == {0, 1}
+    gpus, models, _ = read_openb_nodes(OPENB_NODES)
+    assert sum(gpus) == 6212 and len(models) == len(gpus) and {"T4", "P100", "G2"} <= set(models)
 
 
 def test_philly_json_log(tmp_path):

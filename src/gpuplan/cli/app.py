@@ -6,6 +6,7 @@ Errors from bad input are one line on stderr and exit code 2, never a traceback.
 from __future__ import annotations
 
 import json
+from collections import Counter
 import sys
 from typing import Annotated, Optional
 
@@ -537,8 +538,8 @@ def cluster_sim(
     spot_share: Annotated[float, typer.Option(help="Share of the lowest tier's jobs on spot capacity.")] = 0.3,
     trace: Annotated[Optional[str], typer.Option(help="A job trace instead of synthetic jobs.")] = None,
     trace_format: Annotated[str, typer.Option(help="openb (Alibaba 2023), philly or helios.")] = "openb",
-    nodes_file: Annotated[Optional[str], typer.Option(help="Nodes of differing sizes: openb's node list "
-                                                            "(overrides --gpus/--gpus-per-node).")] = None,
+    nodes_file: Annotated[Optional[str], typer.Option(help="Nodes of differing sizes and GPU models: openb's node "
+                                                            "list (overrides --gpus/--gpus-per-node).")] = None,
     policy: Annotated[str, typer.Option(help="fifo, priority or backfill.")] = "backfill",
     preempt: Annotated[bool, typer.Option("--preempt/--no-preempt", help="Higher tiers preempt lower ones.")] = True,
     placement: Annotated[str, typer.Option(help="pack, spread or topology.")] = "pack",
@@ -549,6 +550,9 @@ def cluster_sim(
     = None,
     repair: Annotated[str, typer.Option(help="Time to repair a failed node.")] = "1h",
     spot_reclaim_per_hour: Annotated[float, typer.Option(help="Reclaims per running spot job per hour.")] = 0.05,
+    reclaims: Annotated[Optional[str], typer.Option(help="Spot reclaim events from a CSV (time_s,gpus), in addition "
+                                                         "to the rate (set --spot-reclaim-per-hour 0 for the trace "
+                                                         "alone).")] = None,
     checkpoint: Annotated[str, typer.Option(help="Jobs' checkpoint policy: none, daly, sigterm or an interval.")]
     = "daly",
     checkpoint_cost: Annotated[str, typer.Option(help="Time to write one checkpoint.")] = "60s",
@@ -564,12 +568,10 @@ def cluster_sim(
     from rich.progress import Progress
 
     from gpuplan.cluster.sim import LLAMA3_NODE_MTBF_S, ClusterConfig, ClusterSim
-    from gpuplan.cluster.workloads import READERS, synthetic
+    from gpuplan.cluster.workloads import READERS, read_openb_nodes, read_reclaims, synthetic
     from gpuplan.units import parse_duration
 
-    from gpuplan.cluster.workloads import read_openb_nodes
-
-    node_gpus, node_skips = (read_openb_nodes(nodes_file) if nodes_file else (None, {}))
+    node_gpus, node_models, node_skips = read_openb_nodes(nodes_file) if nodes_file else (None, None, {})
     if node_gpus:
         gpus = sum(node_gpus)
     elif gpus < gpus_per_node or gpus % gpus_per_node:
@@ -577,27 +579,31 @@ def cluster_sim(
                            f"use a multiple of {gpus_per_node}")
     ckpt = checkpoint if checkpoint in ("none", "daly", "sigterm") else str(parse_duration(checkpoint, "checkpoint"))
     cost, rst = parse_duration(checkpoint_cost, "checkpoint_cost"), _duration_or_zero(restart, "restart")
-    skipped: dict = {}
+    mtbf = None if node_mtbf == "none" else LLAMA3_NODE_MTBF_S if node_mtbf == "llama3" else \
+        parse_duration(node_mtbf, "node_mtbf")
+    cfg = ClusterConfig(nodes=gpus // gpus_per_node, gpus_per_node=gpus_per_node, node_gpus=node_gpus,
+                        node_models=node_models, policy=policy, preempt=preempt, placement=placement,
+                        grace_s=_duration_or_zero(grace, "grace"), node_mtbf_s=mtbf, weibull_shape=weibull,
+                        repair_s=parse_duration(repair, "repair"), spot_reclaim_per_hour=spot_reclaim_per_hour,
+                        reclaims=read_reclaims(reclaims) if reclaims else (), price_per_gpu_hour=price, seed=seed)
+    skipped: Counter = Counter()
     if trace:
         if trace_format not in READERS:
             raise GpuplanError("trace_format", f"unknown trace format {trace_format!r}",
                                f"use one of {', '.join(READERS)}")
         work, skipped = READERS[trace_format](trace)
-        too_big = [j for j in work if j.gpus > gpus]
-        if too_big:
-            skipped[f"needs more than the cluster's {gpus} GPUs"] = len(too_big)
-        work = [j for j in work if j.gpus <= gpus]
+        probe, runnable = ClusterSim(cfg, []), []
+        for j in work:
+            why = probe.never_fits(j)
+            if why is None:
+                runnable.append(j)
+            else:  # by reason: the missing GPU model, or too big (sizes vary: not a reason of their own)
+                skipped[why if "model" in why else "needs more GPUs than the cluster has"] += 1
+        work = runnable
         for k, j in enumerate(work):
             j.id, j.checkpoint, j.cost_s, j.restart_s = k, ckpt, cost, rst
     else:
         work = synthetic(jobs, gpus, load, seed, spot_share, checkpoint=ckpt, cost_s=cost, restart_s=rst)
-    mtbf = None if node_mtbf == "none" else LLAMA3_NODE_MTBF_S if node_mtbf == "llama3" else \
-        parse_duration(node_mtbf, "node_mtbf")
-    cfg = ClusterConfig(nodes=gpus // gpus_per_node, gpus_per_node=gpus_per_node, node_gpus=node_gpus, policy=policy,
-                        preempt=preempt,
-                        placement=placement, grace_s=_duration_or_zero(grace, "grace"), node_mtbf_s=mtbf,
-                        weibull_shape=weibull, repair_s=parse_duration(repair, "repair"),
-                        spot_reclaim_per_hour=spot_reclaim_per_hour, price_per_gpu_hour=price, seed=seed)
     with Progress(transient=True, disable=json_out) as bar:
         bar.add_task(f"simulating {len(work):,} jobs on {gpus:,} GPUs", total=None)
         sim = ClusterSim(cfg, work).run()

@@ -2,10 +2,10 @@
 periods, spot reclaims, hardware failures and checkpoint policies.
 
 Capacity is counted in milli-GPUs so sharing tasks (a fraction of one GPU, as in Alibaba's
-openb trace) and gangs of whole GPUs live on the same nodes. A job needing more than one node's
-GPUs takes whole free nodes (a gang); smaller ones go on one node, chosen by the placement:
-``pack`` (best fit), ``spread`` (most free) or ``topology`` (pack, preferring the rack the job's
-gang already uses: for multi-node gangs, the rack with the most free whole nodes).
+openb trace) and gangs of whole GPUs live on the same nodes. Nodes may differ in size and GPU
+model; a job may name the models it can use (openb's ``gpu_spec``) and then runs only on those
+nodes. A job needing more than the biggest such node takes whole free nodes (a gang); smaller ones
+go on one node, chosen by the placement (policies.py: pack, spread, topology).
 
 A running job alternates work segments of ``interval_s`` and checkpoints of ``cost_s`` (none:
 one endless segment). When it is interrupted (failure, preemption, spot reclaim) it keeps the
@@ -14,11 +14,13 @@ again. A preempted job gets the partition's ``grace_s``: a job that checkpoints 
 saves everything in the grace window (if the window fits one checkpoint) and releases its
 GPUs when done; the others run until the grace ends.
 
-Policies: ``fifo`` (arrival order, head of line blocks), ``priority`` (higher tier first),
-``backfill`` (as priority, but later jobs that fit may start while the head waits), each with
-preemption of lower tiers (the victims losing the least work since their last checkpoint go
-first) unless ``preempt=False``. Failures: each node fails at a rate (exponential, or Weibull
-per node) and is repaired after ``repair_s``; spot jobs are reclaimed at a rate.
+Scheduling policies (policies.py: fifo, priority, backfill, or your own) run with preemption of
+lower tiers (the victims losing the least work since their last checkpoint go first) unless
+``preempt=False``. Failures: each node fails at a rate (exponential, or Weibull per node) and is
+repaired after ``repair_s``. Spot jobs are reclaimed at a rate per running job, or by a trace of
+reclaim events (time, GPUs taken back): each event sends SIGTERM to running spot jobs, picked at
+random, until they hold that many GPUs. A reclaimed job goes back to the queue (its restart cost
+stands for getting new capacity).
 
 Every time is in seconds; GPU-seconds are reported by cause.
 """
@@ -32,12 +34,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpuplan.cluster.des import Simulator
+from gpuplan.cluster.policies import BLOCKED, PLACEMENTS, POLICIES, PREEMPTING, STARTED, Placement, Policy
 from gpuplan.errors import require
 from gpuplan.estimate.checkpoint_interval import daly_interval
 
 MILLI = 1000
-POLICIES = ("fifo", "priority", "backfill")
-PLACEMENTS = ("pack", "spread", "topology")
 # Llama 3 (Dubey et al. 2024, section 3.3.4): 419 unexpected interruptions in 54 days on 16,384
 # H100s (2,048 nodes of 8): one per 264 node-days.
 LLAMA3_NODE_MTBF_S = 54 * 86400 * 2048 / 419
@@ -55,6 +56,7 @@ class Job:
     interval_s: float = math.inf
     cost_s: float = 0.0
     restart_s: float = 0.0
+    gpu_models: frozenset[str] | None = None  # GPU models it can run on (None: any)
     # state
     remaining_s: float = 0.0
     state: str = "new"  # queued | running | grace | done
@@ -84,15 +86,17 @@ class ClusterConfig:
     nodes: int
     gpus_per_node: int = 8
     node_gpus: tuple[int, ...] | None = None  # GPUs of each node when they differ (overrides the two above)
+    node_models: tuple[str, ...] | None = None  # GPU model of each node (None: all the same)
     nodes_per_rack: int = 32
-    policy: str = "priority"
+    policy: str | Policy = "priority"
     preempt: bool = True
-    placement: str = "pack"
+    placement: str | Placement = "pack"
     grace_s: float = 120.0  # SIGTERM to SIGKILL for preempted jobs and spot reclaims
     node_mtbf_s: float | None = None  # None: no failures; e.g. LLAMA3_NODE_MTBF_S
     weibull_shape: float | None = None  # per-node Weibull inter-failure times (None: exponential)
     repair_s: float = 3600.0
     spot_reclaim_per_hour: float = 0.0  # per running spot job
+    reclaims: tuple[tuple[float, float], ...] = ()  # (time_s, GPUs) spot reclaim events, e.g. read_reclaims()
     price_per_gpu_hour: float = 0.0
     queue_depth: int = 100  # jobs the backfill pass looks at (Slurm's default_queue_depth)
     seed: int = 0
@@ -104,9 +108,14 @@ class ClusterConfig:
             self.nodes = len(self.node_gpus)
             self.gpus_per_node = max(self.node_gpus)
         require(self.nodes >= 1 and self.gpus_per_node >= 1, "nodes", "the cluster needs nodes with GPUs")
-        require(self.policy in POLICIES, "policy", f"unknown policy {self.policy!r}", f"use one of {', '.join(POLICIES)}")
-        require(self.placement in PLACEMENTS, "placement", f"unknown placement {self.placement!r}",
-                f"use one of {', '.join(PLACEMENTS)}")
+        require(self.node_models is None or len(self.node_models) == self.nodes, "node_models",
+                f"needs one GPU model per node ({self.nodes}), got {len(self.node_models or ())}")
+        require(isinstance(self.policy, Policy) or self.policy in POLICIES, "policy",
+                f"unknown policy {self.policy!r}", f"use one of {', '.join(POLICIES)}, or pass a Policy")
+        require(isinstance(self.placement, Placement) or self.placement in PLACEMENTS, "placement",
+                f"unknown placement {self.placement!r}", f"use one of {', '.join(PLACEMENTS)}, or pass a Placement")
+        require(all(t >= 0 and g > 0 for t, g in self.reclaims), "reclaims",
+                "reclaim events need a non-negative time and a positive GPU count")
         for name in ("grace_s", "repair_s", "spot_reclaim_per_hour"):
             require(getattr(self, name) >= 0, name, "must not be negative")
         require(self.node_mtbf_s is None or self.node_mtbf_s > 0, "node_mtbf", "must be positive")
@@ -126,13 +135,16 @@ class ClusterSim:
         self.cfg = cfg
         gpus = np.array(cfg.node_gpus if cfg.node_gpus is not None else [cfg.gpus_per_node] * cfg.nodes)
         capacity = gpus.astype(np.int64) * MILLI
-        cap = int(capacity.max())
+        self.capacity = capacity
+        self.cap = int(capacity.max())  # the biggest node: jobs up to it run on one node, larger ones as gangs
+        self.models = np.array(cfg.node_models) if cfg.node_models is not None else None
+        self._masks: dict[frozenset, tuple[np.ndarray, int]] = {}
         for j in jobs:
             require(j.gpus > 0 and j.work_s >= 0 and j.arrival_s >= 0, "jobs",
                     f"job {j.id}: GPUs must be positive and times non-negative")
-            require(j.milli <= capacity.sum(), "jobs", f"job {j.id} needs {j.gpus} GPUs, the cluster has "
-                    f"{int(gpus.sum())}", "drop it or use a bigger cluster")
             require(j.gpus <= 1 or j.gpus == int(j.gpus), "jobs", f"job {j.id}: more than one GPU must be whole GPUs")
+            why = self.never_fits(j)
+            require(why is None, "jobs", f"job {j.id} {why}", "drop it or use a bigger cluster")
             j.remaining_s = j.work_s
             if j.checkpoint == "daly":
                 mtbf = self._job_mtbf(j)
@@ -140,8 +152,8 @@ class ClusterSim:
             elif j.checkpoint not in ("none", "sigterm"):
                 j.interval_s = float(j.checkpoint)
         self.jobs = jobs
-        self.cap = cap  # the biggest node: jobs up to it run on one node, larger ones as gangs
-        self.capacity = capacity
+        self.policy = POLICIES[cfg.policy] if isinstance(cfg.policy, str) else cfg.policy
+        self.placement = PLACEMENTS[cfg.placement] if isinstance(cfg.placement, str) else cfg.placement
         self.free = capacity.copy()
         self.up = np.ones(cfg.nodes, dtype=bool)
         self.rack = np.arange(cfg.nodes) // cfg.nodes_per_rack
@@ -156,6 +168,26 @@ class ClusterSim:
         self.busy_gpu_s = 0.0
         self.end_s = 0.0
         self.left = len(jobs)
+
+    def _allowed(self, j: Job) -> tuple[np.ndarray | None, int]:
+        """The nodes a job may use (None: all) and the biggest of them, in milli-GPUs."""
+        if j.gpu_models is None or self.models is None:
+            return None, self.cap
+        if j.gpu_models not in self._masks:
+            mask = np.isin(self.models, list(j.gpu_models))
+            self._masks[j.gpu_models] = mask, int(self.capacity[mask].max()) if mask.any() else 0
+        return self._masks[j.gpu_models]
+
+    def never_fits(self, j: Job) -> str | None:
+        """Why a job can never run on this cluster (None: it can)."""
+        mask, _ = self._allowed(j)
+        if mask is not None and not mask.any():
+            return f"needs GPU model {' or '.join(sorted(j.gpu_models))}, which no node has"
+        have = self.capacity.sum() if mask is None else self.capacity[mask].sum()
+        if j.milli > have:
+            return f"needs {j.gpus:g} GPUs, the cluster has {have // MILLI}" + ("" if mask is None else
+                                                                             f" of {'/'.join(sorted(j.gpu_models))}")
+        return None
 
     def _job_mtbf(self, j: Job) -> float | None:
         """Mean time between interruptions of one job: its nodes' failures and spot reclaims."""
@@ -173,6 +205,8 @@ class ClusterSim:
         if self.cfg.node_mtbf_s:
             for n in range(self.cfg.nodes):
                 self.sim.schedule(self._next_failure(), 0, self._fail, n)
+        for t, g in self.cfg.reclaims:
+            self.sim.schedule(t, 0, self._reclaim_event, g)
         self.sim.run()
         return self
 
@@ -183,9 +217,12 @@ class ClusterSim:
             return self.sim.now + scale * self.rng.weibull(k)
         return self.sim.now + self.rng.exponential(m)
 
+    def _queue(self, j: Job) -> deque:
+        return self.queues.setdefault(j.tier if self.policy.tiered else 0, deque())
+
     def _arrive(self, sim, j: Job):
         j.state = "queued"
-        self.queues.setdefault(j.tier if self.cfg.policy != "fifo" else 0, deque()).append(j)
+        self._queue(j).append(j)
         self._schedule_pass()
 
     def _finish_time(self, j: Job, start: float) -> float:
@@ -266,7 +303,7 @@ class ClusterSim:
         j.epoch += 1
         self._release(j, cause)
         j.state = "queued"
-        self.queues.setdefault(j.tier if self.cfg.policy != "fifo" else 0, deque()).appendleft(j)
+        self._queue(j).appendleft(j)
 
     def _fail(self, sim, n: int):
         self.m.failures += 1
@@ -288,6 +325,18 @@ class ClusterSim:
             return
         self.m.reclaims += 1
         self._begin_grace(j, "reclaim")
+
+    def _reclaim_event(self, sim, gpus: float):
+        """The provider takes back ``gpus`` GPUs of spot capacity: SIGTERM to running spot jobs,
+        in random order, until they hold that many."""
+        spot = sorted((j for j in self.running.values() if j.spot and j.state == "running"), key=lambda j: j.id)
+        taken = 0.0
+        for k in self.rng.permutation(len(spot)):
+            if taken >= gpus:
+                break
+            self.m.reclaims += 1
+            self._begin_grace(spot[k], "reclaim")
+            taken += spot[k].gpus
 
     def _begin_grace(self, j: Job, cause: str) -> None:
         """SIGTERM now, SIGKILL after the grace period (or once a SIGTERM checkpoint is written)."""
@@ -323,7 +372,7 @@ class ClusterSim:
             self._done(j)
         else:
             j.state = "queued"
-            self.queues.setdefault(j.tier if self.cfg.policy != "fifo" else 0, deque()).appendleft(j)
+            self._queue(j).appendleft(j)
         self._schedule_pass()
 
     def _grace_end(self, sim, j: Job, epoch: int, cause: str):
@@ -334,25 +383,23 @@ class ClusterSim:
 
     # -- scheduling ------------------------------------------------------------------------------------
     def _place(self, j: Job) -> list | None:
-        need, cap = j.milli, self.cap
+        """Where ``j`` can start now, as [(node, milli-GPUs)], or None."""
+        need = j.milli
+        mask, cap = self._allowed(j)
         if need <= cap:
-            ok = np.nonzero(self.free >= need)[0]
-            if not len(ok):
-                return None
-            f = self.free[ok]
-            n = ok[np.argmax(f)] if self.cfg.placement == "spread" else ok[np.argmin(f)]
-            return [(int(n), need)]
-        whole = np.nonzero((self.free == self.capacity) & self.up)[0]
+            fits = self.free >= need
+            if mask is not None:
+                fits &= mask
+            ok = np.nonzero(fits)[0]
+            return [(self.placement.node(self, j, ok), need)] if len(ok) else None
+        whole = (self.free == self.capacity) & self.up
+        if mask is not None:
+            whole &= mask
+        whole = np.nonzero(whole)[0]
         if self.capacity[whole].sum() < need:
             return None
-        if self.cfg.placement == "topology":  # keep the gang in as few racks as possible
-            racks, counts = np.unique(self.rack[whole], return_counts=True)
-            order = np.argsort(-counts, kind="stable")
-            whole = np.concatenate([whole[self.rack[whole] == racks[i]] for i in order])
-        else:  # the biggest nodes first: the fewest nodes
-            whole = whole[np.argsort(-self.capacity[whole], kind="stable")]
         out, left = [], need
-        for n in whole:
+        for n in self.placement.gang(self, j, whole):
             take = int(min(self.capacity[n], left))
             out.append((int(n), take))
             left -= take
@@ -360,27 +407,25 @@ class ClusterSim:
                 return out
         return None
 
+    def queues_by_tier(self) -> list[deque]:
+        """The queues, highest tier first (for scheduling policies)."""
+        return [self.queues[t] for t in sorted(self.queues, reverse=True)]
+
+    def try_start(self, q: deque, i: int) -> str:
+        """Start the ``i``-th job of queue ``q`` if it fits (STARTED; it leaves the queue), else make
+        room by preemption (PREEMPTING: victims are in their grace period), else BLOCKED."""
+        j = q[i]
+        placed = self._place(j)
+        if placed is not None:
+            del q[i]
+            self._start(j, placed)
+            return STARTED
+        if self.cfg.preempt and self._preempt_for(j):
+            return PREEMPTING
+        return BLOCKED
+
     def _schedule_pass(self) -> None:
-        for tier in sorted(self.queues, reverse=True):
-            q = self.queues[tier]
-            looked = 0
-            while q and looked < min(len(q), self.cfg.queue_depth):
-                j = q[0] if self.cfg.policy != "backfill" else q[looked]
-                placed = self._place(j)
-                if placed is not None:
-                    if self.cfg.policy == "backfill":
-                        del q[looked]
-                    else:
-                        q.popleft()
-                    self._start(j, placed)
-                    continue
-                if self.cfg.preempt and self._preempt_for(j):
-                    return  # resources come back when the victims' grace ends
-                if self.cfg.policy != "backfill":
-                    return  # head of line blocks this tier and every lower one
-                looked += 1
-            if q and self.cfg.policy != "backfill":
-                return
+        self.policy.schedule(self)
 
     def _preempt_for(self, j: Job) -> bool:
         """Make room for ``j`` by sending SIGTERM to lower-tier jobs, node by node so the room is
@@ -389,9 +434,9 @@ class ClusterSim:
         its way (victims in their grace period), so the job waits for it."""
         if not any(v.state == "running" and v.tier < j.tier for v in self.running.values()):
             return False
-        cap = self.cap
+        mask, cap = self._allowed(j)
         plans = []  # (cost, node, victims)
-        for n in np.nonzero(self.up)[0]:
+        for n in np.nonzero(self.up if mask is None else self.up & mask)[0]:
             on = [self.jobs_by_id[i] for i in self.on_node[n]]
             coming = int(self.free[n]) + sum(v.milli_on(n) for v in on if v.state == "grace")
             low = sorted((v for v in on if v.state == "running" and v.tier < j.tier),
@@ -429,12 +474,6 @@ class ClusterSim:
             self.m.preemptions += 1
             self._begin_grace(v, "preemption")
         return True
-
-    def _running_below(self, tier: int):
-        return [v for v in self.running.values() if v.state == "running" and v.tier < tier]
-
-    def _graceful(self):
-        return [v for v in self.running.values() if v.state == "grace"]
 
     def _unsaved(self, v: Job) -> float:
         run = max(0.0, self.sim.now - v.start_s - (v.restart_s if v.restarting else 0.0))

@@ -6,8 +6,10 @@ Importers (each returns the jobs and how many rows it skipped, by reason):
   ``name, cpu_milli, memory_mib, num_gpu, gpu_milli, gpu_spec, qos, pod_phase, creation_time,
   deletion_time, scheduled_time``. A task wants ``num_gpu`` GPUs, or ``gpu_milli``/1000 of one when
   num_gpu is 1 and gpu_milli < 1000 (GPU sharing); it runs deletion_time - scheduled_time seconds;
-  QoS LS (latency-sensitive) is tier 1, the rest (BE, Burstable, Guaranteed) tier 0. CPU-only
-  tasks (num_gpu 0) are skipped.
+  QoS LS (latency-sensitive) is tier 1, the rest (BE, Burstable, Guaranteed) tier 0; ``gpu_spec``,
+  when set, lists the GPU models the task accepts, separated by ``|`` (e.g. ``V100M16|V100M32``).
+  CPU-only tasks (num_gpu 0) are skipped. The node list (``openb_node_list_gpu_node.csv``) gives
+  each node's GPUs and model.
 * Microsoft Philly (Jeon et al., ATC 2019), ``cluster_job_log`` as a JSON list: each job has
   ``jobid``, ``submitted_time`` ("YYYY-MM-DD HH:MM:SS"), ``attempts`` with ``start_time``,
   ``end_time`` and ``detail`` (one entry per machine, each with its ``gpus``). Duration: the last
@@ -16,6 +18,10 @@ Importers (each returns the jobs and how many rows it skipped, by reason):
 * SenseTime Helios (Hu et al., SC 2021), ``cluster_log.csv``: ``job_id, user, vc, jobname,
   gpu_num, cpu_num, node_num, state, submit_time, start_time, end_time, duration, queue`` (times
   in seconds). Jobs with gpu_num 0 are skipped.
+
+Spot reclaims as a trace (gpuplan's own format, since providers publish none): a CSV with the
+header ``time_s,gpus``, one reclaim event per row: at ``time_s`` seconds after the start the
+provider takes back ``gpus`` GPUs of spot capacity.
 """
 
 from __future__ import annotations
@@ -88,6 +94,7 @@ def read_openb(path: str | Path) -> tuple[list[Job], Counter]:
     header, rows = _rows(path)
     c = {k: _col(header, k, path) for k in ("num_gpu", "gpu_milli", "qos", "creation_time", "deletion_time",
                                             "scheduled_time")}
+    spec = header.index("gpu_spec") if "gpu_spec" in header else None
     jobs, skipped = [], Counter()
     for line, r in enumerate(rows, start=2):
         n_gpu = _field(r, c["num_gpu"], "num_gpu", int, path, line)
@@ -102,7 +109,10 @@ def read_openb(path: str | Path) -> tuple[list[Job], Counter]:
             skipped["no run time (deleted before it ran)"] += 1
             continue
         gpus = milli / 1000 if n_gpu == 1 and 0 < milli < 1000 else float(n_gpu)
-        jobs.append(Job(len(jobs), created, gpus, end - start, tier=1 if r[c["qos"]] == "LS" else 0))
+        models = frozenset(m.strip() for m in r[spec].split("|") if m.strip()) if spec is not None and spec < len(r) \
+            else frozenset()
+        jobs.append(Job(len(jobs), created, gpus, end - start, tier=1 if r[c["qos"]] == "LS" else 0,
+                        gpu_models=models or None))
     return jobs, skipped
 
 
@@ -163,20 +173,37 @@ def read_helios(path: str | Path) -> tuple[list[Job], Counter]:
     return jobs, skipped
 
 
-def read_openb_nodes(path: str | Path) -> tuple[tuple[int, ...], Counter]:
-    """GPUs per node from ``openb_node_list_gpu_node.csv`` (``sn, cpu_milli, memory_mib, gpu, model``);
-    nodes without GPUs are skipped. GPU models are not told apart."""
+def read_openb_nodes(path: str | Path) -> tuple[tuple[int, ...], tuple[str, ...], Counter]:
+    """GPUs and GPU model of each node from ``openb_node_list_gpu_node.csv`` (``sn, cpu_milli,
+    memory_mib, gpu, model``); nodes without GPUs are skipped."""
     path = Path(path)
     header, rows = _rows(path)
-    col = _col(header, "gpu", path)
-    gpus, skipped = [], Counter()
+    col, mcol = _col(header, "gpu", path), _col(header, "model", path)
+    gpus, models, skipped = [], [], Counter()
     for line, r in enumerate(rows, start=2):
         g = _field(r, col, "gpu", int, path, line)
         if g <= 0:
             skipped["node without GPUs"] += 1
         else:
             gpus.append(g)
-    return tuple(gpus), skipped
+            models.append(r[mcol].strip() if mcol < len(r) else "")
+    return tuple(gpus), tuple(models), skipped
+
+
+def read_reclaims(path: str | Path) -> tuple[tuple[float, float], ...]:
+    """Spot reclaim events (``time_s,gpus``, module docstring), in time order."""
+    path = Path(path)
+    header, rows = _rows(path)
+    ct, cg = _col(header, "time_s", path), _col(header, "gpus", path)
+    out = []
+    for line, r in enumerate(rows, start=2):
+        t = _field(r, ct, "time_s", float, path, line)
+        g = _field(r, cg, "gpus", float, path, line)
+        if t < 0 or g <= 0:
+            raise GpuplanError("trace", f"{path} line {line}: a reclaim needs time_s >= 0 and gpus > 0, "
+                                        f"got {t:g} and {g:g}", "fix or remove that row")
+        out.append((t, g))
+    return tuple(sorted(out))
 
 
 READERS = {"openb": read_openb, "philly": read_philly, "helios": read_helios}
