@@ -380,6 +380,6 @@ def test_cluster_sim_reads_node_models_and_a_reclaim_trace_and_skips_jobs_it_can
     assert doc["skipped"] == {"needs GPU model H100, which no node has": 1, "needs more GPUs than the cluster has": 1}
     reclaims.write_text("time_s,gpus\n3600,64\n")
     code, out, _ = run(["cluster", "sim", "--gpus", "256", "--jobs", "500", "--spot-reclaim-per-hour", "0",
-                        "--reclaims", str(reclaims), "--json"], capsys)
+                        "--reclaims", str(reclaims), "--node-mtbf", "rsc1", "--json"], capsys)
     doc = json.loads(out)
     assert code == 0 and doc["reclaims"] >= 1 and doc["gpu_hours"]["lost_reclaim"] > 0

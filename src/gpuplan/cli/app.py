@@ -544,7 +544,8 @@ def cluster_sim(
     preempt: Annotated[bool, typer.Option("--preempt/--no-preempt", help="Higher tiers preempt lower ones.")] = True,
     placement: Annotated[str, typer.Option(help="pack, spread or topology.")] = "pack",
     grace: Annotated[str, typer.Option(help="SIGTERM to SIGKILL on preemption and reclaim.")] = "2m",
-    node_mtbf: Annotated[str, typer.Option(help="Node mean time between failures: llama3 (264 node-days), a "
+    node_mtbf: Annotated[str, typer.Option(help="Node mean time between failures: llama3 (264 node-days, H100), "
+                                                "rsc1 or rsc2 (Meta's A100 clusters: 154 and 427 node-days), a "
                                                 "duration, or none.")] = "llama3",
     weibull: Annotated[Optional[float], typer.Option(help="Weibull shape of failures (default exponential).")]
     = None,
@@ -567,7 +568,7 @@ def cluster_sim(
     """Simulate a cluster running a job mix: utilisation, goodput, GPU-hours and $ lost by cause."""
     from rich.progress import Progress
 
-    from gpuplan.cluster.sim import LLAMA3_NODE_MTBF_S, ClusterConfig, ClusterSim
+    from gpuplan.cluster.sim import NODE_MTBF_PRESETS, ClusterConfig, ClusterSim
     from gpuplan.cluster.workloads import READERS, read_openb_nodes, read_reclaims, synthetic
     from gpuplan.units import parse_duration
 
@@ -579,7 +580,7 @@ def cluster_sim(
                            f"use a multiple of {gpus_per_node}")
     ckpt = checkpoint if checkpoint in ("none", "daly", "sigterm") else str(parse_duration(checkpoint, "checkpoint"))
     cost, rst = parse_duration(checkpoint_cost, "checkpoint_cost"), _duration_or_zero(restart, "restart")
-    mtbf = None if node_mtbf == "none" else LLAMA3_NODE_MTBF_S if node_mtbf == "llama3" else \
+    mtbf = None if node_mtbf == "none" else NODE_MTBF_PRESETS[node_mtbf] if node_mtbf in NODE_MTBF_PRESETS else \
         parse_duration(node_mtbf, "node_mtbf")
     cfg = ClusterConfig(nodes=gpus // gpus_per_node, gpus_per_node=gpus_per_node, node_gpus=node_gpus,
                         node_models=node_models, policy=policy, preempt=preempt, placement=placement,

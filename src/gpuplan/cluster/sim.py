@@ -42,6 +42,12 @@ MILLI = 1000
 # Llama 3 (Dubey et al. 2024, section 3.3.4): 419 unexpected interruptions in 54 days on 16,384
 # H100s (2,048 nodes of 8): one per 264 node-days.
 LLAMA3_NODE_MTBF_S = 54 * 86400 * 2048 / 419
+# Meta's research clusters (Kokolis et al. 2024, "Revisiting Reliability in Large-Scale Machine
+# Learning Research Clusters", arXiv 2410.21680): 6.50 (RSC-1) and 2.34 (RSC-2) failures per
+# 1,000 node-days of A100 nodes.
+RSC1_NODE_MTBF_S = 1000 / 6.50 * 86400
+RSC2_NODE_MTBF_S = 1000 / 2.34 * 86400
+NODE_MTBF_PRESETS = {"llama3": LLAMA3_NODE_MTBF_S, "rsc1": RSC1_NODE_MTBF_S, "rsc2": RSC2_NODE_MTBF_S}
 
 
 @dataclass
