@@ -195,3 +195,18 @@ def test_a_scheduling_policy_and_a_placement_plug_in():
     assert [s[0] for s in sorted(sim.segments, key=lambda s: s[3])] == [0, 2, 1]  # FIFO would run 0, 1, 2
     sim = ClusterSim(ClusterConfig(nodes=2, gpus_per_node=8, placement=LastNode()), [Job(0, 0.0, 1.0, 10.0)]).run()
     assert sim.segments[0][2] == (1,)  # pack would take node 0
+
+
+@pytest.mark.parametrize("placement,gang_nodes,small_node", [("pack", [2, 3, 5], 0), ("spread", [2, 3, 5], 1),
+                                                             ("topology", [5, 6, 7], 0)])
+def test_pack_fills_the_fullest_node_spread_the_emptiest_and_topology_keeps_a_gang_in_one_rack(
+        placement, gang_nodes, small_node):
+    # two racks of four 8-GPU nodes; nodes 0, 1 and 4 stay busy, 2 and 3 free up at t=10
+    jobs = [Job(i, 0.0, 8.0, 10.0 if i in (2, 3) else 1000.0) for i in range(5)]
+    jobs.append(Job(5, 20.0, 24.0, 100.0))  # a gang of three nodes: rack 0 has two free, rack 1 three
+    cfg = ClusterConfig(nodes=8, gpus_per_node=8, nodes_per_rack=4, placement=placement)
+    runs = {s[0]: s[2] for s in ClusterSim(cfg, jobs).run().segments}
+    assert sorted(runs[5]) == gang_nodes
+    small = [Job(0, 0.0, 2.0, 100.0), Job(1, 1.0, 1.0, 100.0)]
+    sim = ClusterSim(ClusterConfig(nodes=2, gpus_per_node=8, placement=placement), small).run()
+    assert {s[0]: s[2] for s in sim.segments}[1] == (small_node,)
