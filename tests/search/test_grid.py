@@ -56,3 +56,19 @@ def test_compute_bound_never_exceeds_the_step_time(name, gpus, base):
         plan = grid.layouts[li].plan(int(grid.zero[zi]))
         st = step_time(m, grid.configs[mi][ri], plan, gpu, int(mb[li, mi]))
         assert bound[li, mi, ri] <= st.step_s * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("name,gpus,base", CASES[:3], ids=[c[0] for c in CASES[:3]])
+def test_zb_v_plans_put_the_head_on_rank_0_in_the_grid_as_in_the_scalar_model(name, gpus, base):
+    m, gpu, grid = _grid(name, gpus, base)
+    mb, _ = grid.microbatches()
+    peak = grid.peak_memory(np.maximum(mb, 1))
+    bound = grid.compute_bound(gpu, np.maximum(mb, 1))
+    zbv = [s for s in _samples(grid, mb, 10_000, 2) if grid.layouts[s[0]].schedule == "zb-v"][:40]
+    assert zbv
+    for li, mi, zi, ri in zbv:
+        plan = grid.layouts[li].plan(int(grid.zero[zi]))
+        cfg = grid.configs[mi][ri]
+        scalar = estimate_memory(m, cfg, plan, gpu.memory_bytes, int(mb[li, mi]))
+        assert peak[li, mi, zi, ri] == pytest.approx(scalar.per_gpu.total, rel=1e-9)
+        assert bound[li, mi, ri] <= step_time(m, cfg, plan, gpu, int(mb[li, mi])).step_s * (1 + 1e-12)

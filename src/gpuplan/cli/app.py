@@ -65,7 +65,7 @@ def train(
     cp: Annotated[int, typer.Option(help="Context-parallel degree.")] = 1,
     ep: Annotated[int, typer.Option(help="Expert-parallel degree (carved from dp*cp).")] = 1,
     vp: Annotated[int, typer.Option(help="Virtual pipeline stages per rank (interleaved 1F1B).")] = 1,
-    schedule: Annotated[str, typer.Option(help="Pipeline schedule: 1f1b, zb (zero-bubble H1), dualpipe.")] = "1f1b",
+    schedule: Annotated[str, typer.Option(help="Pipeline schedule: 1f1b, zb (zero-bubble H1), zb-v (V-shaped zero bubble), dualpipe.")] = "1f1b",
     rank_order: Annotated[str, typer.Option(help="Rank order, innermost first (decides which groups cross nodes).")]
     = "tp-cp-dp-pp",
     zero: Annotated[int, typer.Option(help="ZeRO stage 0-3 (3 = FSDP full shard).")] = 0,

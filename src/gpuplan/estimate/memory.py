@@ -124,21 +124,27 @@ def candidate_stages(m: ModelSpec, pp: int) -> list[tuple[int, int, int]]:
 def microbatches_in_flight(stage: int, pp: int, vp: int, microbatches: int, schedule: str = "1f1b") -> float:
     """Micro-batches whose activations a stage holds at its peak, in units of its full layer set.
 
-    ZB-H1 keeps 1F1B's peak (Qi et al. 2023, section 3); DualPipe holds PP + 1 micro-batches of
+    ZB-H1 keeps 1F1B's peak (Qi et al. 2023, section 3); ZB-V holds pp micro-batches on every
+    rank (section 6; its simulation in pipeline/ agrees); DualPipe holds PP + 1 micro-batches of
     its two stages (DeepSeek-V3 report, Table 2).
     """
     if pp == 1:
         return 1.0
     if schedule == "dualpipe":
         return float(min(pp + 1, 2 * microbatches))
+    if schedule == "zb-v":
+        return float(min(pp, microbatches))
     if vp == 1:
         return float(min(pp - stage, microbatches))
     chunks = min((pp - stage - 1) * 2 + (vp - 1) * pp + 1, microbatches * vp)
     return chunks / vp
 
 
-def _stage_tensors(m: ModelSpec, pp: int, stage: int, layer_ids: range) -> list[tuple[Tensor, int]]:
-    """(tensor, count) pairs held by one stage, before parallel splitting."""
+def _stage_tensors(m: ModelSpec, pp: int, stage: int, layer_ids: range, head: int | None = None
+                   ) -> list[tuple[Tensor, int]]:
+    """(tensor, count) pairs held by one stage, before parallel splitting; ``head``: the stage
+    holding the output head (default the last; ZB-V's is the first)."""
+    head = pp - 1 if head is None else head
     out: list[tuple[Tensor, int]] = []
     n_moe = sum(m.is_moe_layer(i) for i in layer_ids)
     n_dense = len(layer_ids) - n_moe
@@ -146,9 +152,9 @@ def _stage_tensors(m: ModelSpec, pp: int, stage: int, layer_ids: range) -> list[
     out += [(t, n_moe) for t in layer_tensors(m, True)] if n_moe else []
     if stage == 0:
         out += [(t, 1) for t in embedding_tensors(m)]
-    if stage == pp - 1:
+    if stage == head:
         out += [(t, 1) for t in head_tensors(m)]
-        if m.tied_embeddings and pp > 1:  # Megatron keeps a copy of the shared embedding on the last stage
+        if m.tied_embeddings and head != 0:  # Megatron keeps a copy of the shared embedding on the last stage
             out += [(t, 1) for t in embedding_tensors(m) if t.name == "embed.tokens"]
     return out
 
@@ -172,9 +178,10 @@ class StageParams:
 
 
 @functools.cache
-def stage_params(m: ModelSpec, pp: int, stage: int, first: int, n_layers: int, tp: int, ep: int) -> StageParams:
+def stage_params(m: ModelSpec, pp: int, stage: int, first: int, n_layers: int, tp: int, ep: int,
+                 head: int | None = None) -> StageParams:
     layer_ids = range(first, first + n_layers)
-    held = _stage_tensors(m, pp, stage, layer_ids)
+    held = _stage_tensors(m, pp, stage, layer_ids, head)
 
     def per_gpu(t: Tensor) -> float:
         n = float(t.numel) / (tp if t.split != "none" else 1)
@@ -216,7 +223,7 @@ def estimate_memory(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, capac
         first += n_layers
         if candidates is not None and stage not in candidates:
             continue
-        sp_ = stage_params(m, plan.pp, stage, layer_ids.start, n_layers, plan.tp, plan.ep)
+        sp_ = stage_params(m, plan.pp, stage, layer_ids.start, n_layers, plan.tp, plan.ep, plan.head_stage)
         dense, expert = sp_.dense, sp_.expert
 
         def sharded(min_stage: int) -> float:
@@ -248,11 +255,11 @@ def estimate_memory(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, capac
             working = max(act.layer(False) if sp_.n_dense else 0.0, act.layer(True) if sp_.n_moe else 0.0)
         else:
             kept, working = full_layers, 0.0
-        per_mb = kept + (act.embedding if stage == 0 else 0.0) + (act.head if stage == plan.pp - 1 else 0.0)
+        per_mb = kept + (act.embedding if stage == 0 else 0.0) + (act.head if stage == plan.head_stage else 0.0)
         activations = in_flight * per_mb + working
 
         other: dict[str, float] = {}
-        if stage == plan.pp - 1:
+        if stage == plan.head_stage:
             other["logits"] = act.loss_saved + act.loss_transient
         if z == 3 and n_layers:
             # FSDP/ZeRO-3 gathers a whole block's weights (current and prefetched next) and holds

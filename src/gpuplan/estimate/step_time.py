@@ -207,7 +207,7 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
         first += n_layers
         n_moe = _moe_layers(m, ids.start, n_layers)
         # stages with the same layers and ends take the same time: compute each kind once
-        key = (n_layers, n_moe, stage == 0, stage == plan.pp - 1)
+        key = (n_layers, n_moe, stage == 0, stage == plan.head_stage)
         if key not in seen:
             # what a stage's time depends on, so plans that differ elsewhere share the work
             z3 = groups["dp_cp"] if plan.zero == 3 and plan.zero_group > 1 else None
@@ -218,7 +218,7 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
         stage_comm.append(c)
         stage_ops.append(kinds)
 
-    p, v = plan.pp, plan.vp
+    p, v = plan.pp, plan.chunks
     totals = [s.total for s in stages]
     crit = max(range(len(stages)), key=lambda i: totals[i])
     sc, t_max = stages[crit], totals[crit]
@@ -230,7 +230,7 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
     if dualpipe and (mb < 2 * p or mb % 2):
         raise GpuplanError("global_batch", f"DualPipe needs an even number of micro-batches per step, at least "
                                            f"2 x pp = {2 * p}, got {mb}", "raise --global-batch or lower --micro-batch")
-    bubble = pipeline_bubble(plan.schedule, v, mb, fwd, inp, wgt)
+    bubble = pipeline_bubble(plan.schedule, plan.vp, mb, fwd, inp, wgt)
     # a private copy: stage results are cached and shared between plans
     crit_comm = {d: CommLine(c.bytes_per_gpu, c.time, c.exposed, dict(c.collectives)) for d, c in stage_comm[crit].items()}
 
@@ -250,7 +250,7 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
     # overlapped with the last micro-batch's backward; the sharded optimizer's updated weights
     # gathered back behind the next forward
     start = sum(s.layers for s in stages[:crit])
-    held = stage_params(m, p, crit, start, sc.layers, plan.tp, plan.ep)  # shared with the memory model
+    held = stage_params(m, p, crit, start, sc.layers, plan.tp, plan.ep, plan.head_stage)  # shared with memory
     copies = 2 if dualpipe else 1  # DualPipe keeps two stages' weights per rank
     dense, expert = copies * held.dense, copies * held.expert
     dp_exposed = 0.0

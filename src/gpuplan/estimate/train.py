@@ -73,6 +73,9 @@ def validate(req: TrainRequest) -> None:
         require(m.num_layers % (p.pp * p.vp) == 0, "vp",
                 f"{m.num_layers} layers do not split into pp x vp = {p.pp * p.vp} chunks",
                 "pick pp and vp whose product divides the layer count")
+    if p.schedule == "zb-v":
+        require(2 * p.pp <= m.num_layers, "pp", f"ZB-V splits the {m.num_layers} layers into 2 x pp = {2 * p.pp} "
+                "chunks: too many", f"use pp <= {m.num_layers // 2}")
     if p.ep > 1:
         require(m.is_moe, "ep", f"{m.name} has no experts", "use --ep 1 for a dense model")
         require(m.num_experts % p.ep == 0, "ep", f"ep={p.ep} does not divide the {m.num_experts} experts",

@@ -19,7 +19,7 @@ from gpuplan.pipeline.schedules import Schedule, build
 from gpuplan.pipeline.simulate import Compiled, Costs, compile_schedule, durations, run
 
 # gpuplan train's --schedule (with --vp) -> the simulated schedule
-TRAINING_SCHEDULES = {"1f1b": "1f1b", "zb": "zb-h1", "dualpipe": "dualpipe"}
+TRAINING_SCHEDULES = {"1f1b": "1f1b", "zb": "zb-h1", "zb-v": "zb-v", "dualpipe": "dualpipe"}
 
 
 def _sim_microbatches(name: str, p: int, v: int, m: int) -> int:

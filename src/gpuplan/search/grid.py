@@ -25,7 +25,7 @@ from gpuplan.estimate.memory import _activations, candidate_stages, optimizer_by
 from gpuplan.estimate.step_time import _moe_layers, _shape
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
-from gpuplan.specs.parallel import ParallelPlan
+from gpuplan.specs.parallel import ParallelPlan, head_stage
 from gpuplan.specs.training import TrainingConfig
 
 
@@ -68,12 +68,14 @@ class Grid:
         self.stage = np.array([r[1] for r in rows], dtype=np.int64)
         self.n_layers = np.array([r[3] for r in rows], dtype=np.int64)
         self.dualpipe = np.array([layouts[r[0]].schedule == "dualpipe" for r in rows])
-        params = [stage_params(m, layouts[li].pp, s, first, n, layouts[li].tp, layouts[li].ep) for li, s, first, n in rows]
+        self.zbv = np.array([layouts[r[0]].schedule == "zb-v" for r in rows])
+        params = [stage_params(m, layouts[li].pp, s, first, n, layouts[li].tp, layouts[li].ep,
+                               head_stage(layouts[li].schedule, layouts[li].pp)) for li, s, first, n in rows]
         self.params = {k: np.array([getattr(p, k) for p in params], dtype=np.float64)
                        for k in ("dense", "expert", "adafactor_dense", "adafactor_expert", "biggest_layer", "n_dense",
                                  "n_moe")}
         self.first_stage = self.stage == 0
-        self.last_stage = self.stage == col["pp"] - 1
+        self.last_stage = self.stage == np.where(self.zbv, 0, col["pp"] - 1)  # the stage holding the head
         # activation and kernel-time tables keyed by the shape a stage sees: (tp, cp, ep)
         triples = [(layouts[r[0]].tp, layouts[r[0]].cp, layouts[r[0]].ep) for r in rows]
         keys = sorted(set(triples))
@@ -150,6 +152,7 @@ class Grid:
         interleaved = np.minimum((pp - s - 1) * 2 + (vp - 1) * pp + 1, mb * vp) / vp
         out = np.where(vp == 1, one_f_one_b, interleaved)
         out = np.where(self.dualpipe[:, None], np.minimum(pp + 1, 2 * mb), out)
+        out = np.where(self.zbv[:, None], np.minimum(pp, mb), out)
         return np.where(pp == 1, 1.0, out)
 
     # -- time ---------------------------------------------------------------------------------
@@ -191,7 +194,7 @@ class Grid:
         # a rank cannot start before the first micro-batch's forward reached it: r chunks of at
         # least floor(L/p)/v layers each (DualPipe: from the nearer end). 5% margin for the
         # simulation's 1% cost rounding.
-        r_p, r_v = self.col["pp"][:, None], self.col["vp"][:, None]
+        r_p, r_v = self.col["pp"][:, None], np.where(self.zbv, 2, self.col["vp"])[:, None]
         dual = self.dualpipe[:, None]
         hops = np.where(dual, np.minimum(self.stage, self.col["pp"] - 1 - self.stage)[:, None], self.stage[:, None])
         delay = 0.95 * hops * (m.num_layers // r_p) / r_v * fwd_min[key]  # (rows, M)

@@ -78,6 +78,8 @@ def _schedules(m: ModelSpec, pp: int, max_vp: int) -> list[tuple[str, int]]:
     if pp > 1:
         out += [("1f1b", v) for v in range(2, max_vp + 1) if m.num_layers % (pp * v) == 0]
         out.append(("zb", 1))
+        if 2 * pp <= m.num_layers:
+            out.append(("zb-v", 1))
         if pp % 2 == 0:
             out.append(("dualpipe", 1))
     return out

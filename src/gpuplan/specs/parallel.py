@@ -11,8 +11,14 @@ from dataclasses import dataclass
 from gpuplan.errors import require
 
 # Pipeline schedules: 1F1B (PipeDream-Flush; interleaved when vp > 1, Narayanan et al. 2021),
-# zero-bubble ZB-H1 (Qi et al. 2023) and DualPipe (DeepSeek-V3 report, 2024, section 3.2.1).
-SCHEDULES = ("1f1b", "zb", "dualpipe")
+# zero-bubble ZB-H1 (Qi et al. 2023), ZB-V (Qi et al. 2023, section 6: two model chunks per rank
+# in a V, so rank 0 holds the first and the last layers; PyTorch's ScheduleZBVZeroBubble) and
+# DualPipe (DeepSeek-V3 report, 2024, section 3.2.1).
+SCHEDULES = ("1f1b", "zb", "zb-v", "dualpipe")
+
+
+def head_stage(schedule: str, pp: int) -> int:
+    return 0 if schedule == "zb-v" else pp - 1
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,17 @@ class ParallelPlan:
         require(sorted(dims) == ["cp", "dp", "pp", "tp"], "order",
                 f"rank order {self.order!r} must name tp, cp, dp and pp once each, innermost first",
                 "e.g. --rank-order tp-cp-dp-pp")
+
+    @property
+    def chunks(self) -> int:
+        """Model chunks per pipeline rank: vp, or ZB-V's two."""
+        return 2 if self.schedule == "zb-v" else self.vp
+
+    @property
+    def head_stage(self) -> int:
+        """The pipeline rank holding the output head: the last, or for ZB-V the first (the V
+        comes back to rank 0)."""
+        return head_stage(self.schedule, self.pp)
 
     @property
     def world_size(self) -> int:
