@@ -10,12 +10,13 @@ from gpuplan.errors import GpuplanError
 
 OPENB = Path(__file__).resolve().parents[3] / "shared" / "traces" / "openb-2023" / "openb_pod_list_default.csv"
 OPENB_NODES = OPENB.with_name("openb_node_list_gpu_node.csv")
+POD_HEADER = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
+              "scheduled_time\n")
 
 
 def test_openb_rows_become_jobs_with_fractional_gpus_and_qos_tiers(tmp_path):
     f = tmp_path / "pods.csv"
-    f.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
-                 "scheduled_time\n"
+    f.write_text(POD_HEADER +
                  "p0,12000,16384,1,1000,,LS,Running,0,100,10\n"
                  "p1,6000,12288,1,460,,BE,Running,5,65,5\n"
                  "p2,6000,12288,0,0,,BE,Running,6,60,6\n"
@@ -27,8 +28,7 @@ def test_openb_rows_become_jobs_with_fractional_gpus_and_qos_tiers(tmp_path):
 
 def test_openb_gpu_spec_names_the_models_a_task_accepts_and_the_node_list_each_nodes_model(tmp_path):
     f = tmp_path / "pods.csv"
-    f.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
-                 "scheduled_time\n"
+    f.write_text(POD_HEADER +
                  "p0,1,1,2,1000,V100M16|V100M32,LS,Running,0,100,10\n"
                  "p1,1,1,1,500,,BE,Running,0,100,10\n")
     jobs, _ = read_openb(f)
@@ -49,8 +49,7 @@ def test_reclaim_events_are_read_in_time_order_and_a_bad_row_is_named(tmp_path):
 
 def test_a_malformed_row_is_named_by_line(tmp_path):
     f = tmp_path / "pods.csv"
-    f.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
-                 "scheduled_time\np0,1,1,one,1000,,LS,Running,0,100,10\n")
+    f.write_text(POD_HEADER + "p0,1,1,one,1000,,LS,Running,0,100,10\n")
     with pytest.raises(GpuplanError) as e:
         read_openb(f)
     assert e.value.field == "trace" and "line 2, column num_gpu" in str(e.value)
