@@ -360,6 +360,8 @@ def test_cluster_sim_json(capsys):
     assert set(doc["gpu_hours"]) >= {"useful", "checkpoint", "lost_failure", "lost_preemption", "lost_reclaim"}
     code, _, err = run(["cluster", "sim", "--policy", "lottery"], capsys)
     assert code == 2 and err.startswith("error: policy:")
+    code, _, err = run(["cluster", "sim", "--node-mtbf", "often"], capsys)
+    assert code == 2 and err.startswith("error: node_mtbf:") and "rsc1" in err
 
 
 def test_cluster_sim_reads_node_models_and_a_reclaim_trace_and_skips_jobs_it_can_never_run(capsys, tmp_path):

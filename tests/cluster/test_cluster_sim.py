@@ -210,3 +210,13 @@ def test_pack_fills_the_fullest_node_spread_the_emptiest_and_topology_keeps_a_ga
     small = [Job(0, 0.0, 2.0, 100.0), Job(1, 1.0, 1.0, 100.0)]
     sim = ClusterSim(ClusterConfig(nodes=2, gpus_per_node=8, placement=placement), small).run()
     assert {s[0]: s[2] for s in sim.segments}[1] == (small_node,)
+
+
+def test_room_freed_for_a_waiting_gang_is_not_backfilled_by_the_jobs_it_preempted():
+    # the victims checkpoint on SIGTERM and leave one by one; backfill must not restart them on
+    # the GPUs the gang waits for (they were preempted again and again, forever)
+    jobs = [Job(i, 0.0, 1.0, 10_000.0, checkpoint="sigterm", cost_s=10.0 + i, restart_s=5.0) for i in range(16)]
+    jobs.append(Job(16, 100.0, 16.0, 1000.0, tier=1))
+    sim = ClusterSim(ClusterConfig(nodes=2, gpus_per_node=8, policy="backfill", grace_s=120.0), jobs).run()
+    assert sim.jobs_by_id[16].first_start_s == 100.0 + 25.0  # when the slowest checkpoint is written
+    assert sim.m.preemptions == 16 and sim.report()["finished"] == 17

@@ -580,8 +580,14 @@ def cluster_sim(
                            f"use a multiple of {gpus_per_node}")
     ckpt = checkpoint if checkpoint in ("none", "daly", "sigterm") else str(parse_duration(checkpoint, "checkpoint"))
     cost, rst = parse_duration(checkpoint_cost, "checkpoint_cost"), _duration_or_zero(restart, "restart")
-    mtbf = None if node_mtbf == "none" else NODE_MTBF_PRESETS[node_mtbf] if node_mtbf in NODE_MTBF_PRESETS else \
-        parse_duration(node_mtbf, "node_mtbf")
+    if node_mtbf == "none" or node_mtbf in NODE_MTBF_PRESETS:
+        mtbf = NODE_MTBF_PRESETS.get(node_mtbf)
+    else:
+        try:
+            mtbf = parse_duration(node_mtbf, "node_mtbf")
+        except GpuplanError:
+            raise GpuplanError("node_mtbf", f"cannot read {node_mtbf!r} as a preset or a duration",
+                               f"use {', '.join(NODE_MTBF_PRESETS)}, none, or a duration like 264d") from None
     cfg = ClusterConfig(nodes=gpus // gpus_per_node, gpus_per_node=gpus_per_node, node_gpus=node_gpus,
                         node_models=node_models, policy=policy, preempt=preempt, placement=placement,
                         grace_s=_duration_or_zero(grace, "grace"), node_mtbf_s=mtbf, weibull_shape=weibull,

@@ -436,9 +436,11 @@ class ClusterSim:
     def _preempt_for(self, j: Job) -> bool:
         """Make room for ``j`` by sending SIGTERM to lower-tier jobs, node by node so the room is
         where ``j`` can use it: for a one-node job, the node whose victims lose the least unsaved
-        work; for a gang, the cheapest nodes that can be emptied entirely. True when room is on
-        its way (victims in their grace period), so the job waits for it."""
-        if not any(v.state == "running" and v.tier < j.tier for v in self.running.values()):
+        work; for a gang, the cheapest nodes that can be emptied entirely. GPUs of jobs already in
+        their grace period count as coming free, so a job whose room is on its way preempts no one
+        more. True when room is on its way: the job waits for it, and the policy must not hand
+        that room to jobs behind it (else they restart on it, are preempted again, and so on)."""
+        if not any(v.state == "grace" or (v.state == "running" and v.tier < j.tier) for v in self.running.values()):
             return False
         mask, cap = self._allowed(j)
         plans = []  # (cost, node, victims)
