@@ -220,3 +220,31 @@ def test_room_freed_for_a_waiting_gang_is_not_backfilled_by_the_jobs_it_preempte
     sim = ClusterSim(ClusterConfig(nodes=2, gpus_per_node=8, policy="backfill", grace_s=120.0), jobs).run()
     assert sim.jobs_by_id[16].first_start_s == 100.0 + 25.0  # when the slowest checkpoint is written
     assert sim.m.preemptions == 16 and sim.report()["finished"] == 17
+
+
+@pytest.mark.parametrize("policy", ["fifo", "priority", "backfill"])
+@pytest.mark.parametrize("placement", ["pack", "spread", "topology"])
+def test_every_job_finishes_under_each_policy_with_failures_reclaims_and_preemption(policy, placement):
+    # overloaded, half spot, failures every simulated day per node, reclaims by rate and by trace:
+    # the mix that found two livelocks (a victim requeued ahead of its preemptor under fifo, and
+    # backfill restarting victims on the room a gang waited for)
+    import signal
+
+    from gpuplan.cluster.workloads import synthetic
+
+    def hung(*_):
+        raise TimeoutError("the simulation did not finish in 20 s")
+    signal.signal(signal.SIGALRM, hung)
+    try:
+        for ckpt, seed in (("none", 0), ("sigterm", 1), ("daly", 2)):
+            signal.alarm(20)
+            jobs = synthetic(150, 16, 1.1, seed, 0.5, checkpoint=ckpt, cost_s=60, restart_s=120)
+            cfg = ClusterConfig(nodes=2, gpus_per_node=8, nodes_per_rack=1, policy=policy, placement=placement,
+                                node_mtbf_s=86400.0, repair_s=1800, spot_reclaim_per_hour=0.2,
+                                reclaims=((5000.0, 8.0), (20000.0, 4.0)), seed=seed)
+            r = ClusterSim(cfg, jobs).run().report()
+            assert r["finished"] == 150
+            if policy == "fifo":
+                assert r["preemptions"] == 0
+    finally:
+        signal.alarm(0)

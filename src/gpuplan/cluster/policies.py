@@ -8,7 +8,9 @@ in ``POLICIES`` and ``PLACEMENTS`` are the built-in ones.
 
 Built-in scheduling (as in Slurm's sched/builtin and sched/backfill, without reservations):
 
-* ``fifo``: one queue in arrival order; the head of the queue blocks everything behind it.
+* ``fifo``: one queue in arrival order; the head of the queue blocks everything behind it. Tiers
+  mean nothing to it, so it never preempts (a victim requeued at the head would take its GPUs
+  straight back).
 * ``priority``: one queue per tier, highest first; a tier's head blocks its tier and every lower one.
 * ``backfill``: as priority, but when a job cannot start, later jobs (up to ``queue_depth``, Slurm's
   ``bf_max_job_test``) that fit now start in its place.
@@ -38,9 +40,11 @@ STARTED, PREEMPTING, BLOCKED = "started", "preempting", "blocked"
 
 class Policy:
     """Serve the queues in one scheduling pass. ``tiered``: one queue per tier, served highest
-    tier first; otherwise one queue in arrival order."""
+    tier first; otherwise one queue in arrival order. ``preempts``: whether a job that does not
+    fit may preempt lower tiers (with ``ClusterConfig.preempt``)."""
     name = "custom"
     tiered = True
+    preempts = True
 
     def schedule(self, sim: "ClusterSim") -> None:
         raise NotImplementedError
@@ -54,7 +58,7 @@ def _head_of_line(sim: "ClusterSim") -> None:
 
 
 class Fifo(Policy):
-    name, tiered = "fifo", False
+    name, tiered, preempts = "fifo", False, False
 
     def schedule(self, sim: "ClusterSim") -> None:
         _head_of_line(sim)

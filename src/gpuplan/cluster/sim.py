@@ -16,7 +16,7 @@ GPUs when done; the others run until the grace ends.
 
 Scheduling policies (policies.py: fifo, priority, backfill, or your own) run with preemption of
 lower tiers (the victims losing the least work since their last checkpoint go first) unless
-``preempt=False``. Failures: each node fails at a rate (exponential, or Weibull per node) and is
+``preempt=False`` (fifo, which ignores tiers, never preempts). Failures: each node fails at a rate (exponential, or Weibull per node) and is
 repaired after ``repair_s``. Spot jobs are reclaimed at a rate per running job, or by a trace of
 reclaim events (time, GPUs taken back): each event sends SIGTERM to running spot jobs, picked at
 random, until they hold that many GPUs. A reclaimed job goes back to the queue (its restart cost
@@ -426,7 +426,7 @@ class ClusterSim:
             del q[i]
             self._start(j, placed)
             return STARTED
-        if self.cfg.preempt and self._preempt_for(j):
+        if self.cfg.preempt and self.policy.preempts and self._preempt_for(j):
             return PREEMPTING
         return BLOCKED
 
