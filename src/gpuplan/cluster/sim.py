@@ -150,7 +150,7 @@ class ClusterSim:
                     f"job {j.id}: GPUs must be positive and times non-negative")
             require(j.gpus <= 1 or j.gpus == int(j.gpus), "jobs", f"job {j.id}: more than one GPU must be whole GPUs")
             why = self.never_fits(j)
-            require(why is None, "jobs", f"job {j.id} {why}", "drop it or use a bigger cluster")
+            require(why is None, "jobs", f"job {j.id} {why[1] if why else ''}", "drop it or use a bigger cluster")
             j.remaining_s = j.work_s
             if j.checkpoint == "daly":
                 mtbf = self._job_mtbf(j)
@@ -184,15 +184,17 @@ class ClusterSim:
             self._masks[j.gpu_models] = mask, int(self.capacity[mask].max()) if mask.any() else 0
         return self._masks[j.gpu_models]
 
-    def never_fits(self, j: Job) -> str | None:
-        """Why a job can never run on this cluster (None: it can)."""
+    def never_fits(self, j: Job) -> tuple[str, str] | None:
+        """Why a job can never run on this cluster, as (reason, detail): the reason to count skipped
+        jobs by, the detail for an error about this job. None: it can run."""
         mask, _ = self._allowed(j)
         if mask is not None and not mask.any():
-            return f"needs GPU model {' or '.join(sorted(j.gpu_models))}, which no node has"
+            why = f"needs GPU model {' or '.join(sorted(j.gpu_models))}, which no node has"
+            return why, why
         have = self.capacity.sum() if mask is None else self.capacity[mask].sum()
         if j.milli > have:
-            return f"needs {j.gpus:g} GPUs, the cluster has {have // MILLI}" + ("" if mask is None else
-                                                                             f" of {'/'.join(sorted(j.gpu_models))}")
+            models = "" if mask is None else f" of {'/'.join(sorted(j.gpu_models))}"
+            return "needs more GPUs than the cluster has", f"needs {j.gpus:g} GPUs, the cluster has {have // MILLI}{models}"
         return None
 
     def _job_mtbf(self, j: Job) -> float | None:

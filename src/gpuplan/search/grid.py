@@ -69,13 +69,14 @@ class Grid:
         self.n_layers = np.array([r[3] for r in rows], dtype=np.int64)
         self.dualpipe = np.array([layouts[r[0]].schedule == "dualpipe" for r in rows])
         self.zbv = np.array([layouts[r[0]].schedule == "zb-v" for r in rows])
-        params = [stage_params(m, layouts[li].pp, s, first, n, layouts[li].tp, layouts[li].ep,
-                               head_stage(layouts[li].schedule, layouts[li].pp)) for li, s, first, n in rows]
+        heads = np.array([head_stage(layouts[r[0]].schedule, layouts[r[0]].pp) for r in rows], dtype=np.int64)
+        params = [stage_params(m, layouts[li].pp, s, first, n, layouts[li].tp, layouts[li].ep, int(h))
+                  for (li, s, first, n), h in zip(rows, heads)]
         self.params = {k: np.array([getattr(p, k) for p in params], dtype=np.float64)
                        for k in ("dense", "expert", "adafactor_dense", "adafactor_expert", "biggest_layer", "n_dense",
                                  "n_moe")}
         self.first_stage = self.stage == 0
-        self.last_stage = self.stage == np.where(self.zbv, 0, col["pp"] - 1)  # the stage holding the head
+        self.last_stage = self.stage == heads  # the stage holding the head (ZB-V: the first)
         # activation and kernel-time tables keyed by the shape a stage sees: (tp, cp, ep)
         triples = [(layouts[r[0]].tp, layouts[r[0]].cp, layouts[r[0]].ep) for r in rows]
         keys = sorted(set(triples))
