@@ -20,7 +20,20 @@ def test_a_large_gemm_runs_at_the_sustained_achievable_matmul_rate(h100):
     m, n, k = 256 * 132, 128 * 8, 16384  # 132 x 8 tiles of 256x128: exactly 8 full waves on 132 SMs
     t = gemm_time(h100, "bf16", m, n, k)
     e = h100.efficiency
-    assert 2 * m * n * k / t == pytest.approx(h100.peak("bf16") * e.gemm_fraction("bf16") * e.sustained, rel=0.01)
+    rate = h100.peak("bf16") * e.gemm_fraction("bf16") * e.sustained
+    assert 2 * m * n * k / t == pytest.approx(rate * k / (k + e.tile_k_fill), rel=0.01)
+
+
+def test_a_gemm_with_small_k_pays_each_tiles_pipeline_fill(h100):
+    # every output tile fills its mainloop (Stages x BK) and writes its epilogue whatever its K:
+    # the same tiles with K = 512 run at k / (k + fill) of the large-K rate (CUTLASS mainloop)
+    m, n = 256 * 132, 128 * 8
+    e = h100.efficiency
+    assert e.tile_k_fill == 4 * 64  # 4 stages of BK = 64, CUTLASS's Hopper/Ampere defaults
+    big, small = 16384, 512
+    rate_big = 2 * m * n * big / (gemm_time(h100, "bf16", m, n, big) - e.kernel_overhead_s)
+    rate_small = 2 * m * n * small / (gemm_time(h100, "bf16", m, n, small) - e.kernel_overhead_s)
+    assert rate_small / rate_big == pytest.approx((small / (small + 256)) / (big / (big + 256)), rel=1e-6)
 
 
 def test_one_row_past_a_full_wave_costs_more_than_its_flops(h100):
@@ -116,3 +129,40 @@ def test_expert_imbalance_slows_the_moe_layers_by_the_busiest_gpu(h100):
     skewed = _st("mixtral-8x7b", h100, plan, dataclasses.replace(cfg, expert_imbalance=1.5), 8)
     assert skewed.step_s > even.step_s
     assert skewed.comm["ep"].bytes_per_gpu == pytest.approx(1.5 * even.comm["ep"].bytes_per_gpu)
+
+
+def test_overlapped_expert_all_to_all_hides_behind_at_most_the_paired_compute(h100):
+    # DeepSeek-V3 report, section 3.2.1: a forward chunk runs beside another micro-batch's backward
+    # chunk, so the all-to-all of a layer hides behind that pair's compute and no more; cross-node
+    # EP with small experts (here 2 nodes of 8) leaves the rest exposed
+    cfg = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=64)
+    plan = ParallelPlan(dp=16, ep=16)
+    plain = _st("mixtral-8x7b", h100, plan, cfg, 4)
+    over = _st("mixtral-8x7b", h100, plan, dataclasses.replace(cfg, ep_overlap=True), 4)
+    ep_plain, ep_over = plain.comm["ep"], over.comm["ep"]
+    assert ep_plain.exposed == pytest.approx(ep_plain.time)  # no overlap: all of it on the path
+    assert ep_over.time == pytest.approx(ep_plain.time)
+    compute = over.breakdown["compute"]  # every layer's forward + backward over the step
+    assert ep_over.hidden <= compute * (1 + 1e-9)
+    assert ep_over.exposed == pytest.approx(max(0.0, ep_over.time - ep_over.hidden))
+    assert over.step_s < plain.step_s
+
+
+def test_hidden_communication_still_costs_the_sms_nccl_holds(h100):
+    # NCCL runs a thread block per channel on its own SM: compute beside a collective runs on the
+    # others, so the step pays hidden time x comm_sms / sm_count (overlap is never free)
+    cfg = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=64, tp_overlap=True)
+    st = _st("llama-3.1-8b", h100, ParallelPlan(dp=8, tp=8, sp=True), cfg, 8)
+    hidden = sum(c.hidden for c in st.comm.values())
+    e = h100.efficiency
+    assert hidden > 0
+    assert st.breakdown["overlap_contention"] == pytest.approx(hidden * e.comm_sms / h100.sm_count)
+
+
+def test_a_recalibrated_gpu_never_reuses_a_cached_step_time(h100):
+    cfg = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=64)
+    plan = ParallelPlan(dp=8, tp=8, sp=True)
+    base = _st("llama-3.1-8b", h100, plan, cfg, 8).step_s
+    slower = dataclasses.replace(h100, efficiency=dataclasses.replace(h100.efficiency, sustained=0.5))
+    assert slower != h100 and hash(slower) != hash(h100)
+    assert _st("llama-3.1-8b", slower, plan, cfg, 8).step_s > 1.3 * base

@@ -86,6 +86,10 @@ def train(
                                              help="Hide TP collectives behind GEMMs (TransformerEngine).")] = False,
     overlap_grad_reduce: Annotated[bool, typer.Option("--overlap-grad-reduce/--no-overlap-grad-reduce",
                                                       help="Reduce DP gradients during the backward.")] = True,
+    ep_overlap: Annotated[bool, typer.Option("--ep-overlap/--no-ep-overlap",
+                                             help="MoE: hide the expert all-to-all behind another micro-batch's "
+                                                  "compute (Megatron --overlap-moe-expert-parallel-comm; "
+                                                  "DualPipe always does).")] = False,
     price: PriceOpt = None,
     cuda_context_gib: Annotated[float, typer.Option(help="CUDA/NCCL context per GPU, GiB.")] = 0.5,
     allocator_fraction: Annotated[float, typer.Option(help="Allocator reserve, fraction of allocated.")] = 0.05,
@@ -124,7 +128,7 @@ def train(
                             recompute=recompute, attention=attention, profile=profile,
                             cuda_context_bytes=cuda_context_gib * GiB, allocator_fraction=allocator_fraction,
                             tp_overlap=tp_overlap, overlap_grad_reduce=overlap_grad_reduce,
-                            expert_imbalance=expert_imbalance)
+                            expert_imbalance=expert_imbalance, ep_overlap=ep_overlap)
     price_source = "--price"
     if price is None:
         found = catalog.price_per_gpu_hour(hw.id)
@@ -686,18 +690,22 @@ def validate(
         return
     if kind != "training":
         raise GpuplanError("kind", f"unknown validation set {kind!r}", "use training or serving")
-    from gpuplan.estimate.validate import summary, validate_training
+    from gpuplan.estimate.validate import by_category, summary, validate_training
 
     results = validate_training()
+    categories = by_category(results)
     if json_out:
-        _emit_json({"rows": [{"id": r.row.id, "source": r.row.source, "gpu": r.row.gpu,
+        _emit_json({"rows": [{"id": r.row.id, "source": r.row.source, "framework": r.row.framework, "gpu": r.row.gpu,
+                              "category": list(r.row.category),
                               "measured_step_s": r.row.measured_step_s, "predicted_step_s": r.predicted_step_s,
                               "error": r.error, "metric": r.row.metric, "value": r.row.value,
                               "predicted_mfu": r.mfu, "breakdown_s": r.breakdown} for r in results],
-                    "summary": summary(results)})
+                    "summary": summary(results),
+                    "categories": [{"gpu_family": k[0], "precision": k[1], "context": k[2], "parallel": k[3], **v}
+                                   for k, v in categories.items()]})
         return
     from gpuplan.cli.render import render_validation
-    render_validation(results, summary(results))
+    render_validation(results, summary(results), categories)
 
 
 @app.command()

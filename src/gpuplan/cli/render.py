@@ -72,6 +72,15 @@ def render_train(est) -> None:
         ft.add_row(f"MFU / HFU ({src})", f"{t.mfu:.1%} / {t.hfu:.1%}")
         ft.add_row("achieved per GPU", f"{t.mfu * peak / TFLOP:,.1f} TFLOP/s of {peak / TFLOP:,.1f}")
         ft.add_row("step time", fmt_duration(t.step_s))
+        band = est.band
+        if band is not None:
+            cat = " x ".join(band["category"].values())
+            if band["calibrated"]:
+                lo, hi = band["step_s_range"]
+                ft.add_row("step time if off like published runs",
+                           f"{fmt_duration(lo)} - {fmt_duration(hi)} ({band['runs']} runs: {cat})")
+            else:
+                ft.add_row("calibration", f"[yellow]uncalibrated[/]: no published run of this kind ({cat})")
         ft.add_row("tokens/s per GPU", f"{t.tokens_per_s_per_gpu:,.0f}")
         ft.add_row("steps", f"{t.steps:,.0f}")
         ft.add_row("training time", f"{t.days:,.2f} days")
@@ -172,16 +181,26 @@ def render_search(result, m, gpu) -> None:
         console.print(f"[yellow]note[/]: no published efficiency measurements for {gpu.name}; rates are assumed")
 
 
-def render_validation(results, summary) -> None:
+def render_validation(results, summary, categories=None) -> None:
     table = Table(title="Predicted vs published step time")
-    for col in ("run", "GPUs", "tp", "pp", "dp", "recompute", "measured s", "predicted s", "error", "pred. MFU"):
-        table.add_column(col, justify="left" if col in ("run", "recompute") else "right")
+    for col in ("run", "GPUs", "tp", "pp", "dp", "cp", "zero", "recompute", "measured s", "predicted s", "error",
+                "pred. MFU"):
+        table.add_column(col, justify="left" if col in ("run", "recompute") else "right",
+                         no_wrap=col == "run")
     for r in results:
         row = r.row
         table.add_row(row.id, str(row.plan.world_size), str(row.plan.tp), str(row.plan.pp), str(row.plan.dp),
-                      row.config.recompute, f"{row.measured_step_s:,.3f}", f"{r.predicted_step_s:,.3f}",
-                      f"{r.error:+.1%}", f"{r.mfu:.1%}")
+                      str(row.plan.cp), str(row.plan.zero), row.config.recompute, f"{row.measured_step_s:,.3f}",
+                      f"{r.predicted_step_s:,.3f}", f"{r.error:+.1%}", f"{r.mfu:.1%}")
     console.print(table)
+    if categories:
+        ct = Table(title="Error per category (the band `gpuplan train` reports for runs of that kind)")
+        for col in ("GPU family", "precision", "context", "parallel", "runs", "mean |error|", "min", "max"):
+            ct.add_column(col, justify="left" if col in ("GPU family", "precision", "context", "parallel") else "right")
+        for key, s in categories.items():
+            ct.add_row(*key, str(int(s["rows"])), f"{s['mean_abs_error']:.1%}", f"{s['min_error']:+.1%}",
+                       f"{s['max_error']:+.1%}")
+        console.print(ct)
     console.print(f"{summary['rows']} runs: mean |error| {summary['mean_abs_error']:.1%}, "
                   f"max |error| {summary['max_abs_error']:.1%}, mean signed {summary['mean_signed_error']:+.1%}")
 

@@ -45,7 +45,7 @@ def _linear(name: str, n_in: int, n_out: int, split: str, bias: bool, **kw) -> l
 
 def _norm(m: ModelSpec, name: str, width: int) -> list[Tensor]:
     out = [Tensor(f"{name}.weight", (width,), matmul=False)]
-    if m.norm == "layernorm":
+    if m.norm == "layernorm" and m.norm_bias:
         out.append(Tensor(f"{name}.bias", (width,), matmul=False))
     return out
 

@@ -56,6 +56,9 @@ class TrainEstimate:
     time: TrainingTime | None
     suggestions: tuple[Suggestion, ...]
     step: StepTime | None = None  # the performance model's prediction
+    # validation's error for published runs of this kind and the step-time range it implies
+    # (estimate/validate.py, error_band); None when the step time was given (--mfu)
+    band: dict | None = None
 
 
 def validate(req: TrainRequest) -> None:
@@ -141,6 +144,8 @@ def suggest_fixes(req: TrainRequest, limit: int = 5) -> tuple[Suggestion, ...]:
 
 
 def estimate_training(req: TrainRequest) -> TrainEstimate:
+    from gpuplan.estimate.validate import error_band  # reads the validation set once, when asked
+
     validate(req)
     m, c = req.model, req.config
     memory = _memory(req)
@@ -153,8 +158,9 @@ def estimate_training(req: TrainRequest) -> TrainEstimate:
         gpus=req.plan.world_size, peak_flops=req.gpu.peak(c.compute_dtype), mfu=req.mfu,
         step_s=None if req.mfu is not None else step.step_s, price_per_gpu_hour=req.price_per_gpu_hour)
     suggestions = () if memory.fits else suggest_fixes(req)
+    band = None if req.mfu is not None else error_band(req.gpu.id, c, req.plan, step.step_s)
     return TrainEstimate(request=req, params=count_params(m), memory=memory, flops=flops, time=time,
-                         suggestions=suggestions, step=step)
+                         suggestions=suggestions, step=step, band=band)
 
 
 def to_dict(est: TrainEstimate) -> dict:
@@ -188,7 +194,9 @@ def to_dict(est: TrainEstimate) -> dict:
                   "per_token_hardware": f.hardware_per_token, "per_step": f.model_per_token * tokens_per_step,
                   "total": f.model_per_token * tokens, "hardware_total": f.hardware_per_token * tokens,
                   "six_nd_total": six_nd(req.model, tokens), "attention": "causal"},
-        "time": None if t is None else {"step_s": t.step_s, "total_s": t.total_s, "days": t.days, "steps": t.steps},
+        "time": None if t is None else {"step_s": t.step_s, "total_s": t.total_s, "days": t.days, "steps": t.steps,
+                                        "step_s_range": None if est.band is None else est.band["step_s_range"]},
+        "calibration": est.band,
         "gpu_hours": None if t is None else t.gpu_hours,
         "cost_usd": None if t is None else t.cost_usd,
         "price": {"usd_per_gpu_hour": req.price_per_gpu_hour, "source": req.price_source},

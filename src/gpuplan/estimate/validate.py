@@ -1,25 +1,23 @@
-"""Predicted step time against published training runs (catalog/validation/training_runs.csv).
+"""Predicted step time against published training runs (catalog/validation/training_runs*.csv).
 
-The CSV is a copy of the shared calibration set; each row is one published run. How a row
-becomes a plan, stated once for all rows (no per-row constants):
+The CSVs are copies of the shared calibration set; each row is one published run. How a row
+becomes a plan is stated once per source (``SOURCES``), never per row; fields a source did not
+state take gpuplan's defaults (micro-batch 1, no interleaving, no recompute).
 
-* ``arch = gpt``: a GPT-2/3-style decoder (LayerNorm, GeLU MLP, biases, learned positions, tied
-  embeddings) with Megatron-LM's default dropout of 0.1 on the residual and attention paths;
-* Megatron-LM as it ran in 2021-22: fp16 with loss scaling, eager attention (fused
-  scale-mask-softmax; FlashAttention did not exist yet), gradients reduced after the backward
-  (LocalDDP, no overlap), no distributed optimizer;
-* fields the source did not state take gpuplan's defaults: micro-batch 1, no interleaving.
-
-Rows that give TFLOP/s are turned into a step time with the formula the source used (column
-``flop_formula``), so both conventions compare on seconds.
+Rows that give TFLOP/s or MFU are turned into a step time with the FLOP formula the source used
+(column ``flop_formula``), so every convention compares on seconds; tokens/s need no formula.
+Each result belongs to a category (GPU family x precision x context class x parallel style):
+the error band validation measures per category is what ``gpuplan train`` prints beside a
+prediction of the same kind (``error_band``).
 """
 
 from __future__ import annotations
 
 import csv
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gpuplan.errors import GpuplanError
 from gpuplan.specs.hf import model_from_hf_config
@@ -27,13 +25,114 @@ from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.training import TrainingConfig
 
-CSV = Path(__file__).resolve().parent.parent / "catalog" / "validation" / "training_runs.csv"
+DATA = Path(__file__).resolve().parent.parent / "catalog" / "validation"
+CSV = DATA / "training_runs.csv"
+CSVS = (CSV, DATA / "training_runs_hopper.csv")
 MEGATRON_FORMULA = "96BsLh^2(1+s/6h+V/16Lh)"
+H100_BF16_PEAK = 989.4e12  # the peak the Megatron-Core table's MFU is over (README: "989 TFLOP/s")
+LLAMA3_405B_PARAMS = 405_853_388_800  # N in the llama3 formula (shared validation README)
 
 
 def megatron_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> float:
     """FLOPs per step with full recompute (Narayanan et al. 2021, eq. 3, appendix)."""
     return 96 * batch * seq * layers * hidden ** 2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
+
+
+def megatron_model_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> float:
+    """Model FLOPs per step, no recompute: 72·B·s·L·h²·(1 + s/6h + V/12Lh) (Megatron-Core's
+    num_floating_point_operations for a GeLU 4h MLP, full attention; shared README, ``megatron``)."""
+    return 72 * batch * seq * layers * hidden ** 2 * (1 + seq / (6 * hidden) + vocab / (12 * layers * hidden))
+
+
+def llama3_flops(batch: int, seq: int, layers: int, hidden: int) -> float:
+    """Model FLOPs per step as the Llama 3 paper counts them: (6·N + 6·L·h·s) per token with
+    N = 405,853,388,800 (causal attention; shared README, ``llama3``)."""
+    return batch * seq * (6 * LLAMA3_405B_PARAMS + 6 * layers * hidden * seq)
+
+
+@dataclass(frozen=True)
+class Source:
+    """How one source's runs ran: the framework, its kernels and overlap, the architecture."""
+    prefix: str  # the start of the CSV's ``source`` column
+    framework: str  # words, for the report
+    arch: str
+    config: dict[str, Any] = field(default_factory=dict)  # TrainingConfig fields
+    plan: dict[str, Any] = field(default_factory=dict)  # ParallelPlan fields the source states for all its runs
+    sp: bool | None = None  # sequence parallelism whenever tp > 1 (None: the row's ``sp`` column)
+
+
+# Each entry is what the source itself says about how it ran (read in the source; a field it does
+# not state is gpuplan's default). Megatron-LM 2021-22: fp16 loss scaling, no FlashAttention yet
+# (fused scale-mask-softmax), gradients reduced after the backward (LocalDDP), dropout 0.1.
+_MEGATRON_2021 = dict(attention="eager", overlap_grad_reduce=False, overlap_param_gather=False)
+SOURCES = (
+    Source("Narayanan et al. 2021", "Megatron-LM (2021)", "gpt-dropout", _MEGATRON_2021),
+    Source("Korthikanti et al. 2022", "Megatron-LM (2022)", "gpt-dropout", _MEGATRON_2021),
+    # Megatron-LM README, "Performance benchmarking" (core_r0.8.0): TransformerEngine kernels,
+    # distributed optimizer, --overlap-grad-reduce --overlap-param-gather --tp-comm-overlap, sequence
+    # parallel, bf16 with fp32 gradient reduction (arguments.py: bf16 sets
+    # accumulate_allreduce_grads_in_fp32), no dropout, no recompute.
+    Source("Megatron-Core r0.8", "Megatron-Core r0.8 + TransformerEngine", "gpt",
+           dict(attention="flash", tp_overlap=True), sp=True),
+    # Llama 3 paper, section 3.3: 4D parallelism (TP with SP, CP, PP, FSDP of optimizer state and
+    # gradients), bf16, FlashAttention. Its pipeline is interleaved 1F1B (section 3.3.2) drawn in
+    # Fig. 6 with two stages per rank; the paper gives no other V, so V = 2.
+    Source("Llama 3 paper", "Meta (Llama 3 paper, section 3.3)", "llama",
+           dict(attention="flash", tp_overlap=True), plan=dict(vp=2), sp=True),
+    # llm-foundry: Composer + PyTorch FSDP FULL_SHARD, amp_bf16 (fp32 masters and reduction),
+    # FlashAttention (triton/FA2 in the benchmark yamls), eager PyTorch around it.
+    Source("llm-foundry", "llm-foundry (Composer, PyTorch FSDP)", "mpt", dict(attention="flash", profile="eager")),
+)
+
+
+def source_for(name: str) -> Source:
+    for s in SOURCES:
+        if name.startswith(s.prefix):
+            return s
+    raise GpuplanError("source", f"no framework assumptions for source {name!r}",
+                       "add a Source to gpuplan.estimate.validate.SOURCES")
+
+
+def _model(arch: str, r: dict[str, str]) -> ModelSpec:
+    L, h, heads, ffn, vocab, seq = (int(r[k]) for k in ("layers", "hidden", "heads", "ffn", "vocab", "seq"))
+    kv = int(r.get("kv_heads") or heads)
+    if arch in ("gpt", "gpt-dropout"):  # GPT-2/3 style: LayerNorm, GeLU 4h MLP, biases, learned positions
+        p = 0.1 if arch == "gpt-dropout" else 0.0
+        cfg = {"model_type": "gpt2", "n_layer": L, "n_embd": h, "n_head": heads, "n_inner": ffn, "vocab_size": vocab,
+               "n_positions": seq, "resid_pdrop": p, "attn_pdrop": p, "embd_pdrop": p}
+    elif arch == "llama":
+        cfg = {"model_type": "llama", "num_hidden_layers": L, "hidden_size": h, "num_attention_heads": heads,
+               "num_key_value_heads": kv, "intermediate_size": ffn, "vocab_size": vocab, "max_position_embeddings": seq}
+    elif arch == "mpt":
+        cfg = {"model_type": "mpt", "n_layers": L, "d_model": h, "n_heads": heads, "expansion_ratio": ffn / h,
+               "vocab_size": vocab, "max_seq_len": seq}
+    else:
+        raise GpuplanError("arch", f"row {r['id']}: unknown arch {arch!r}", "use gpt, llama or mpt")
+    return model_from_hf_config(cfg, name=r["id"])
+
+
+def _measured_step_s(r: dict[str, str], gbs: int, seq: int) -> float:
+    value, gpus = float(r["value"]), int(r["gpus"])
+    L, h, vocab = int(r["layers"]), int(r["hidden"]), int(r["vocab"])
+    metric, formula = r["metric"], r.get("flop_formula", "")
+    if metric == "step_s":
+        return value
+    if metric == "tokens_per_s_per_gpu":
+        return gbs * seq / (gpus * value)
+    if metric not in ("tflops_per_gpu", "mfu"):
+        raise GpuplanError("metric", f"row {r['id']}: unknown metric {metric!r}",
+                           "use step_s, tokens_per_s_per_gpu, tflops_per_gpu or mfu")
+    if formula == MEGATRON_FORMULA:
+        flops = megatron_flops(gbs, seq, L, h, vocab)
+    elif formula == "megatron":
+        flops = megatron_model_flops(gbs, seq, L, h, vocab)
+    elif formula == "llama3":
+        flops = llama3_flops(gbs, seq, L, h)
+    else:
+        raise GpuplanError("flop_formula", f"row {r['id']}: unknown formula {formula!r}",
+                           f"add it to gpuplan.estimate.validate (known: {MEGATRON_FORMULA}, megatron, llama3)")
+    per_gpu = value * 1e12 if metric == "tflops_per_gpu" else value * H100_BF16_PEAK
+    return flops / (gpus * per_gpu)
 
 
 @dataclass(frozen=True)
@@ -48,38 +147,57 @@ class Row:
     measured_step_s: float
     metric: str
     value: float
+    framework: str = ""
+
+    @property
+    def category(self) -> tuple[str, str, str, str]:
+        return category(self.gpu, self.config, self.plan)
 
 
-@functools.cache
-def load_rows(path: Path = CSV) -> tuple[Row, ...]:
+def category(gpu: str, cfg: TrainingConfig, plan: ParallelPlan) -> tuple[str, str, str, str]:
+    """(GPU family, precision, context class, parallel style) of a run: the unit in which
+    validation reports error and ``train`` reports its band."""
+    from gpuplan import catalog
+
+    family = catalog.gpu(gpu).efficiency.name  # GPUs sharing an efficiency file share a calibration
+    precision = "fp8" if cfg.precision == "fp8" else "16-bit"
+    context = "long (>= 32K)" if cfg.seq_len >= 32768 else "short (< 32K)"
+    if plan.ep > 1:
+        style = "moe"
+    elif plan.zero == 3:
+        style = "fsdp"
+    else:
+        style = "3d" if (plan.tp > 1 or plan.pp > 1 or plan.cp > 1) else "dp"
+    return family, precision, context, style
+
+
+def _rows(path: Path) -> list[Row]:
     rows = []
     with open(path, newline="") as fh:
         for r in csv.DictReader(fh):
-            if r["arch"] != "gpt":
-                raise GpuplanError("arch", f"row {r['id']}: unknown arch {r['arch']!r}", "only gpt rows are modelled")
-            L, h, heads, ffn, vocab, seq = (int(r[k]) for k in ("layers", "hidden", "heads", "ffn", "vocab", "seq"))
-            model = model_from_hf_config({
-                "model_type": "gpt2", "n_layer": L, "n_embd": h, "n_head": heads, "n_inner": ffn,
-                "vocab_size": vocab, "n_positions": seq, "resid_pdrop": 0.1, "attn_pdrop": 0.1, "embd_pdrop": 0.1,
-            }, name=r["id"])
+            src = source_for(r["source"])
+            arch = "gpt-dropout" if (r["arch"] == "gpt" and src.arch == "gpt-dropout") else r["arch"]
+            if arch.split("-")[0] != src.arch.split("-")[0]:
+                raise GpuplanError("arch", f"row {r['id']}: arch {r['arch']!r} but {src.prefix} runs {src.arch}",
+                                   "fix the row's arch or its source")
+            model = _model(arch, r)
+            seq = int(r["seq"])
             tp, pp, dp = int(r["tp"]), int(r["pp"]), int(r["dp"])
-            mbs, vp, gbs = int(r["mbs"] or 1), int(r["vp"] or 1), int(r["gbs"])
-            plan = ParallelPlan(dp=dp, tp=tp, pp=pp, vp=vp, sp=r["sp"] == "yes")
+            cp, ep, zero = int(r.get("cp") or 1), int(r.get("ep") or 1), int(r.get("zero") or 0)
+            mbs, gbs = int(r["mbs"] or 1), int(r["gbs"])
+            vp = int(r["vp"]) if r["vp"] else src.plan.get("vp", 1)
+            sp = (src.sp if src.sp is not None else r["sp"] == "yes") and tp > 1
+            plan = ParallelPlan(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, zero=zero, sp=sp)
             config = TrainingConfig(seq_len=seq, micro_batch=mbs, global_batch=gbs, precision=r["precision"],
-                                    recompute=r["recompute"], attention="eager", overlap_grad_reduce=False)
-            value = float(r["value"])
-            if r["metric"] == "step_s":
-                measured = value
-            elif r["metric"] == "tflops_per_gpu":
-                if r["flop_formula"] != MEGATRON_FORMULA:
-                    raise GpuplanError("flop_formula", f"row {r['id']}: unknown formula {r['flop_formula']!r}",
-                                       f"add it to gpuplan.estimate.validate (known: {MEGATRON_FORMULA})")
-                measured = megatron_flops(gbs, seq, L, h, vocab) / (int(r["gpus"]) * value * 1e12)
-            else:
-                raise GpuplanError("metric", f"row {r['id']}: unknown metric {r['metric']!r}", "use step_s or tflops_per_gpu")
-            rows.append(Row(r["id"], r["source"], model, r["gpu"], plan, config, gbs // (mbs * dp), measured,
-                            r["metric"], value))
-    return tuple(rows)
+                                    recompute=r["recompute"] or "none", **src.config)
+            rows.append(Row(r["id"], r["source"], model, r["gpu"], plan, config, gbs // (mbs * dp),
+                            _measured_step_s(r, gbs, seq), r["metric"], float(r["value"]), src.framework))
+    return rows
+
+
+@functools.cache
+def load_rows(paths: tuple[Path, ...] = CSVS) -> tuple[Row, ...]:
+    return tuple(row for p in paths for row in _rows(p))
 
 
 @dataclass(frozen=True)
@@ -95,12 +213,12 @@ class Result:
         return self.predicted_step_s / self.row.measured_step_s - 1
 
 
-def validate_training(path: Path = CSV) -> list[Result]:
+def validate_training(paths: tuple[Path, ...] = CSVS) -> list[Result]:
     from gpuplan import catalog
     from gpuplan.estimate.step_time import step_time
 
     out = []
-    for row in load_rows(path):
+    for row in load_rows(paths):
         st = step_time(row.model, row.config, row.plan, catalog.gpu(row.gpu), row.microbatches)
         out.append(Result(row, st.step_s, st.mfu, st.breakdown))
     return out
@@ -110,3 +228,38 @@ def summary(results: list[Result]) -> dict[str, float]:
     errs = [abs(r.error) for r in results]
     return {"rows": len(errs), "mean_abs_error": sum(errs) / len(errs), "max_abs_error": max(errs),
             "mean_signed_error": sum(r.error for r in results) / len(errs)}
+
+
+def by_category(results: list[Result]) -> dict[tuple[str, str, str, str], dict[str, float]]:
+    """Validation error per category (see ``category``), with the signed range it spans."""
+    groups: dict[tuple[str, str, str, str], list[Result]] = {}
+    for r in results:
+        groups.setdefault(r.row.category, []).append(r)
+    out = {}
+    for key, rs in sorted(groups.items()):
+        s = summary(rs)
+        s["min_error"] = min(r.error for r in rs)
+        s["max_error"] = max(r.error for r in rs)
+        out[key] = s
+    return out
+
+
+@functools.cache
+def _bands() -> dict[tuple[str, str, str, str], dict[str, float]]:
+    return by_category(validate_training())
+
+
+def error_band(gpu: str, cfg: TrainingConfig, plan: ParallelPlan, step_s: float) -> dict[str, Any]:
+    """What validation measured for published runs of this kind (``category``), and the step time
+    range it implies: a run measured e too slow/fast was predicted (1 + e) x its time, so the true
+    step lies in [step / (1 + max error), step / (1 + min error)]. A kind with no published run is
+    marked ``calibrated: False`` with no range: its numbers are physics and datasheets only."""
+    key = category(gpu, cfg, plan)
+    doc: dict[str, Any] = {"category": dict(zip(("gpu_family", "precision", "context", "parallel"), key))}
+    band = _bands().get(key)
+    if band is None:
+        return {**doc, "calibrated": False, "runs": 0, "step_s_range": None,
+                "note": "no published run of this kind in the validation set: uncalibrated"}
+    return {**doc, "calibrated": True, "runs": int(band["rows"]), "mean_abs_error": band["mean_abs_error"],
+            "min_error": band["min_error"], "max_error": band["max_error"],
+            "step_s_range": [step_s / (1 + band["max_error"]), step_s / (1 + band["min_error"])]}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from gpuplan.errors import GpuplanError, require
@@ -29,6 +30,11 @@ class Efficiency:
     inter_latency_s: float
     kernel_overhead_s: float
     sustained: float = 1.0  # tensor-core rate held in long multi-GPU runs over the short-burst MAMF
+    # K-loop elements each output tile pays beyond its K (pipeline fill and epilogue of the mainloop)
+    tile_k_fill: float = 0.0
+    # SMs a running NCCL collective occupies (one thread block per channel): compute overlapped
+    # with communication runs on the rest
+    comm_sms: int = 0
     assumed: bool = False
 
     def __post_init__(self) -> None:
@@ -39,8 +45,9 @@ class Efficiency:
             require(0 < value <= 1, f"efficiency.gemm.{dtype}", f"must be in (0, 1], got {value}")
         require(len(self.tiles) > 0, "efficiency.gemm.tiles", "needs at least one tile")
 
-    def __hash__(self) -> int:
-        return hash((self.name, tuple(sorted(self.gemm.items())), self.tiles, self.hbm))
+    def __hash__(self) -> int:  # every field: a changed efficiency must never hit a cached result
+        return hash(tuple(tuple(sorted(v.items())) if isinstance(v, dict) else v
+                          for v in (getattr(self, f.name) for f in dataclasses.fields(self))))
 
     def gemm_fraction(self, dtype: str) -> float:
         return self.gemm.get(dtype, min(self.gemm.values()))
@@ -49,13 +56,14 @@ class Efficiency:
     def from_catalog(cls, data: dict) -> "Efficiency":
         net = data["network"]
         return cls(
-            name=data["name"], gemm={k: v for k, v in data["gemm"].items() if k not in ("tiles", "sustained")},
+            name=data["name"], gemm={k: v for k, v in data["gemm"].items() if k not in ("tiles", "sustained", "tile_k_fill")},
             tiles=tuple((int(m), int(n), float(r)) for m, n, r in data["gemm"]["tiles"]),
             flash_fwd=data["attention"]["flash_fwd"], flash_bwd=data["attention"]["flash_bwd"],
             seq_half=data["attention"]["seq_half"], hbm=data["memory"]["hbm"],
             intra_bus=net["intra_bus"], inter_bus=net["inter_bus"],
             intra_latency_s=net["intra_latency_us"] * 1e-6, inter_latency_s=net["inter_latency_us"] * 1e-6,
             kernel_overhead_s=data["kernel"]["overhead_us"] * 1e-6, sustained=data["gemm"].get("sustained", 1.0),
+            tile_k_fill=data["gemm"].get("tile_k_fill", 0.0), comm_sms=net.get("comm_sms", 0),
             assumed=data.get("assumed", False))
 
 
@@ -77,12 +85,13 @@ class GPUSpec:
     nics_per_node: int = 0  # scale-out NICs per node
     nic_bytes_per_s: float = 0.0  # per NIC, one direction
     c2c_bytes_per_s: float = 0.0  # NVLink-C2C to the host CPU (Grace), both directions; 0: PCIe
-    efficiency: Efficiency | None = field(default=None, compare=False)
+    efficiency: Efficiency | None = None
     source: str = field(default="", compare=False)
     date: str = field(default="", compare=False)
 
-    def __hash__(self) -> int:  # catalog entries are unique by id; lets caches key on a GPU
-        return hash(self.id)
+    def __hash__(self) -> int:  # the efficiency too: a recalibrated GPU must not hit a cached result
+        return hash((self.id, self.memory_bytes, self.hbm_bytes_per_s, tuple(sorted(self.peak_flops.items())),
+                     self.interconnect_bytes_per_s, self.efficiency))
 
     def __post_init__(self) -> None:
         require(self.memory_bytes > 0, "memory_bytes", "must be positive")

@@ -137,6 +137,28 @@ def _gpt2(c: _Config, name: str) -> ModelSpec:
         attention_dropout=c.get("attn_pdrop", default=0.1, kind=float))
 
 
+def _mpt(c: _Config, name: str) -> ModelSpec:
+    """MosaicML MPT (transformers' MptConfig): LayerNorm, GeLU MLP of ``expansion_ratio`` x d_model,
+    ALiBi instead of position embeddings, no biases by default (``no_bias``), tied embeddings."""
+    hidden = c.get("d_model", default=2048)
+    heads = c.get("n_heads", default=16)
+    attn = c.data.get("attn_config") or {}
+    if not isinstance(attn, dict):
+        raise GpuplanError(f"{c.where}: attn_config", f"must be an object, got {type(attn).__name__}",
+                           "give attn_config as a JSON object or leave it out")
+    kv = attn.get("kv_n_heads", heads) if attn.get("attn_type", "multihead_attention") != "multihead_attention" else heads
+    bias = not c.get("no_bias", default=True, kind=bool)
+    return ModelSpec(
+        name=name, model_type="mpt", vocab_size=c.get("vocab_size", default=50368), hidden_size=hidden,
+        num_layers=c.get("n_layers", default=24), num_heads=heads, num_kv_heads=kv,
+        head_dim=hidden // heads if heads else 0, ffn_size=int(c.get("expansion_ratio", default=4, kind=float) * hidden),
+        gated_mlp=False, activation="gelu", norm="layernorm", norm_bias=bias, qkv_bias=bias, o_bias=bias, mlp_bias=bias,
+        rotary=False, tied_embeddings=True, position_embeddings=0,
+        max_position_embeddings=c.get("max_seq_len", default=2048),
+        dropout=c.get("resid_pdrop", default=0.0, kind=float),
+        attention_dropout=float(attn.get("attn_pdrop", 0.0)))
+
+
 def _opt(c: _Config, name: str) -> ModelSpec:
     hidden = c.get("hidden_size", default=768)
     heads = c.get("num_attention_heads", default=12)
@@ -228,7 +250,7 @@ def _deepseek_v3(c: _Config, name: str) -> ModelSpec:
 
 ADAPTERS: dict[str, Callable[[_Config, str], ModelSpec]] = {
     "llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "qwen2": _qwen2, "gemma2": _gemma2,
-    "gpt2": _gpt2, "opt": _opt, "bloom": _bloom, "gpt_neox": _gpt_neox, "falcon": _falcon,
+    "gpt2": _gpt2, "mpt": _mpt, "opt": _opt, "bloom": _bloom, "gpt_neox": _gpt_neox, "falcon": _falcon,
     "deepseek_v3": _deepseek_v3,
 }
 

@@ -32,6 +32,7 @@ class ModelSpec:
     gated_mlp: bool = True
     activation: str = "silu"
     norm: str = "rmsnorm"
+    norm_bias: bool = True  # LayerNorm's bias (MPT drops it: transformers' MptBlock sets norm.bias = None)
     pre_norms_per_layer: int = 2  # norms whose output feeds a linear layer
     post_norms_per_layer: int = 0  # norms whose output feeds the residual add (Gemma-2)
     qkv_bias: bool = False

@@ -42,6 +42,9 @@ class TrainingConfig:
     # MoE: the most loaded expert-parallel GPU's routed tokens over the mean (``gpuplan experts``
     # reports it for a placement); the slowest GPU sets the pace of the expert GEMMs and all-to-all
     expert_imbalance: float = 1.0
+    # MoE: hide the expert all-to-all behind another micro-batch's compute (Megatron-Core's
+    # --overlap-moe-expert-parallel-comm); DualPipe always does
+    ep_overlap: bool = False
 
     def __post_init__(self) -> None:
         for name in ("seq_len", "micro_batch"):
