@@ -65,6 +65,11 @@ def train(
     cp: Annotated[int, typer.Option(help="Context-parallel degree.")] = 1,
     ep: Annotated[int, typer.Option(help="Expert-parallel degree (carved from dp*cp).")] = 1,
     vp: Annotated[int, typer.Option(help="Virtual pipeline stages per rank (interleaved 1F1B).")] = 1,
+    first_stage_layers: Annotated[Optional[int], typer.Option(
+        help="Layers on the first pipeline stage (Megatron --decoder-first-pipeline-num-layers); "
+             "the middle stages share the rest.")] = None,
+    last_stage_layers: Annotated[Optional[int], typer.Option(
+        help="Layers on the last pipeline stage (Megatron --decoder-last-pipeline-num-layers).")] = None,
     schedule: Annotated[str, typer.Option(help="Pipeline schedule: 1f1b, zb (zero-bubble H1), zb-v (V-shaped zero bubble), dualpipe.")] = "1f1b",
     rank_order: Annotated[str, typer.Option(help="Rank order, innermost first (decides which groups cross nodes).")]
     = "tp-cp-dp-pp",
@@ -117,7 +122,8 @@ def train(
                                "use a GPU count that is a multiple of tp*pp*cp")
         dp = gpus // (tp * pp * cp)
     plan = ParallelPlan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vp=vp, zero=zero, sp=sp, schedule=schedule,
-                        order=rank_order)
+                        order=rank_order, first_stage_layers=first_stage_layers,
+                        last_stage_layers=last_stage_layers)
     if plan.world_size != gpus:
         raise GpuplanError("dp", f"dp x tp x pp x cp = {plan.world_size} is not --gpus {gpus}",
                            "make the product of the degrees equal the GPU count")

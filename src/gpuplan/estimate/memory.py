@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from gpuplan.estimate.activations import ActivationBreakdown, activation_breakdown
 from gpuplan.estimate.params import Tensor, count_params, embedding_tensors, head_tensors, layer_tensors
+from gpuplan.pipeline.split import layers_per_stage, stage_layers  # noqa: F401 (layers_per_stage: re-export)
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.training import TrainingConfig
@@ -101,21 +102,14 @@ class MemoryReport:
         return self.capacity - self.per_gpu.total
 
 
-def layers_per_stage(num_layers: int, pp: int) -> list[int]:
-    """Even split; when it does not divide, the later stages take one more layer each (they hold
-    fewer micro-batches in flight under 1F1B)."""
-    base, extra = divmod(num_layers, pp)
-    return [base + (1 if i >= pp - extra else 0) for i in range(pp)]
-
-
-def candidate_stages(m: ModelSpec, pp: int) -> list[tuple[int, int, int]]:
+def candidate_stages(m: ModelSpec, plan: ParallelPlan) -> list[tuple[int, int, int]]:
     """(stage, first layer, layers) of the stages that can hold the most memory: the first, the
     last, and the first of each run of stages with the same layers (same count, same number of
     MoE layers): within a run, later stages hold fewer micro-batches in flight."""
     out, first, prev = [], 0, None
-    for s, n in enumerate(layers_per_stage(m.num_layers, pp)):
+    for s, n in enumerate(stage_layers(m, plan)):
         kind = (n, sum(1 for i in range(first, first + n) if m.is_moe_layer(i)))
-        if s in (0, pp - 1) or kind != prev:
+        if s in (0, plan.pp - 1) or kind != prev:
             out.append((s, first, n))
         first, prev = first + n, kind
     return out
@@ -216,8 +210,8 @@ def estimate_memory(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, capac
     z = plan.zero
     stages = []
     first = 0
-    counts = layers_per_stage(m.num_layers, plan.pp)
-    candidates = None if all_stages else {s for s, _, _ in candidate_stages(m, plan.pp)}
+    counts = stage_layers(m, plan)
+    candidates = None if all_stages else {s for s, _, _ in candidate_stages(m, plan)}
     for stage, n_layers in enumerate(counts):
         layer_ids = range(first, first + n_layers)
         first += n_layers

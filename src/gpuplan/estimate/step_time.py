@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from gpuplan.estimate.comm import Group, bytes_sent_per_rank, collective_time, place
 from gpuplan.estimate.compute import LayerShape, OpTimes, embedding_times, head_times, layer_times, memory_time
 from gpuplan.estimate.flops import training_flops
-from gpuplan.estimate.memory import _per_gpu, layers_per_stage, optimizer_bytes_per_param, stage_params
+from gpuplan.estimate.memory import _per_gpu, optimizer_bytes_per_param, stage_params
 from gpuplan.estimate.params import layer_tensors
 from gpuplan.errors import GpuplanError
 from gpuplan.pipeline.bubble import pipeline_bubble
+from gpuplan.pipeline.split import stage_layers
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
@@ -204,7 +205,7 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
     stage_ops: list[dict[str, float]] = []
     seen: dict[tuple, tuple[StageTime, dict, dict]] = {}
     first = 0
-    for stage, n_layers in enumerate(layers_per_stage(m.num_layers, plan.pp)):
+    for stage, n_layers in enumerate(stage_layers(m, plan)):
         ids = range(first, first + n_layers)
         first += n_layers
         n_moe = _moe_layers(m, ids.start, n_layers)

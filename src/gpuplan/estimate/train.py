@@ -14,6 +14,7 @@ from gpuplan.estimate.memory import MemoryReport, estimate_memory
 from gpuplan.estimate.params import ParamCounts, count_params
 from gpuplan.estimate.step_time import StepTime, step_time
 from gpuplan.estimate.time import TrainingTime, training_time
+from gpuplan.pipeline.split import stage_layers
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
@@ -72,10 +73,7 @@ def validate(req: TrainRequest) -> None:
                 f"use a tp that divides {m.num_kv_heads}")
     require(p.pp <= m.num_layers, "pp", f"pp={p.pp} is more than the {m.num_layers} layers",
             f"use pp <= {m.num_layers}")
-    if p.vp > 1:
-        require(m.num_layers % (p.pp * p.vp) == 0, "vp",
-                f"{m.num_layers} layers do not split into pp x vp = {p.pp * p.vp} chunks",
-                "pick pp and vp whose product divides the layer count")
+    stage_layers(m, p)  # raises for a split that cannot run (vp chunks, first/last stage layers)
     if p.schedule == "zb-v":
         require(2 * p.pp <= m.num_layers, "pp", f"ZB-V splits the {m.num_layers} layers into 2 x pp = {2 * p.pp} "
                 "chunks: too many", f"use pp <= {m.num_layers // 2}")
@@ -183,6 +181,7 @@ def to_dict(est: TrainEstimate) -> dict:
         "gpu": {"id": req.gpu.id, "name": req.gpu.name, "count": req.plan.world_size,
                 "peak_flops": req.gpu.peak(req.config.compute_dtype), "compute_dtype": req.config.compute_dtype},
         "plan": {**dataclasses.asdict(req.plan), "world_size": req.plan.world_size,
+                 "stage_layers": stage_layers(req.model, req.plan),
                  "global_batch": req.global_batch, "microbatches": req.microbatches},
         "training": {**dataclasses.asdict(req.config), "tokens": tokens},
         "memory": {"per_gpu": stage_dict(mem.per_gpu), "most_loaded_stage": mem.per_gpu.stage,

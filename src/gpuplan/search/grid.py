@@ -23,6 +23,7 @@ import numpy as np
 from gpuplan.estimate.compute import embedding_times, head_times, layer_times
 from gpuplan.estimate.memory import _activations, candidate_stages, optimizer_bytes_per_param, stage_params
 from gpuplan.estimate.step_time import _moe_layers, _shape
+from gpuplan.pipeline.split import stage_layers
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan, head_stage
@@ -38,10 +39,14 @@ class Layout:
     ep: int
     schedule: str
     vp: int
+    # uneven pipeline split (specs/parallel.py); the search itself enumerates even splits only
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
 
     def plan(self, zero: int) -> ParallelPlan:
         return ParallelPlan(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep, zero=zero, vp=self.vp,
-                            schedule=self.schedule)
+                            schedule=self.schedule, first_stage_layers=self.first_stage_layers,
+                            last_stage_layers=self.last_stage_layers)
 
 
 class Grid:
@@ -58,7 +63,7 @@ class Grid:
         starts = []
         for li, lo in enumerate(layouts):
             starts.append(len(rows))
-            for s, first, n in candidate_stages(m, lo.pp):
+            for s, first, n in candidate_stages(m, lo.plan(0)):
                 rows.append((li, s, first, n))
         self.starts = np.array(starts, dtype=np.int64)
         self.row_layout = np.array([r[0] for r in rows], dtype=np.int64)
@@ -67,6 +72,9 @@ class Grid:
         self.col = col
         self.stage = np.array([r[1] for r in rows], dtype=np.int64)
         self.n_layers = np.array([r[3] for r in rows], dtype=np.int64)
+        # the lightest rank's layers, for the bound on when the first forward reaches a rank
+        fewest = [min(stage_layers(m, lo.plan(0))) for lo in layouts]
+        self.fewest_layers = np.array([fewest[r[0]] for r in rows], dtype=np.int64)
         self.dualpipe = np.array([layouts[r[0]].schedule == "dualpipe" for r in rows])
         self.zbv = np.array([layouts[r[0]].schedule == "zb-v" for r in rows])
         heads = np.array([head_stage(layouts[r[0]].schedule, layouts[r[0]].pp) for r in rows], dtype=np.int64)
@@ -193,12 +201,12 @@ class Grid:
         bubble = np.where(one_f & (pp > 1), np.maximum(0.0, whole - worst) / vp, 0.0)
         flat = mb[:, :, None] * worst + bubble
         # a rank cannot start before the first micro-batch's forward reached it: r chunks of at
-        # least floor(L/p)/v layers each (DualPipe: from the nearer end). 5% margin for the
+        # least (the lightest rank's layers)/v layers each (DualPipe: from the nearer end). 5% margin for the
         # simulation's 1% cost rounding.
-        r_p, r_v = self.col["pp"][:, None], np.where(self.zbv, 2, self.col["vp"])[:, None]
+        r_v = np.where(self.zbv, 2, self.col["vp"])[:, None]
         dual = self.dualpipe[:, None]
         hops = np.where(dual, np.minimum(self.stage, self.col["pp"] - 1 - self.stage)[:, None], self.stage[:, None])
-        delay = 0.95 * hops * (m.num_layers // r_p) / r_v * fwd_min[key]  # (rows, M)
+        delay = 0.95 * hops * self.fewest_layers[:, None] / r_v * fwd_min[key]  # (rows, M)
         rows = self.row_layout
         row_bound = mb[rows][:, :, None] * stage + delay[:, :, None]
         return np.maximum(flat, np.maximum.reduceat(row_bound, self.starts, axis=0))

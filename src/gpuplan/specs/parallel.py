@@ -33,6 +33,11 @@ class ParallelPlan:
     vp: int = 1  # virtual pipeline stages per rank (interleaved 1F1B)
     schedule: str = "1f1b"
     order: str = "tp-cp-dp-pp"  # rank order, innermost first: decides which groups cross nodes
+    # Uneven pipeline split (Megatron's --decoder-first/last-pipeline-num-layers): transformer
+    # layers on the first and last pipeline ranks, the rest shared by the middle ranks; None: even
+    # split (pipeline/split.py, stage_layers, which also checks them against the model)
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "pp", "cp", "ep", "vp"):
@@ -49,6 +54,13 @@ class ParallelPlan:
                 "use --vp 1, or --schedule 1f1b for interleaving")
         require(self.schedule != "dualpipe" or (self.pp >= 2 and self.pp % 2 == 0), "pp",
                 f"DualPipe needs an even pipeline depth, got pp={self.pp}", "use an even --pp")
+        for name in ("first_stage_layers", "last_stage_layers"):
+            value = getattr(self, name)
+            require(value is None or (isinstance(value, int) and value >= 1), name,
+                    f"must be a positive integer, got {value!r}", "a stage with no layer cannot run; leave it unset "
+                    "for an even split")
+            require(value is None or self.pp > 1, name, "an uneven split needs pipeline parallelism",
+                    "set --pp > 1")
         dims = self.order.split("-")
         require(sorted(dims) == ["cp", "dp", "pp", "tp"], "order",
                 f"rank order {self.order!r} must name tp, cp, dp and pp once each, innermost first",

@@ -1,0 +1,125 @@
+"""How a model's layers are split over the pipeline ranks: evenly, or with Megatron's uneven ends.
+
+Real runs split layers unevenly to make room for the embedding on the first rank and the output
+layer and loss on the last: Llama 3 405B puts 126 layers on 16 stages as 7, 8 x 14, 7 (Llama 3
+report, 2024, section 3.3.2). Megatron-Core states it with ``--decoder-first-pipeline-num-layers``
+and ``--decoder-last-pipeline-num-layers`` (TransformerConfig.num_layers_in_first_pipeline_stage /
+num_layers_in_last_pipeline_stage; megatron/core/transformer/transformer_block.py,
+get_num_layers_to_build): the stages not named share the remaining layers equally, and must
+divide them; with interleaving (vp > 1) every rank's count, the first and last included, must be
+a multiple of vp (each rank's layers are cut into vp equal chunks; Megatron MR 2795 quotes the
+error "number of layers at last stage: 6 must be divisible by virtual pipeline parallel degree 4").
+
+Without first/last counts gpuplan keeps its even split: with vp = 1 a remainder goes one layer
+each to the later ranks (they hold fewer micro-batches in flight under 1F1B). Megatron refuses a
+layer count pp does not divide, but gpuplan has always accepted it, and the search relies on it
+(61 or 94 layers on pp 8). With vp > 1 an uneven count is refused, as Megatron does, with a
+first/last split that would work named in the message.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from gpuplan.errors import GpuplanError
+
+# Schedules whose ranks run one linear chain of stages, where "first" and "last" mean one rank
+# each; ZB-V and DualPipe fold the chain back onto rank 0 (both ends on one rank).
+UNEVEN_SCHEDULES = ("1f1b", "zb")
+
+
+def layers_per_stage(num_layers: int, pp: int) -> list[int]:
+    """Even split; when it does not divide, the later stages take one more layer each (they hold
+    fewer micro-batches in flight under 1F1B)."""
+    base, extra = divmod(num_layers, pp)
+    return [base + (1 if i >= pp - extra else 0) for i in range(pp)]
+
+
+def stage_layers(m, plan) -> list[int]:
+    """Transformer layers on each pipeline rank (all its virtual chunks together), first rank
+    first. ``m``: a ModelSpec (or anything with ``num_layers``); ``plan``: a ParallelPlan.
+    Raises GpuplanError for a split that cannot run, naming one that would."""
+    return list(_stage_layers(m.num_layers, plan.pp, plan.vp, plan.schedule,
+                              plan.first_stage_layers, plan.last_stage_layers))
+
+
+@functools.cache
+def _stage_layers(num_layers: int, pp: int, vp: int, schedule: str, first: int | None,
+                  last: int | None) -> tuple[int, ...]:
+    L = num_layers
+    if first is None and last is None:
+        if vp > 1 and L % (pp * vp):
+            raise GpuplanError("vp", f"{L} layers do not split into pp x vp = {pp * vp} equal chunks "
+                                     "(Megatron refuses this too)", _fix(L, pp, vp))
+        return tuple(layers_per_stage(L, pp))
+    if schedule not in UNEVEN_SCHEDULES:
+        raise GpuplanError("first_stage_layers", f"first/last stage layer counts need a linear pipeline; "
+                                                 f"the {schedule} schedule puts both ends on rank 0",
+                           f"use --schedule {' or '.join(UNEVEN_SCHEDULES)}, or drop --first/--last-stage-layers")
+    ends = {"first_stage_layers": first, "last_stage_layers": last}
+    for name, n in ends.items():
+        if n is not None and n % vp:
+            raise GpuplanError(name, f"{n} layers on the {name.split('_')[0]} stage do not make vp = {vp} equal "
+                                     "chunks", _fix(L, pp, vp))
+    named = sum(n for n in ends.values() if n is not None)
+    middle = pp - sum(n is not None for n in ends.values())
+    rest = L - named
+    if middle == 0:
+        if rest != 0:
+            raise GpuplanError("first_stage_layers", f"first + last stage layers = {named} but the model has {L} "
+                                                     "layers (pp = 2 has no middle stage)", _fix(L, pp, vp))
+    elif rest < middle * vp:
+        raise GpuplanError("first_stage_layers", f"the split leaves {max(rest, 0)} layers for {middle} other stages: "
+                                                 "a stage would hold no layer", _fix(L, pp, vp))
+    elif rest % (middle * vp):
+        raise GpuplanError("first_stage_layers", f"the {rest} layers left do not divide over the {middle} other "
+                                                 f"stages" + (f" x vp = {vp} chunks" if vp > 1 else ""),
+                           _fix(L, pp, vp))
+    each = rest // middle if middle else 0
+    counts = [each] * pp
+    if first is not None:
+        counts[0] = first
+    if last is not None:
+        counts[-1] = last
+    return tuple(counts)
+
+
+def suggest_split(num_layers: int, pp: int, vp: int = 1) -> tuple[int, int, int] | None:
+    """(first, last, per middle stage) for ``num_layers`` on ``pp`` ranks of ``vp`` chunks: the
+    split with the fewest layers on the busiest rank, then the most even ends, then the lighter
+    last stage (it also holds the output layer and the loss). None when no split works (every
+    count must be a positive multiple of vp)."""
+    if pp < 2:
+        return None
+    best = None
+    middle = pp - 2
+    for first in range(vp, num_layers + 1, vp):
+        for last in range(vp, num_layers - first + 1, vp):
+            rest = num_layers - first - last
+            if middle == 0:
+                if rest:
+                    continue
+                each = 0
+            elif rest < middle * vp or rest % (middle * vp):
+                continue
+            else:
+                each = rest // middle
+            key = (max(first, last, each), abs(first - last), last - first)
+            if best is None or key < best[0]:
+                best = (key, (first, last, each))
+    return best[1] if best else None
+
+
+def _fix(num_layers: int, pp: int, vp: int) -> str:
+    """The fix to print: a first/last split that works, or the vp values that admit one."""
+    found = suggest_split(num_layers, pp, vp)
+    if found:
+        first, last, each = found
+        mid = f", {each} on each of the {pp - 2} middle stages" if pp > 2 else ""
+        return f"e.g. --first-stage-layers {first} --last-stage-layers {last}{mid}"
+    ok = [v for v in range(1, 9) if v != vp and (num_layers % (pp * v) == 0 or suggest_split(num_layers, pp, v))]
+    if not ok:
+        return "use --vp 1"
+    choices = ", ".join(map(str, ok[:-1])) + (" or " if len(ok) > 1 else "") + str(ok[-1])
+    return (f"no split of {num_layers} layers works with pp={pp} x vp={vp} (every stage's layers must be a "
+            f"multiple of vp); use --vp {choices}, with --first/--last-stage-layers where uneven")
