@@ -150,3 +150,10 @@ def test_grid_agrees_with_the_scalar_model_on_uneven_splits(name, layouts):
             st = step_time(m, grid.configs[mi][0], lo.plan(0), gpu, int(mb[li, mi]))
             assert bound[li, mi, 0] <= st.step_s * (1 + 1e-12)
 
+
+
+def test_an_end_may_count_its_embedding_or_loss_as_a_layer_of_its_chunk(m405):
+    # Llama 3 405B: 126 layers on pp 16 x vp 2 as 7 / 8 x 14 / 7; Megatron-Core states it with
+    # --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split
+    plan = ParallelPlan(tp=TP, pp=16, vp=2, first_stage_layers=7, last_stage_layers=7)
+    assert stage_layers(m405, plan) == [7] + [8] * 14 + [7]

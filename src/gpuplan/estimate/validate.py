@@ -76,9 +76,11 @@ SOURCES = (
            dict(attention="flash", tp_overlap=True), sp=True),
     # Llama 3 paper, section 3.3: 4D parallelism (TP with SP, CP, PP, FSDP of optimizer state and
     # gradients), bf16, FlashAttention. Its pipeline is interleaved 1F1B (section 3.3.2) drawn in
-    # Fig. 6 with two stages per rank; the paper gives no other V, so V = 2.
+    # Fig. 6 with two stages per rank; the paper gives no other V, so V = 2. "We reduce one
+    # Transformer layer each from the first and the last stages" (section 3.3.2): 7 / 8 x 14 / 7.
     Source("Llama 3 paper", "Meta (Llama 3 paper, section 3.3)", "llama",
-           dict(attention="flash", tp_overlap=True), plan=dict(vp=2), sp=True),
+           dict(attention="flash", tp_overlap=True), plan=dict(vp=2, first_stage_layers=7, last_stage_layers=7),
+           sp=True),
     # llm-foundry: Composer + PyTorch FSDP FULL_SHARD, amp_bf16 (fp32 masters and reduction),
     # FlashAttention (triton/FA2 in the benchmark yamls), eager PyTorch around it.
     Source("llm-foundry", "llm-foundry (Composer, PyTorch FSDP)", "mpt", dict(attention="flash", profile="eager")),
@@ -187,7 +189,8 @@ def _rows(path: Path) -> list[Row]:
             mbs, gbs = int(r["mbs"] or 1), int(r["gbs"])
             vp = int(r["vp"]) if r["vp"] else src.plan.get("vp", 1)
             sp = (src.sp if src.sp is not None else r["sp"] == "yes") and tp > 1
-            plan = ParallelPlan(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, zero=zero, sp=sp)
+            split = {k: src.plan[k] for k in ("first_stage_layers", "last_stage_layers") if k in src.plan and pp > 1}
+            plan = ParallelPlan(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, zero=zero, sp=sp, **split)
             config = TrainingConfig(seq_len=seq, micro_batch=mbs, global_batch=gbs, precision=r["precision"],
                                     recompute=r["recompute"] or "none", **src.config)
             rows.append(Row(r["id"], r["source"], model, r["gpu"], plan, config, gbs // (mbs * dp),

@@ -9,6 +9,10 @@ get_num_layers_to_build): the stages not named share the remaining layers equall
 divide them; with interleaving (vp > 1) every rank's count, the first and last included, must be
 a multiple of vp (each rank's layers are cut into vp equal chunks; Megatron MR 2795 quotes the
 error "number of layers at last stage: 6 must be divisible by virtual pipeline parallel degree 4").
+An end may also hold one layer fewer than a multiple of vp: Megatron-Core's
+``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split`` count the
+embedding and the loss as one layer of the first and last chunk, which is how Llama 3 runs 126
+layers on pp 16 x vp 2 (7 = 3 + 4 layers on the first and last rank).
 
 Without first/last counts gpuplan keeps its even split: with vp = 1 a remainder goes one layer
 each to the later ranks (they hold fewer micro-batches in flight under 1F1B). Megatron refuses a
@@ -58,7 +62,7 @@ def _stage_layers(num_layers: int, pp: int, vp: int, schedule: str, first: int |
                            f"use --schedule {' or '.join(UNEVEN_SCHEDULES)}, or drop --first/--last-stage-layers")
     ends = {"first_stage_layers": first, "last_stage_layers": last}
     for name, n in ends.items():
-        if n is not None and n % vp:
+        if n is not None and n % vp and (n + 1) % vp:  # (n + 1): the embedding or loss counted as a layer
             raise GpuplanError(name, f"{n} layers on the {name.split('_')[0]} stage do not make vp = {vp} equal "
                                      "chunks", _fix(L, pp, vp))
     named = sum(n for n in ends.values() if n is not None)
