@@ -27,9 +27,9 @@ import numpy as np
 from gpuplan.errors import GpuplanError, require
 from gpuplan.estimate.memory import MemoryReport, estimate_memory
 from gpuplan.estimate.step_time import StepTime, step_time
+from gpuplan.search.grid import Grid, Layout
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
-from gpuplan.search.grid import Grid, Layout
 from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.training import TrainingConfig
 
