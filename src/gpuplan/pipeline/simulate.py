@@ -176,6 +176,9 @@ def compile_schedule(s: Schedule) -> Compiled:
         stuck = sorted({flat[i][0] for i in np.nonzero(level < 0)[0]})
         raise GpuplanError("schedule", f"{s.name} deadlocks: ranks {stuck} wait on each other")
     per_level = tuple((idx, prev[idx], deps[idx], cross[idx].astype(np.float64)) for idx in levels)
+    # the result is cached and shared: read-only arrays, so no caller can change the next one's
+    for a in (rank, kind, prev, deps, cross, *(x for lv in per_level for x in lv)):
+        a.setflags(write=False)
     return Compiled(rank, kind, prev, deps, cross, per_level, tuple((r, i) for r, i, _ in flat))
 
 
