@@ -6,8 +6,20 @@ import pytest
 
 from gpuplan.cli.app import main
 
-LLAMA3 = ["train", "llama-3.1-405b", "--gpus", "128", "--tp", "8", "--pp", "16", "--seq-len", "8192",
-          "--global-batch", "64"]
+LLAMA3 = [
+    "train",
+    "llama-3.1-405b",
+    "--gpus",
+    "128",
+    "--tp",
+    "8",
+    "--pp",
+    "16",
+    "--seq-len",
+    "8192",
+    "--global-batch",
+    "64",
+]
 
 
 def run(args, capsys):
@@ -28,12 +40,18 @@ def test_train_takes_first_and_last_stage_layers_and_reports_the_split(capsys):
     assert doc["plan"]["first_stage_layers"] == 7 and doc["memory"]["per_gpu"]["layers"] == 8
 
 
-@pytest.mark.parametrize("extra,field,hint", [
-    (["--first-stage-layers", "60", "--last-stage-layers", "60"], "first_stage_layers",
-     "--first-stage-layers 7 --last-stage-layers 7"),
-    (["--vp", "4"], "vp", "--vp 1, 2, 3, 6 or 7"),
-    (["--first-stage-layers", "0"], "first_stage_layers", "even split"),
-])
+@pytest.mark.parametrize(
+    "extra,field,hint",
+    [
+        (
+            ["--first-stage-layers", "60", "--last-stage-layers", "60"],
+            "first_stage_layers",
+            "--first-stage-layers 7 --last-stage-layers 7",
+        ),
+        (["--vp", "4"], "vp", "--vp 1, 2, 3, 6 or 7"),
+        (["--first-stage-layers", "0"], "first_stage_layers", "even split"),
+    ],
+)
 def test_impossible_splits_are_one_line_with_exit_2(extra, field, hint, capsys):
     code, _, err = run(LLAMA3 + extra, capsys)
     assert code == 2 and err.startswith(f"error: {field}") and err.count("\n") == 1 and hint in err

@@ -3,11 +3,11 @@
 import math
 
 import pytest
+from small_models import CONFIGS
 
 from gpuplan import catalog
 from gpuplan.estimate.flops import mean_context, six_nd, training_flops
 from gpuplan.specs.hf import model_from_hf_config
-from small_models import CONFIGS
 
 torch = pytest.importorskip("torch")
 flop_counter = pytest.importorskip("torch.utils.flop_counter")

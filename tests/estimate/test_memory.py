@@ -11,7 +11,7 @@ from gpuplan.estimate.params import count_params
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.training import TrainingConfig
-from gpuplan.units import GB, GiB, TB
+from gpuplan.units import GB, TB, GiB
 
 # a copy of ../shared/validation/training_memory.csv, shipped with the package so a bare clone tests it
 VALIDATION = Path(__file__).resolve().parents[2] / "src" / "gpuplan" / "catalog" / "validation" / "training_memory.csv"

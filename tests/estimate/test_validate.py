@@ -9,7 +9,14 @@ import pytest
 from gpuplan import catalog
 from gpuplan.estimate.calibrate import fit_sustained
 from gpuplan.estimate.validate import (
-    CSVS, by_category, error_band, llama3_flops, load_rows, megatron_flops, megatron_model_flops, summary,
+    CSVS,
+    by_category,
+    error_band,
+    llama3_flops,
+    load_rows,
+    megatron_flops,
+    megatron_model_flops,
+    summary,
     validate_training,
 )
 from gpuplan.specs.parallel import ParallelPlan
@@ -65,7 +72,7 @@ def test_tflops_rows_become_step_times_with_the_sources_formula():
 def test_mfu_rows_use_megatron_core_model_flops_over_the_h100_peak():
     row = next(r for r in load_rows() if r.id == "mcore-462b")
     # 72 B s L h^2 (1 + s/6h + V/12Lh): 3072 x 4096 tokens on 6144 GPUs at 47% of 989.4 TFLOP/s
-    flops = 72 * 3072 * 4096 * 112 * 18432 ** 2 * (1 + 4096 / (6 * 18432) + 131072 / (12 * 112 * 18432))
+    flops = 72 * 3072 * 4096 * 112 * 18432**2 * (1 + 4096 / (6 * 18432) + 131072 / (12 * 112 * 18432))
     assert megatron_model_flops(3072, 4096, 112, 18432, 131072) == pytest.approx(flops)
     assert row.measured_step_s == pytest.approx(flops / (6144 * 0.47 * 989.4e12))
 

@@ -13,8 +13,7 @@ Oracles (B = input-gradient backward, W = weight gradient, full backward = B + W
 """
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from gpuplan.errors import GpuplanError
 from gpuplan.pipeline.schedules import build

@@ -73,7 +73,11 @@ def test_step_time_runs_each_stage_on_its_own_layers_and_paces_on_the_slowest(m4
     plan = llama3_plan()
     st = step_time(m405, cfg, plan, gpu, 64)
     shape = _shape(m405, cfg, plan)
-    lay, emb, head = layer_times(m405, gpu, shape, False), embedding_times(m405, gpu, shape), head_times(m405, gpu, shape)
+    lay, emb, head = (
+        layer_times(m405, gpu, shape, False),
+        embedding_times(m405, gpu, shape),
+        head_times(m405, gpu, shape),
+    )
     assert [s.layers for s in st.stages] == [7] + [8] * 14 + [7]
     assert st.stages[0].fwd == pytest.approx(7 * lay.fwd + emb.fwd)
     assert st.stages[1].fwd == pytest.approx(8 * lay.fwd)
@@ -85,12 +89,15 @@ def test_step_time_runs_each_stage_on_its_own_layers_and_paces_on_the_slowest(m4
     assert even.step_s > st.step_s
 
 
-@pytest.mark.parametrize("first,last,pp,vp,message", [
-    (60, 60, 16, 1, "a stage would hold no layer"),
-    (8, None, 16, 1, "do not divide over the 15 other stages"),
-    (60, 60, 2, 1, "pp = 2 has no middle stage"),
-    (6, 6, 8, 4, "do not make vp = 4 equal chunks"),
-])
+@pytest.mark.parametrize(
+    "first,last,pp,vp,message",
+    [
+        (60, 60, 16, 1, "a stage would hold no layer"),
+        (8, None, 16, 1, "do not divide over the 15 other stages"),
+        (60, 60, 2, 1, "pp = 2 has no middle stage"),
+        (6, 6, 8, 4, "do not make vp = 4 equal chunks"),
+    ],
+)
 def test_impossible_splits_are_refused_naming_one_that_works(m405, first, last, pp, vp, message):
     plan = ParallelPlan(tp=TP, pp=pp, vp=vp, first_stage_layers=first, last_stage_layers=last)
     with pytest.raises(GpuplanError, match=message) as exc:
@@ -105,8 +112,9 @@ def test_interleaving_that_does_not_divide_is_refused_with_a_split_or_the_vp_tha
     # 126 = 16 + 14 + 6 x 16 on pp 8 x vp 2: every count a multiple of 2
     with pytest.raises(GpuplanError, match="--first-stage-layers 16 --last-stage-layers 14"):
         stage_layers(m405, ParallelPlan(tp=TP, pp=8, vp=2))
-    assert stage_layers(m405, ParallelPlan(tp=TP, pp=8, vp=2, first_stage_layers=16, last_stage_layers=14)) \
-        == [16] + [16] * 6 + [14]
+    assert stage_layers(m405, ParallelPlan(tp=TP, pp=8, vp=2, first_stage_layers=16, last_stage_layers=14)) == [16] + [
+        16
+    ] * 6 + [14]
     with pytest.raises(GpuplanError, match=r"no split of 126 layers works with pp=8 x vp=8.*--vp 1, 2, 3"):
         stage_layers(m405, ParallelPlan(tp=TP, pp=8, vp=8))
 
@@ -122,17 +130,27 @@ def test_bad_values_and_schedules_are_refused():
 
 def test_validate_refuses_through_the_same_split(m405):
     cfg = TrainingConfig(seq_len=8192, global_batch=16)
-    req = TrainRequest(m405, catalog.gpu("h100-sxm"), ParallelPlan(tp=TP, pp=16, first_stage_layers=60,
-                                                                   last_stage_layers=60), cfg)
+    req = TrainRequest(
+        m405, catalog.gpu("h100-sxm"), ParallelPlan(tp=TP, pp=16, first_stage_layers=60, last_stage_layers=60), cfg
+    )
     with pytest.raises(GpuplanError, match="no layer"):
         validate(req)
 
 
-@pytest.mark.parametrize("name,layouts", [
-    ("llama-3.1-405b", [Layout(8, 1, 16, 1, 1, "1f1b", 1, 7, 7), Layout(8, 1, 8, 2, 1, "1f1b", 2, 16, 14),
-                        Layout(8, 1, 16, 1, 1, "zb", 1, 6, None)]),
-    ("deepseek-v3", [Layout(8, 1, 8, 4, 4, "1f1b", 1, 7, 6)]),  # 61 = 7 + 6 x 8 + 6; 3 leading dense layers
-])
+@pytest.mark.parametrize(
+    "name,layouts",
+    [
+        (
+            "llama-3.1-405b",
+            [
+                Layout(8, 1, 16, 1, 1, "1f1b", 1, 7, 7),
+                Layout(8, 1, 8, 2, 1, "1f1b", 2, 16, 14),
+                Layout(8, 1, 16, 1, 1, "zb", 1, 6, None),
+            ],
+        ),
+        ("deepseek-v3", [Layout(8, 1, 8, 4, 4, "1f1b", 1, 7, 6)]),  # 61 = 7 + 6 x 8 + 6; 3 leading dense layers
+    ],
+)
 def test_grid_agrees_with_the_scalar_model_on_uneven_splits(name, layouts):
     m, gpu = catalog.model(name), catalog.gpu("h100-sxm")
     base = TrainingConfig(seq_len=4096, global_batch=64)
@@ -149,7 +167,6 @@ def test_grid_agrees_with_the_scalar_model_on_uneven_splits(name, layouts):
                     assert peak[li, mi, zi, ri] == pytest.approx(scalar.per_gpu.total, rel=1e-9)
             st = step_time(m, grid.configs[mi][0], lo.plan(0), gpu, int(mb[li, mi]))
             assert bound[li, mi, 0] <= st.step_s * (1 + 1e-12)
-
 
 
 def test_an_end_may_count_its_embedding_or_loss_as_a_layer_of_its_chunk(m405):

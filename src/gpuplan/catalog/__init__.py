@@ -5,6 +5,7 @@ Files are read once and cached; lookups suggest the closest names on a miss.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import functools
 import tomllib
@@ -58,8 +59,9 @@ def efficiency(name: str) -> Efficiency:
 
 
 def model_entry(model_id: str) -> dict:
-    """The raw catalog entry: source, date and the config.json facts."""
-    return _read("models")[model_id]
+    """The raw catalog entry: source, date and the config.json facts (a copy: the files are read
+    once and shared)."""
+    return copy.deepcopy(_read("models")[model_id])
 
 
 @functools.cache

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from gpuplan.units import GB, GiB, TFLOP, fmt_bytes, fmt_count, fmt_duration
+from gpuplan.units import GB, TFLOP, GiB, fmt_bytes, fmt_count, fmt_duration
 
 console = Console()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 Event = tuple  # (time_s, priority, handler, args)
 

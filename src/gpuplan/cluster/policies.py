@@ -46,11 +46,11 @@ class Policy:
     tiered = True
     preempts = True
 
-    def schedule(self, sim: "ClusterSim") -> None:
+    def schedule(self, sim: ClusterSim) -> None:
         raise NotImplementedError
 
 
-def _head_of_line(sim: "ClusterSim") -> None:
+def _head_of_line(sim: ClusterSim) -> None:
     for q in sim.queues_by_tier():
         while q:
             if sim.try_start(q, 0) != STARTED:
@@ -60,21 +60,21 @@ def _head_of_line(sim: "ClusterSim") -> None:
 class Fifo(Policy):
     name, tiered, preempts = "fifo", False, False
 
-    def schedule(self, sim: "ClusterSim") -> None:
+    def schedule(self, sim: ClusterSim) -> None:
         _head_of_line(sim)
 
 
 class Priority(Policy):
     name = "priority"
 
-    def schedule(self, sim: "ClusterSim") -> None:
+    def schedule(self, sim: ClusterSim) -> None:
         _head_of_line(sim)
 
 
 class Backfill(Policy):
     name = "backfill"
 
-    def schedule(self, sim: "ClusterSim") -> None:
+    def schedule(self, sim: ClusterSim) -> None:
         depth = sim.cfg.queue_depth
         for q in sim.queues_by_tier():
             i = 0
@@ -92,10 +92,10 @@ class Placement:
     ``candidates``."""
     name = "custom"
 
-    def node(self, sim: "ClusterSim", job: "Job", candidates: np.ndarray) -> int:
+    def node(self, sim: ClusterSim, job: Job, candidates: np.ndarray) -> int:
         raise NotImplementedError
 
-    def gang(self, sim: "ClusterSim", job: "Job", candidates: np.ndarray) -> np.ndarray:
+    def gang(self, sim: ClusterSim, job: Job, candidates: np.ndarray) -> np.ndarray:
         return candidates[np.argsort(-sim.capacity[candidates], kind="stable")]  # biggest first: fewest nodes
 
 

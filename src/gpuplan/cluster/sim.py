@@ -207,7 +207,7 @@ class ClusterSim:
         return 1 / rate if rate else None
 
     # -- running ---------------------------------------------------------------------------------------
-    def run(self) -> "ClusterSim":
+    def run(self) -> ClusterSim:
         for j in self.jobs:
             self.sim.schedule(j.arrival_s, 1, self._arrive, j)
         if self.cfg.node_mtbf_s:

@@ -64,7 +64,7 @@ def tco(x: TCOInput) -> dict:
     kwh = busy_kw * HOURS_PER_MONTH * (x.utilisation + (1 - x.utilisation) * x.idle_power)
     owned_monthly = kwh * x.usd_per_kwh + x.staff_per_month + x.colo_per_month
     rows, cum = [], {"on_demand": 0.0, "spot": 0.0, "owned": x.capex}
-    breakeven = {"on_demand": None, "spot": None}
+    breakeven: dict[str, int | None] = {"on_demand": None, "spot": None}
     for month in range(1, x.months + 1):
         cum["on_demand"] += on_demand
         cum["owned"] += owned_monthly

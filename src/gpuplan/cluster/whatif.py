@@ -63,7 +63,7 @@ def loss(policy: str, *, gpus: int, preempt_at_s: float, cost_s: float, restart_
     if policy == "optimal":
         require(mtbf_s is not None and mtbf_s > 0, "mtbf", "the optimal interval needs a mean time between preemptions",
                 "pass --mtbf, e.g. --mtbf 24h")
-        tau = daly_interval(cost_s, mtbf_s)
+        tau = daly_interval(cost_s, mtbf_s)  # type: ignore[arg-type]  # required above
     else:
         tau = policy_interval(policy)
     n = math.floor(preempt_at_s / (tau + cost_s))  # checkpoints completed before the preemption

@@ -23,7 +23,11 @@ def family_rows(family: str, rows: tuple[Row, ...] | None = None) -> list[Row]:
     from gpuplan import catalog
 
     name = catalog.efficiency(family).name
-    return [r for r in (rows if rows is not None else load_rows()) if catalog.gpu(r.gpu).efficiency.name == name]
+    return [
+        r
+        for r in (rows if rows is not None else load_rows())
+        if getattr(catalog.gpu(r.gpu).efficiency, "name", None) == name
+    ]
 
 
 def errors_at(family: str, sustained: float, rows: list[Row]) -> list[float]:
@@ -34,6 +38,7 @@ def errors_at(family: str, sustained: float, rows: list[Row]) -> list[float]:
     out = []
     for r in rows:
         g = catalog.gpu(r.gpu)
+        assert g.efficiency is not None  # family_rows only returns GPUs with efficiency data
         g = dataclasses.replace(g, efficiency=dataclasses.replace(g.efficiency, sustained=sustained))
         out.append(step_time(r.model, r.config, r.plan, g, r.microbatches).step_s / r.measured_step_s - 1)
     return out

@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpuplan.errors import require
-from gpuplan.specs.hardware import GPUSpec
+from gpuplan.errors import GpuplanError, require
+from gpuplan.specs.hardware import Efficiency, GPUSpec
 from gpuplan.specs.parallel import ParallelPlan
 
 DEFAULT_ORDER = ("tp", "cp", "dp", "pp")
@@ -63,9 +63,16 @@ def place(plan: ParallelPlan, gpu: GPUSpec, order: tuple[str, ...] = DEFAULT_ORD
     return groups
 
 
+def efficiency(gpu: GPUSpec) -> Efficiency:
+    """The GPU's achievable-rate fractions; a spec built without them cannot be timed."""
+    if gpu.efficiency is None:
+        raise GpuplanError("gpu", f"{gpu.name} has no efficiency data", "pick a GPU from `gpuplan gpus`")
+    return gpu.efficiency
+
+
 def bus_bandwidth(group: Group, gpu: GPUSpec) -> float:
     """Sustained bus bandwidth (bytes/s) of a collective over ``group``."""
-    e = gpu.efficiency
+    e = efficiency(gpu)
     intra = gpu.intra_bytes_per_s * e.intra_bus
     if not group.crosses_nodes:
         return intra
@@ -74,7 +81,7 @@ def bus_bandwidth(group: Group, gpu: GPUSpec) -> float:
 
 
 def latency(group: Group, gpu: GPUSpec) -> float:
-    e = gpu.efficiency
+    e = efficiency(gpu)
     return e.inter_latency_s if group.crosses_nodes else e.intra_latency_s
 
 
@@ -107,13 +114,13 @@ def collective_time(kind: str, size: float, group: Group, gpu: GPUSpec) -> float
     if kind == "all-to-all":
         # each rank sends (n-1)/n of its data: the part for ranks in its own domain over the
         # scale-up link, the rest through its NIC share; both run at once
-        e = gpu.efficiency
+        e = efficiency(gpu)
         local = (group.per_domain - 1) / n * size
         remote = (n - group.per_domain) / n * size
         t_local = local / (gpu.intra_bytes_per_s * e.intra_bus)
         t_remote = remote / (gpu.inter_bytes_per_s * e.inter_bus) if remote else 0.0
         return max(t_local, t_remote) + math.ceil(math.log2(n)) * alpha
     # p2p: one message between neighbours of the group
-    e = gpu.efficiency
+    e = efficiency(gpu)
     bw = gpu.inter_bytes_per_s * e.inter_bus if group.crosses_nodes else gpu.intra_bytes_per_s * e.intra_bus
     return size / bw + alpha

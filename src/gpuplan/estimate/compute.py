@@ -123,7 +123,7 @@ class LayerShape:
     expert_imbalance: float = 1.0  # routed tokens on the busiest expert-parallel GPU over the mean
 
 
-@functools.cache
+@functools.lru_cache(maxsize=4096)  # keyed on every argument (GPUSpec hashes its efficiency)
 def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpTimes:
     """Compute and memory time of one transformer block (no communication)."""
     s = shape
@@ -197,7 +197,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
     return out
 
 
-@functools.cache
+@functools.lru_cache(maxsize=4096)  # keyed on every argument (GPUSpec hashes its efficiency)
 def head_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape) -> OpTimes:
     """Final norm, LM head and the vocab-parallel cross-entropy of one micro-batch."""
     s = shape
@@ -215,7 +215,7 @@ def head_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape) -> OpTimes:
     return out
 
 
-@functools.cache
+@functools.lru_cache(maxsize=4096)  # keyed on every argument (GPUSpec hashes its efficiency)
 def embedding_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape) -> OpTimes:
     """Token (and position) lookup forward; scatter-add into the table's gradient backward."""
     s = shape

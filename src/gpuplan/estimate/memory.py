@@ -153,7 +153,7 @@ def _stage_tensors(m: ModelSpec, pp: int, stage: int, layer_ids: range, head: in
     return out
 
 
-@functools.cache
+@functools.lru_cache(maxsize=4096)
 def _activations(m: ModelSpec, cfg: TrainingConfig, tp: int, cp: int, ep: int, sp: bool) -> ActivationBreakdown:
     """Activation sizes depend on the plan only through tp, cp, ep and sp: cached on those."""
     return activation_breakdown(m, cfg, ParallelPlan(dp=ep, tp=tp, cp=cp, ep=ep, sp=sp))
@@ -171,7 +171,7 @@ class StageParams:
     n_moe: int
 
 
-@functools.cache
+@functools.lru_cache(maxsize=4096)
 def stage_params(m: ModelSpec, pp: int, stage: int, first: int, n_layers: int, tp: int, ep: int,
                  head: int | None = None) -> StageParams:
     layer_ids = range(first, first + n_layers)

@@ -87,7 +87,7 @@ def _moe(m: ModelSpec) -> list[Tensor]:
     return t
 
 
-@functools.cache
+@functools.lru_cache(maxsize=1024)  # keyed on the whole ModelSpec
 def layer_tensors(m: ModelSpec, moe: bool) -> tuple[Tensor, ...]:
     """The tensors of one transformer block (dense-MLP or MoE kind)."""
     h = m.hidden_size
@@ -99,7 +99,7 @@ def layer_tensors(m: ModelSpec, moe: bool) -> tuple[Tensor, ...]:
     return tuple(t)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=1024)  # keyed on the whole ModelSpec
 def embedding_tensors(m: ModelSpec) -> tuple[Tensor, ...]:
     width = m.embed_proj_dim or m.hidden_size
     t = [Tensor("embed.tokens", (m.vocab_size, width), "vocab", matmul=False)]
@@ -112,7 +112,7 @@ def embedding_tensors(m: ModelSpec) -> tuple[Tensor, ...]:
     return tuple(t)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=1024)  # keyed on the whole ModelSpec
 def head_tensors(m: ModelSpec) -> tuple[Tensor, ...]:
     """Final norm, output projection and the LM head (absent when tied to the embedding)."""
     t: list[Tensor] = []
@@ -143,7 +143,7 @@ class ParamCounts:
         return self.total - self.embedding
 
 
-@functools.cache
+@functools.lru_cache(maxsize=1024)  # keyed on the whole ModelSpec
 def count_params(m: ModelSpec) -> ParamCounts:
     """Exact parameter counts, as ``transformers`` builds the model (Hugging Face modeling_*.py)."""
     emb, head = embedding_tensors(m), head_tensors(m)

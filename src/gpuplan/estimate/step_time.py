@@ -217,7 +217,7 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
             seen[key] = _stage(m, cfg, _stage_plan(plan), gpu, (groups["tp"], groups["cp"], groups["ep"], z3),
                                shape, mb, dualpipe, key)
         st, c, kinds = seen[key]
-        stages.append(dataclasses.replace(st, stage=stage))
+        stages.append(dataclasses.replace(st, stage=stage, comm=dict(st.comm)))  # copies: ``seen`` is cached
         stage_comm.append(c)
         stage_ops.append(kinds)
 
@@ -295,7 +295,7 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
     return StepTime(step_s=step, breakdown=breakdown, comm=crit_comm, stages=tuple(stages), critical_stage=crit,
                     microbatches=mb, model_flops_per_step=flops.model_per_token * tokens,
                     hardware_flops_per_step=flops.hardware_per_token * tokens, gpus=plan.world_size,
-                    peak_flops=gpu.peak(cfg.compute_dtype), ops=stage_ops[crit])
+                    peak_flops=gpu.peak(cfg.compute_dtype), ops=dict(stage_ops[crit]))
 
 
 def overlap_contention(comm: dict[str, CommLine], gpu: GPUSpec) -> float:
@@ -310,7 +310,7 @@ def overlap_contention(comm: dict[str, CommLine], gpu: GPUSpec) -> float:
     return sum(c.hidden for c in comm.values()) * min(1.0, e.comm_sms / gpu.sm_count)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=4096)
 def _moe_layers(m: ModelSpec, first: int, n: int) -> int:
     return sum(1 for i in range(first, first + n) if m.is_moe_layer(i))
 
@@ -320,7 +320,7 @@ def _stage_plan(plan: ParallelPlan) -> ParallelPlan:
     return ParallelPlan(dp=plan.ep, tp=plan.tp, cp=plan.cp, ep=plan.ep, zero=3 if plan.zero == 3 else 0, sp=plan.sp)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=1 << 14)
 def _stage(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpec, group_list: tuple,
            shape: LayerShape, mb: int, dualpipe: bool, key: tuple) -> tuple[StageTime, dict, dict]:
     """One micro-batch on a stage of ``n_layers`` (``n_moe`` of them MoE), first and/or last."""

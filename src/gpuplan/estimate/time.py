@@ -40,6 +40,7 @@ def training_time(*, model_flops_per_token: float, hardware_flops_per_token: flo
                   step_s: float | None = None, price_per_gpu_hour: float | None) -> TrainingTime:
     """Time and cost from either an MFU or a step time (exactly one of them)."""
     if step_s is None:
+        assert mfu is not None, "training_time needs an MFU or a step time"
         step_s = model_flops_per_token * tokens_per_step / (gpus * peak_flops * mfu)
     else:
         mfu = model_flops_per_token * tokens_per_step / (gpus * peak_flops * step_s)

@@ -161,7 +161,8 @@ def category(gpu: str, cfg: TrainingConfig, plan: ParallelPlan) -> tuple[str, st
     validation reports error and ``train`` reports its band."""
     from gpuplan import catalog
 
-    family = catalog.gpu(gpu).efficiency.name  # GPUs sharing an efficiency file share a calibration
+    eff = catalog.gpu(gpu).efficiency
+    family = eff.name if eff is not None else gpu  # GPUs sharing an efficiency file share a calibration
     precision = "fp8" if cfg.precision == "fp8" else "16-bit"
     context = "long (>= 32K)" if cfg.seq_len >= 32768 else "short (< 32K)"
     if plan.ep > 1:

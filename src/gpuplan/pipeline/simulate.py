@@ -18,8 +18,8 @@ full backward, or W for a split one), in micro-batches of one stage.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -28,7 +28,7 @@ from gpuplan.pipeline.schedules import Action, Op, Schedule
 
 
 def _per_rank(x: float | Sequence[float], p: int, name: str) -> tuple[float, ...]:
-    vals = tuple(float(v) for v in x) if isinstance(x, (list, tuple)) else (float(x),) * p
+    vals = tuple(float(v) for v in x) if isinstance(x, Sequence) else (float(x),) * p
     require(len(vals) == p, name, f"needs one value per rank ({p}), got {len(vals)}")
     require(all(v >= 0 for v in vals), name, f"times must not be negative, got {vals}")
     return vals
@@ -43,7 +43,7 @@ class Costs:
     p2p_s: float = 0.0
 
     @classmethod
-    def from_full_backward(cls, f, b_full, w, overlap=None, p2p_s: float = 0.0) -> "Costs":
+    def from_full_backward(cls, f, b_full, w, overlap=None, p2p_s: float = 0.0) -> Costs:
         """Take the full backward (input + weight gradients) and the weight part."""
         b = np.asarray(b_full, dtype=float) - np.asarray(w, dtype=float)  # scalars or one per stage
         require(bool((b >= 0).all()), "w", "the weight-gradient part cannot exceed the full backward")
@@ -132,7 +132,7 @@ def compile_schedule(s: Schedule) -> Compiled:
     flat = [(r, i, a) for r in range(s.ranks) for i, a in enumerate(s.actions[r])]
     n = len(flat)
     producer: dict[tuple, int] = {}
-    for idx, (r, _, a) in enumerate(flat):
+    for idx, (_, _, a) in enumerate(flat):
         for op in a.ops:
             producer[("B" if op.kind == "BW" else op.kind, op.stream, op.stage, op.mb)] = idx
     rank = np.array([r for r, _, _ in flat], dtype=np.int64)
@@ -176,6 +176,9 @@ def compile_schedule(s: Schedule) -> Compiled:
         stuck = sorted({flat[i][0] for i in np.nonzero(level < 0)[0]})
         raise GpuplanError("schedule", f"{s.name} deadlocks: ranks {stuck} wait on each other")
     per_level = tuple((idx, prev[idx], deps[idx], cross[idx].astype(np.float64)) for idx in levels)
+    # the result is cached and shared: read-only arrays, so no caller can change the next one's
+    for a in (rank, kind, prev, deps, cross, *(x for lv in per_level for x in lv)):
+        a.setflags(write=False)
     return Compiled(rank, kind, prev, deps, cross, per_level, tuple((r, i) for r, i, _ in flat))
 
 

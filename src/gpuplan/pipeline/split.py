@@ -43,42 +43,61 @@ def stage_layers(m, plan) -> list[int]:
     """Transformer layers on each pipeline rank (all its virtual chunks together), first rank
     first. ``m``: a ModelSpec (or anything with ``num_layers``); ``plan``: a ParallelPlan.
     Raises GpuplanError for a split that cannot run, naming one that would."""
-    return list(_stage_layers(m.num_layers, plan.pp, plan.vp, plan.schedule,
-                              plan.first_stage_layers, plan.last_stage_layers))
+    return list(
+        _stage_layers(m.num_layers, plan.pp, plan.vp, plan.schedule, plan.first_stage_layers, plan.last_stage_layers)
+    )
 
 
-@functools.cache
-def _stage_layers(num_layers: int, pp: int, vp: int, schedule: str, first: int | None,
-                  last: int | None) -> tuple[int, ...]:
+@functools.lru_cache(maxsize=4096)
+def _stage_layers(
+    num_layers: int, pp: int, vp: int, schedule: str, first: int | None, last: int | None
+) -> tuple[int, ...]:
     L = num_layers
     if first is None and last is None:
         if vp > 1 and L % (pp * vp):
-            raise GpuplanError("vp", f"{L} layers do not split into pp x vp = {pp * vp} equal chunks "
-                                     "(Megatron refuses this too)", _fix(L, pp, vp))
+            raise GpuplanError(
+                "vp",
+                f"{L} layers do not split into pp x vp = {pp * vp} equal chunks (Megatron refuses this too)",
+                _fix(L, pp, vp),
+            )
         return tuple(layers_per_stage(L, pp))
     if schedule not in UNEVEN_SCHEDULES:
-        raise GpuplanError("first_stage_layers", f"first/last stage layer counts need a linear pipeline; "
-                                                 f"the {schedule} schedule puts both ends on rank 0",
-                           f"use --schedule {' or '.join(UNEVEN_SCHEDULES)}, or drop --first/--last-stage-layers")
+        raise GpuplanError(
+            "first_stage_layers",
+            f"first/last stage layer counts need a linear pipeline; the {schedule} schedule puts both ends on rank 0",
+            f"use --schedule {' or '.join(UNEVEN_SCHEDULES)}, or drop --first/--last-stage-layers",
+        )
     ends = {"first_stage_layers": first, "last_stage_layers": last}
     for name, n in ends.items():
         if n is not None and n % vp and (n + 1) % vp:  # (n + 1): the embedding or loss counted as a layer
-            raise GpuplanError(name, f"{n} layers on the {name.split('_')[0]} stage do not make vp = {vp} equal "
-                                     "chunks", _fix(L, pp, vp))
+            raise GpuplanError(
+                name,
+                f"{n} layers on the {name.split('_')[0]} stage do not make vp = {vp} equal chunks",
+                _fix(L, pp, vp),
+            )
     named = sum(n for n in ends.values() if n is not None)
     middle = pp - sum(n is not None for n in ends.values())
     rest = L - named
     if middle == 0:
         if rest != 0:
-            raise GpuplanError("first_stage_layers", f"first + last stage layers = {named} but the model has {L} "
-                                                     "layers (pp = 2 has no middle stage)", _fix(L, pp, vp))
+            raise GpuplanError(
+                "first_stage_layers",
+                f"first + last stage layers = {named} but the model has {L} layers (pp = 2 has no middle stage)",
+                _fix(L, pp, vp),
+            )
     elif rest < middle * vp:
-        raise GpuplanError("first_stage_layers", f"the split leaves {max(rest, 0)} layers for {middle} other stages: "
-                                                 "a stage would hold no layer", _fix(L, pp, vp))
+        raise GpuplanError(
+            "first_stage_layers",
+            f"the split leaves {max(rest, 0)} layers for {middle} other stages: a stage would hold no layer",
+            _fix(L, pp, vp),
+        )
     elif rest % (middle * vp):
-        raise GpuplanError("first_stage_layers", f"the {rest} layers left do not divide over the {middle} other "
-                                                 f"stages" + (f" x vp = {vp} chunks" if vp > 1 else ""),
-                           _fix(L, pp, vp))
+        raise GpuplanError(
+            "first_stage_layers",
+            f"the {rest} layers left do not divide over the {middle} other "
+            f"stages" + (f" x vp = {vp} chunks" if vp > 1 else ""),
+            _fix(L, pp, vp),
+        )
     each = rest // middle if middle else 0
     counts = [each] * pp
     if first is not None:
@@ -125,5 +144,7 @@ def _fix(num_layers: int, pp: int, vp: int) -> str:
     if not ok:
         return "use --vp 1"
     choices = ", ".join(map(str, ok[:-1])) + (" or " if len(ok) > 1 else "") + str(ok[-1])
-    return (f"no split of {num_layers} layers works with pp={pp} x vp={vp} (every stage's layers must be a "
-            f"multiple of vp); use --vp {choices}, with --first/--last-stage-layers where uneven")
+    return (
+        f"no split of {num_layers} layers works with pp={pp} x vp={vp} (every stage's layers must be a "
+        f"multiple of vp); use --vp {choices}, with --first/--last-stage-layers where uneven"
+    )

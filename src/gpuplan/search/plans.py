@@ -27,9 +27,9 @@ import numpy as np
 from gpuplan.errors import GpuplanError, require
 from gpuplan.estimate.memory import MemoryReport, estimate_memory
 from gpuplan.estimate.step_time import StepTime, step_time
+from gpuplan.search.grid import Grid, Layout
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
-from gpuplan.search.grid import Grid, Layout
 from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.training import TrainingConfig
 
@@ -188,8 +188,9 @@ def _branch_and_bound(m: ModelSpec, gpu: GPUSpec, pools, top: int, progress) -> 
         zero = int(fit.grid.zero[fit.zero[j]])
         cfg = fit.grid.configs[fit.mbs[j]][fit.rec[j]]
         mb = int(fit.mb[fit.layout[j], fit.mbs[j]])
-        # ZeRO-1 and -2 move the same bytes (reduce-scatter, then all-gather): time once
-        key = (which[i], fit.layout[j], fit.mbs[j], min(zero, 1) if zero < 3 else 3, fit.rec[j])
+        # keyed on every input of the step time (the stage-level caches in step_time already share
+        # the work between plans that differ only where a stage's time does not)
+        key = (which[i], fit.layout[j], fit.mbs[j], zero, fit.rec[j])
         if key not in timed:
             timed[key] = step_time(m, cfg, lo.plan(zero), gpu, mb)
         k = timed[key].step_s * scale
@@ -207,7 +208,7 @@ def _branch_and_bound(m: ModelSpec, gpu: GPUSpec, pools, top: int, progress) -> 
         plan = lo.plan(int(fit.grid.zero[fit.zero[j]]))
         cfg = fit.grid.configs[fit.mbs[j]][fit.rec[j]]
         mb = int(fit.mb[fit.layout[j], fit.mbs[j]])
-        step = timed[(which[i], fit.layout[j], fit.mbs[j], min(plan.zero, 1) if plan.zero < 3 else 3, fit.rec[j])]
+        step = timed[(which[i], fit.layout[j], fit.mbs[j], plan.zero, fit.rec[j])]
         out.append(Candidate(plan, cfg, mb, step, estimate_memory(m, cfg, plan, gpu.memory_bytes, mb, all_stages=False)))
     return tuple(out), len(timed)
 

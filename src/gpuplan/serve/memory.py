@@ -103,6 +103,7 @@ def blocks_per_sequence(d: Deployment, cfg: ServeConfig, context: float) -> floa
     full_blocks = math.ceil(context / bs)
     if not m.num_sliding_layers:
         return float(full_blocks)
+    assert m.sliding_window is not None  # ModelSpec: sliding layers come with a window
     win_blocks = min(full_blocks, math.ceil((m.sliding_window - 1) / bs) + 1)
     frac = m.num_sliding_layers / m.num_layers
     return (1 - frac) * full_blocks + frac * win_blocks

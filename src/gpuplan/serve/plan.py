@@ -17,15 +17,22 @@ import math
 from dataclasses import dataclass, field
 
 from gpuplan.errors import GpuplanError, require
+from gpuplan.estimate.comm import efficiency
 from gpuplan.serve.formats import kv_format, weight_format
 from gpuplan.serve.kv import kv_bytes_per_sequence, kv_bytes_per_token
-from gpuplan.serve.memory import (ServeConfig, ServeMemory, blocks_per_sequence, max_concurrency, max_context,
-                                  serve_memory)
+from gpuplan.serve.memory import (
+    ServeConfig,
+    ServeMemory,
+    blocks_per_sequence,
+    max_concurrency,
+    max_context,
+    serve_memory,
+)
 from gpuplan.serve.speculative import Speculation, speculation
 from gpuplan.serve.timing import Deployment, Iteration, StepModel, step_model
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
-from gpuplan.units import GiB, HOUR
+from gpuplan.units import HOUR, GiB
 
 MILLION = 1e6
 
@@ -144,7 +151,7 @@ def steady_state(sm: StepModel, cfg: ServeConfig, concurrency: int, input_len: i
 def compute_bound_batch(d: Deployment) -> float:
     """Decode batch at the roofline ridge of the weight GEMMs: 2 FLOPs per weight and token
     against the weight's bytes, rate x bytes / (2 x bandwidth)."""
-    e = d.gpu.efficiency
+    e = efficiency(d.gpu)
     rate = d.gpu.peak(d.weights.compute) * e.gemm_fraction(d.weights.compute) * e.sustained
     return rate * d.weights.bytes / (2 * d.gpu.hbm_bytes_per_s * e.hbm)
 

@@ -40,7 +40,7 @@ class Lengths:
     b: float = 0.0
 
     @classmethod
-    def parse(cls, text: str | int, field: str) -> "Lengths":
+    def parse(cls, text: str | int, field: str) -> Lengths:
         s = str(text).strip()
         try:
             if s.startswith("exp:"):
@@ -75,7 +75,7 @@ class Workload:
     output_len: np.ndarray
 
     @classmethod
-    def poisson(cls, rate: float, n: int, input_len: Lengths, output_len: Lengths, seed: int = 0) -> "Workload":
+    def poisson(cls, rate: float, n: int, input_len: Lengths, output_len: Lengths, seed: int = 0) -> Workload:
         require(rate > 0, "rate", f"must be positive, got {rate}")
         require(n >= 1, "requests", f"must be at least 1, got {n}")
         rng = np.random.default_rng(seed)
@@ -83,7 +83,7 @@ class Workload:
         return cls(arrivals, input_len.sample(rng, n), output_len.sample(rng, n))
 
     @classmethod
-    def from_trace(cls, path: Path) -> "Workload":
+    def from_trace(cls, path: Path) -> Workload:
         """CSV with columns arrival_s, input_len, output_len (one request per row)."""
         try:
             with open(path, newline="") as f:
@@ -190,7 +190,8 @@ def simulate(d: Deployment, cfg: ServeConfig, w: Workload, rate: float = 0.0) ->
         decoding = c >= t
         budget = budget0 - int(take.sum())
         # then waiting requests, first come first served, while budget, seats and blocks allow
-        admitted, adm_take = [], []
+        admitted: list = []
+        adm_take: list = []
         while waiting and budget > 0 and len(running) + len(admitted) < max_seqs:
             r = waiting[0]
             need = min(int(target[r] - computed[r]), budget)

@@ -26,8 +26,8 @@ import functools
 import math
 from dataclasses import dataclass, field
 
-from gpuplan.errors import GpuplanError, require
-from gpuplan.estimate.comm import collective_time, place
+from gpuplan.errors import require
+from gpuplan.estimate.comm import collective_time, efficiency, place
 from gpuplan.estimate.compute import _local_gemm, flash_time, gemm_compute_time, memory_time
 from gpuplan.estimate.params import embedding_tensors, head_tensors, layer_tensors
 from gpuplan.serve.formats import KVFormat, WeightFormat
@@ -86,9 +86,7 @@ class StepModel:
     def __init__(self, d: Deployment):
         self.d = d
         m, gpu = d.model, d.gpu
-        e = gpu.efficiency
-        if e is None:
-            raise GpuplanError("gpu", f"{gpu.name} has no efficiency data", "pick a GPU from `gpuplan gpus`")
+        self.eff = e = efficiency(gpu)
         self.hbm = gpu.hbm_bytes_per_s * e.hbm
         self.overhead = e.kernel_overhead_s
         self.act_bytes = 1.0 if d.weights.compute in ("fp8", "int8") else 2.0
@@ -123,7 +121,7 @@ class StepModel:
         if per_rows < SKINNY_ROWS:
             # few rows: split-K / GEMV kernels keep every SM busy and pad rows only to the 16-row
             # MMA shape (mma.m16n8k16), not to a 64-row tile
-            rate = gpu.peak(dtype) * gpu.efficiency.gemm_fraction(dtype) * gpu.efficiency.sustained
+            rate = gpu.peak(dtype) * self.eff.gemm_fraction(dtype) * self.eff.sustained
             compute = 2.0 * 16 * math.ceil(per_rows / 16) * n_out * n_in * touched / rate
         else:
             compute = gemm_compute_time(gpu, dtype, per_rows, n_out, n_in, touched)
@@ -175,7 +173,7 @@ class StepModel:
         if decode:
             kv_bytes = decode * cached_tokens(m, decode_context) * self.kv_token_layer
             flops = 2.0 * decode * self.heads * self.attn_dims * cached_tokens(m, decode_context)
-            rate = gpu.peak(d.dtype16) * gpu.efficiency.flash_fwd
+            rate = gpu.peak(d.dtype16) * self.eff.flash_fwd
             attn += max(kv_bytes / self.hbm, flops / rate) + m.num_layers * self.overhead
         if prefill:
             ctx = cached_tokens(m, prefill_context) / m.num_layers
@@ -222,7 +220,8 @@ class StepModel:
 
     def prefill(self, tokens: float, chunk: int) -> Iteration:
         """One prompt of ``tokens`` prefilled alone in chunks of at most ``chunk`` tokens."""
-        total, parts, done = 0.0, {}, 0.0
+        total, done = 0.0, 0.0
+        parts: dict[str, float] = {}
         while done < tokens:
             n = min(chunk, tokens - done)
             it = self.iteration(decode=0, prefill=n, prefill_context=done + n / 2,
@@ -234,6 +233,6 @@ class StepModel:
         return Iteration(total, parts)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=64)  # keyed on the whole deployment (model, GPU with its efficiency, formats, tp, pp)
 def step_model(d: Deployment) -> StepModel:
     return StepModel(d)

@@ -38,7 +38,7 @@ def local_numel(t: Tensor, tp: int) -> int:
     return math.prod(_local_shape(t, tp))
 
 
-@functools.cache
+@functools.lru_cache(maxsize=4096)
 def stage_weight_bytes(m: ModelSpec, fmt: WeightFormat, tp: int, pp: int) -> tuple[float, ...]:
     """Weight bytes on one GPU of each pipeline stage (TP shards columns, rows and the vocabulary;
     a tied embedding is also held by the last stage when pp > 1, as for training)."""
