@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuplan.errors import require
+from gpuplan.specs.framework import check_config, get as get_framework
 from gpuplan.units import GiB
 
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
@@ -42,6 +43,20 @@ class TrainingConfig:
     # MoE: the most loaded expert-parallel GPU's routed tokens over the mean (``gpuplan experts``
     # reports it for a placement); the slowest GPU sets the pace of the expert GEMMs and all-to-all
     expert_imbalance: float = 1.0
+    # The training framework (specs/framework.py): "generic" is gpuplan's defaults, every option
+    # open. Build with ``for_framework`` to take a framework's defaults for the fields above.
+    framework: str = "generic"
+
+    @classmethod
+    def for_framework(cls, framework: str = "generic", **overrides) -> "TrainingConfig":
+        """A config with ``framework``'s kernel profile, attention, gradient dtype and overlap
+        defaults; ``overrides`` (fields given explicitly, None meaning not given) win."""
+        fw = get_framework(framework)
+        given = {k: v for k, v in overrides.items() if v is not None}
+        defaults = {"profile": fw.profile, "attention": fw.attention, "grad_fp32": fw.grad_fp32,
+                    "tp_overlap": fw.tp_overlap, "overlap_grad_reduce": fw.overlap_grad_reduce,
+                    "overlap_param_gather": fw.overlap_param_gather}
+        return cls(framework=framework, **{**defaults, **given})
 
     def __post_init__(self) -> None:
         for name in ("seq_len", "micro_batch"):
@@ -64,6 +79,7 @@ class TrainingConfig:
         require(0 <= self.allocator_fraction < 1, "allocator_fraction", "must be in [0, 1)")
         require(self.expert_imbalance >= 1, "expert_imbalance",
                 f"is the busiest GPU's load over the mean, so at least 1; got {self.expert_imbalance}")
+        check_config(get_framework(self.framework), recompute=self.recompute, tp_overlap=self.tp_overlap)
 
     @property
     def activation_bytes(self) -> int:
