@@ -55,3 +55,38 @@ def test_train_takes_first_and_last_stage_layers_and_reports_the_split(capsys):
 def test_impossible_splits_are_one_line_with_exit_2(extra, field, hint, capsys):
     code, _, err = run(LLAMA3 + extra, capsys)
     assert code == 2 and err.startswith(f"error: {field}") and err.count("\n") == 1 and hint in err
+
+
+def test_train_and_search_json_name_the_framework(capsys):
+    code, out, _ = run(
+        ["train", "llama-3.2-1b", "--gpus", "8", "--zero", "3", "--framework", "torchtitan", "--json"], capsys
+    )
+    doc = json.loads(out)
+    assert code == 0 and doc["framework"] == "torchtitan" and doc["training"]["profile"] == "eager"
+    assert "torchtitan" in doc["framework_profile"]["source"]
+    code, out, _ = run(["train", "llama-3.2-1b", "--gpus", "8", "--json"], capsys)
+    assert json.loads(out)["framework"] == "generic"
+    code, out, _ = run(
+        ["search", "llama-3.2-1b", "--gpus", "8", "--global-batch", "32", "--framework", "megatron", "--json"], capsys
+    )
+    doc = json.loads(out)
+    assert code == 0 and doc["framework"] == "megatron"
+    assert all(p["framework"] == "megatron" and p["plan"]["schedule"] == "1f1b" for p in doc["plans"])
+
+
+@pytest.mark.parametrize(
+    "args,field,hint",
+    [
+        (
+            ["--gpus", "8", "--pp", "2", "--schedule", "dualpipe", "--framework", "deepspeed"],
+            "schedule",
+            "the deepspeed profile has no dualpipe schedule; use --schedule 1f1b",
+        ),
+        (["--gpus", "8", "--pp", "2", "--framework", "hf"], "pp", "the hf profile has no pipeline parallelism"),
+        (["--gpus", "8", "--recompute", "selective", "--framework", "hf"], "recompute", "--recompute none or full"),
+        (["--gpus", "8", "--framework", "jax"], "framework", "use one of generic, megatron"),
+    ],
+)
+def test_options_a_framework_lacks_are_one_line_with_exit_2(args, field, hint, capsys):
+    code, _, err = run(["train", "llama-3.2-1b"] + args, capsys)
+    assert code == 2 and err.startswith(f"error: {field}") and err.count("\n") == 1 and hint in err

@@ -24,6 +24,9 @@ GpuOpt = Annotated[str, typer.Option(help="GPU id (see `gpuplan gpus`).")]
 TpOpt = Annotated[int, typer.Option(help="Tensor-parallel degree.")]
 PpOpt = Annotated[int, typer.Option(help="Pipeline-parallel degree.")]
 PriceOpt = Annotated[Optional[float], typer.Option(help="USD per GPU-hour (default: dated catalog price).")]
+FrameworkOpt = Annotated[str, typer.Option(
+    help="Training framework profile: megatron, nemo, torchtitan, deepspeed, hf, or generic (gpuplan's "
+         "defaults, every option open). Sets kernels, overlap, schedules, recompute and memory layout.")]
 
 
 def _duration_or_zero(text: str, field: str) -> float:
@@ -84,13 +87,18 @@ def train(
     master_weights: Annotated[bool, typer.Option("--master-weights/--no-master-weights",
                                                  help="Keep an fp32 master copy (mixed precision).")] = True,
     optimizer: Annotated[str, typer.Option(help="adamw, adamw8bit, sgd or adafactor.")] = "adamw",
-    attention: Annotated[str, typer.Option(help="flash or eager attention kernels.")] = "flash",
-    profile: Annotated[str, typer.Option(help="fused (Megatron/TE) or eager (PyTorch + transformers).")] = "fused",
+    attention: Annotated[Optional[str], typer.Option(help="flash or eager attention kernels (default: the "
+                                                           "framework's; generic: flash).")] = None,
+    profile: Annotated[Optional[str], typer.Option(help="fused (Megatron/TE) or eager (PyTorch + transformers) "
+                                                         "(default: the framework's; generic: fused).")] = None,
+    framework: FrameworkOpt = "generic",
     mfu: Annotated[Optional[float], typer.Option(help="Override the predicted MFU, e.g. 0.4.")] = None,
-    tp_overlap: Annotated[bool, typer.Option("--tp-overlap/--no-tp-overlap",
-                                             help="Hide TP collectives behind GEMMs (TransformerEngine).")] = False,
-    overlap_grad_reduce: Annotated[bool, typer.Option("--overlap-grad-reduce/--no-overlap-grad-reduce",
-                                                      help="Reduce DP gradients during the backward.")] = True,
+    tp_overlap: Annotated[Optional[bool], typer.Option("--tp-overlap/--no-tp-overlap",
+                                                       help="Hide TP collectives behind GEMMs (TransformerEngine) "
+                                                            "(default: the framework's; generic: off).")] = None,
+    overlap_grad_reduce: Annotated[Optional[bool], typer.Option("--overlap-grad-reduce/--no-overlap-grad-reduce",
+                                                                help="Reduce DP gradients during the backward "
+                                                                     "(default: the framework's; generic: on).")] = None,
     ep_overlap: Annotated[bool, typer.Option("--ep-overlap/--no-ep-overlap",
                                              help="MoE: hide the expert all-to-all behind another micro-batch's "
                                                   "compute (Megatron --overlap-moe-expert-parallel-comm; "
@@ -129,12 +137,11 @@ def train(
                            "make the product of the degrees equal the GPU count")
     if cuda_context_gib < 0:
         raise GpuplanError("cuda_context_gib", "must not be negative")
-    config = TrainingConfig(seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch or 0,
-                            precision=precision, master_weights=master_weights, optimizer=optimizer,
-                            recompute=recompute, attention=attention, profile=profile,
-                            cuda_context_bytes=cuda_context_gib * GiB, allocator_fraction=allocator_fraction,
-                            tp_overlap=tp_overlap, overlap_grad_reduce=overlap_grad_reduce,
-                            expert_imbalance=expert_imbalance, ep_overlap=ep_overlap)
+    config = TrainingConfig.for_framework(
+        framework, seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch or 0, precision=precision,
+        master_weights=master_weights, optimizer=optimizer, recompute=recompute, attention=attention,
+        profile=profile, cuda_context_bytes=cuda_context_gib * GiB, allocator_fraction=allocator_fraction,
+        tp_overlap=tp_overlap, overlap_grad_reduce=overlap_grad_reduce, expert_imbalance=expert_imbalance, ep_overlap=ep_overlap)
     price_source = "--price"
     if price is None:
         found = catalog.price_per_gpu_hour(hw.id)
@@ -165,6 +172,7 @@ def search(
     optimizer: Annotated[str, typer.Option(help="adamw, adamw8bit, sgd or adafactor.")] = "adamw",
     objective: Annotated[str, typer.Option(help="Rank by throughput or cost.")] = "throughput",
     top: Annotated[int, typer.Option(help="How many plans to show.")] = 5,
+    framework: FrameworkOpt = "generic",
     price: PriceOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -191,7 +199,8 @@ def search(
             raise GpuplanError("global_batch", f"{global_batch} tokens is not a whole number of {seq_len}-token sequences",
                                "use a multiple of --seq-len, or give sequences")
         gb //= seq_len
-    base = TrainingConfig(seq_len=seq_len, global_batch=int(gb), precision=precision, optimizer=optimizer)
+    base = TrainingConfig.for_framework(framework, seq_len=seq_len, global_batch=int(gb), precision=precision,
+                                        optimizer=optimizer)
     price = _price(hw.id, price)
     if json_out:
         result = run_search(spec, hw, gpus, base, top=top, objective=objective, price_per_gpu_hour=price)

@@ -32,7 +32,11 @@ def render_train(est) -> None:
                   + f" zero={p.zero}{' sp' if p.sp and p.tp > 1 else ''}{f' vp={p.vp}' if p.vp > 1 else ''}")
     console.print(f"seq {req.config.seq_len}, micro-batch {req.config.micro_batch}, global batch {req.global_batch}"
                   f" ({req.microbatches} micro-batches/step), {req.config.precision}, {req.config.optimizer},"
-                  f" recompute {req.config.recompute}, {req.config.attention} attention, {req.config.profile} profile")
+                  f" recompute {req.config.recompute}, {req.config.attention} attention, {req.config.profile} kernels,"
+                  f" framework {req.config.framework}")
+    if p.first_stage_layers or p.last_stage_layers:
+        from gpuplan.pipeline.split import stage_layers
+        console.print("layers per pipeline stage: " + " ".join(map(str, stage_layers(m, p))))
 
     table = _mem_table(f"Memory per GPU (most loaded: pipeline stage {s.stage}, {s.layers} layers)")
     cap = mem.capacity
@@ -154,7 +158,7 @@ def render_gpus(rows) -> None:
 
 def render_search(result, m, gpu) -> None:
     """The top plans, their step-time breakdowns, and how many plans were rejected and why."""
-    table = Table(title=f"Best plans for {m.name} on {gpu.name} (by {result.objective})")
+    table = Table(title=f"Best plans for {m.name} on {gpu.name} (by {result.objective}, framework {result.framework})")
     for col in ("#", "plan", "step", "tok/s/GPU", "MFU", "GiB/GPU", "$/M tok"):
         table.add_column(col, justify="left" if col == "plan" else "right")
     for i, c in enumerate(result.ranked, 1):

@@ -4,7 +4,9 @@ Model states follow ZeRO (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations T
 Trillion Parameter Models", section 5 and Figure 1): with mixed-precision Adam a parameter costs
 2 (weights) + 2 (gradients) + 12 (fp32 master + two moments) bytes; stage 1 shards the 12 over
 the data-parallel group, stage 2 also the gradients, stage 3 also the weights. Megatron-LM keeps
-gradients in an fp32 ``main_grad`` buffer (4 bytes), which the ``fused`` profile uses.
+gradients in an fp32 ``main_grad`` buffer (4 bytes), which the ``fused`` profile uses. FP8
+training keeps BF16 weights and FP32 masters like BF16 training, plus TransformerEngine's cached
+FP8 copies of the GEMM weights (``TrainingConfig.fp8_copy_bytes``, ``other["fp8_weight_copies"]``).
 
 Activations held on a stage follow the pipeline schedule (Narayanan et al. 2021, section 2.2;
 Korthikanti et al. 2022, section 4.2.3): under 1F1B stage i holds min(p - i, m) micro-batches in
@@ -169,6 +171,8 @@ class StageParams:
     biggest_layer: float  # the largest block's parameters on this GPU (ZeRO-3 gathers one at a time)
     n_dense: int
     n_moe: int
+    gemm: float = 0.0  # GEMM weights of the transformer blocks (what FP8 training quantizes)
+    biggest_gemm: float = 0.0  # the same in the largest block
 
 
 @functools.lru_cache(maxsize=4096)
@@ -189,7 +193,18 @@ def stage_params(m: ModelSpec, pp: int, stage: int, first: int, n_layers: int, t
         adafactor_dense=sum(_adafactor_bytes(t, tp) * c for t, c in held if not t.expert),
         adafactor_expert=sum(_adafactor_bytes(t, tp) / ep * c for t, c in held if t.expert),
         biggest_layer=max((sum(per_gpu(t) for t in layer_tensors(m, f)) for f in kinds), default=0.0),
-        n_dense=n_layers - n_moe, n_moe=n_moe)
+        n_dense=n_layers - n_moe, n_moe=n_moe,
+        gemm=sum(per_gpu(t) * n for moe, n in ((False, n_layers - n_moe), (True, n_moe)) if n
+                 for t in layer_tensors(m, moe) if fp8_gemm(t)),
+        biggest_gemm=max((sum(per_gpu(t) for t in layer_tensors(m, f) if fp8_gemm(t)) for f in kinds), default=0.0))
+
+
+def fp8_gemm(t: Tensor) -> bool:
+    """Weights FP8 training runs through FP8 GEMMs: the transformer blocks' linear layers.
+    Embedding and output layer stay in BF16 (Megatron builds the output layer as a plain
+    ColumnParallelLinear, not a TransformerEngine module), and so does the MoE router
+    (Megatron's TopKRouter keeps its own high-precision GEMM)."""
+    return t.matmul and t.name != "moe.router"
 
 
 def _per_gpu(t: Tensor, plan: ParallelPlan) -> float:
@@ -259,6 +274,12 @@ def estimate_memory(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, capac
             # FSDP/ZeRO-3 gathers a whole block's weights (current and prefetched next) and holds
             # its unsharded gradient until the reduce-scatter.
             other["zero3_gather"] = sp_.biggest_layer * (2 * cfg.weight_bytes + cfg.grad_bytes)
+        if cfg.fp8_copy_bytes:
+            # FP8 copies of the GEMM weights (TrainingConfig.fp8_copy_bytes): of every block held,
+            # or under ZeRO-3 of the two gathered blocks only (a shard has nothing to quantize)
+            copies = 2 if plan.schedule == "dualpipe" else 1
+            held_gemm = 2 * sp_.biggest_gemm if z == 3 else copies * sp_.gemm
+            other["fp8_weight_copies"] = cfg.fp8_copy_bytes * held_gemm
         if plan.zero_group > 1:
             other["comm_buckets"] = cfg.comm_bucket_bytes
         allocated = weights + grads + master + optimizer + activations + sum(other.values())

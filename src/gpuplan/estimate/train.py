@@ -15,6 +15,7 @@ from gpuplan.estimate.params import ParamCounts, count_params
 from gpuplan.estimate.step_time import StepTime, step_time
 from gpuplan.estimate.time import TrainingTime, training_time
 from gpuplan.pipeline.split import stage_layers
+from gpuplan.specs.framework import check_plan, get as get_framework
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
@@ -74,6 +75,7 @@ def validate(req: TrainRequest) -> None:
     require(p.pp <= m.num_layers, "pp", f"pp={p.pp} is more than the {m.num_layers} layers",
             f"use pp <= {m.num_layers}")
     stage_layers(m, p)  # raises for a split that cannot run (vp chunks, first/last stage layers)
+    check_plan(get_framework(c.framework), p)  # what the framework cannot run
     if p.schedule == "zb-v":
         require(2 * p.pp <= m.num_layers, "pp", f"ZB-V splits the {m.num_layers} layers into 2 x pp = {2 * p.pp} "
                 "chunks: too many", f"use pp <= {m.num_layers // 2}")
@@ -111,7 +113,10 @@ def suggest_fixes(req: TrainRequest, limit: int = 5) -> tuple[Suggestion, ...]:
     candidates: list[tuple[str, TrainRequest]] = []
     order = ["none", "selective", "full"]
     for r in order[order.index(c.recompute) + 1:]:
-        candidates.append((f"--recompute {r}", replace(req, config=replace(c, recompute=r))))
+        try:  # the framework may not have this recompute
+            candidates.append((f"--recompute {r}", replace(req, config=replace(c, recompute=r))))
+        except GpuplanError:
+            continue
     for z in range(p.zero + 1, 4):
         candidates.append((f"--zero {z}", replace(req, plan=replace(p, zero=z))))
     if c.micro_batch > 1:
@@ -173,7 +178,11 @@ def to_dict(est: TrainEstimate) -> dict:
                 "other": s.other_total, "other_breakdown": dict(s.other), "total": s.total,
                 "microbatches_in_flight": s.microbatches_in_flight, "params": s.params}
 
+    fw = get_framework(req.config.framework)
     return {
+        "framework": fw.name,
+        "framework_profile": {"source": fw.source, "kernels": req.config.profile, "attention": req.config.attention,
+                              "selective_recompute": fw.selective_semantics, "fp8_recipe": fw.fp8_recipe},
         "model": {"name": req.model.name, "model_type": req.model.model_type,
                   "params_total": est.params.total, "params_active": est.params.active,
                   "params_embedding": est.params.embedding, "params_lm_head": est.params.lm_head,

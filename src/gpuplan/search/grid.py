@@ -82,7 +82,7 @@ class Grid:
                   for (li, s, first, n), h in zip(rows, heads)]
         self.params = {k: np.array([getattr(p, k) for p in params], dtype=np.float64)
                        for k in ("dense", "expert", "adafactor_dense", "adafactor_expert", "biggest_layer", "n_dense",
-                                 "n_moe")}
+                                 "n_moe", "gemm", "biggest_gemm")}
         self.first_stage = self.stage == 0
         self.last_stage = self.stage == heads  # the stage holding the head (ZB-V: the first)
         # activation and kernel-time tables keyed by the shape a stage sees: (tp, cp, ep)
@@ -135,7 +135,9 @@ class Grid:
         gather = np.where((z == 3) & (self.n_layers[:, None] > 0),
                           p["biggest_layer"][:, None] * (2 * cfg.weight_bytes + cfg.grad_bytes), 0.0)
         buckets = np.where(zg > 1, cfg.comm_bucket_bytes, 0.0)
-        fixed = states + gather + buckets  # (rows, Z)
+        # FP8 copies of the GEMM weights: every block held, or the two gathered under ZeRO-3
+        fp8 = cfg.fp8_copy_bytes * np.where(z == 3, 2 * p["biggest_gemm"][:, None], copies * p["gemm"][:, None])
+        fixed = states + gather + buckets + fp8  # (rows, Z)
 
         act = {k: v[self.shape_key] for k, v in self._activation_table().items()}  # (rows, M, R)
         full = np.array([r == "full" for r in self.rec])[None, None, :]

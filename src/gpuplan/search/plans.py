@@ -28,6 +28,7 @@ from gpuplan.errors import GpuplanError, require
 from gpuplan.estimate.memory import MemoryReport, estimate_memory
 from gpuplan.estimate.step_time import StepTime, step_time
 from gpuplan.search.grid import Grid, Layout
+from gpuplan.specs.framework import FRAMEWORKS, Framework, get as get_framework
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
@@ -59,6 +60,7 @@ class SearchResult:
     objective: str
     price_per_gpu_hour: float | None
     timed: int = 0  # plans whose step time was computed (the rest were bounded out)
+    framework: str = "generic"  # the framework profile the plans were searched under
 
 
 def _divisors(n: int) -> list[int]:
@@ -73,16 +75,18 @@ def _pow2_upto(n: int) -> list[int]:
     return out
 
 
-def _schedules(m: ModelSpec, pp: int, max_vp: int) -> list[tuple[str, int]]:
+def _schedules(m: ModelSpec, pp: int, max_vp: int, fw: Framework = FRAMEWORKS["generic"]) -> list[tuple[str, int]]:
+    """The (schedule, vp) pairs of ``pp`` stages that the model splits into and ``fw`` runs."""
     out = [("1f1b", 1)]
     if pp > 1:
-        out += [("1f1b", v) for v in range(2, max_vp + 1) if m.num_layers % (pp * v) == 0]
+        if fw.interleaving:
+            out += [("1f1b", v) for v in range(2, max_vp + 1) if m.num_layers % (pp * v) == 0]
         out.append(("zb", 1))
         if 2 * pp <= m.num_layers:
             out.append(("zb-v", 1))
         if pp % 2 == 0:
             out.append(("dualpipe", 1))
-    return out
+    return [(s, v) for s, v in out if s in fw.schedules]
 
 
 def search(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, *, top: int = 10,
@@ -93,7 +97,12 @@ def search(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, *, top: 
     require(gpus >= 1, "gpus", f"must be a positive integer, got {gpus}")
     require(objective in OBJECTIVES, "objective", f"unknown objective {objective!r}", f"use one of {', '.join(OBJECTIVES)}")
     require(base.global_batch >= 1, "global_batch", "the search needs a global batch", "pass --global-batch")
-    rec_order = [r for r in RECOMPUTE_ORDER if r in recompute]
+    fw = get_framework(base.framework)
+    # only what the framework runs: its recompute modes and ZeRO stages
+    rec_order = [r for r in RECOMPUTE_ORDER if r in recompute and r in fw.recompute]
+    zero_stages = tuple(z for z in zero_stages if z in fw.zero_stages)
+    require(bool(rec_order and zero_stages), "framework", f"the {fw.name} profile runs none of the recompute modes "
+            "or ZeRO stages asked for", "widen the search, or use another --framework")
     rejected: Counter[str] = Counter()
     considered = 0
     # throughput: this GPU count; cost: also halves of it, since fewer GPUs can be cheaper per token
@@ -114,7 +123,7 @@ def search(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, *, top: 
     return SearchResult(ranked=ranked, feasible=sum(len(f.layout) for f, _, _ in pools),
                         rejected={k: n for k, n in rejected.items() if n},
                         considered=considered, objective=objective, price_per_gpu_hour=price_per_gpu_hour,
-                        timed=timed)
+                        timed=timed, framework=base.framework)
 
 
 @dataclass
@@ -155,10 +164,15 @@ def _feasible(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, micro
     rejected["DualPipe needs an even number of micro-batches, at least 2 x pp"] += int(dualpipe_bad.sum()) * n_var
     valid = divides & ~interleave_bad & ~dualpipe_bad
     peak = grid.peak_memory(np.where(valid, mb, 1))
-    fits = (peak <= gpu.memory_bytes) & valid[:, :, None, None]
+    # ZeRO stages the framework cannot combine with pipeline parallelism (DeepSpeed: ZeRO-2/3)
+    fw = get_framework(base.framework)
+    zero_ok = ~((pp > 1)[:, :, None] & ~np.isin(grid.zero, fw.zero_with_pp)[None, None, :])  # (L, 1, Z)
+    zero_bad = valid[:, :, None] & ~zero_ok
+    rejected[f"{fw.name} cannot combine this ZeRO stage with pipeline parallelism"] += int(zero_bad.sum()) * n_rec
+    fits = (peak <= gpu.memory_bytes) & (valid[:, :, None] & zero_ok)[:, :, :, None]
     any_fit = fits.any(axis=-1)
     lightest = fits.argmax(axis=-1)
-    tried = valid[:, :, None] & np.ones(n_zero, dtype=bool)
+    tried = valid[:, :, None] & zero_ok
     rejected["does not fit in GPU memory"] += int(np.where(any_fit, lightest, n_rec)[tried].sum())
     rejected["slower variant (less recompute fits)"] += int(np.where(any_fit, n_rec - 1 - lightest, 0)[tried].sum())
     li, mi, zi = np.nonzero(any_fit)
@@ -218,6 +232,7 @@ def _layouts(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, max_vp
     """Every (tp, cp, pp, dp, ep, schedule, vp) of ``gpus`` GPUs whose degrees divide the model;
     the others are counted as rejected, ``per_layout`` plans each."""
     heads, kv = m.num_heads, m.num_kv_heads
+    fw = get_framework(base.framework)
     out: list[Layout] = []
     considered = 0
     for tp in _divisors(min(gpus, gpu.fast_domain)):
@@ -229,7 +244,7 @@ def _layouts(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, max_vp
             for pp in _divisors(gpus // (tp * cp)):
                 dp = gpus // (tp * cp * pp)
                 eps = [1] if not m.is_moe else _divisors(math.gcd(m.num_experts, dp * cp))
-                layouts = [Layout(tp, cp, pp, dp, ep, s, v) for ep in eps for s, v in _schedules(m, pp, max_vp)]
+                layouts = [Layout(tp, cp, pp, dp, ep, s, v) for ep in eps for s, v in _schedules(m, pp, max_vp, fw)]
                 considered += len(layouts) * per_layout
                 if bad_tp:
                     rejected["tp does not divide the attention heads"] += len(layouts) * per_layout
@@ -237,6 +252,8 @@ def _layouts(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, max_vp
                     rejected["cp (x tp) does not divide the sequence"] += len(layouts) * per_layout
                 elif pp > m.num_layers:
                     rejected["more pipeline stages than layers"] += len(layouts) * per_layout
+                elif pp > 1 and not fw.pipeline:
+                    rejected[f"{fw.name} has no pipeline parallelism"] += len(layouts) * per_layout
                 else:
                     out += layouts
     return out, considered

@@ -20,5 +20,5 @@ def to_dict(result: SearchResult, m: ModelSpec, gpu: GPUSpec) -> dict:
         doc["rank"] = rank
         doc["tokens_per_s"] = c.tokens_per_s
         plans.append(doc)
-    return {"objective": result.objective, "considered": result.considered, "feasible": result.feasible,
+    return {"framework": result.framework, "objective": result.objective, "considered": result.considered, "feasible": result.feasible,
             "timed": result.timed, "rejected": result.rejected, "plans": plans}

@@ -6,8 +6,10 @@ Every default is documented here; each can be overridden from the library and th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from gpuplan.errors import require
+from gpuplan.specs.framework import check_config, get as get_framework
 from gpuplan.units import GiB
 
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
@@ -45,6 +47,20 @@ class TrainingConfig:
     # MoE: hide the expert all-to-all behind another micro-batch's compute (Megatron-Core's
     # --overlap-moe-expert-parallel-comm); DualPipe always does
     ep_overlap: bool = False
+    # The training framework (specs/framework.py): "generic" is gpuplan's defaults, every option
+    # open. Build with ``for_framework`` to take a framework's defaults for the fields above.
+    framework: str = "generic"
+
+    @classmethod
+    def for_framework(cls, framework: str = "generic", **overrides: Any) -> TrainingConfig:
+        """A config with ``framework``'s kernel profile, attention, gradient dtype and overlap
+        defaults; ``overrides`` (fields given explicitly, None meaning not given) win."""
+        fw = get_framework(framework)
+        given = {k: v for k, v in overrides.items() if v is not None}
+        defaults = {"profile": fw.profile, "attention": fw.attention, "grad_fp32": fw.grad_fp32,
+                    "tp_overlap": fw.tp_overlap, "overlap_grad_reduce": fw.overlap_grad_reduce,
+                    "overlap_param_gather": fw.overlap_param_gather}
+        return cls(framework=framework, **{**defaults, **given})
 
     def __post_init__(self) -> None:
         for name in ("seq_len", "micro_batch"):
@@ -67,6 +83,7 @@ class TrainingConfig:
         require(0 <= self.allocator_fraction < 1, "allocator_fraction", "must be in [0, 1)")
         require(self.expert_imbalance >= 1, "expert_imbalance",
                 f"is the busiest GPU's load over the mean, so at least 1; got {self.expert_imbalance}")
+        check_config(get_framework(self.framework), recompute=self.recompute, tp_overlap=self.tp_overlap)
 
     @property
     def activation_bytes(self) -> int:
@@ -76,7 +93,28 @@ class TrainingConfig:
 
     @property
     def weight_bytes(self) -> float:
-        return {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}[self.precision]
+        """Bytes per parameter of the model's own weights. FP8 training keeps them in BF16 and
+        quantizes before each GEMM (TransformerEngine, docs/features/low_precision_training/
+        performance_considerations: "Transformer Engine by default stores weights in high
+        precision and quantizes them to low precision before each GEMM"; torchao float8 casts
+        its bf16 nn.Linear weight the same way). The FP8 copies are ``fp8_copy_bytes``."""
+        return {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}[self.precision]
+
+    @property
+    def fp8_copy_bytes(self) -> float:
+        """Bytes per GEMM weight parameter of the FP8 copies held besides the BF16 weights.
+
+        TransformerEngine (the fused profile: Megatron, NeMo) quantizes a weight to FP8 both
+        row-wise and column-wise (the transpose the backward's data-gradient GEMM needs on Hopper,
+        which runs FP8 GEMMs only in the TN layout: TE docs, low_precision_training/introduction,
+        "Linear layer data flow") and keeps them across micro-batches (FP8 weight caching,
+        ``is_first_microbatch``): 1 + 1 bytes. torchao's Float8Linear (the eager profile:
+        torchtitan) saves the high-precision weight for backward and recasts it there
+        (torchao/float8/float8_linear.py, matmul_with_hp_or_float8_args), so no copy outlives
+        the GEMM. Blackwell's FP8 shares one layout for both usages; the figure is Hopper's."""
+        if self.precision != "fp8":
+            return 0.0
+        return 2.0 if self.profile == "fused" else 0.0
 
     @property
     def grad_bytes(self) -> float:
@@ -87,10 +125,12 @@ class TrainingConfig:
 
     @property
     def master_bytes(self) -> float:
-        """Master copy per parameter: fp32 for bf16/fp16 mixed precision, bf16 behind fp8 weights."""
+        """Master copy per parameter: fp32 for every mixed precision, fp8 included (TE docs,
+        performance_considerations, "Master weights": BF16 model weights and FP32 master weights
+        in the optimizer; Megatron's DistributedOptimizer keeps fp32 main params for fp8 runs)."""
         if self.precision == "fp32" or not self.master_weights:
             return 0
-        return 2 if self.precision == "fp8" else 4
+        return 4
 
     @property
     def compute_dtype(self) -> str:

@@ -1,0 +1,181 @@
+"""Training frameworks as gpuplan models them: kernels, overlap, schedules, recompute, memory layout.
+
+``--framework NAME`` sets the defaults a framework runs with and refuses what it cannot run. Each
+profile names its sources. ``generic`` (no ``--framework``) is gpuplan's own defaults with every
+option open: fused Megatron/TransformerEngine-style kernels and every schedule, which is what
+gpuplan predicted before profiles existed.
+
+What a profile decides, and where gpuplan reads it:
+
+* ``profile`` (TrainingConfig.profile): fused TransformerEngine kernels or eager PyTorch ops; it
+  also decides whether FP8 training holds cached FP8 weight copies (TrainingConfig.fp8_copy_bytes);
+* ``attention``: the attention kernel (flash: a fused kernel saving q, k, v, out and the
+  log-sum-exp; eager: the s x s softmax saved);
+* ``grad_fp32``: gradients accumulated and reduced in fp32 (TrainingConfig.grad_bytes);
+* overlap abilities and defaults (tp_overlap, overlap_grad_reduce, overlap_param_gather);
+* ``schedules``, ``interleaving`` and ``pipeline``: the pipeline schedules it has;
+* ``zero_stages`` and ``recompute``: data-parallel sharding and activation recompute it has.
+  ``selective`` recompute is Megatron's (the attention core is recomputed, Korthikanti et al.
+  2022); torchtitan's per-op selective checkpointing is modelled with the same memory and time
+  until per-op SAC has its own term (``selective_semantics`` says which it is);
+* ``fp8_recipe``: how FP8 runs (documentation; memory follows ``profile``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpuplan.specs.parallel import ParallelPlan
+
+from dataclasses import dataclass
+
+from gpuplan.errors import GpuplanError
+
+ALL_SCHEDULES = ("1f1b", "zb", "zb-v", "dualpipe")  # specs/parallel.py SCHEDULES, kept in step by a test
+
+
+@dataclass(frozen=True)
+class Framework:
+    name: str
+    source: str  # where each choice below comes from
+    profile: str = "fused"
+    attention: str = "flash"
+    grad_fp32: bool | None = None  # None: follow the kernel profile (fused: fp32, eager: weight dtype)
+    tp_overlap: bool = False  # the default
+    can_tp_overlap: bool = True
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+    pipeline: bool = True
+    schedules: tuple[str, ...] = ALL_SCHEDULES
+    interleaving: bool = True  # vp > 1
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    zero_with_pp: tuple[int, ...] = (0, 1, 2, 3)  # ZeRO stages that run alongside pipeline parallelism
+    recompute: tuple[str, ...] = ("none", "selective", "full")
+    selective_semantics: str = "attention core (Megatron)"
+    fp8_recipe: str = "TransformerEngine delayed scaling: BF16 weights, cached FP8 copies, FP32 masters"
+
+    def __post_init__(self) -> None:
+        if self.profile not in ("fused", "eager") or self.attention not in ("flash", "eager"):
+            raise GpuplanError("framework", f"profile {self.name!r} names an unknown kernel profile or attention")
+        if not set(self.schedules) <= set(ALL_SCHEDULES) or "1f1b" not in self.schedules:
+            raise GpuplanError("framework", f"profile {self.name!r} must offer 1f1b and only known schedules")
+        if self.tp_overlap and not self.can_tp_overlap:
+            raise GpuplanError("framework", f"profile {self.name!r} turns on an overlap it cannot do")
+
+
+FRAMEWORKS: dict[str, Framework] = {
+    f.name: f
+    for f in (
+        Framework(
+            name="generic",
+            source="gpuplan's defaults before framework profiles (fused kernels, every schedule open)",
+        ),
+        Framework(
+            name="megatron",
+            source="https://github.com/NVIDIA/Megatron-LM: megatron/training/arguments.py (bf16 forces "
+            "accumulate_allreduce_grads_in_fp32: fp32 main_grad), megatron/core/pipeline_parallel/"
+            "schedules.py (1F1B and interleaved 1F1B only), --recompute-granularity selective "
+            "(core attention) | full, --use-distributed-optimizer (ZeRO-1) and Megatron-FSDP "
+            "(optim / optim_grads / optim_grads_params), --tp-comm-overlap (TransformerEngine "
+            "userbuffers, off by default), --overlap-grad-reduce, --overlap-param-gather",
+            grad_fp32=True,
+            schedules=("1f1b",),
+        ),
+        Framework(
+            name="nemo",
+            source="https://github.com/NVIDIA/NeMo (NeMo 2 / Megatron-Bridge on Megatron-Core): the same "
+            "kernels, schedules and memory as megatron; the performance recipes turn on TP "
+            "communication overlap (MegatronCommOverlapCallback, tp_comm_overlap=True)",
+            grad_fp32=True,
+            schedules=("1f1b",),
+            tp_overlap=True,
+        ),
+        Framework(
+            name="torchtitan",
+            source="https://github.com/pytorch/torchtitan: FSDP2 fully_shard with MixedPrecisionPolicy "
+            "(mixed_precision_param bfloat16, mixed_precision_reduce float32: fp32 reduce-scatter "
+            "into fp32 sharded gradients), DDP or HSDP (no ZeRO-1), reshard_after_forward never "
+            "= ZeRO-2; torch.distributed.pipelining schedules 1F1B, Interleaved1F1B, "
+            "InterleavedZeroBubble, ZBVZeroBubble and DualPipeV (DualPipeV is not DualPipe: one "
+            "weight copy per rank; gpuplan's dualpipe models DualPipe's two); SDPA flash "
+            "attention; activation_checkpoint mode selective (per-op SAC) | full; async TP "
+            "(enable_async_tensor_parallel, off by default); torchao Float8 training",
+            profile="eager",
+            grad_fp32=True,
+            schedules=("1f1b", "zb", "zb-v"),
+            zero_stages=(0, 2, 3),
+            selective_semantics="per-op SAC (torchtitan), modelled as the attention core",
+            fp8_recipe="torchao Float8Linear dynamic scaling: BF16 weights recast per GEMM, no cached copy",
+        ),
+        Framework(
+            name="deepspeed",
+            source="https://github.com/deepspeedai/DeepSpeed: deepspeed/runtime/pipe (PipelineEngine "
+            "runs TrainSchedule, 1F1B, with no interleaving; ZeRO-2 and -3 are refused with "
+            "pipeline parallelism), ZeRO stages 0-3 with overlap_comm and stage-3 prefetch, "
+            "activation checkpointing of whole layers (no selective recompute), no TP "
+            "communication overlap; kernels are the model's own PyTorch ops",
+            profile="eager",
+            schedules=("1f1b",),
+            interleaving=False,
+            zero_with_pp=(0, 1),
+            recompute=("none", "full"),
+            can_tp_overlap=False,
+            fp8_recipe="none built in (TransformerEngine through the model or accelerate)",
+        ),
+        Framework(
+            name="hf",
+            source="https://github.com/huggingface/transformers Trainer with accelerate: no pipeline "
+            "parallelism, DDP, DeepSpeed ZeRO or FSDP for data parallelism, "
+            "gradient_checkpointing (whole layers), attn_implementation sdpa/flash_attention_2, "
+            "eager PyTorch kernels; autocast keeps fp32 parameters and gradients (4 + 4 B, the "
+            "same total as BF16 weights and gradients plus an fp32 master)",
+            profile="eager",
+            pipeline=False,
+            schedules=("1f1b",),
+            interleaving=False,
+            recompute=("none", "full"),
+            can_tp_overlap=False,
+            fp8_recipe="accelerate's TransformerEngine or torchao backend",
+        ),
+    )
+}
+NAMES = tuple(FRAMEWORKS)
+
+
+def get(name: str) -> Framework:
+    if name not in FRAMEWORKS:
+        raise GpuplanError("framework", f"unknown framework {name!r}", f"use one of {', '.join(NAMES)}")
+    return FRAMEWORKS[name]
+
+
+def _refuse(fw: Framework, field: str, what: str, alternatives: str) -> GpuplanError:
+    return GpuplanError(field, f"the {fw.name} profile has no {what}", f"use {alternatives}, or another --framework")
+
+
+def check_config(fw: Framework, *, recompute: str, tp_overlap: bool) -> None:
+    """Refuse training options the framework cannot run (one line, naming the profile and the
+    alternatives)."""
+    if recompute not in fw.recompute:
+        raise _refuse(fw, "recompute", f"{recompute} recompute", "--recompute " + " or ".join(fw.recompute))
+    if tp_overlap and not fw.can_tp_overlap:
+        raise _refuse(fw, "tp_overlap", "TP communication overlap", "--no-tp-overlap")
+
+
+def check_plan(fw: Framework, plan: ParallelPlan) -> None:
+    """Refuse parallel layouts the framework cannot run."""
+    if plan.pp > 1 and not fw.pipeline:
+        raise _refuse(fw, "pp", "pipeline parallelism", "--pp 1")
+    if plan.schedule not in fw.schedules:
+        raise _refuse(fw, "schedule", f"{plan.schedule} schedule", "--schedule " + " or ".join(fw.schedules))
+    if plan.vp > 1 and not fw.interleaving:
+        raise _refuse(fw, "vp", "interleaved (virtual) pipeline stages", "--vp 1")
+    if plan.zero not in fw.zero_stages:
+        raise _refuse(fw, "zero", f"ZeRO-{plan.zero} sharding", "--zero " + " or ".join(map(str, fw.zero_stages)))
+    if plan.pp > 1 and plan.zero not in fw.zero_with_pp:
+        raise _refuse(
+            fw,
+            "zero",
+            f"ZeRO-{plan.zero} with pipeline parallelism",
+            "--zero " + " or ".join(map(str, fw.zero_with_pp)) + " with --pp > 1",
+        )

@@ -1,0 +1,59 @@
+"""FP8 training memory as TransformerEngine and torchao hold it, counted by hand.
+
+Layout (TransformerEngine docs, features/low_precision_training: performance_considerations
+"Master weights" and introduction "Linear layer data flow"): BF16 model weights (2 B), an FP8
+copy of each GEMM weight plus its transpose on Hopper (1 + 1 B, cached across micro-batches),
+FP32 master weights (4 B) and Adam moments (8 B) in the optimizer, and Megatron's FP32 main_grad
+(4 B). torchao's Float8Linear keeps no FP8 copy (it recasts the saved BF16 weight in backward).
+"""
+
+import pytest
+
+from gpuplan import catalog
+from gpuplan.estimate.memory import estimate_memory
+from gpuplan.estimate.params import count_params
+from gpuplan.specs.parallel import ParallelPlan
+from gpuplan.specs.training import TrainingConfig
+from gpuplan.units import GiB
+
+# Llama 3.2 1B (its config.json): hidden 2048, 16 layers, 32 query and 8 KV heads of 64, SwiGLU
+# 8192. GEMM weights per layer: q, k and v, o, gate, up, down.
+H, KV, FFN, LAYERS = 2048, 8 * 64, 8192, 16
+GEMM = LAYERS * (H * H + 2 * H * KV + H * H + 3 * H * FFN)
+
+
+@pytest.fixture(scope="module")
+def llama1b():
+    return catalog.model("llama-3.2-1b")
+
+
+def test_te_fp8_holds_bf16_weights_fp8_copies_fp32_masters_and_fp32_grads(llama1b):
+    assert GEMM == 973_078_528
+    n = count_params(llama1b).total
+    cfg = TrainingConfig(precision="fp8", profile="fused", seq_len=2048)
+    s = estimate_memory(llama1b, cfg, ParallelPlan(), 80 * GiB).per_gpu
+    assert s.weights == 2 * n
+    assert s.other["fp8_weight_copies"] == 2 * GEMM  # FP8 weight and its transpose
+    assert s.master_weights == 4 * n and s.gradients == 4 * n and s.optimizer == 8 * n
+
+
+def test_fp8_costs_its_copies_over_bf16_and_nothing_else(llama1b):
+    plan = ParallelPlan(tp=2, dp=4, zero=1)
+    bf16 = estimate_memory(llama1b, TrainingConfig(precision="bf16"), plan, 80 * GiB).per_gpu
+    fp8 = estimate_memory(llama1b, TrainingConfig(precision="fp8"), plan, 80 * GiB).per_gpu
+    assert fp8.model_states == bf16.model_states
+    assert fp8.other["fp8_weight_copies"] == 2 * GEMM / 2  # TP halves every block's GEMM weights
+
+
+def test_torchao_fp8_keeps_no_copy(llama1b):
+    cfg = TrainingConfig(precision="fp8", profile="eager")
+    s = estimate_memory(llama1b, cfg, ParallelPlan(), 80 * GiB).per_gpu
+    n = count_params(llama1b).total
+    assert "fp8_weight_copies" not in s.other
+    assert s.weights == 2 * n and s.master_weights == 4 * n and s.gradients == 2 * n
+
+
+def test_zero3_quantizes_only_the_gathered_blocks(llama1b):
+    cfg = TrainingConfig(precision="fp8", profile="fused")
+    s = estimate_memory(llama1b, cfg, ParallelPlan(dp=8, zero=3), 80 * GiB).per_gpu
+    assert s.other["fp8_weight_copies"] == 2 * 2 * GEMM / LAYERS  # current and prefetched block
