@@ -100,6 +100,9 @@ def test_a_sources_stated_practice_applies_to_all_its_rows():
     rows = [r for r in load_rows() if r.source.startswith("Llama 3")]
     assert {r.plan.vp for r in rows} == {2}  # interleaved, two stages per rank (paper, Fig. 6)
     assert all(r.plan.sp and r.config.attention == "flash" for r in rows)
+    # Megatron's runs go through the megatron --framework profile, so validation checks the profile
+    mcore = [r for r in load_rows() if r.source.startswith(("Megatron-Core", "Narayanan", "Korthikanti"))]
+    assert {r.config.framework for r in mcore} == {"megatron"} and all(r.config.grad_fp32 for r in mcore)
 
 
 def test_errors_are_reported_per_gpu_family_precision_context_and_parallel_style(results):

@@ -56,6 +56,7 @@ class Source:
     prefix: str  # the start of the CSV's ``source`` column
     framework: str  # words, for the report
     arch: str
+    profile: str  # the gpuplan --framework profile that runs as the source did ("generic": none fits)
     config: dict[str, Any] = field(default_factory=dict)  # TrainingConfig fields
     plan: dict[str, Any] = field(default_factory=dict)  # ParallelPlan fields the source states for all its runs
     sp: bool | None = None  # sequence parallelism whenever tp > 1 (None: the row's ``sp`` column)
@@ -66,24 +67,25 @@ class Source:
 # (fused scale-mask-softmax), gradients reduced after the backward (LocalDDP), dropout 0.1.
 _MEGATRON_2021 = dict(attention="eager", overlap_grad_reduce=False, overlap_param_gather=False)
 SOURCES = (
-    Source("Narayanan et al. 2021", "Megatron-LM (2021)", "gpt-dropout", _MEGATRON_2021),
-    Source("Korthikanti et al. 2022", "Megatron-LM (2022)", "gpt-dropout", _MEGATRON_2021),
+    Source("Narayanan et al. 2021", "Megatron-LM (2021)", "gpt-dropout", "megatron", _MEGATRON_2021),
+    Source("Korthikanti et al. 2022", "Megatron-LM (2022)", "gpt-dropout", "megatron", _MEGATRON_2021),
     # Megatron-LM README, "Performance benchmarking" (core_r0.8.0): TransformerEngine kernels,
     # distributed optimizer, --overlap-grad-reduce --overlap-param-gather --tp-comm-overlap, sequence
     # parallel, bf16 with fp32 gradient reduction (arguments.py: bf16 sets
     # accumulate_allreduce_grads_in_fp32), no dropout, no recompute.
-    Source("Megatron-Core r0.8", "Megatron-Core r0.8 + TransformerEngine", "gpt",
+    Source("Megatron-Core r0.8", "Megatron-Core r0.8 + TransformerEngine", "gpt", "megatron",
            dict(attention="flash", tp_overlap=True), sp=True),
     # Llama 3 paper, section 3.3: 4D parallelism (TP with SP, CP, PP, FSDP of optimizer state and
     # gradients), bf16, FlashAttention. Its pipeline is interleaved 1F1B (section 3.3.2) drawn in
     # Fig. 6 with two stages per rank; the paper gives no other V, so V = 2. "We reduce one
     # Transformer layer each from the first and the last stages" (section 3.3.2): 7 / 8 x 14 / 7.
-    Source("Llama 3 paper", "Meta (Llama 3 paper, section 3.3)", "llama",
+    Source("Llama 3 paper", "Meta (Llama 3 paper, section 3.3)", "llama", "generic",
            dict(attention="flash", tp_overlap=True), plan=dict(vp=2, first_stage_layers=7, last_stage_layers=7),
            sp=True),
     # llm-foundry: Composer + PyTorch FSDP FULL_SHARD, amp_bf16 (fp32 masters and reduction),
     # FlashAttention (triton/FA2 in the benchmark yamls), eager PyTorch around it.
-    Source("llm-foundry", "llm-foundry (Composer, PyTorch FSDP)", "mpt", dict(attention="flash", profile="eager")),
+    Source("llm-foundry", "llm-foundry (Composer, PyTorch FSDP)", "mpt", "generic",
+           dict(attention="flash", profile="eager")),
 )
 
 
@@ -192,8 +194,9 @@ def _rows(path: Path) -> list[Row]:
             sp = (src.sp if src.sp is not None else r["sp"] == "yes") and tp > 1
             split = {k: src.plan[k] for k in ("first_stage_layers", "last_stage_layers") if k in src.plan and pp > 1}
             plan = ParallelPlan(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, zero=zero, sp=sp, **split)
-            config = TrainingConfig(seq_len=seq, micro_batch=mbs, global_batch=gbs, precision=r["precision"],
-                                    recompute=r["recompute"] or "none", **src.config)
+            config = TrainingConfig.for_framework(src.profile, seq_len=seq, micro_batch=mbs, global_batch=gbs,
+                                                  precision=r["precision"], recompute=r["recompute"] or "none",
+                                                  **src.config)
             rows.append(Row(r["id"], r["source"], model, r["gpu"], plan, config, gbs // (mbs * dp),
                             _measured_step_s(r, gbs, seq), r["metric"], float(r["value"]), src.framework))
     return rows
