@@ -17,6 +17,7 @@ CASES = [
     ("gemma-2-9b", 8, TrainingConfig(seq_len=4096, global_batch=32, optimizer="adafactor")),
     ("llama-3.1-70b", 64, TrainingConfig(seq_len=8192, global_batch=512, precision="fp16", profile="eager")),
     ("qwen2.5-7b", 16, TrainingConfig(seq_len=4096, global_batch=64, precision="fp8")),  # TE's FP8 weight copies
+    ("llama-3.2-1b", 16, TrainingConfig.for_framework("torchtitan", seq_len=4096, global_batch=64)),  # FSDP2 shards
 ]
 
 

@@ -244,7 +244,8 @@ def estimate_memory(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, capac
 
         if plan.schedule == "dualpipe":  # each rank holds two stages, one per direction
             dense, expert = 2 * dense, 2 * expert
-        weights = cfg.weight_bytes * sharded(3)
+        # FSDP2's sharded parameters are the fp32 masters: no sharded BF16 copy besides them
+        weights = 0.0 if z == 3 and cfg.sharded_params_are_masters else cfg.weight_bytes * sharded(3)
         grads = cfg.grad_bytes * sharded(2)
         master = cfg.master_bytes * sharded(1)
         if cfg.optimizer == "adafactor":

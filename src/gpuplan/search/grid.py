@@ -126,7 +126,10 @@ class Grid:
         def sharded(min_stage: int) -> np.ndarray:  # (rows, Z)
             return np.where(z >= min_stage, dense / zg + expert / ezg, dense + expert)
 
-        states = cfg.weight_bytes * sharded(3) + cfg.grad_bytes * sharded(2) + cfg.master_bytes * sharded(1)
+        weights = cfg.weight_bytes * sharded(3)
+        if cfg.sharded_params_are_masters:  # FSDP2: the fp32 shards are the masters under ZeRO-3
+            weights = np.where(z == 3, 0.0, weights)
+        states = weights + cfg.grad_bytes * sharded(2) + cfg.master_bytes * sharded(1)
         if cfg.optimizer == "adafactor":
             od, oe = copies * p["adafactor_dense"][:, None], copies * p["adafactor_expert"][:, None]
             states = states + np.where(z >= 1, od / zg + oe / ezg, od + oe)

@@ -18,7 +18,10 @@ What a profile decides, and where gpuplan reads it:
   ``selective`` recompute is Megatron's (the attention core is recomputed, Korthikanti et al.
   2022); torchtitan's per-op selective checkpointing is modelled with the same memory and time
   until per-op SAC has its own term (``selective_semantics`` says which it is);
-* ``fp8_recipe``: how FP8 runs (documentation; memory follows ``profile``).
+* ``fp8_recipe``: how FP8 runs (documentation; memory follows ``profile``);
+* ``sharded_fp32_params``: the memory layout under ZeRO-3. Megatron's distributed optimizer and
+  DeepSpeed keep BF16 weights beside sharded FP32 masters; FSDP2 (torchtitan) shards the FP32
+  parameters themselves and holds BF16 only for the gathered blocks.
 """
 
 from __future__ import annotations
@@ -54,6 +57,10 @@ class Framework:
     recompute: tuple[str, ...] = ("none", "selective", "full")
     selective_semantics: str = "attention core (Megatron)"
     fp8_recipe: str = "TransformerEngine delayed scaling: BF16 weights, cached FP8 copies, FP32 masters"
+    # FSDP2 with a MixedPrecisionPolicy shards the fp32 parameters themselves: the optimizer steps
+    # them (they are the master weights) and BF16 exists only for the gathered blocks, so under
+    # ZeRO-3 no sharded BF16 copy is held
+    sharded_fp32_params: bool = False
 
     def __post_init__(self) -> None:
         if self.profile not in ("fused", "eager") or self.attention not in ("flash", "eager"):
@@ -105,6 +112,7 @@ FRAMEWORKS: dict[str, Framework] = {
             grad_fp32=True,
             schedules=("1f1b", "zb", "zb-v"),
             zero_stages=(0, 2, 3),
+            sharded_fp32_params=True,
             selective_semantics="per-op SAC (torchtitan), modelled as the attention core",
             fp8_recipe="torchao Float8Linear dynamic scaling: BF16 weights recast per GEMM, no cached copy",
         ),

@@ -117,6 +117,12 @@ class TrainingConfig:
         return 2.0 if self.profile == "fused" else 0.0
 
     @property
+    def sharded_params_are_masters(self) -> bool:
+        """Under ZeRO-3 the sharded parameters are the fp32 master weights (FSDP2 with a mixed
+        precision policy: torchtitan), so no separate sharded BF16 weight is held."""
+        return get_framework(self.framework).sharded_fp32_params and bool(self.master_bytes)
+
+    @property
     def grad_bytes(self) -> float:
         if self.precision == "fp32":
             return 4
