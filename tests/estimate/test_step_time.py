@@ -71,8 +71,10 @@ def test_1f1b_bubble_is_p_minus_1_stage_times_and_interleaving_divides_it_by_v(h
 def test_zero_bubble_and_dualpipe_shrink_the_bubble(h100):
     cfg = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=32)
     m = "llama-3.1-70b"
-    b = {s: _st(m, h100, ParallelPlan(dp=1, tp=8, pp=8, schedule=s), cfg, 32).breakdown["bubble"]
-         for s in ("1f1b", "zb", "zb-v", "dualpipe")}
+    b = {
+        s: _st(m, h100, ParallelPlan(dp=1, tp=8, pp=8, schedule=s), cfg, 32).breakdown["bubble"]
+        for s in ("1f1b", "zb", "zb-v", "dualpipe")
+    }
     assert b["dualpipe"] < b["zb"] < b["1f1b"]
     assert b["zb-v"] < b["zb"]
 
@@ -116,7 +118,7 @@ def test_context_parallel_kv_bytes_per_layer_match_the_textbook_count(h100):
     cfg = TrainingConfig(seq_len=8192, micro_batch=1, global_batch=1)
     st = step_time(m, cfg, ParallelPlan(dp=1, cp=8, tp=1), h100, 1)
     chunk = 1024 * 2 * m.num_kv_heads * m.head_dim * 2  # tokens x (K and V) x kv heads x head dim x bf16
-    assert chunk == 4 * 2 ** 20  # 4 MiB per hop
+    assert chunk == 4 * 2**20  # 4 MiB per hop
     per_layer_fwd = 7 * chunk
     per_layer = per_layer_fwd + 7 * 2 * chunk
     assert st.comm["cp"].bytes_per_gpu == pytest.approx(m.num_layers * per_layer)
@@ -166,3 +168,45 @@ def test_a_recalibrated_gpu_never_reuses_a_cached_step_time(h100):
     slower = dataclasses.replace(h100, efficiency=dataclasses.replace(h100.efficiency, sustained=0.5))
     assert slower != h100 and hash(slower) != hash(h100)
     assert _st("llama-3.1-8b", slower, plan, cfg, 8).step_s > 1.3 * base
+
+
+def test_fp8_runs_the_attention_core_and_output_layer_in_bf16(h100):
+    from gpuplan.estimate.compute import LayerShape, head_times, layer_times
+
+    m = catalog.model("llama-3.1-8b")
+    shape = {
+        d: LayerShape(
+            tokens=8192, seq=8192, micro_batch=1, tp=1, cp=1, ep=1, sp=False, dtype=d, act_bytes=2, attention="flash"
+        )
+        for d in ("bf16", "fp8")
+    }
+    bf16, fp8 = (layer_times(m, h100, shape[d], False) for d in ("bf16", "fp8"))
+    assert fp8.parts["attention"] == pytest.approx(bf16.parts["attention"])
+    assert fp8.parts["gemm"] < 0.75 * bf16.parts["gemm"]
+    assert head_times(m, h100, shape["fp8"]).parts["gemm"] == pytest.approx(
+        head_times(m, h100, shape["bf16"]).parts["gemm"]
+    )
+
+
+def test_fp8_pays_a_cast_and_transpose_of_every_gemm_input_and_output_gradient(h100):
+    from gpuplan.estimate.compute import LayerShape, layer_times, memory_time
+
+    m = catalog.model("llama-3.1-8b")
+    T = 8192
+    shape = LayerShape(
+        tokens=T, seq=8192, micro_batch=1, tp=1, cp=1, ep=1, sp=False, dtype="fp8", act_bytes=2, attention="flash"
+    )
+    h, f, qkv = 4096, 14336, 4096 + 2 * 1024
+    # (in, out) of qkv, o, gate+up, down; read BF16 (2 B), write FP8 and its transpose (1 + 1 B)
+    gemms = [(h, qkv), (h, h), (h, 2 * f), (f, h)]
+    expected = sum(memory_time(h100, T * n_in * 4) + memory_time(h100, T * n_out * 4) for n_in, n_out in gemms)
+    assert layer_times(m, h100, shape, False).parts["fp8_cast"] == pytest.approx(expected)
+
+
+def test_fp8_training_is_faster_than_bf16_by_less_than_the_peak_ratio(h100):
+    # frameworks report 1.3-1.5x (not the 2x of the datasheet): casts, BF16 attention and norms
+    plan = ParallelPlan(dp=4, tp=8, pp=2, sp=True)
+    base = TrainingConfig(seq_len=8192, micro_batch=1, global_batch=512, recompute="selective", tp_overlap=True)
+    bf16 = _st("llama-3.1-70b", h100, plan, base, 128).step_s
+    fp8 = _st("llama-3.1-70b", h100, plan, dataclasses.replace(base, precision="fp8"), 128).step_s
+    assert 1.2 < bf16 / fp8 < 1.6

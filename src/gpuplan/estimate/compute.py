@@ -75,12 +75,30 @@ def flash_time(gpu: GPUSpec, dtype: str, flops_fwd: float, seq: float) -> tuple[
     return fwd, bwd
 
 
+def _high_precision(dtype: str) -> str:
+    """The dtype of what an FP8 recipe leaves in high precision (attention core, output layer)."""
+    return "bf16" if dtype == "fp8" else dtype
+
+
+def fp8_cast_times(gpu: GPUSpec, inputs: float, grads: float, act_bytes: float) -> tuple[float, float]:
+    """(forward, backward) seconds of quantizing one FP8 GEMM's operands: the forward casts its
+    input X (``inputs`` elements) and the backward the output gradient dY (``grads``), each read in
+    BF16 and written as FP8 plus its FP8 transpose, which the other backward GEMM consumes
+    (TransformerEngine's cast_transpose kernels; Micikevicius et al. 2022, "FP8 Formats for Deep
+    Learning", section 4: per-tensor scaled casts around every GEMM). Weights are cast once per
+    step and cached over the micro-batches (TE ``is_first_microbatch``), so are not counted here;
+    the per-step amax/scale update is one small kernel per tensor, inside the launch overhead."""
+    per = act_bytes + 2.0  # read the high-precision tensor; write FP8 and FP8 transposed
+    return memory_time(gpu, inputs * per), memory_time(gpu, grads * per)
+
+
 @dataclass
 class OpTimes:
     """Seconds of one piece of work: forward, backward for inputs (B), backward for weights (W).
 
     ``attn_core`` is the part of forward that selective recompute runs again.
     """
+
     fwd: float = 0.0
     bwd_input: float = 0.0
     bwd_weight: float = 0.0
@@ -110,6 +128,7 @@ def _local_gemm(t: Tensor, tp: int, ep: int) -> tuple[int, int, int]:
 @dataclass(frozen=True)
 class LayerShape:
     """What one GPU computes for one micro-batch of a layer."""
+
     tokens: int  # tokens through this GPU's GEMMs: micro_batch x seq / cp
     seq: int
     micro_batch: int
@@ -140,10 +159,21 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
         if rows <= 0:
             continue
         kind = "gemm"
-        out.add(kind, fwd=gemm_time(gpu, s.dtype, rows, n_out, n_in, experts),
-                b=gemm_time(gpu, s.dtype, rows, n_in, n_out, experts),
-                w=gemm_time(gpu, s.dtype, n_out, n_in, rows, experts))
+        # the MoE router stays in high precision (Megatron's TopKRouter is not a TE module)
+        d = _high_precision(s.dtype) if t.name.endswith("router") else s.dtype
+        out.add(
+            kind,
+            fwd=gemm_time(gpu, d, rows, n_out, n_in, experts),
+            b=gemm_time(gpu, d, rows, n_in, n_out, experts),
+            w=gemm_time(gpu, d, n_out, n_in, rows, experts),
+        )
+        if d == "fp8":
+            fwd_c, bwd_c = fp8_cast_times(gpu, rows * n_in * experts, rows * n_out * experts, a)
+            out.add("fp8_cast", fwd=fwd_c, b=bwd_c)
 
+    # FP8 recipes run the attention core in BF16 (TransformerEngine's FP8 dot-product attention is
+    # opt-in, fp8_dpa=False; torchao converts only nn.Linear)
+    attn_dtype = _high_precision(s.dtype)
     heads = m.num_heads // tp
     kv_heads = max(1, m.num_kv_heads // tp) if not m.is_mla else heads
     window = m.sliding_window if m.num_sliding_layers else None
@@ -154,36 +184,53 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
             frac = m.num_sliding_layers / m.num_layers
             ctx = (1 - frac) * ctx + frac * mean_context(s.seq, window, True)
         flops = 2.0 * s.micro_batch * heads * (m.qk_head_dim + m.v_dim) * s.seq * ctx / s.cp
-        fwd, bwd = flash_time(gpu, s.dtype, flops, min(s.seq, window or s.seq) / s.cp)
+        fwd, bwd = flash_time(gpu, attn_dtype, flops, min(s.seq, window or s.seq) / s.cp)
         out.add("attention", fwd=fwd, b=bwd, core=True)
     else:
         bh = s.micro_batch * heads
         q, keys = s.seq // s.cp, s.seq
         scores = bh * q * keys
-        fwd = (gemm_time(gpu, s.dtype, q, keys, m.qk_head_dim, bh)
-               + gemm_time(gpu, s.dtype, q, m.v_dim, keys, bh))
-        bwd = (gemm_time(gpu, s.dtype, q, m.qk_head_dim, keys, bh) + gemm_time(gpu, s.dtype, keys, m.qk_head_dim, q, bh)
-               + gemm_time(gpu, s.dtype, q, keys, m.v_dim, bh) + gemm_time(gpu, s.dtype, keys, m.v_dim, q, bh))
+        d = attn_dtype
+        fwd = gemm_time(gpu, d, q, keys, m.qk_head_dim, bh) + gemm_time(gpu, d, q, m.v_dim, keys, bh)
+        bwd = (
+            gemm_time(gpu, d, q, m.qk_head_dim, keys, bh)
+            + gemm_time(gpu, d, keys, m.qk_head_dim, q, bh)
+            + gemm_time(gpu, d, q, keys, m.v_dim, bh)
+            + gemm_time(gpu, d, keys, m.v_dim, q, bh)
+        )
         out.add("attention", fwd=fwd, b=bwd, core=True)
         # softmax reads the scores and writes probabilities; dropout adds a pass and a 1-byte mask
         drop = m.attention_dropout > 0
         sm_f = scores * (2 * a + ((2 * a + 1) if drop else 0))
         sm_b = scores * (3 * a + ((2 * a + 1) if drop else 0))
-        out.add("softmax", fwd=memory_time(gpu, sm_f, 2 if drop else 1),
-                b=memory_time(gpu, sm_b, 2 if drop else 1), core=True)
+        out.add(
+            "softmax",
+            fwd=memory_time(gpu, sm_f, 2 if drop else 1),
+            b=memory_time(gpu, sm_b, 2 if drop else 1),
+            core=True,
+        )
 
     # elementwise work on the residual stream: sequence-parallel regions hold T/tp tokens
     t_res = T / tp if s.sp else T
     norms = m.pre_norms_per_layer + m.post_norms_per_layer
-    out.add("norm", fwd=memory_time(gpu, norms * 2 * a * t_res * h, norms),
-            b=memory_time(gpu, norms * 3 * a * t_res * h, norms))
+    out.add(
+        "norm",
+        fwd=memory_time(gpu, norms * 2 * a * t_res * h, norms),
+        b=memory_time(gpu, norms * 3 * a * t_res * h, norms),
+    )
     adds = 1 if m.parallel_attn else 2
     drop = 1 if m.dropout > 0 else 0
-    out.add("residual", fwd=memory_time(gpu, adds * (3 * a + drop) * t_res * h, adds),
-            b=memory_time(gpu, adds * (3 * a + drop) * t_res * h, adds))
+    out.add(
+        "residual",
+        fwd=memory_time(gpu, adds * (3 * a + drop) * t_res * h, adds),
+        b=memory_time(gpu, adds * (3 * a + drop) * t_res * h, adds),
+    )
     if m.rotary:
-        qk = (heads * m.qk_head_dim + kv_heads * (m.qk_rope_head_dim or m.head_dim)) if not m.is_mla \
+        qk = (
+            (heads * m.qk_head_dim + kv_heads * (m.qk_rope_head_dim or m.head_dim))
+            if not m.is_mla
             else heads * m.qk_rope_head_dim + m.qk_rope_head_dim
+        )
         out.add("rotary", fwd=memory_time(gpu, 2 * a * T * qk, 2), b=memory_time(gpu, 2 * a * T * qk, 2))
     # MLP activation: GeLU reads and writes ffn; SwiGLU reads 2 ffn and writes one
     width = (m.moe_ffn_size * m.experts_per_token + m.shared_expert_ffn_size) if moe else m.ffn_size
@@ -206,9 +253,13 @@ def head_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape) -> OpTimes:
     v = -(-m.vocab_size // s.tp)
     out = OpTimes()
     t_res = T / s.tp if s.sp else T
-    out.add("norm", fwd=memory_time(gpu, 2 * a * t_res * m.hidden_size), b=memory_time(gpu, 3 * a * t_res * m.hidden_size))
-    out.add("gemm", fwd=gemm_time(gpu, s.dtype, T, v, h), b=gemm_time(gpu, s.dtype, T, h, v),
-            w=gemm_time(gpu, s.dtype, v, h, T))
+    out.add(
+        "norm", fwd=memory_time(gpu, 2 * a * t_res * m.hidden_size), b=memory_time(gpu, 3 * a * t_res * m.hidden_size)
+    )
+    # the output layer stays in BF16 under FP8 recipes: Megatron's output_layer is not a TE module
+    # and torchtitan's float8 conversion skips "output"
+    d = _high_precision(s.dtype)
+    out.add("gemm", fwd=gemm_time(gpu, d, T, v, h), b=gemm_time(gpu, d, T, h, v), w=gemm_time(gpu, d, v, h, T))
     # cross-entropy in fp32 over the local vocabulary slice: upcast, max, exp, sum, then the gradient
     logits = T * v
     out.add("loss", fwd=memory_time(gpu, logits * (a + 4 * 5), 4), b=memory_time(gpu, logits * (4 * 2 + a), 2))
@@ -222,6 +273,9 @@ def embedding_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape) -> OpTimes:
     T, a = s.tokens, s.act_bytes
     out = OpTimes()
     rows = 2 if m.position_embeddings else 1
-    out.add("embedding", fwd=memory_time(gpu, 2 * a * T * m.hidden_size * rows, rows),
-            w=memory_time(gpu, 3 * 4 * T * m.hidden_size * rows, rows))
+    out.add(
+        "embedding",
+        fwd=memory_time(gpu, 2 * a * T * m.hidden_size * rows, rows),
+        w=memory_time(gpu, 3 * 4 * T * m.hidden_size * rows, rows),
+    )
     return out
