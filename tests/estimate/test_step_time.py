@@ -210,3 +210,20 @@ def test_fp8_training_is_faster_than_bf16_by_less_than_the_peak_ratio(h100):
     bf16 = _st("llama-3.1-70b", h100, plan, base, 128).step_s
     fp8 = _st("llama-3.1-70b", h100, plan, dataclasses.replace(base, precision="fp8"), 128).step_s
     assert 1.2 < bf16 / fp8 < 1.6
+
+
+def test_sdpa_frameworks_run_flashattention_2_which_hopper_runs_slower_than_fa3(h100):
+    from gpuplan.estimate.compute import flash_time
+
+    flops = 1e12
+    fa3 = flash_time(h100, "bf16", flops, 8192, "fa3")
+    fa2 = flash_time(h100, "bf16", flops, 8192, "fa2")
+    e = h100.efficiency
+    # the FA3 paper's 1.5-2.0x forward speed-up over FA2 on H100
+    assert 1.5 <= (fa2[0] - e.kernel_overhead_s) / (fa3[0] - e.kernel_overhead_s) <= 2.0
+    assert fa2[1] > fa3[1]
+    # the A100 has no FA3: both names run FlashAttention-2's measured rate
+    a100 = catalog.gpu("a100-sxm-80gb")
+    assert flash_time(a100, "bf16", flops, 8192, "fa2") == flash_time(a100, "bf16", flops, 8192, "fa3")
+    assert TrainingConfig.for_framework("torchtitan").attention_kernel == "fa2"
+    assert TrainingConfig.for_framework("megatron").attention_kernel == "fa3"

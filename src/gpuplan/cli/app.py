@@ -89,6 +89,9 @@ def train(
     optimizer: Annotated[str, typer.Option(help="adamw, adamw8bit, sgd or adafactor.")] = "adamw",
     attention: Annotated[Optional[str], typer.Option(help="flash or eager attention kernels (default: the "
                                                            "framework's; generic: flash).")] = None,
+    attention_kernel: Annotated[Optional[str], typer.Option(help="fa3 (FlashAttention-3 / cuDNN, TransformerEngine) "
+                                                            "or fa2 (PyTorch SDPA, flash_attn 2) (default: the "
+                                                            "framework's).")] = None,
     profile: Annotated[Optional[str], typer.Option(help="fused (Megatron/TE) or eager (PyTorch + transformers) "
                                                          "(default: the framework's; generic: fused).")] = None,
     framework: FrameworkOpt = "generic",
@@ -139,7 +142,7 @@ def train(
         raise GpuplanError("cuda_context_gib", "must not be negative")
     config = TrainingConfig.for_framework(
         framework, seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch or 0, precision=precision,
-        master_weights=master_weights, optimizer=optimizer, recompute=recompute, attention=attention,
+        master_weights=master_weights, optimizer=optimizer, recompute=recompute, attention=attention, attention_kernel=attention_kernel,
         profile=profile, cuda_context_bytes=cuda_context_gib * GiB, allocator_fraction=allocator_fraction,
         tp_overlap=tp_overlap, overlap_grad_reduce=overlap_grad_reduce, expert_imbalance=expert_imbalance, ep_overlap=ep_overlap)
     price_source = "--price"

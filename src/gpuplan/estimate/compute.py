@@ -63,15 +63,17 @@ def memory_time(gpu: GPUSpec, nbytes: float, kernels: int = 1) -> float:
     return nbytes / (gpu.hbm_bytes_per_s * e.hbm) + kernels * e.kernel_overhead_s
 
 
-def flash_time(gpu: GPUSpec, dtype: str, flops_fwd: float, seq: float) -> tuple[float, float]:
-    """(forward, backward) seconds of a FlashAttention kernel doing ``flops_fwd`` forward FLOPs."""
+def flash_time(gpu: GPUSpec, dtype: str, flops_fwd: float, seq: float, kernel: str = "fa3") -> tuple[float, float]:
+    """(forward, backward) seconds of a FlashAttention kernel doing ``flops_fwd`` forward FLOPs;
+    ``kernel`` fa3 (the GPU's best fused kernel) or fa2 (FlashAttention-2, as PyTorch SDPA runs it)."""
     if flops_fwd <= 0:
         return 0.0, 0.0
     e = gpu.efficiency
     ramp = seq / (seq + e.seq_half)
     peak = gpu.peak(dtype) * e.sustained
-    fwd = flops_fwd / (peak * e.flash_fwd * ramp) + e.kernel_overhead_s
-    bwd = 2.5 * flops_fwd / (peak * e.flash_bwd * ramp) + e.kernel_overhead_s
+    f_fwd, f_bwd = e.attention_fractions(kernel)
+    fwd = flops_fwd / (peak * f_fwd * ramp) + e.kernel_overhead_s
+    bwd = 2.5 * flops_fwd / (peak * f_bwd * ramp) + e.kernel_overhead_s
     return fwd, bwd
 
 
@@ -139,6 +141,7 @@ class LayerShape:
     dtype: str
     act_bytes: int
     attention: str  # flash or eager
+    attention_kernel: str = "fa3"  # flash kernels: fa3 (FlashAttention-3/cuDNN) or fa2 (SDPA, flash_attn 2)
     expert_imbalance: float = 1.0  # routed tokens on the busiest expert-parallel GPU over the mean
 
 
@@ -184,7 +187,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
             frac = m.num_sliding_layers / m.num_layers
             ctx = (1 - frac) * ctx + frac * mean_context(s.seq, window, True)
         flops = 2.0 * s.micro_batch * heads * (m.qk_head_dim + m.v_dim) * s.seq * ctx / s.cp
-        fwd, bwd = flash_time(gpu, attn_dtype, flops, min(s.seq, window or s.seq) / s.cp)
+        fwd, bwd = flash_time(gpu, attn_dtype, flops, min(s.seq, window or s.seq) / s.cp, s.attention_kernel)
         out.add("attention", fwd=fwd, b=bwd, core=True)
     else:
         bh = s.micro_batch * heads

@@ -106,6 +106,7 @@ def _shape(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) -> LayerShape:
     return LayerShape(tokens=cfg.micro_batch * cfg.seq_len // plan.cp, seq=cfg.seq_len, micro_batch=cfg.micro_batch,
                       tp=plan.tp, cp=plan.cp, ep=plan.ep, sp=plan.sp and plan.tp > 1, dtype=cfg.compute_dtype,
                       act_bytes=cfg.activation_bytes, attention=cfg.attention,
+                      attention_kernel=cfg.attention_kernel,
                       expert_imbalance=cfg.expert_imbalance if plan.ep > 1 else 1.0)
 
 

@@ -83,9 +83,9 @@ SOURCES = (
            dict(attention="flash", tp_overlap=True), plan=dict(vp=2, first_stage_layers=7, last_stage_layers=7),
            sp=True),
     # llm-foundry: Composer + PyTorch FSDP FULL_SHARD, amp_bf16 (fp32 masters and reduction),
-    # FlashAttention (triton/FA2 in the benchmark yamls), eager PyTorch around it.
+    # FlashAttention-2 (attn_impl flash: the flash_attn 2 package), eager PyTorch around it.
     Source("llm-foundry", "llm-foundry (Composer, PyTorch FSDP)", "mpt", "generic",
-           dict(attention="flash", profile="eager")),
+           dict(attention="flash", attention_kernel="fa2", profile="eager")),
 )
 
 

@@ -10,7 +10,9 @@ What a profile decides, and where gpuplan reads it:
 * ``profile`` (TrainingConfig.profile): fused TransformerEngine kernels or eager PyTorch ops; it
   also decides whether FP8 training holds cached FP8 weight copies (TrainingConfig.fp8_copy_bytes);
 * ``attention``: the attention kernel (flash: a fused kernel saving q, k, v, out and the
-  log-sum-exp; eager: the s x s softmax saved);
+  log-sum-exp; eager: the s x s softmax saved); ``attention_kernel`` which flash kernel runs: fa3
+  for TransformerEngine (cuDNN fused attention or FlashAttention-3 on Hopper), fa2 for frameworks
+  on PyTorch's scaled_dot_product_attention, whose flash backend is FlashAttention-2;
 * ``grad_fp32``: gradients accumulated and reduced in fp32 (TrainingConfig.grad_bytes);
 * overlap abilities and defaults (tp_overlap, overlap_grad_reduce, overlap_param_gather);
 * ``schedules``, ``interleaving`` and ``pipeline``: the pipeline schedules it has;
@@ -44,6 +46,7 @@ class Framework:
     source: str  # where each choice below comes from
     profile: str = "fused"
     attention: str = "flash"
+    attention_kernel: str = "fa3"  # TE picks cuDNN fused attention / FA3 on Hopper; SDPA runs FA2
     grad_fp32: bool | None = None  # None: follow the kernel profile (fused: fp32, eager: weight dtype)
     tp_overlap: bool = False  # the default
     can_tp_overlap: bool = True
@@ -109,6 +112,7 @@ FRAMEWORKS: dict[str, Framework] = {
             "attention; activation_checkpoint mode selective (per-op SAC) | full; async TP "
             "(enable_async_tensor_parallel, off by default); torchao Float8 training",
             profile="eager",
+            attention_kernel="fa2",
             grad_fp32=True,
             schedules=("1f1b", "zb", "zb-v"),
             zero_stages=(0, 2, 3),
@@ -124,6 +128,7 @@ FRAMEWORKS: dict[str, Framework] = {
             "activation checkpointing of whole layers (no selective recompute), no TP "
             "communication overlap; kernels are the model's own PyTorch ops",
             profile="eager",
+            attention_kernel="fa2",
             schedules=("1f1b",),
             interleaving=False,
             zero_with_pp=(0, 1),
@@ -139,6 +144,7 @@ FRAMEWORKS: dict[str, Framework] = {
             "eager PyTorch kernels; autocast keeps fp32 parameters and gradients (4 + 4 B, the "
             "same total as BF16 weights and gradients plus an fp32 master)",
             profile="eager",
+            attention_kernel="fa2",
             pipeline=False,
             schedules=("1f1b",),
             interleaving=False,

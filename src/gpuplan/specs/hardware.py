@@ -30,6 +30,10 @@ class Efficiency:
     inter_latency_s: float
     kernel_overhead_s: float
     sustained: float = 1.0  # tensor-core rate held in long multi-GPU runs over the short-burst MAMF
+    # FlashAttention-2 kernels (PyTorch SDPA's flash backend, the flash_attn 2 package) where the GPU's
+    # best fused kernel (flash_fwd/bwd: FlashAttention-3 or cuDNN on Hopper) is faster; 0: the same
+    fa2_fwd: float = 0.0
+    fa2_bwd: float = 0.0
     # K-loop elements each output tile pays beyond its K (pipeline fill and epilogue of the mainloop)
     tile_k_fill: float = 0.0
     # SMs a running NCCL collective occupies (one thread block per channel): compute overlapped
@@ -49,6 +53,13 @@ class Efficiency:
         return hash(tuple(tuple(sorted(v.items())) if isinstance(v, dict) else v
                           for v in (getattr(self, f.name) for f in dataclasses.fields(self))))
 
+    def attention_fractions(self, kernel: str) -> tuple[float, float]:
+        """(forward, backward) rate over peak of a flash kernel: ``fa3`` the GPU's best fused kernel
+        (FlashAttention-3 or cuDNN), ``fa2`` FlashAttention-2 (PyTorch SDPA's flash backend)."""
+        if kernel == "fa2" and self.fa2_fwd:
+            return self.fa2_fwd, self.fa2_bwd or self.flash_bwd
+        return self.flash_fwd, self.flash_bwd
+
     def gemm_fraction(self, dtype: str) -> float:
         return self.gemm.get(dtype, min(self.gemm.values()))
 
@@ -60,6 +71,7 @@ class Efficiency:
             tiles=tuple((int(m), int(n), float(r)) for m, n, r in data["gemm"]["tiles"]),
             flash_fwd=data["attention"]["flash_fwd"], flash_bwd=data["attention"]["flash_bwd"],
             seq_half=data["attention"]["seq_half"], hbm=data["memory"]["hbm"],
+            fa2_fwd=data["attention"].get("fa2_fwd", 0.0), fa2_bwd=data["attention"].get("fa2_bwd", 0.0),
             intra_bus=net["intra_bus"], inter_bus=net["inter_bus"],
             intra_latency_s=net["intra_latency_us"] * 1e-6, inter_latency_s=net["inter_latency_us"] * 1e-6,
             kernel_overhead_s=data["kernel"]["overhead_us"] * 1e-6, sustained=data["gemm"].get("sustained", 1.0),

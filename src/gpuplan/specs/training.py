@@ -16,6 +16,7 @@ PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 OPTIMIZERS = ("adamw", "adamw8bit", "sgd", "adafactor")
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("flash", "eager")
+ATTENTION_KERNELS = ("fa3", "fa2")
 PROFILES = ("fused", "eager")
 
 
@@ -29,6 +30,9 @@ class TrainingConfig:
     optimizer: str = "adamw"
     recompute: str = "none"
     attention: str = "flash"  # flash: fused kernel saves q, k, v, out, lse; eager: softmax of s^2 saved
+    # which flash kernel: fa3 (FlashAttention-3 or cuDNN fused attention, what TransformerEngine picks
+    # on Hopper) or fa2 (FlashAttention-2: PyTorch SDPA's flash backend, the flash_attn 2 package)
+    attention_kernel: str = "fa3"
     profile: str = "fused"  # fused: Megatron/TransformerEngine kernels; eager: plain PyTorch + transformers
     # Gradient accumulation dtype; None: fp32 for the fused profile (Megatron's main_grad buffer),
     # the weight dtype for eager PyTorch (FSDP/DDP reduce in the parameter dtype).
@@ -57,7 +61,7 @@ class TrainingConfig:
         defaults; ``overrides`` (fields given explicitly, None meaning not given) win."""
         fw = get_framework(framework)
         given = {k: v for k, v in overrides.items() if v is not None}
-        defaults = {"profile": fw.profile, "attention": fw.attention, "grad_fp32": fw.grad_fp32,
+        defaults = {"profile": fw.profile, "attention": fw.attention, "attention_kernel": fw.attention_kernel, "grad_fp32": fw.grad_fp32,
                     "tp_overlap": fw.tp_overlap, "overlap_grad_reduce": fw.overlap_grad_reduce,
                     "overlap_param_gather": fw.overlap_param_gather}
         return cls(framework=framework, **{**defaults, **given})
@@ -72,6 +76,8 @@ class TrainingConfig:
                 f"use one of {', '.join(PRECISIONS)}")
         require(self.optimizer in OPTIMIZERS, "optimizer", f"unknown optimizer {self.optimizer!r}",
                 f"use one of {', '.join(OPTIMIZERS)}")
+        require(self.attention_kernel in ATTENTION_KERNELS, "attention_kernel",
+                f"unknown attention kernel {self.attention_kernel!r}", f"use one of {', '.join(ATTENTION_KERNELS)}")
         require(self.recompute in RECOMPUTE, "recompute", f"unknown recompute {self.recompute!r}",
                 f"use one of {', '.join(RECOMPUTE)}")
         require(self.attention in ATTENTION, "attention", f"unknown attention {self.attention!r}",
