@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from gpuplan.estimate.activations import ActivationBreakdown, activation_breakdown
 from gpuplan.estimate.params import Tensor, count_params, embedding_tensors, head_tensors, layer_tensors
+from gpuplan.specs import schedules
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.training import TrainingConfig
@@ -130,14 +131,7 @@ def microbatches_in_flight(stage: int, pp: int, vp: int, microbatches: int, sche
     """
     if pp == 1:
         return 1.0
-    if schedule == "dualpipe":
-        return float(min(pp + 1, 2 * microbatches))
-    if schedule == "zb-v":
-        return float(min(pp, microbatches))
-    if vp == 1:
-        return float(min(pp - stage, microbatches))
-    chunks = min((pp - stage - 1) * 2 + (vp - 1) * pp + 1, microbatches * vp)
-    return chunks / vp
+    return float(schedules.in_flight(schedules.get(schedule).in_flight, stage, pp, vp, microbatches))
 
 
 def _stage_tensors(m: ModelSpec, pp: int, stage: int, layer_ids: range, head: int | None = None
@@ -233,13 +227,12 @@ def estimate_memory(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, capac
                 return dense / plan.zero_group + expert / plan.expert_zero_group
             return dense + expert
 
-        if plan.schedule == "dualpipe":  # each rank holds two stages, one per direction
-            dense, expert = 2 * dense, 2 * expert
+        copies = schedules.get(plan.schedule).param_copies  # DualPipe: two stages per rank, one per direction
+        dense, expert = copies * dense, copies * expert
         weights = cfg.weight_bytes * sharded(3)
         grads = cfg.grad_bytes * sharded(2)
         master = cfg.master_bytes * sharded(1)
         if cfg.optimizer == "adafactor":
-            copies = 2 if plan.schedule == "dualpipe" else 1
             opt_dense, opt_expert = copies * sp_.adafactor_dense, copies * sp_.adafactor_expert
             optimizer = (opt_dense / plan.zero_group + opt_expert / plan.expert_zero_group) if z >= 1 \
                 else opt_dense + opt_expert
