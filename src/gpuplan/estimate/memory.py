@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from gpuplan.estimate.activations import ActivationBreakdown, activation_breakdown
 from gpuplan.estimate.params import Tensor, count_params, embedding_tensors, head_tensors, layer_tensors
 from gpuplan.pipeline.split import layers_per_stage, stage_layers  # noqa: F401 (layers_per_stage: re-export)
+from gpuplan.specs import schedules
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.training import TrainingConfig
@@ -126,14 +127,7 @@ def microbatches_in_flight(stage: int, pp: int, vp: int, microbatches: int, sche
     """
     if pp == 1:
         return 1.0
-    if schedule == "dualpipe":
-        return float(min(pp + 1, 2 * microbatches))
-    if schedule == "zb-v":
-        return float(min(pp, microbatches))
-    if vp == 1:
-        return float(min(pp - stage, microbatches))
-    chunks = min((pp - stage - 1) * 2 + (vp - 1) * pp + 1, microbatches * vp)
-    return chunks / vp
+    return float(schedules.in_flight(schedules.get(schedule).in_flight, stage, pp, vp, microbatches))
 
 
 def _stage_tensors(m: ModelSpec, pp: int, stage: int, layer_ids: range, head: int | None = None
@@ -242,14 +236,13 @@ def estimate_memory(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, capac
                 return dense / plan.zero_group + expert / plan.expert_zero_group
             return dense + expert
 
-        if plan.schedule == "dualpipe":  # each rank holds two stages, one per direction
-            dense, expert = 2 * dense, 2 * expert
+        copies = schedules.get(plan.schedule).param_copies  # DualPipe: two stages per rank, one per direction
+        dense, expert = copies * dense, copies * expert
         # FSDP2's sharded parameters are the fp32 masters: no sharded BF16 copy besides them
         weights = 0.0 if z == 3 and cfg.sharded_params_are_masters else cfg.weight_bytes * sharded(3)
         grads = cfg.grad_bytes * sharded(2)
         master = cfg.master_bytes * sharded(1)
         if cfg.optimizer == "adafactor":
-            copies = 2 if plan.schedule == "dualpipe" else 1
             opt_dense, opt_expert = copies * sp_.adafactor_dense, copies * sp_.adafactor_expert
             optimizer = (opt_dense / plan.zero_group + opt_expert / plan.expert_zero_group) if z >= 1 \
                 else opt_dense + opt_expert
@@ -278,7 +271,7 @@ def estimate_memory(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, capac
         if cfg.fp8_copy_bytes:
             # FP8 copies of the GEMM weights (TrainingConfig.fp8_copy_bytes): of every block held,
             # or under ZeRO-3 of the two gathered blocks only (a shard has nothing to quantize)
-            copies = 2 if plan.schedule == "dualpipe" else 1
+            copies = schedules.get(plan.schedule).param_copies  # DualPipe: two stages per rank
             held_gemm = 2 * sp_.biggest_gemm if z == 3 else copies * sp_.gemm
             other["fp8_weight_copies"] = cfg.fp8_copy_bytes * held_gemm
         if plan.zero_group > 1:

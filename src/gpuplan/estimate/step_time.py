@@ -25,9 +25,9 @@ from gpuplan.estimate.compute import LayerShape, OpTimes, embedding_times, head_
 from gpuplan.estimate.flops import training_flops
 from gpuplan.estimate.memory import _per_gpu, optimizer_bytes_per_param, stage_params
 from gpuplan.estimate.params import layer_tensors
-from gpuplan.errors import GpuplanError
 from gpuplan.pipeline.bubble import pipeline_bubble
 from gpuplan.pipeline.split import stage_layers
+from gpuplan.specs import schedules, validity
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
@@ -200,7 +200,9 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
     groups = place(plan, gpu, tuple(plan.order.split("-")))
     shape = _shape(m, cfg, plan)
     mb = microbatches
-    dualpipe = plan.schedule == "dualpipe"
+    sched = schedules.get(plan.schedule)
+    validity.require_microbatches(plan, mb)  # what the schedule needs of the micro-batch count
+    dualpipe = sched.hides_expert_all_to_all  # DualPipe's paired chunks hide the expert all-to-all
     stages: list[StageTime] = []
     stage_comm: list[dict[str, CommLine]] = []
     stage_ops: list[dict[str, float]] = []
@@ -231,9 +233,6 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
     fwd = [st.fwd + sum(st.comm.values()) / 2 for st in stages]
     wgt = [st.bwd_weight for st in stages]
     inp = [tot - f_ - w_ for tot, f_, w_ in zip(totals, fwd, wgt)]
-    if dualpipe and (mb < 2 * p or mb % 2):
-        raise GpuplanError("global_batch", f"DualPipe needs an even number of micro-batches per step, at least "
-                                           f"2 x pp = {2 * p}, got {mb}", "raise --global-batch or lower --micro-batch")
     bubble = pipeline_bubble(plan.schedule, plan.vp, mb, fwd, inp, wgt)
     # a private copy: stage results are cached and shared between plans
     crit_comm = {d: CommLine(c.bytes_per_gpu, c.time, c.exposed, dict(c.collectives)) for d, c in stage_comm[crit].items()}
@@ -255,7 +254,7 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
     # gathered back behind the next forward
     start = sum(s.layers for s in stages[:crit])
     held = stage_params(m, p, crit, start, sc.layers, plan.tp, plan.ep, plan.head_stage)  # shared with memory
-    copies = 2 if dualpipe else 1  # DualPipe keeps two stages' weights per rank
+    copies = sched.param_copies  # DualPipe keeps two stages' weights per rank
     dense, expert = copies * held.dense, copies * held.expert
     dp_exposed = 0.0
     if plan.zero < 3:

@@ -15,6 +15,7 @@ from gpuplan.estimate.params import ParamCounts, count_params
 from gpuplan.estimate.step_time import StepTime, step_time
 from gpuplan.estimate.time import TrainingTime, training_time
 from gpuplan.pipeline.split import stage_layers
+from gpuplan.specs import validity
 from gpuplan.specs.framework import check_plan, get as get_framework
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
@@ -64,35 +65,12 @@ class TrainEstimate:
 
 
 def validate(req: TrainRequest) -> None:
-    """Reject plans that cannot run, naming the field and the fix."""
-    m, p, c = req.model, req.plan, req.config
-    heads = m.num_heads
-    require(heads % p.tp == 0, "tp", f"tp={p.tp} does not divide num_attention_heads={heads}",
-            f"use a tp that divides {heads}")
-    if not m.is_mla:
-        require(m.num_kv_heads % p.tp == 0, "tp", f"tp={p.tp} does not divide num_key_value_heads={m.num_kv_heads}",
-                f"use a tp that divides {m.num_kv_heads}")
-    require(p.pp <= m.num_layers, "pp", f"pp={p.pp} is more than the {m.num_layers} layers",
-            f"use pp <= {m.num_layers}")
+    """Reject plans that cannot run, naming the field and the fix (the rules: gpuplan.specs.validity)."""
+    c = req.config
+    m, p = req.model, req.plan
+    check_plan(get_framework(c.framework), p)  # first what the framework cannot run at all
+    validity.require_valid(m, p, c.seq_len, c.micro_batch, req.global_batch)
     stage_layers(m, p)  # raises for a split that cannot run (vp chunks, first/last stage layers)
-    check_plan(get_framework(c.framework), p)  # what the framework cannot run
-    if p.schedule == "zb-v":
-        require(2 * p.pp <= m.num_layers, "pp", f"ZB-V splits the {m.num_layers} layers into 2 x pp = {2 * p.pp} "
-                "chunks: too many", f"use pp <= {m.num_layers // 2}")
-    if p.ep > 1:
-        require(m.is_moe, "ep", f"{m.name} has no experts", "use --ep 1 for a dense model")
-        require(m.num_experts % p.ep == 0, "ep", f"ep={p.ep} does not divide the {m.num_experts} experts",
-                f"use an ep that divides {m.num_experts}")
-    require(c.seq_len % p.cp == 0, "cp", f"cp={p.cp} does not divide seq_len={c.seq_len}",
-            "use a cp that divides the sequence length")
-    if p.sp and p.tp > 1:
-        require((c.seq_len // p.cp) % p.tp == 0, "seq_len",
-                f"sequence parallelism needs seq_len/cp={c.seq_len // p.cp} divisible by tp={p.tp}",
-                "change --seq-len or --tp, or pass --no-sp")
-    gb = req.global_batch
-    require(gb % (c.micro_batch * p.dp) == 0, "global_batch",
-            f"global batch {gb} is not a multiple of micro_batch x dp = {c.micro_batch * p.dp}",
-            f"use a multiple of {c.micro_batch * p.dp}")
     if req.mfu is not None:
         require(0 < req.mfu <= 1, "mfu", f"must be in (0, 1], got {req.mfu}", "e.g. --mfu 0.4")
     if req.price_per_gpu_hour is not None:

@@ -17,23 +17,22 @@ import numpy as np
 
 from gpuplan.pipeline.schedules import Schedule, build
 from gpuplan.pipeline.simulate import Compiled, Costs, compile_schedule, durations, run
-
-# gpuplan train's --schedule (with --vp) -> the simulated schedule
-TRAINING_SCHEDULES = {"1f1b": "1f1b", "zb": "zb-h1", "zb-v": "zb-v", "dualpipe": "dualpipe"}
+from gpuplan.specs import schedules
 
 
 def _sim_microbatches(name: str, p: int, v: int, m: int) -> int:
-    if name == "dualpipe":
-        return 2 * p
-    k = min(m, 2 * p)
-    if v > 1:  # interleaving needs a multiple of p
+    """min(m, 2p), raised to what the simulated schedule accepts (DualPipe: 2p; interleaved: a
+    multiple of p; the plan's own count already passed gpuplan.specs.validity)."""
+    spec = schedules.get(name)
+    k = max(min(m, 2 * p), spec.min_microbatches(p))
+    if spec.microbatches_per_group:
         k = p * max(1, -(-k // p))
     return k
 
 
 @functools.lru_cache(maxsize=256)
 def _structure(name: str, p: int, v: int, m: int) -> tuple[Schedule, Compiled]:
-    sched = build("interleaved" if v > 1 else name, p, m, v)
+    sched = build(name, p, m, v)
     return sched, compile_schedule(sched)
 
 
@@ -51,7 +50,7 @@ def pipeline_bubble(schedule: str, vp: int, microbatches: int, f, b, w) -> float
     p = len(f)
     if p == 1:
         return 0.0
-    name = TRAINING_SCHEDULES.get(schedule, schedule)
+    name = schedules.get(schedule).simulated(vp).name  # e.g. zb -> zb-h1, 1f1b with vp > 1 -> interleaved
     scale = max(x + y + z for x, y, z in zip(f, b, w))
     if scale <= 0:
         return 0.0

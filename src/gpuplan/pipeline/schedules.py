@@ -36,8 +36,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuplan.errors import require
+from gpuplan.specs import schedules as registry
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev")
+# Every schedule this module builds, as registered (gpuplan.specs.schedules: names, aliases and
+# what each needs of the stages and micro-batches).
+SCHEDULES = tuple(s.name for s in registry.REGISTRY)
 
 
 @dataclass(frozen=True)
@@ -83,9 +86,17 @@ def _one(kind: str, mb: int, stage: int, stream: int = 0) -> Action:
     return Action((Op(kind, mb, stage, stream),))
 
 
-def _check(p: int, m: int) -> None:
+def _check(p: int, m: int, name: str | None = None) -> None:
     require(isinstance(p, int) and p >= 1, "stages", f"must be a positive integer, got {p!r}")
     require(isinstance(m, int) and m >= 1, "microbatches", f"must be a positive integer, got {m!r}")
+    if name is not None:  # the registered schedule's needs
+        spec = registry.get(name)
+        require(not spec.even_ranks or (p >= 2 and p % 2 == 0), "stages",
+                f"{name} needs an even number of ranks, got {p}", "use an even --stages")
+        problem = spec.microbatch_problem(p, m)
+        fix = (f"use a multiple of {p}" if spec.microbatches_per_group
+               else f"use --microbatches {spec.min_microbatches(p)} or more" + (" (even)" if spec.even_microbatches else ""))
+        require(problem is None, "microbatches", f"{name} {problem}", fix)
 
 
 def gpipe(p: int, m: int) -> Schedule:
@@ -128,10 +139,8 @@ def zb_h2(p: int, m: int) -> Schedule:
 
 def interleaved(p: int, m: int, v: int) -> Schedule:
     """Megatron-LM's interleaved 1F1B: chunk c of rank r is virtual stage c x p + r."""
-    _check(p, m)
     require(isinstance(v, int) and v >= 1, "vp", f"must be a positive integer, got {v!r}")
-    require(v == 1 or m % p == 0, "microbatches", f"interleaving needs micro-batches divisible by the {p} stages, "
-                                                  f"got {m}", f"use a multiple of {p}")
+    _check(p, m, "interleaved" if v > 1 else None)
     total = m * v
 
     def fwd(k: int) -> tuple[int, int]:  # k-th forward of a rank: (chunk, micro-batch)
@@ -266,10 +275,7 @@ def _expand(seq: list[tuple], chunk_of: dict[int, tuple[int, int]]) -> tuple[Act
 
 
 def dualpipe(p: int, m: int) -> Schedule:
-    _check(p, m)
-    require(p >= 2 and p % 2 == 0, "stages", f"DualPipe needs an even number of ranks, got {p}", "use an even --stages")
-    require(m % 2 == 0 and m >= 2 * p, "microbatches", f"DualPipe needs an even number of micro-batches >= 2 x ranks "
-                                                       f"= {2 * p}, got {m}", f"use --microbatches {2 * p} or more (even)")
+    _check(p, m, "dualpipe")
     half = p // 2
     acts = []
     for r in range(p):
@@ -285,9 +291,7 @@ def dualpipe(p: int, m: int) -> Schedule:
 
 
 def dualpipev(p: int, m: int) -> Schedule:
-    _check(p, m)
-    require(m >= 2 * p, "microbatches", f"DualPipeV needs micro-batches >= 2 x ranks = {2 * p}, got {m}",
-            f"use --microbatches {2 * p} or more")
+    _check(p, m, "dualpipev")
     acts = []
     for r in range(p):
         chunk_of = {0: (0, r), 1: (0, 2 * p - 1 - r)}
@@ -297,11 +301,10 @@ def dualpipev(p: int, m: int) -> Schedule:
 
 
 def build(name: str, stages: int, microbatches: int, vp: int = 1) -> Schedule:
-    """A schedule by name (SCHEDULES); ``vp`` only for interleaved. Orders are fixed: the costs
-    only come in when the schedule is simulated."""
-    require(name in SCHEDULES, "schedule", f"unknown schedule {name!r}", f"use one of {', '.join(SCHEDULES)}")
-    if name == "interleaved":
+    """A schedule by name or alias (gpuplan.specs.schedules); ``vp`` only for interleaved. Orders
+    are fixed: the costs only come in when the schedule is simulated."""
+    spec = registry.get(name)
+    if spec.needs_vp:
         require(vp >= 2, "vp", "interleaved needs --vp 2 or more", "pass --vp, or use --schedule 1f1b")
         return interleaved(stages, microbatches, vp)
-    return {"gpipe": gpipe, "1f1b": one_f_one_b, "zb-h1": zb_h1, "zb-h2": zb_h2, "zb-v": zb_v, "dualpipe": dualpipe,
-            "dualpipev": dualpipev}[name](stages, microbatches)
+    return globals()[spec.builder](stages, microbatches)

@@ -24,6 +24,7 @@ from gpuplan.estimate.compute import embedding_times, head_times, layer_times
 from gpuplan.estimate.memory import _activations, candidate_stages, optimizer_bytes_per_param, stage_params
 from gpuplan.estimate.step_time import _moe_layers, _shape
 from gpuplan.pipeline.split import stage_layers
+from gpuplan.specs import schedules
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan, head_stage
@@ -75,8 +76,11 @@ class Grid:
         # the lightest rank's layers, for the bound on when the first forward reaches a rank
         fewest = [min(stage_layers(m, lo.plan(0))) for lo in layouts]
         self.fewest_layers = np.array([fewest[r[0]] for r in rows], dtype=np.int64)
-        self.dualpipe = np.array([layouts[r[0]].schedule == "dualpipe" for r in rows])
-        self.zbv = np.array([layouts[r[0]].schedule == "zb-v" for r in rows])
+        specs = [schedules.get(layouts[r[0]].schedule) for r in rows]  # what each row's schedule implies
+        self.copies = np.array([s.param_copies for s in specs], dtype=np.float64)
+        self.in_flight_profile = np.array([s.in_flight for s in specs])
+        self.bidirectional = np.array([s.bidirectional for s in specs], dtype=bool)
+        self.chunks = np.array([s.chunks(layouts[r[0]].vp) for s, r in zip(specs, rows)], dtype=np.int64)
         heads = np.array([head_stage(layouts[r[0]].schedule, layouts[r[0]].pp) for r in rows], dtype=np.int64)
         params = [stage_params(m, layouts[li].pp, s, first, n, layouts[li].tp, layouts[li].ep, int(h))
                   for (li, s, first, n), h in zip(rows, heads)]
@@ -120,7 +124,7 @@ class Grid:
         z = self.zero[None, :]  # (1, Z)
         zg = (self.col["dp"] * self.col["cp"])[:, None].astype(np.float64)
         ezg = (self.col["dp"] * self.col["cp"] // self.col["ep"])[:, None].astype(np.float64)
-        copies = np.where(self.dualpipe, 2.0, 1.0)[:, None]
+        copies = self.copies[:, None]
         dense, expert = copies * p["dense"][:, None], copies * p["expert"][:, None]
 
         def sharded(min_stage: int) -> np.ndarray:  # (rows, Z)
@@ -159,14 +163,14 @@ class Grid:
         return np.maximum.reduceat(total, self.starts, axis=0)
 
     def _in_flight(self, mb: np.ndarray) -> np.ndarray:
-        """estimate.memory.microbatches_in_flight for every (row, mbs)."""
+        """estimate.memory.microbatches_in_flight for every (row, mbs): the registry's formula of
+        each row's schedule (gpuplan.specs.schedules.in_flight), over arrays."""
         pp, vp, s = self.col["pp"][:, None], self.col["vp"][:, None], self.stage[:, None]
         mb = mb.astype(np.float64)
-        one_f_one_b = np.minimum(pp - s, mb)
-        interleaved = np.minimum((pp - s - 1) * 2 + (vp - 1) * pp + 1, mb * vp) / vp
-        out = np.where(vp == 1, one_f_one_b, interleaved)
-        out = np.where(self.dualpipe[:, None], np.minimum(pp + 1, 2 * mb), out)
-        out = np.where(self.zbv[:, None], np.minimum(pp, mb), out)
+        out = np.zeros_like(mb)
+        for profile in np.unique(self.in_flight_profile):
+            rows = (self.in_flight_profile == profile)[:, None]
+            out = np.where(rows, schedules.in_flight(str(profile), s, pp, vp, mb), out)
         return np.where(pp == 1, 1.0, out)
 
     # -- time ---------------------------------------------------------------------------------
@@ -202,14 +206,14 @@ class Grid:
         whole = ((m.num_layers - n_moe) * dense_t[lkey] + n_moe * moe_t[lkey] + ends_first[lkey] + ends_last[lkey])
         pp = np.array([lo.pp for lo in self.layouts])[:, None, None]
         vp = np.array([lo.vp for lo in self.layouts])[:, None, None]
-        one_f = np.array([lo.schedule == "1f1b" for lo in self.layouts])[:, None, None]
+        one_f = np.array([schedules.get(lo.schedule).flush_bubble_bound for lo in self.layouts])[:, None, None]
         bubble = np.where(one_f & (pp > 1), np.maximum(0.0, whole - worst) / vp, 0.0)
         flat = mb[:, :, None] * worst + bubble
         # a rank cannot start before the first micro-batch's forward reached it: r chunks of at
         # least (the lightest rank's layers)/v layers each (DualPipe: from the nearer end). 5% margin for the
         # simulation's 1% cost rounding.
-        r_v = np.where(self.zbv, 2, self.col["vp"])[:, None]
-        dual = self.dualpipe[:, None]
+        r_v = self.chunks[:, None]
+        dual = self.bidirectional[:, None]
         hops = np.where(dual, np.minimum(self.stage, self.col["pp"] - 1 - self.stage)[:, None], self.stage[:, None])
         delay = 0.95 * hops * self.fewest_layers[:, None] / r_v * fwd_min[key]  # (rows, M)
         rows = self.row_layout

@@ -28,11 +28,13 @@ from gpuplan.errors import GpuplanError, require
 from gpuplan.estimate.memory import MemoryReport, estimate_memory
 from gpuplan.estimate.step_time import StepTime, step_time
 from gpuplan.search.grid import Grid, Layout
+from gpuplan.specs import schedules, validity
 from gpuplan.specs.framework import FRAMEWORKS, Framework, get as get_framework
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.training import TrainingConfig
+from gpuplan.specs.validity import Reason
 
 RECOMPUTE_ORDER = ("none", "selective", "full")
 OBJECTIVES = ("throughput", "cost")
@@ -75,18 +77,26 @@ def _pow2_upto(n: int) -> list[int]:
     return out
 
 
+# the rules a (schedule, vp) pair must meet on its own: the search leaves out the pairs that break
+# them rather than counting them (they are not plans of this pipeline depth)
+_SCHEDULE_RULES = tuple(r for r in validity.RULES if r.reason in (
+    Reason.VP_WITHOUT_PP, Reason.VP_SCHEDULE, Reason.ODD_PP, Reason.VP_LAYERS, Reason.V_LAYERS))
+
+
 def _schedules(m: ModelSpec, pp: int, max_vp: int, fw: Framework = FRAMEWORKS["generic"]) -> list[tuple[str, int]]:
-    """The (schedule, vp) pairs of ``pp`` stages that the model splits into and ``fw`` runs."""
-    out = [("1f1b", 1)]
-    if pp > 1:
-        if fw.interleaving:
-            out += [("1f1b", v) for v in range(2, max_vp + 1) if m.num_layers % (pp * v) == 0]
-        out.append(("zb", 1))
-        if 2 * pp <= m.num_layers:
-            out.append(("zb-v", 1))
-        if pp % 2 == 0:
-            out.append(("dualpipe", 1))
-    return [(s, v) for s, v in out if s in fw.schedules]
+    """Every training schedule (gpuplan.specs.schedules) and virtual-stage count a depth of ``pp``
+    can run that ``fw`` has; with one stage they are all the same plan, so only 1F1B."""
+    if pp == 1:
+        return [(schedules.training()[0].train_name, 1)]
+    out = []
+    for spec in schedules.training():
+        if spec.train_name not in fw.schedules:
+            continue
+        for v in range(1, (max_vp if spec.interleaved and fw.interleaving else 1) + 1):
+            x = validity.View(pp=pp, vp=v, schedule=spec.train_name)
+            if validity.first_violation(_SCHEDULE_RULES, x, m) is None:
+                out.append((spec.train_name, v))
+    return out
 
 
 def search(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, *, top: int = 10,
@@ -121,7 +131,7 @@ def search(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, *, top: 
         raise _no_plan(m, gpu, gpus, base, rejected, considered)
     ranked, timed = _branch_and_bound(m, gpu, pools, top, progress)
     return SearchResult(ranked=ranked, feasible=sum(len(f.layout) for f, _, _ in pools),
-                        rejected={k: n for k, n in rejected.items() if n},
+                        rejected={str(k): n for k, n in rejected.items() if n},
                         considered=considered, objective=objective, price_per_gpu_hour=price_per_gpu_hour,
                         timed=timed, framework=base.framework)
 
@@ -152,29 +162,27 @@ def _feasible(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, micro
     if not layouts:
         return _Fits(grid, np.zeros((0, len(micro_batches)), dtype=np.int64), empty, empty, empty, empty,
                      np.zeros(0), considered)
-    mb, divides = grid.microbatches()
-    pp = np.array([lo.pp for lo in layouts])[:, None]
-    vp = np.array([lo.vp for lo in layouts])[:, None]
-    dualpipe = np.array([lo.schedule == "dualpipe" for lo in layouts])[:, None]
-    interleave_bad = divides & (vp > 1) & (mb % pp != 0)
-    dualpipe_bad = divides & ~interleave_bad & dualpipe & ((mb < 2 * pp) | (mb % 2 != 0))
-    n_var = n_zero * n_rec
-    rejected["global batch not divisible by dp x micro-batch"] += int((~divides).sum()) * n_var
-    rejected["interleaving needs micro-batches divisible by pp"] += int(interleave_bad.sum()) * n_var
-    rejected["DualPipe needs an even number of micro-batches, at least 2 x pp"] += int(dualpipe_bad.sum()) * n_var
-    valid = divides & ~interleave_bad & ~dualpipe_bad
+    mb, _ = grid.microbatches()
+    col = {k: np.array([getattr(lo, k) for lo in layouts])[:, None] for k in ("dp", "pp", "vp", "schedule")}
+    shape = (len(layouts), len(micro_batches))
+    x = validity.View(**{k: np.broadcast_to(v, shape) for k, v in col.items()},
+                      micro_batch=np.broadcast_to(np.array(micro_batches)[None, :], shape),
+                      global_batch=base.global_batch)
+    codes = validity.reasons(validity.BATCH, x, m)  # the first batch rule each (layout, mbs) breaks
+    _count(rejected, validity.BATCH, codes, n_zero * n_rec)
+    valid = codes < 0
     peak = grid.peak_memory(np.where(valid, mb, 1))
     # ZeRO stages the framework cannot combine with pipeline parallelism (DeepSpeed: ZeRO-2/3)
     fw = get_framework(base.framework)
-    zero_ok = ~((pp > 1)[:, :, None] & ~np.isin(grid.zero, fw.zero_with_pp)[None, None, :])  # (L, 1, Z)
+    zero_ok = ~((col["pp"] > 1)[:, :, None] & ~np.isin(grid.zero, fw.zero_with_pp)[None, None, :])  # (L, 1, Z)
     zero_bad = valid[:, :, None] & ~zero_ok
     rejected[f"{fw.name} cannot combine this ZeRO stage with pipeline parallelism"] += int(zero_bad.sum()) * n_rec
     fits = (peak <= gpu.memory_bytes) & (valid[:, :, None] & zero_ok)[:, :, :, None]
     any_fit = fits.any(axis=-1)
     lightest = fits.argmax(axis=-1)
     tried = valid[:, :, None] & zero_ok
-    rejected["does not fit in GPU memory"] += int(np.where(any_fit, lightest, n_rec)[tried].sum())
-    rejected["slower variant (less recompute fits)"] += int(np.where(any_fit, n_rec - 1 - lightest, 0)[tried].sum())
+    rejected[Reason.MEMORY] += int(np.where(any_fit, lightest, n_rec)[tried].sum())
+    rejected[Reason.SLOWER_VARIANT] += int(np.where(any_fit, n_rec - 1 - lightest, 0)[tried].sum())
     li, mi, zi = np.nonzero(any_fit)
     ri = lightest[li, mi, zi]
     return _Fits(grid, mb, li, mi, zi, ri, peak[li, mi, zi, ri], considered)
@@ -227,36 +235,56 @@ def _branch_and_bound(m: ModelSpec, gpu: GPUSpec, pools, top: int, progress) -> 
     return tuple(out), len(timed)
 
 
-def _layouts(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, max_vp: int, per_layout: int,
-             rejected: Counter) -> tuple[list[Layout], int]:
-    """Every (tp, cp, pp, dp, ep, schedule, vp) of ``gpus`` GPUs whose degrees divide the model;
-    the others are counted as rejected, ``per_layout`` plans each."""
-    heads, kv = m.num_heads, m.num_kv_heads
-    fw = get_framework(base.framework)
+def enumerate_layouts(m: ModelSpec, gpu: GPUSpec, gpus: int, max_vp: int,
+                      fw: Framework = FRAMEWORKS["generic"]) -> list[Layout]:
+    """The search's space of (tp, cp, pp, dp, ep, schedule, vp) on ``gpus`` GPUs: tp within one
+    scale-up domain, power-of-two cp, ep dividing the experts and dp x cp, and the schedules each
+    depth can run under ``fw``; the model and sequence rules are not applied yet (``_layouts`` counts them)."""
     out: list[Layout] = []
-    considered = 0
     for tp in _divisors(min(gpus, gpu.fast_domain)):
-        bad_tp = heads % tp or (not m.is_mla and kv % tp)
         for cp in _pow2_upto(gpus // tp):
             if gpus % (tp * cp):
                 continue
-            bad_cp = base.seq_len % cp or (tp > 1 and (base.seq_len // cp) % tp)
             for pp in _divisors(gpus // (tp * cp)):
                 dp = gpus // (tp * cp * pp)
                 eps = [1] if not m.is_moe else _divisors(math.gcd(m.num_experts, dp * cp))
-                layouts = [Layout(tp, cp, pp, dp, ep, s, v) for ep in eps for s, v in _schedules(m, pp, max_vp, fw)]
-                considered += len(layouts) * per_layout
-                if bad_tp:
-                    rejected["tp does not divide the attention heads"] += len(layouts) * per_layout
-                elif bad_cp:
-                    rejected["cp (x tp) does not divide the sequence"] += len(layouts) * per_layout
-                elif pp > m.num_layers:
-                    rejected["more pipeline stages than layers"] += len(layouts) * per_layout
-                elif pp > 1 and not fw.pipeline:
-                    rejected[f"{fw.name} has no pipeline parallelism"] += len(layouts) * per_layout
-                else:
-                    out += layouts
-    return out, considered
+                out += [Layout(tp, cp, pp, dp, ep, s, v) for ep in eps for s, v in _schedules(m, pp, max_vp, fw)]
+    return out
+
+
+def layout_view(layouts: list[Layout], seq_len: int) -> validity.View:
+    """Layouts as arrays for the plan-validity rules (the search assumes sequence parallelism)."""
+    col = {k: np.array([getattr(lo, k) for lo in layouts]) for k in ("tp", "cp", "pp", "dp", "ep", "vp", "schedule")}
+    return validity.View(**col, sp=True, seq_len=seq_len)
+
+
+def _layouts(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, max_vp: int, per_layout: int,
+             rejected: Counter) -> tuple[list[Layout], int]:
+    """Every layout of ``gpus`` GPUs that the plan-validity rules and the framework accept
+    (gpuplan.specs.validity, specs.framework); the others are counted as rejected by their first
+    broken rule, ``per_layout`` plans each."""
+    fw = get_framework(base.framework)
+    layouts = enumerate_layouts(m, gpu, gpus, max_vp, fw)
+    if not layouts:
+        return [], 0
+    rules = validity.STRUCTURE + validity.MODEL
+    codes = validity.reasons(rules, layout_view(layouts, base.seq_len), m)
+    _count(rejected, rules, codes, per_layout)
+    out = []
+    for lo, c in zip(layouts, codes.tolist()):
+        if c >= 0:
+            continue
+        if lo.pp > 1 and not fw.pipeline:
+            rejected[f"{fw.name} has no pipeline parallelism"] += per_layout
+            continue
+        out.append(lo)
+    return out, len(layouts) * per_layout
+
+
+def _count(rejected: Counter, rules: tuple[validity.Rule, ...], codes: np.ndarray, each: int) -> None:
+    """Add ``each`` plans per entry of ``codes`` (an index into ``rules``, -1: valid) to their reason."""
+    for i, n in zip(*np.unique(codes[codes >= 0], return_counts=True)):
+        rejected[rules[int(i)].reason] += int(n) * each
 
 
 def _fits_somehow(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig) -> bool:
@@ -266,7 +294,7 @@ def _fits_somehow(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig) -
 
 def _no_plan(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, rejected: Counter, considered: int):
     reasons = ", ".join(f"{n} {r}" for r, n in sorted(rejected.items(), key=lambda kv: -kv[1]))
-    if not rejected.get("does not fit in GPU memory"):
+    if not rejected.get(Reason.MEMORY):
         return GpuplanError("gpus", f"no parallel plan uses {gpus} GPUs for {m.name} ({reasons})",
                             f"use a GPU count that tp x cp x pp x dp can make, e.g. {gpu.fast_domain * max(1, gpus // gpu.fast_domain)}")
     fixes = []

@@ -36,8 +36,9 @@ if TYPE_CHECKING:
 from dataclasses import dataclass
 
 from gpuplan.errors import GpuplanError
+from gpuplan.specs import schedules
 
-ALL_SCHEDULES = ("1f1b", "zb", "zb-v", "dualpipe")  # specs/parallel.py SCHEDULES, kept in step by a test
+ALL_SCHEDULES = tuple(s.train_name for s in schedules.training())  # the registry's training schedules
 
 
 @dataclass(frozen=True)
@@ -180,7 +181,7 @@ def check_plan(fw: Framework, plan: ParallelPlan) -> None:
     """Refuse parallel layouts the framework cannot run."""
     if plan.pp > 1 and not fw.pipeline:
         raise _refuse(fw, "pp", "pipeline parallelism", "--pp 1")
-    if plan.schedule not in fw.schedules:
+    if schedules.get(plan.schedule).train_name not in fw.schedules:  # aliases (zb-h1) by their name
         raise _refuse(fw, "schedule", f"{plan.schedule} schedule", "--schedule " + " or ".join(fw.schedules))
     if plan.vp > 1 and not fw.interleaving:
         raise _refuse(fw, "vp", "interleaved (virtual) pipeline stages", "--vp 1")

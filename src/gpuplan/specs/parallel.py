@@ -9,16 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuplan.errors import require
+from gpuplan.specs import schedules, validity
 
-# Pipeline schedules: 1F1B (PipeDream-Flush; interleaved when vp > 1, Narayanan et al. 2021),
-# zero-bubble ZB-H1 (Qi et al. 2023), ZB-V (Qi et al. 2023, section 6: two model chunks per rank
-# in a V, so rank 0 holds the first and the last layers; PyTorch's ScheduleZBVZeroBubble) and
-# DualPipe (DeepSeek-V3 report, 2024, section 3.2.1).
-SCHEDULES = ("1f1b", "zb", "zb-v", "dualpipe")
+# The pipeline schedules a training plan can run, with their aliases (gpuplan.specs.schedules):
+# 1F1B (interleaved when vp > 1), zero-bubble ZB-H1 (``zb``), ZB-V and DualPipe.
+SCHEDULES = schedules.names(training=True)
 
 
 def head_stage(schedule: str, pp: int) -> int:
-    return 0 if schedule == "zb-v" else pp - 1
+    return schedules.get(schedule).head_stage(pp)
 
 
 @dataclass(frozen=True)
@@ -44,16 +43,9 @@ class ParallelPlan:
             value = getattr(self, name)
             require(isinstance(value, int) and value >= 1, name, f"must be a positive integer, got {value!r}")
         require(self.zero in (0, 1, 2, 3), "zero", f"must be 0, 1, 2 or 3, got {self.zero!r}")
-        require((self.dp * self.cp) % self.ep == 0, "ep",
-                f"ep={self.ep} must divide dp x cp = {self.dp * self.cp} (experts are spread over data-parallel ranks)",
-                "pick an ep that divides dp x cp")
-        require(self.vp == 1 or self.pp > 1, "vp", "interleaving needs pipeline parallelism", "set --pp > 1 or --vp 1")
         require(self.schedule in SCHEDULES, "schedule", f"unknown schedule {self.schedule!r}",
                 f"use one of {', '.join(SCHEDULES)}")
-        require(self.schedule == "1f1b" or self.vp == 1, "vp", f"the {self.schedule} schedule has no virtual stages",
-                "use --vp 1, or --schedule 1f1b for interleaving")
-        require(self.schedule != "dualpipe" or (self.pp >= 2 and self.pp % 2 == 0), "pp",
-                f"DualPipe needs an even pipeline depth, got pp={self.pp}", "use an even --pp")
+        validity.require(validity.STRUCTURE, validity.view(self))  # ep vs dp x cp, vp, DualPipe's even pp
         for name in ("first_stage_layers", "last_stage_layers"):
             value = getattr(self, name)
             require(value is None or (isinstance(value, int) and value >= 1), name,
@@ -69,7 +61,7 @@ class ParallelPlan:
     @property
     def chunks(self) -> int:
         """Model chunks per pipeline rank: vp, or ZB-V's two."""
-        return 2 if self.schedule == "zb-v" else self.vp
+        return schedules.get(self.schedule).chunks(self.vp)
 
     @property
     def head_stage(self) -> int:
