@@ -213,3 +213,52 @@ class Run:
             elif mine in (None, 0) and theirs not in (None, 0):
                 pick[f.name] = theirs
         return Run(**pick)
+
+
+_BOOL_FLAGS = {"sp", "tp_overlap", "overlap_grad_reduce"}
+
+
+def plan_from_flags(text: str) -> RunPlan:
+    """A plan from ``gpuplan train`` flags in one string (``"llama-3.1-8b --gpus 16 --tp 2"``):
+    the model first (or ``--model``), then any of ``RunPlan``'s fields as ``--kebab-case`` flags."""
+    import shlex
+
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise GpuplanError("against", f"cannot split {text!r} ({exc})") from None
+    names = {f.name: f for f in dataclasses.fields(RunPlan)}
+    ints = {"gpus", "tp", "pp", "cp", "ep", "vp", "dp", "zero", "seq_len", "micro_batch", "global_batch"}
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if not w.startswith("--"):
+            if "model" in out:
+                raise GpuplanError("against", f"unexpected {w!r}", "give the model once, then --flags")
+            out["model"] = w
+            i += 1
+            continue
+        key = w[2:].replace("-", "_")
+        if key.startswith("no_") and key[3:] in _BOOL_FLAGS:
+            out[key[3:]] = False
+            i += 1
+            continue
+        if key in _BOOL_FLAGS:
+            out[key] = True
+            i += 1
+            continue
+        if key not in names or i + 1 >= len(words):
+            known = ", ".join("--" + n.replace("_", "-") for n in names)
+            raise GpuplanError("against", f"unknown flag or missing value: {w}", f"use {known}")
+        value: Any = words[i + 1]
+        if key in ints:
+            try:
+                value = int(value)
+            except ValueError:
+                raise GpuplanError("against", f"{w} needs an integer, got {value!r}") from None
+        out[key] = value
+        i += 2
+    if "model" not in out:
+        raise GpuplanError("against", "names no model", 'start with the model: --against "llama-3.1-8b --gpus 8"')
+    return RunPlan(**out)
