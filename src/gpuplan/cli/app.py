@@ -24,6 +24,9 @@ GpuOpt = Annotated[str, typer.Option(help="GPU id (see `gpuplan gpus`).")]
 TpOpt = Annotated[int, typer.Option(help="Tensor-parallel degree.")]
 PpOpt = Annotated[int, typer.Option(help="Pipeline-parallel degree.")]
 PriceOpt = Annotated[Optional[float], typer.Option(help="USD per GPU-hour (default: dated catalog price).")]
+CalibrationOpt = Annotated[Optional[str], typer.Option(
+    help="Calibration profile from `gpuplan calibrate`: its fitted efficiency replaces the catalog's for this "
+         "GPU family (and its allocator reserve the default).")]
 FrameworkOpt = Annotated[str, typer.Option(
     help="Training framework profile: megatron, nemo, torchtitan, deepspeed, hf, or generic (gpuplan's "
          "defaults, every option open). Sets kernels, overlap, schedules, recompute and memory layout.")]
@@ -55,6 +58,18 @@ def _show(doc: dict, json_out: bool, renderer: str) -> None:
 
 def _emit_json(doc) -> None:
     sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+
+
+def _calibrated(hw, calibration: str | None, allocator_fraction: float | None):
+    """(GPU, profile, allocator reserve) with a --calibration profile applied: its efficiency for
+    the GPU, its reserve unless --allocator-fraction was given (None: the config's default)."""
+    if not calibration:
+        return hw, None, allocator_fraction
+    from gpuplan.estimate.profile import load_profile
+    prof = load_profile(calibration)
+    if allocator_fraction is None:
+        allocator_fraction = prof.allocator_fraction
+    return prof.apply(hw), prof, allocator_fraction
 
 
 @app.command()
@@ -108,9 +123,11 @@ def train(
                                                   "DualPipe always does).")] = False,
     price: PriceOpt = None,
     cuda_context_gib: Annotated[float, typer.Option(help="CUDA/NCCL context per GPU, GiB.")] = 0.5,
-    allocator_fraction: Annotated[float, typer.Option(help="Allocator reserve, fraction of allocated.")] = 0.05,
+    allocator_fraction: Annotated[Optional[float], typer.Option(
+        help="Allocator reserve, fraction of allocated (default 0.05, or the --calibration profile's).")] = None,
     expert_imbalance: Annotated[float, typer.Option(help="MoE: busiest expert-parallel GPU's load over the mean "
                                                          "(`gpuplan experts` reports it).")] = 1.0,
+    calibration: CalibrationOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Will a training run fit, where every byte per GPU goes, its FLOPs, time and cost."""
@@ -122,6 +139,7 @@ def train(
 
     spec = catalog.model(model)
     hw = catalog.gpu(gpu)
+    hw, prof, allocator_fraction = _calibrated(hw, calibration, allocator_fraction)
     if gpus < 1:
         raise GpuplanError("gpus", f"must be a positive integer, got {gpus}")
     for name, value in (("tp", tp), ("pp", pp), ("cp", cp)):
@@ -157,9 +175,11 @@ def train(
                        price_per_gpu_hour=price, price_source=price_source)
     est = estimate_training(req)
     if json_out:
-        _emit_json(to_dict(est))
+        _emit_json({**to_dict(est), "calibration_profile": prof.describe() if prof else None})
     else:
-        from gpuplan.cli.render import render_train
+        from gpuplan.cli.render import console, render_train
+        if prof:
+            console.print(prof.summary())
         render_train(est)
 
 
@@ -177,6 +197,7 @@ def search(
     top: Annotated[int, typer.Option(help="How many plans to show.")] = 5,
     framework: FrameworkOpt = "generic",
     price: PriceOpt = None,
+    calibration: CalibrationOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Every valid parallel plan that fits, ranked; rejected plans counted by reason."""
@@ -186,6 +207,7 @@ def search(
     from gpuplan.units import parse_count
 
     spec, hw = catalog.model(model), catalog.gpu(gpu)
+    hw, prof, reserve = _calibrated(hw, calibration, None)
     if gpus < 1:
         raise GpuplanError("gpus", f"must be a positive integer, got {gpus}")
     if top < 1:
@@ -203,16 +225,18 @@ def search(
                                "use a multiple of --seq-len, or give sequences")
         gb //= seq_len
     base = TrainingConfig.for_framework(framework, seq_len=seq_len, global_batch=int(gb), precision=precision,
-                                        optimizer=optimizer)
+                                        optimizer=optimizer, allocator_fraction=reserve)
     price = _price(hw.id, price)
     if json_out:
         result = run_search(spec, hw, gpus, base, top=top, objective=objective, price_per_gpu_hour=price)
         from gpuplan.search.report import to_dict
-        _emit_json(to_dict(result, spec, hw))
+        _emit_json({**to_dict(result, spec, hw), "calibration_profile": prof.describe() if prof else None})
         return
     from rich.progress import Progress
 
-    from gpuplan.cli.render import render_search
+    from gpuplan.cli.render import console, render_search
+    if prof:
+        console.print(prof.summary())
     with Progress(transient=True) as bar:
         task = bar.add_task("searching plans", total=1)
         result = run_search(spec, hw, gpus, base, top=top, objective=objective, price_per_gpu_hour=price,
@@ -691,6 +715,9 @@ def tco(
 def validate(
     kind: Annotated[str, typer.Argument(help="training (step time) or serving (throughput and latency).")]
     = "training",
+    calibrated: Annotated[bool, typer.Option("--calibrated", help="Training: calibrate on one run of a GPU family, "
+                                             "predict the family's others (each in turn), against uncalibrated.")]
+    = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Predictions against published runs: per-row error, mean/median and max."""
@@ -708,6 +735,15 @@ def validate(
         return
     if kind != "training":
         raise GpuplanError("kind", f"unknown validation set {kind!r}", "use training or serving")
+    if calibrated:
+        from gpuplan.estimate.calibrate import calibrated_validation
+        doc = calibrated_validation()
+        if json_out:
+            _emit_json(doc)
+        else:
+            from gpuplan.cli.render_runs import render_calibrated_validation
+            render_calibrated_validation(doc)
+        return
     from gpuplan.estimate.validate import by_category, summary, validate_training
 
     results = validate_training()
@@ -802,6 +838,77 @@ def gpus(json_out: JsonOpt = False) -> None:
     else:
         from gpuplan.cli.render import render_gpus
         render_gpus(rows)
+
+
+RunFormatOpt = Annotated[Optional[str], typer.Option(
+    "--format", help="Log format: telemetry, megatron, torchtitan, hf, trace or run-file (default: sniffed).")]
+AgainstOpt = Annotated[Optional[str], typer.Option(
+    help='The plan the run ran, as `gpuplan train` flags in one string: "llama-3.1-8b --gpus 16 --tp 2 '
+         '--global-batch 256" (default: the plan the run file carries).')]
+
+
+def _read_runs(paths: list[str], fmt: str | None, against: str | None) -> list:
+    from gpuplan.runs.readers import read_run
+    from gpuplan.runs.record import plan_from_flags
+    runs = [read_run(p, fmt) for p in paths]
+    if against:
+        plan = plan_from_flags(against)
+        runs = [r if r.plan is not None else type(r)(**{**r.__dict__, "plan": plan}) for r in runs]
+    return runs
+
+
+@app.command()
+def calibrate(
+    runs: Annotated[list[str], typer.Argument(help="Runs: telemetry .jsonl, a run .toml (a log, an optional trace "
+                                                   "and its [plan]), or logs with --against.")],
+    out: Annotated[Optional[str], typer.Option(help="Write the cluster profile (TOML) here.")] = None,
+    run_format: RunFormatOpt = None,
+    against: AgainstOpt = None,
+    loo: Annotated[bool, typer.Option("--loo/--no-loo", help="Leave-one-out error: one more fit per run.")] = True,
+    json_out: JsonOpt = False,
+) -> None:
+    """Fit GEMM, attention, HBM, bus and per-step overhead factors to your runs; write a profile."""
+    from gpuplan.cli.render_runs import calibration_dict, render_calibration
+    from gpuplan.estimate.calibrate import calibrate_runs
+    from gpuplan.estimate.profile import write_profile
+
+    cal = calibrate_runs(_read_runs(runs, run_format, against), leave_one_out=loo)
+    if out:
+        write_profile(cal, out)
+    doc = calibration_dict(cal, out)
+    if json_out:
+        _emit_json(doc)
+    else:
+        render_calibration(doc)
+
+
+@app.command()
+def compare(
+    run: Annotated[str, typer.Argument(help="A run: telemetry .jsonl, a run .toml, a log or a profiler trace.")],
+    against: AgainstOpt = None,
+    run_format: RunFormatOpt = None,
+    calibration: CalibrationOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Predicted vs measured per component (step, kernels, memory); flags what is beyond the band."""
+    from gpuplan.cli.render_runs import render_compare
+    from gpuplan.runs.compare import compare_run
+
+    (r,) = _read_runs([run], run_format, against)
+    if r.plan is None:
+        raise GpuplanError("against", f"{run} carries no plan", 'pass --against "MODEL --gpus N --tp T ..."')
+    res = r.plan.resolve()
+    hw, prof, reserve = _calibrated(res.gpu, calibration, None)
+    if prof:
+        import dataclasses
+        cfg = res.config if reserve is None else dataclasses.replace(res.config, allocator_fraction=reserve)
+        res = dataclasses.replace(res, gpu=hw, config=cfg)
+    doc = compare_run(r, res)
+    doc["calibration_profile"] = {**prof.describe(), "summary": prof.summary()} if prof else None
+    if json_out:
+        _emit_json(doc)
+    else:
+        render_compare(doc)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -288,6 +288,8 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
     breakdown["bubble"] = bubble
     breakdown["optimizer"] = optimizer
     breakdown["overlap_contention"] = overlap_contention(crit_comm, gpu)
+    if gpu.efficiency.step_overhead_s:  # only a calibration profile sets it (Efficiency.step_overhead_s)
+        breakdown["step_overhead"] = gpu.efficiency.step_overhead_s
     step = sum(breakdown.values())
 
     flops = training_flops(m, cfg.seq_len, cfg.recompute)

@@ -39,6 +39,9 @@ class Efficiency:
     # SMs a running NCCL collective occupies (one thread block per channel): compute overlapped
     # with communication runs on the rest
     comm_sms: int = 0
+    # Seconds every optimizer step pays outside the kernels modelled (host, data loader, framework
+    # bookkeeping, logging): 0 in the catalog; a calibration profile fits it from the user's runs
+    step_overhead_s: float = 0.0
     assumed: bool = False
 
     def __post_init__(self) -> None:
@@ -48,6 +51,7 @@ class Efficiency:
         for dtype, value in self.gemm.items():
             require(0 < value <= 1, f"efficiency.gemm.{dtype}", f"must be in (0, 1], got {value}")
         require(len(self.tiles) > 0, "efficiency.gemm.tiles", "needs at least one tile")
+        require(self.step_overhead_s >= 0, "efficiency.step_overhead_s", f"must be >= 0, got {self.step_overhead_s}")
 
     def __hash__(self) -> int:  # every field: a changed efficiency must never hit a cached result
         return hash(tuple(tuple(sorted(v.items())) if isinstance(v, dict) else v

@@ -1,0 +1,146 @@
+"""Rich output and JSON documents for ``gpuplan calibrate``, ``compare`` and
+``validate --calibrated``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from gpuplan.cli.render import console
+from gpuplan.units import GiB
+
+
+def calibration_dict(cal: Any, out: str | None) -> dict[str, Any]:
+    """The JSON document of ``gpuplan calibrate --json``."""
+
+    def factor(f: Any) -> dict[str, Any]:
+        return {
+            "name": f.name,
+            "prior": f.prior,
+            "value": f.value,
+            "identified": f.identified,
+            "fitted": f.fitted,
+            "standard_error": f.standard_error,
+            "at_bound": f.at_bound,
+            "why": f.reason or None,
+        }
+
+    return {
+        "gpu_family": cal.family,
+        "gpus": list(cal.gpus),
+        "profile": out,
+        "factors": [factor(f) for f in cal.factors],
+        "allocator_fraction": factor(cal.allocator_fraction),
+        "not_identified": [f.name for f in (*cal.factors, cal.allocator_fraction) if not f.identified],
+        "mean_abs_error": {k: cal.mean_abs_error(k) for k in ("prior", "fitted", "loo")},
+        "runs": [
+            {
+                "source": r.source,
+                "measured_step_s": r.measured_step_s,
+                "prior_step_s": r.prior_step_s,
+                "fitted_step_s": r.fitted_step_s,
+                "loo_step_s": r.loo_step_s,
+            }
+            for r in cal.runs
+        ],
+    }
+
+
+def _pct(x: float | None) -> str:
+    return "" if x is None else f"{x:+.1%}"
+
+
+def render_calibration(doc: dict[str, Any]) -> None:
+    console.print(f"[bold]Calibration[/] of {doc['gpu_family']} from {len(doc['runs'])} run(s)")
+    t = Table(title="factors")
+    for col in ("factor", "catalog", "fitted", "± (1 sigma)", "identified", "why not"):
+        t.add_column(col, justify="left" if col in ("factor", "why not") else "right")
+    for f in [*doc["factors"], doc["allocator_fraction"]]:
+        se = f["standard_error"]
+        unit_s = f["name"] == "step_overhead_s"
+        t.add_row(
+            f["name"],
+            f"{f['prior']:.4g}",
+            f"{f['value']:.4g}" + (" (bound)" if f["at_bound"] else ""),
+            "" if se is None else (f"{se * 1e3:.3g} ms" if unit_s else f"{se:.1%}"),
+            "yes" if f["identified"] else ("fitted" if f["fitted"] else "no"),
+            f["why"] or "",
+        )
+    console.print(t)
+    r = Table(title="step time per run")
+    for col in ("run", "measured s", "catalog", "fitted", "leave-one-out"):
+        r.add_column(col, justify="left" if col == "run" else "right")
+    for run in doc["runs"]:
+        m = run["measured_step_s"]
+        r.add_row(
+            run["source"],
+            f"{m:.4g}",
+            _pct(run["prior_step_s"] / m - 1),
+            _pct(run["fitted_step_s"] / m - 1),
+            _pct(None if run["loo_step_s"] is None else run["loo_step_s"] / m - 1),
+        )
+    console.print(r)
+    e = doc["mean_abs_error"]
+    loo = "" if e["loo"] is None else f", leave-one-out {e['loo']:.1%}"
+    console.print(f"mean |error|: catalog {e['prior']:.1%}, fitted {e['fitted']:.1%}{loo}")
+    if doc["not_identified"]:
+        console.print(
+            "not identified by these runs (catalog value kept unless fitted): " + ", ".join(doc["not_identified"])
+        )
+    if doc["profile"]:
+        console.print(f"profile written to {doc['profile']} (apply with --calibration {doc['profile']})")
+
+
+def _value(unit: str, v: float | None) -> str:
+    if v is None:
+        return ""
+    if unit == "bytes":
+        return f"{v / GiB:,.2f} GiB"
+    if unit == "s":
+        return f"{v * 1e3:,.1f} ms" if v < 1 else f"{v:,.3f} s"
+    return f"{v:,.0f}"
+
+
+def render_compare(doc: dict[str, Any]) -> None:
+    band = doc["band"]
+    kind = ", ".join(str(v) for v in band["category"].values())
+    where = (
+        f"validation band for {kind}: {band['min_error']:+.1%} .. {band['max_error']:+.1%}"
+        if band["calibrated"]
+        else f"no published run of this kind ({kind}): flagged beyond ±25%"
+    )
+    if doc.get("calibration_profile"):
+        console.print(doc["calibration_profile"]["summary"])
+    console.print(f"[bold]{doc['run']}[/] ({doc['format']}) against gpuplan's plan on {doc['gpu']}; {where}")
+    t = Table()
+    for col in ("group", "component", "predicted", "measured", "error", ""):
+        t.add_column(col, justify="left" if col in ("group", "component", "") else "right")
+    for r in doc["rows"]:
+        t.add_row(
+            r["group"],
+            r["component"],
+            _value(r["unit"], r["predicted"]),
+            _value(r["unit"], r["measured"]),
+            _pct(r["error"]),
+            "[red]beyond band[/]" if r["flagged"] else "",
+        )
+    console.print(t)
+    for note in doc["notes"]:
+        console.print(f"note: {note}")
+
+
+def render_calibrated_validation(doc: dict[str, Any]) -> None:
+    t = Table(title="calibrate on one run, predict the family's others (every run in turn)")
+    for col in ("GPU family", "runs", "uncalibrated", "calibrated on one run", "catalog (fit to all, in-sample)"):
+        t.add_column(col, justify="left" if col == "GPU family" else "right")
+    for fam, v in doc.items():
+        t.add_row(
+            fam,
+            str(v["runs"]),
+            f"{v['uncalibrated_mean_abs_error']:.1%}",
+            f"{v['calibrated_mean_abs_error']:.1%}",
+            f"{v['catalog_mean_abs_error']:.1%}",
+        )
+    console.print(t)
+    console.print("mean |step-time error|; uncalibrated: sustained = 1 (datasheet and measured kernel rates only)")
