@@ -267,7 +267,7 @@ def to_dict(e: ServeEstimate) -> dict:
     contiguous = kv_bytes_per_sequence(m, d.kv, e.model_max_len, d.tp) * mem.layers / m.num_layers
     exact = kv_bytes_per_sequence(m, d.kv, length, d.tp) * mem.layers / m.num_layers
     out = {
-        "model": m.name, "gpu": d.gpu.id, "tp": d.tp, "pp": d.pp, "gpus": d.gpus,
+        "model": m.name, "model_notes": list(m.notes), "gpu": d.gpu.id, "tp": d.tp, "pp": d.pp, "gpus": d.gpus,
         "weights": d.weights.name, "kv": d.kv.name, "input_len": r.input_len, "output_len": r.output_len,
         "memory": {
             "per_gpu": {"weights": mem.weights, "kv_cache": e.kv_needed, "activations": mem.activations,
