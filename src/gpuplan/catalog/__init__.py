@@ -14,6 +14,7 @@ import tomllib
 from pathlib import Path
 
 from gpuplan.errors import GpuplanError
+from gpuplan.specs.gpu_file import read_gpu_file
 from gpuplan.specs.hardware import Efficiency, GPUSpec
 from gpuplan.specs.hf import load_hf_config, model_from_hf_config
 from gpuplan.specs.hub import config_path, parse_hub_id
@@ -44,10 +45,14 @@ def model_ids() -> list[str]:
 
 @functools.cache
 def gpu(gpu_id: str) -> GPUSpec:
+    """A catalog GPU id, or a path to a TOML file in the catalog's schema (validated field by field)."""
     entries = _read("gpus")
     key = gpu_id.lower()
     if key not in entries:
-        raise _unknown("gpu", gpu_id, list(entries), "run `gpuplan gpus` to list them")
+        if gpu_id.endswith(".toml") or Path(gpu_id).is_file():
+            data = read_gpu_file(gpu_id)
+            return GPUSpec.from_catalog(Path(gpu_id).stem, data, efficiency(data.get("efficiency", "default")))
+        raise _unknown("gpu", gpu_id, list(entries), "run `gpuplan gpus` to list them, or pass a GPU TOML file")
     data = entries[key]
     return GPUSpec.from_catalog(key, data, efficiency(data.get("efficiency", "default")))
 
@@ -110,10 +115,17 @@ def model(name: str) -> ModelSpec:
         spec = load_hf_config(config_path(repo, revision, hint=catalog_hint(name)))
         return dataclasses.replace(spec, name=name, source=f"https://huggingface.co/{repo}")
     if name.endswith(".json") or "/" in name:
-        raise GpuplanError("model", f"no such file {name!r}",
-                           f"pass a catalog id, a config.json path or a Hub id org/name{catalog_hint(name)}")
-    raise _unknown("model", name, model_ids(), "run `gpuplan models` to list them, or pass a config.json path "
-                   "or a Hugging Face Hub id (org/name)")
+        raise GpuplanError(
+            "model",
+            f"no such file {name!r}",
+            f"pass a catalog id, a config.json path or a Hub id org/name{catalog_hint(name)}",
+        )
+    raise _unknown(
+        "model",
+        name,
+        model_ids(),
+        "run `gpuplan models` to list them, or pass a config.json path or a Hugging Face Hub id (org/name)",
+    )
 
 
 def price_per_gpu_hour(gpu_id: str, provider: str = DEFAULT_PRICE_PROVIDER) -> tuple[float, str] | None:
