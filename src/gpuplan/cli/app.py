@@ -224,8 +224,9 @@ def serve(
     tp: TpOpt = 1,
     pp: PpOpt = 1,
     weights: Annotated[str, typer.Option(help="Weight format: bf16, fp16, fp8, fp8-wo, int8, int4-awq, int4-gptq, "
-                                              "nf4, q4_k_m, q8_0.")] = "bf16",
-    kv: Annotated[str, typer.Option(help="KV-cache format: bf16, fp16, fp8, int8.")] = "bf16",
+                                              "nf4, q4_k_m, q8_0, nvfp4, mxfp4, mxfp8 (Blackwell/MI355X), "
+                                              "mxfp4-wo, mxfp4-experts (gpt-oss as shipped).")] = "bf16",
+    kv: Annotated[str, typer.Option(help="KV-cache format: bf16, fp16, fp8, int8, nvfp4 (Blackwell).")] = "bf16",
     input_len: Annotated[int, typer.Option(help="Prompt tokens per request.")] = 2048,
     output_len: Annotated[int, typer.Option(help="Generated tokens per request.")] = 256,
     concurrency: Annotated[Optional[int], typer.Option(help="Sequences in flight (default 1).")] = None,
@@ -281,7 +282,7 @@ def serve_sim(
     tp: TpOpt = 1,
     pp: PpOpt = 1,
     weights: Annotated[str, typer.Option(help="Weight format (see `gpuplan serve --help`).")] = "bf16",
-    kv: Annotated[str, typer.Option(help="KV-cache format: bf16, fp16, fp8, int8.")] = "bf16",
+    kv: Annotated[str, typer.Option(help="KV-cache format: bf16, fp16, fp8, int8, nvfp4 (Blackwell).")] = "bf16",
     rate: Annotated[Optional[str], typer.Option(help="Poisson request rate(s) per second, e.g. 4 or 1,2,4,8.")] = None,
     requests: Annotated[int, typer.Option(help="Requests per simulation.")] = 1000,
     input_len: Annotated[str, typer.Option(help="Prompt length: 2048, 512-4096 (uniform) or exp:1024.")] = "2048",
@@ -307,7 +308,7 @@ def serve_sim(
     from gpuplan.units import parse_duration
 
     hw = catalog.gpu(gpu)
-    d = Deployment(catalog.model(model), hw, weight_format(weights, hw), kv_format(kv), tp, pp)
+    d = Deployment(catalog.model(model), hw, weight_format(weights, hw), kv_format(kv, hw), tp, pp)
     cfg = ServeConfig(gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
                       max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs)
     lin, lout = Lengths.parse(input_len, "input_len"), Lengths.parse(output_len, "output_len")

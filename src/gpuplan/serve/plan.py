@@ -168,7 +168,7 @@ def _smallest_fix(req: ServeRequest, cfg: ServeConfig) -> str:
                          key=lambda x: (x[0] * x[1], x[1]))
         for tp, pp in layouts:
             try:
-                d = Deployment(m, gpu, weight_format(fmt, gpu), kv_format(req.kv), tp, pp)
+                d = Deployment(m, gpu, weight_format(fmt, gpu), kv_format(req.kv, gpu), tp, pp)
             except GpuplanError:
                 continue
             if max_concurrency(serve_memory(d, cfg), d, cfg, length) >= 1:
@@ -190,7 +190,7 @@ def _smallest_fix(req: ServeRequest, cfg: ServeConfig) -> str:
 
 def estimate_serving(req: ServeRequest) -> ServeEstimate:
     m, gpu, cfg = req.model, req.gpu, req.config
-    d = Deployment(m, gpu, weight_format(req.weights, gpu), kv_format(req.kv), req.tp, req.pp)
+    d = Deployment(m, gpu, weight_format(req.weights, gpu), kv_format(req.kv, gpu), req.tp, req.pp)
     limit = cfg.max_model_len or m.max_position_embeddings
     length = req.input_len + req.output_len
     if length > limit:
