@@ -174,6 +174,20 @@ def search(
     top: Annotated[int, typer.Option(help="How many plans to show.")] = 5,
     framework: FrameworkOpt = "generic",
     price: PriceOpt = None,
+    tp: Annotated[Optional[int], typer.Option(help="Fix the tensor-parallel degree.")] = None,
+    pp: Annotated[Optional[int], typer.Option(help="Fix the pipeline-parallel degree.")] = None,
+    cp: Annotated[Optional[int], typer.Option(help="Fix the context-parallel degree.")] = None,
+    ep: Annotated[Optional[int], typer.Option(help="Fix the expert-parallel degree.")] = None,
+    dp: Annotated[Optional[int], typer.Option(help="Fix the data-parallel degree.")] = None,
+    max_tp: Annotated[Optional[int], typer.Option(help="Largest tensor-parallel degree.")] = None,
+    max_pp: Annotated[Optional[int], typer.Option(help="Largest pipeline-parallel degree.")] = None,
+    max_cp: Annotated[Optional[int], typer.Option(help="Largest context-parallel degree.")] = None,
+    max_ep: Annotated[Optional[int], typer.Option(help="Largest expert-parallel degree.")] = None,
+    schedule: Annotated[Optional[str], typer.Option(help="Only these schedules, e.g. 1f1b,interleaved "
+                                                         "(also zb, zb-v, dualpipe).")] = None,
+    zero: Annotated[Optional[str], typer.Option(help="Only these ZeRO stages, e.g. 1,3.")] = None,
+    recompute: Annotated[Optional[str], typer.Option(help="Only these recompute modes, e.g. none,selective.")] = None,
+    micro_batch: Annotated[Optional[str], typer.Option(help="Micro-batch sizes to try (default 1,2,4,8).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Every valid parallel plan that fits, ranked; rejected plans counted by reason."""
@@ -202,8 +216,14 @@ def search(
     base = TrainingConfig.for_framework(framework, seq_len=seq_len, global_batch=int(gb), precision=precision,
                                         optimizer=optimizer)
     price = _price(hw.id, price)
+    from gpuplan.search.plans import RECOMPUTE_ORDER, Constraints, parse_choices
+    narrow = dict(constraints=Constraints(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, max_tp=max_tp, max_pp=max_pp,
+                                          max_cp=max_cp, max_ep=max_ep, schedules=parse_choices(schedule, "schedule")),
+                  zero_stages=parse_choices(zero, "zero", int) or (0, 1, 2, 3),
+                  recompute=parse_choices(recompute, "recompute") or RECOMPUTE_ORDER,
+                  micro_batches=parse_choices(micro_batch, "micro-batch", int) or (1, 2, 4, 8))
     if json_out:
-        result = run_search(spec, hw, gpus, base, top=top, objective=objective, price_per_gpu_hour=price)
+        result = run_search(spec, hw, gpus, base, top=top, objective=objective, price_per_gpu_hour=price, **narrow)
         from gpuplan.search.report import to_dict
         _emit_json(to_dict(result, spec, hw))
         return
@@ -213,7 +233,7 @@ def search(
     with Progress(transient=True) as bar:
         task = bar.add_task("searching plans", total=1)
         result = run_search(spec, hw, gpus, base, top=top, objective=objective, price_per_gpu_hour=price,
-                            progress=lambda i, n: bar.update(task, completed=i, total=n))
+                            progress=lambda i, n: bar.update(task, completed=i, total=n), **narrow)
     render_search(result, spec, hw)
 
 
