@@ -9,8 +9,19 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 
+def text_config(config: dict) -> dict:
+    """What transformers builds as the causal LM: a multimodal config's text_config (gpuplan plans the
+    text backbone and says the vision tower is not counted); TOML has no null, so a catalog
+    ``q_lora_rank = 0`` is the config.json's null."""
+    if "text_config" in config:
+        config = dict(config["text_config"])
+    if config.get("q_lora_rank") == 0:
+        config["q_lora_rank"] = None
+    return config
+
+
 def build_on_meta(config: dict):
-    cfg = transformers.AutoConfig.for_model(**config)
+    cfg = transformers.AutoConfig.for_model(**text_config(config))
     with torch.device("meta"):
         return transformers.AutoModelForCausalLM.from_config(cfg)
 

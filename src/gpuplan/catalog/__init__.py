@@ -6,14 +6,18 @@ Files are read once and cached; lookups suggest the closest names on a miss.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import functools
+import re
 import tomllib
 from pathlib import Path
 
 from gpuplan.errors import GpuplanError
+from gpuplan.specs.gpu_file import read_gpu_file
 from gpuplan.specs.hardware import Efficiency, GPUSpec
 from gpuplan.specs.hf import load_hf_config, model_from_hf_config
+from gpuplan.specs.hub import config_path, parse_hub_id
 from gpuplan.specs.model import ModelSpec
 
 ROOT = Path(__file__).parent
@@ -41,10 +45,14 @@ def model_ids() -> list[str]:
 
 @functools.cache
 def gpu(gpu_id: str) -> GPUSpec:
+    """A catalog GPU id, or a path to a TOML file in the catalog's schema (validated field by field)."""
     entries = _read("gpus")
     key = gpu_id.lower()
     if key not in entries:
-        raise _unknown("gpu", gpu_id, list(entries), "run `gpuplan gpus` to list them")
+        if gpu_id.endswith(".toml") or Path(gpu_id).is_file():
+            data = read_gpu_file(gpu_id)
+            return GPUSpec.from_catalog(Path(gpu_id).stem, data, efficiency(data.get("efficiency", "default")))
+        raise _unknown("gpu", gpu_id, list(entries), "run `gpuplan gpus` to list them, or pass a GPU TOML file")
     data = entries[key]
     return GPUSpec.from_catalog(key, data, efficiency(data.get("efficiency", "default")))
 
@@ -70,14 +78,54 @@ def _catalog_model(key: str) -> ModelSpec:
     return model_from_hf_config(entry["config"], name=key, where=f"catalog/models/{key}.toml")
 
 
+def hub_ids() -> dict[str, str]:
+    """Hub id (lower case) -> catalog id, read from each entry's source (``huggingface.co/ORG/NAME``
+    or a leading ``ORG/NAME``)."""
+    out = {}
+    for key, entry in _read("models").items():
+        m = re.search(r"huggingface\.co/([\w.-]+/[\w.-]+)", entry["source"]) or re.match(
+            r"([\w.-]+/[\w.-]+)", entry["source"]
+        )
+        if m:
+            out[m[1].lower()] = key
+    return out
+
+
+def catalog_hint(name: str) -> str:
+    """'; the catalog has ...' when a catalog entry matches a Hub id or a path's name, else ''."""
+    repo = name.split("@")[0].rstrip("/")
+    key = hub_ids().get(repo.lower())
+    if key is None:
+        stem = Path(repo).name.lower().removesuffix(".json")
+        key = stem if stem in _read("models") else None
+    return f"; the catalog has it: pass {key!r} (`gpuplan models`)" if key else ""
+
+
 def model(name: str) -> ModelSpec:
-    """A catalog id (``llama-3.1-70b``) or a path to a Hugging Face ``config.json`` (or its folder)."""
+    """A catalog id (``llama-3.1-70b``), a path to a Hugging Face ``config.json`` (or its folder), or a
+    Hub id (``org/name[@revision]``) whose config.json is fetched through huggingface_hub's cache."""
     key = name.lower()
     if key in _read("models"):
         return _catalog_model(key)
-    if name.endswith(".json") or "/" in name or Path(name).exists():
+    if Path(name).exists():
         return load_hf_config(name)
-    raise _unknown("model", name, model_ids(), "run `gpuplan models` to list them, or pass a config.json path")
+    hub = parse_hub_id(name)
+    if hub is not None:
+        repo, revision = hub
+        spec = load_hf_config(config_path(repo, revision, hint=catalog_hint(name)))
+        return dataclasses.replace(spec, name=name, source=f"https://huggingface.co/{repo}")
+    if name.endswith(".json") or "/" in name:
+        raise GpuplanError(
+            "model",
+            f"no such file {name!r}",
+            f"pass a catalog id, a config.json path or a Hub id org/name{catalog_hint(name)}",
+        )
+    raise _unknown(
+        "model",
+        name,
+        model_ids(),
+        "run `gpuplan models` to list them, or pass a config.json path or a Hugging Face Hub id (org/name)",
+    )
 
 
 def price_per_gpu_hour(gpu_id: str, provider: str = DEFAULT_PRICE_PROVIDER) -> tuple[float, str] | None:

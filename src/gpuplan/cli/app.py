@@ -20,7 +20,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print a machine-readable JSON document.")]
 # Options several commands share, declared once
 ModelArg = Annotated[str, typer.Argument(help="Catalog id (see `gpuplan models`) or a path to a config.json.")]
-GpuOpt = Annotated[str, typer.Option(help="GPU id (see `gpuplan gpus`).")]
+GpuOpt = Annotated[str, typer.Option(help="GPU id (see `gpuplan gpus`) or a GPU TOML file in the catalog's schema.")]
 TpOpt = Annotated[int, typer.Option(help="Tensor-parallel degree.")]
 PpOpt = Annotated[int, typer.Option(help="Pipeline-parallel degree.")]
 PriceOpt = Annotated[Optional[float], typer.Option(help="USD per GPU-hour (default: dated catalog price).")]
@@ -198,6 +198,20 @@ def search(
     framework: FrameworkOpt = "generic",
     price: PriceOpt = None,
     calibration: CalibrationOpt = None,
+    tp: Annotated[Optional[int], typer.Option(help="Fix the tensor-parallel degree.")] = None,
+    pp: Annotated[Optional[int], typer.Option(help="Fix the pipeline-parallel degree.")] = None,
+    cp: Annotated[Optional[int], typer.Option(help="Fix the context-parallel degree.")] = None,
+    ep: Annotated[Optional[int], typer.Option(help="Fix the expert-parallel degree.")] = None,
+    dp: Annotated[Optional[int], typer.Option(help="Fix the data-parallel degree.")] = None,
+    max_tp: Annotated[Optional[int], typer.Option(help="Largest tensor-parallel degree.")] = None,
+    max_pp: Annotated[Optional[int], typer.Option(help="Largest pipeline-parallel degree.")] = None,
+    max_cp: Annotated[Optional[int], typer.Option(help="Largest context-parallel degree.")] = None,
+    max_ep: Annotated[Optional[int], typer.Option(help="Largest expert-parallel degree.")] = None,
+    schedule: Annotated[Optional[str], typer.Option(help="Only these schedules, e.g. 1f1b,interleaved "
+                                                         "(also zb, zb-v, dualpipe).")] = None,
+    zero: Annotated[Optional[str], typer.Option(help="Only these ZeRO stages, e.g. 1,3.")] = None,
+    recompute: Annotated[Optional[str], typer.Option(help="Only these recompute modes, e.g. none,selective.")] = None,
+    micro_batch: Annotated[Optional[str], typer.Option(help="Micro-batch sizes to try (default 1,2,4,8).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Every valid parallel plan that fits, ranked; rejected plans counted by reason."""
@@ -227,8 +241,14 @@ def search(
     base = TrainingConfig.for_framework(framework, seq_len=seq_len, global_batch=int(gb), precision=precision,
                                         optimizer=optimizer, allocator_fraction=reserve)
     price = _price(hw.id, price)
+    from gpuplan.search.plans import RECOMPUTE_ORDER, Constraints, parse_choices
+    narrow = dict(constraints=Constraints(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, max_tp=max_tp, max_pp=max_pp,
+                                          max_cp=max_cp, max_ep=max_ep, schedules=parse_choices(schedule, "schedule")),
+                  zero_stages=parse_choices(zero, "zero", int) or (0, 1, 2, 3),
+                  recompute=parse_choices(recompute, "recompute") or RECOMPUTE_ORDER,
+                  micro_batches=parse_choices(micro_batch, "micro-batch", int) or (1, 2, 4, 8))
     if json_out:
-        result = run_search(spec, hw, gpus, base, top=top, objective=objective, price_per_gpu_hour=price)
+        result = run_search(spec, hw, gpus, base, top=top, objective=objective, price_per_gpu_hour=price, **narrow)
         from gpuplan.search.report import to_dict
         _emit_json({**to_dict(result, spec, hw), "calibration_profile": prof.describe() if prof else None})
         return
@@ -240,7 +260,7 @@ def search(
     with Progress(transient=True) as bar:
         task = bar.add_task("searching plans", total=1)
         result = run_search(spec, hw, gpus, base, top=top, objective=objective, price_per_gpu_hour=price,
-                            progress=lambda i, n: bar.update(task, completed=i, total=n))
+                            progress=lambda i, n: bar.update(task, completed=i, total=n), **narrow)
     render_search(result, spec, hw)
 
 
@@ -251,8 +271,9 @@ def serve(
     tp: TpOpt = 1,
     pp: PpOpt = 1,
     weights: Annotated[str, typer.Option(help="Weight format: bf16, fp16, fp8, fp8-wo, int8, int4-awq, int4-gptq, "
-                                              "nf4, q4_k_m, q8_0.")] = "bf16",
-    kv: Annotated[str, typer.Option(help="KV-cache format: bf16, fp16, fp8, int8.")] = "bf16",
+                                              "nf4, q4_k_m, q8_0, nvfp4, mxfp4, mxfp8 (Blackwell/MI355X), "
+                                              "mxfp4-wo, mxfp4-experts (gpt-oss as shipped).")] = "bf16",
+    kv: Annotated[str, typer.Option(help="KV-cache format: bf16, fp16, fp8, int8, nvfp4 (Blackwell).")] = "bf16",
     input_len: Annotated[int, typer.Option(help="Prompt tokens per request.")] = 2048,
     output_len: Annotated[int, typer.Option(help="Generated tokens per request.")] = 256,
     concurrency: Annotated[Optional[int], typer.Option(help="Sequences in flight (default 1).")] = None,
@@ -308,7 +329,7 @@ def serve_sim(
     tp: TpOpt = 1,
     pp: PpOpt = 1,
     weights: Annotated[str, typer.Option(help="Weight format (see `gpuplan serve --help`).")] = "bf16",
-    kv: Annotated[str, typer.Option(help="KV-cache format: bf16, fp16, fp8, int8.")] = "bf16",
+    kv: Annotated[str, typer.Option(help="KV-cache format: bf16, fp16, fp8, int8, nvfp4 (Blackwell).")] = "bf16",
     rate: Annotated[Optional[str], typer.Option(help="Poisson request rate(s) per second, e.g. 4 or 1,2,4,8.")] = None,
     requests: Annotated[int, typer.Option(help="Requests per simulation.")] = 1000,
     input_len: Annotated[str, typer.Option(help="Prompt length: 2048, 512-4096 (uniform) or exp:1024.")] = "2048",
@@ -334,7 +355,7 @@ def serve_sim(
     from gpuplan.units import parse_duration
 
     hw = catalog.gpu(gpu)
-    d = Deployment(catalog.model(model), hw, weight_format(weights, hw), kv_format(kv), tp, pp)
+    d = Deployment(catalog.model(model), hw, weight_format(weights, hw), kv_format(kv, hw), tp, pp)
     cfg = ServeConfig(gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
                       max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs)
     lin, lout = Lengths.parse(input_len, "input_len"), Lengths.parse(output_len, "output_len")

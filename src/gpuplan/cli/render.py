@@ -34,6 +34,8 @@ def render_train(est) -> None:
                   f" ({req.microbatches} micro-batches/step), {req.config.precision}, {req.config.optimizer},"
                   f" recompute {req.config.recompute}, {req.config.attention} attention, {req.config.profile} kernels,"
                   f" framework {req.config.framework}")
+    for note in m.notes:  # what the plan leaves out (a vision tower, MTP layers)
+        console.print(f"[dim]note: {note}[/]")
     if p.first_stage_layers or p.last_stage_layers:
         from gpuplan.pipeline.split import stage_layers
         console.print("layers per pipeline stage: " + " ".join(map(str, stage_layers(m, p))))
@@ -215,6 +217,8 @@ def render_serve(est, doc: dict) -> None:
     console.print(f"[bold]{r.model.name}[/] on {d.gpus} x {d.gpu.name} (tp={d.tp}, pp={d.pp}), weights {d.weights.name}, "
                   f"KV {d.kv.name}; {r.input_len} tokens in, {r.output_len} out, "
                   f"{'max-throughput' if r.max_throughput else 'concurrency'} {doc['concurrency']}")
+    for note in r.model.notes:
+        console.print(f"[dim]note: {note}[/]")
     table = _mem_table(f"Memory per GPU (engine budget {r.config.gpu_memory_utilization:.0%} of "
                        f"{mem['capacity'] / GiB:,.2f} GiB)")
     per = mem["per_gpu"]

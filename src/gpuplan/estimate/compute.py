@@ -185,7 +185,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
         ctx = mean_context(s.seq, None, True)
         if m.num_sliding_layers:
             frac = m.num_sliding_layers / m.num_layers
-            ctx = (1 - frac) * ctx + frac * mean_context(s.seq, window, True)
+            ctx = (1 - frac) * ctx + frac * mean_context(s.seq, window, True, m.attention_chunked)
         flops = 2.0 * s.micro_batch * heads * (m.qk_head_dim + m.v_dim) * s.seq * ctx / s.cp
         fwd, bwd = flash_time(gpu, attn_dtype, flops, min(s.seq, window or s.seq) / s.cp, s.attention_kernel)
         out.add("attention", fwd=fwd, b=bwd, core=True)

@@ -24,9 +24,17 @@ from gpuplan.estimate.params import count_params
 from gpuplan.specs.model import ModelSpec
 
 
-def mean_context(seq_len: int, window: int | None, causal: bool) -> float:
-    """Average number of keys a query attends to in a sequence of ``seq_len`` tokens."""
+def mean_context(seq_len: int, window: int | None, causal: bool, chunked: bool = False) -> float:
+    """Average number of keys a query attends to in a sequence of ``seq_len`` tokens.
+
+    ``chunked``: the window is Llama 4's chunked attention, where a query sees only the keys of its
+    own chunk of ``window`` tokens (transformers' ``create_chunked_causal_mask``)."""
     s = seq_len
+    if chunked and window and window < s:
+        full, rest = divmod(s, window)
+        if not causal:  # every query sees its whole chunk
+            return (full * window * window + rest * rest) / s
+        return (full * window * (window + 1) / 2 + rest * (rest + 1) / 2) / s
     if not causal:
         return float(min(s, window) if window else s)
     if not window or window >= s:
@@ -41,7 +49,7 @@ def attention_flops_per_token(m: ModelSpec, seq_len: int, causal: bool = True) -
     full = m.num_layers - m.num_sliding_layers
     ctx = full * mean_context(seq_len, None, causal)
     if m.num_sliding_layers:
-        ctx += m.num_sliding_layers * mean_context(seq_len, m.sliding_window, causal)
+        ctx += m.num_sliding_layers * mean_context(seq_len, m.sliding_window, causal, m.attention_chunked)
     return per_key * ctx
 
 

@@ -66,8 +66,13 @@ def _attention(m: ModelSpec) -> list[Tensor]:
         t += _linear("attn.o_proj", m.num_heads * m.v_head_dim, h, "row", m.o_bias)
         return t
     kv = m.num_kv_heads * m.head_dim
-    return (_linear("attn.qkv", h, m.q_size + 2 * kv, "col", m.qkv_bias)
-            + _linear("attn.o", m.q_size, h, "row", m.o_bias))
+    t = (_linear("attn.qkv", h, m.q_size + 2 * kv, "col", m.qkv_bias)
+         + _linear("attn.o", m.q_size, h, "row", m.o_bias))
+    if m.qk_norm:  # one weight over head_dim, shared by all heads: every TP rank holds it
+        t += _norm(m, "attn.q_norm", m.head_dim) + _norm(m, "attn.k_norm", m.head_dim)
+    if m.attn_sinks:  # a logit per head, split with the heads
+        t.append(Tensor("attn.sinks", (m.num_heads,), "col", matmul=False))
+    return t
 
 
 def _mlp(m: ModelSpec, name: str, width: int, bias: bool, expert: bool = False) -> list[Tensor]:
@@ -80,6 +85,8 @@ def _mlp(m: ModelSpec, name: str, width: int, bias: bool, expert: bool = False) 
 def _moe(m: ModelSpec) -> list[Tensor]:
     h = m.hidden_size
     t = [Tensor("moe.router", (m.num_experts, h))]
+    if m.router_bias:
+        t.append(Tensor("moe.router_bias", (m.num_experts,), matmul=False))
     per_expert = _mlp(m, "moe.expert", m.moe_ffn_size, m.mlp_bias, expert=True)
     t += [Tensor(x.name, (m.num_experts, *x.shape), x.split, expert=True, matmul=x.matmul) for x in per_expert]
     if m.shared_expert_ffn_size:

@@ -164,7 +164,7 @@ def to_dict(est: TrainEstimate) -> dict:
         "model": {"name": req.model.name, "model_type": req.model.model_type,
                   "params_total": est.params.total, "params_active": est.params.active,
                   "params_embedding": est.params.embedding, "params_lm_head": est.params.lm_head,
-                  "params_per_layer": list(est.params.per_layer)},
+                  "params_per_layer": list(est.params.per_layer), "notes": list(req.model.notes)},
         "gpu": {"id": req.gpu.id, "name": req.gpu.name, "count": req.plan.world_size,
                 "peak_flops": req.gpu.peak(req.config.compute_dtype), "compute_dtype": req.config.compute_dtype},
         "plan": {**dataclasses.asdict(req.plan), "world_size": req.plan.world_size,

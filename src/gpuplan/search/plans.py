@@ -65,6 +65,68 @@ class SearchResult:
     framework: str = "generic"  # the framework profile the plans were searched under
 
 
+SEARCH_SCHEDULES = ("1f1b", "interleaved", "zb", "zb-v", "dualpipe")  # "interleaved" = 1f1b with vp > 1
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """What the user fixes or bounds (Calculon-style): a TP fixed by the NVLink domain, a PP capped
+    by the framework, only some schedules. Plans outside are counted as rejected, with the flag."""
+    tp: int | None = None
+    pp: int | None = None
+    cp: int | None = None
+    ep: int | None = None
+    dp: int | None = None
+    max_tp: int | None = None
+    max_pp: int | None = None
+    max_cp: int | None = None
+    max_ep: int | None = None
+    schedules: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "cp", "ep", "dp", "max_tp", "max_pp", "max_cp", "max_ep"):
+            value = getattr(self, name)
+            require(value is None or value >= 1, name.replace("_", "-"), f"must be a positive integer, got {value}")
+        for name in ("tp", "pp", "cp", "ep"):
+            fixed, most = getattr(self, name), getattr(self, f"max_{name}")
+            require(fixed is None or most is None or fixed <= most, name,
+                    f"--{name} {fixed} is above --max-{name} {most}", "drop one of them")
+        if self.schedules is not None:
+            bad = [x for x in self.schedules if x not in SEARCH_SCHEDULES]
+            require(not bad and bool(self.schedules), "schedule", f"unknown schedule(s) {', '.join(bad) or '(none)'}",
+                    f"use some of {', '.join(SEARCH_SCHEDULES)}")
+
+    def reason(self, lo: Layout) -> str | None:
+        """Why a layout is outside the constraints (the flag that excludes it), or None."""
+        for name in ("tp", "pp", "cp", "ep", "dp"):
+            fixed = getattr(self, name)
+            if fixed is not None and getattr(lo, name) != fixed:
+                return f"{name} is not {fixed} (--{name})"
+        for name in ("tp", "pp", "cp", "ep"):
+            most = getattr(self, f"max_{name}")
+            if most is not None and getattr(lo, name) > most:
+                return f"{name} above {most} (--max-{name})"
+        if self.schedules is not None:
+            spec = schedules.get(lo.schedule)  # the --schedule name: interleaved 1F1B is 1f1b with vp > 1
+            kind = "interleaved" if lo.vp > 1 and spec.interleaved else spec.train_name
+            if kind not in self.schedules:
+                return f"schedule {kind} not asked for (--schedule)"
+        return None
+
+
+def parse_choices(text: str | None, field: str, kind: type = str) -> tuple | None:
+    """A comma-separated CLI list (``--zero 1,3``), or None when not given."""
+    if text is None:
+        return None
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    try:
+        values = tuple(kind(x) for x in items)
+    except ValueError:
+        raise GpuplanError(field, f"cannot read {text!r}", f"give a comma-separated list, e.g. --{field} 1,3") from None
+    require(bool(values), field, "is empty", f"give a comma-separated list, e.g. --{field} 1,3")
+    return values
+
+
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -102,17 +164,28 @@ def _schedules(m: ModelSpec, pp: int, max_vp: int, fw: Framework = FRAMEWORKS["g
 def search(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, *, top: int = 10,
            objective: str = "throughput", micro_batches: tuple[int, ...] = (1, 2, 4, 8),
            zero_stages: tuple[int, ...] = (0, 1, 2, 3), recompute: tuple[str, ...] = RECOMPUTE_ORDER,
-           max_vp: int = 4, price_per_gpu_hour: float | None = None, progress=None) -> SearchResult:
-    """Rank every valid plan of ``gpus`` GPUs for ``base`` (its global batch and sequence fixed)."""
+           max_vp: int = 4, price_per_gpu_hour: float | None = None, progress=None,
+           constraints: Constraints | None = None) -> SearchResult:
+    """Rank every valid plan of ``gpus`` GPUs for ``base`` (its global batch and sequence fixed).
+
+    ``zero_stages``, ``recompute`` and ``constraints`` narrow the space; the plans they leave out
+    are counted as rejected under the flag that excluded them."""
     require(gpus >= 1, "gpus", f"must be a positive integer, got {gpus}")
     require(objective in OBJECTIVES, "objective", f"unknown objective {objective!r}", f"use one of {', '.join(OBJECTIVES)}")
     require(base.global_batch >= 1, "global_batch", "the search needs a global batch", "pass --global-batch")
     fw = get_framework(base.framework)
     # only what the framework runs: its recompute modes and ZeRO stages
+    for z in zero_stages:
+        require(z in (0, 1, 2, 3), "zero", f"unknown ZeRO stage {z}", "use some of 0, 1, 2, 3")
+    for r in recompute:
+        require(r in RECOMPUTE_ORDER, "recompute", f"unknown recompute mode {r!r}", f"use some of {', '.join(RECOMPUTE_ORDER)}")
     rec_order = [r for r in RECOMPUTE_ORDER if r in recompute and r in fw.recompute]
     zero_stages = tuple(z for z in zero_stages if z in fw.zero_stages)
     require(bool(rec_order and zero_stages), "framework", f"the {fw.name} profile runs none of the recompute modes "
             "or ZeRO stages asked for", "widen the search, or use another --framework")
+    # variants the framework runs but the caller left out, counted per plan enumerated below
+    all_rec = [r for r in RECOMPUTE_ORDER if r in fw.recompute]
+    left_out = len(fw.zero_stages) * len(all_rec) - len(zero_stages) * len(rec_order)
     rejected: Counter[str] = Counter()
     considered = 0
     # throughput: this GPU count; cost: also halves of it, since fewer GPUs can be cheaper per token
@@ -121,14 +194,18 @@ def search(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, *, top: 
         worlds.append(worlds[-1] // 2)
     pools = []
     for world in worlds:
-        fit = _feasible(m, gpu, world, base, micro_batches, zero_stages, rec_order, max_vp, rejected)
+        fit = _feasible(m, gpu, world, base, micro_batches, zero_stages, rec_order, max_vp, rejected, constraints)
         considered += fit.considered
+        if left_out:
+            extra = fit.considered // (len(zero_stages) * len(rec_order)) * left_out
+            rejected["ZeRO stage or recompute not asked for (--zero, --recompute)"] += extra
+            considered += extra
         if len(fit.layout):
             bound = fit.grid.compute_bound(gpu, fit.mb)[fit.layout, fit.mbs, fit.rec]
             # cost: GPU-seconds per step (tokens per step are the same for every plan)
             pools.append((fit, bound * (world if objective == "cost" else 1), world if objective == "cost" else 1))
     if not pools:
-        raise _no_plan(m, gpu, gpus, base, rejected, considered)
+        raise _no_plan(m, gpu, gpus, base, rejected, considered, constraints)
     ranked, timed = _branch_and_bound(m, gpu, pools, top, progress)
     return SearchResult(ranked=ranked, feasible=sum(len(f.layout) for f, _, _ in pools),
                         rejected={str(k): n for k, n in rejected.items() if n},
@@ -151,12 +228,13 @@ class _Fits:
 
 
 def _feasible(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, micro_batches, zero_stages, rec_order,
-              max_vp: int, rejected: Counter) -> _Fits:
+              max_vp: int, rejected: Counter, constraints: Constraints | None = None) -> _Fits:
     """Every plan of ``gpus`` GPUs, checked for memory at once; rejections counted by reason.
     Recompute only adds time and only saves memory, so each plan keeps the lightest recompute
     that fits; the heavier ones are counted as ``slower variant``."""
     n_zero, n_rec = len(zero_stages), len(rec_order)
-    layouts, considered = _layouts(m, gpu, gpus, base, max_vp, len(micro_batches) * n_zero * n_rec, rejected)
+    layouts, considered = _layouts(m, gpu, gpus, base, max_vp, len(micro_batches) * n_zero * n_rec, rejected,
+                                   constraints)
     grid = Grid(m, base, layouts, micro_batches, zero_stages, rec_order)
     empty = np.zeros(0, dtype=np.int64)
     if not layouts:
@@ -259,7 +337,7 @@ def layout_view(layouts: list[Layout], seq_len: int) -> validity.View:
 
 
 def _layouts(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, max_vp: int, per_layout: int,
-             rejected: Counter) -> tuple[list[Layout], int]:
+             rejected: Counter, constraints: Constraints | None = None) -> tuple[list[Layout], int]:
     """Every layout of ``gpus`` GPUs that the plan-validity rules and the framework accept
     (gpuplan.specs.validity, specs.framework); the others are counted as rejected by their first
     broken rule, ``per_layout`` plans each."""
@@ -267,6 +345,18 @@ def _layouts(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, max_vp
     layouts = enumerate_layouts(m, gpu, gpus, max_vp, fw)
     if not layouts:
         return [], 0
+    considered = len(layouts) * per_layout
+    if constraints is not None:  # the user's constraints first: they name the flag
+        kept = []
+        for lo in layouts:
+            why = constraints.reason(lo)
+            if why:
+                rejected[why] += per_layout
+            else:
+                kept.append(lo)
+        layouts = kept
+        if not layouts:
+            return [], considered
     rules = validity.STRUCTURE + validity.MODEL
     codes = validity.reasons(rules, layout_view(layouts, base.seq_len), m)
     _count(rejected, rules, codes, per_layout)
@@ -278,7 +368,7 @@ def _layouts(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, max_vp
             rejected[f"{fw.name} has no pipeline parallelism"] += per_layout
             continue
         out.append(lo)
-    return out, len(layouts) * per_layout
+    return out, considered
 
 
 def _count(rejected: Counter, rules: tuple[validity.Rule, ...], codes: np.ndarray, each: int) -> None:
@@ -287,19 +377,25 @@ def _count(rejected: Counter, rules: tuple[validity.Rule, ...], codes: np.ndarra
         rejected[rules[int(i)].reason] += int(n) * each
 
 
-def _fits_somehow(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig) -> bool:
+def _fits_somehow(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig,
+                  constraints: Constraints | None = None) -> bool:
     """Does any plan fit with every memory saver on (ZeRO-3, full recompute, micro-batch 1)?"""
-    return len(_feasible(m, gpu, gpus, base, (1,), (3,), ["full"], 1, Counter()).layout) > 0
+    return len(_feasible(m, gpu, gpus, base, (1,), (3,), ["full"], 1, Counter(), constraints).layout) > 0
 
 
-def _no_plan(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, rejected: Counter, considered: int):
+def _no_plan(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, rejected: Counter, considered: int,
+             constraints: Constraints | None = None):
     reasons = ", ".join(f"{n} {r}" for r, n in sorted(rejected.items(), key=lambda kv: -kv[1]))
+    constrained = constraints is not None and any("(--" in r for r in rejected)
+    if not rejected.get(Reason.MEMORY) and constrained:
+        return GpuplanError("gpus", f"no parallel plan of {gpus} GPUs for {m.name} meets the constraints ({reasons})",
+                            "relax --tp/--pp/--cp/--ep/--dp, the --max-* bounds or --schedule")
     if not rejected.get(Reason.MEMORY):
         return GpuplanError("gpus", f"no parallel plan uses {gpus} GPUs for {m.name} ({reasons})",
                             f"use a GPU count that tp x cp x pp x dp can make, e.g. {gpu.fast_domain * max(1, gpus // gpu.fast_domain)}")
     fixes = []
     for k in (2, 4, 8, 16, 32, 64, 128):
-        if _fits_somehow(m, gpu, gpus * k, base):
+        if _fits_somehow(m, gpu, gpus * k, base, constraints):
             fixes.append(f"--gpus {gpus * k}")
             break
     seq = base.seq_len // 2

@@ -168,7 +168,7 @@ def _smallest_fix(req: ServeRequest, cfg: ServeConfig) -> str:
                          key=lambda x: (x[0] * x[1], x[1]))
         for tp, pp in layouts:
             try:
-                d = Deployment(m, gpu, weight_format(fmt, gpu), kv_format(req.kv), tp, pp)
+                d = Deployment(m, gpu, weight_format(fmt, gpu), kv_format(req.kv, gpu), tp, pp)
             except GpuplanError:
                 continue
             if max_concurrency(serve_memory(d, cfg), d, cfg, length) >= 1:
@@ -190,7 +190,7 @@ def _smallest_fix(req: ServeRequest, cfg: ServeConfig) -> str:
 
 def estimate_serving(req: ServeRequest) -> ServeEstimate:
     m, gpu, cfg = req.model, req.gpu, req.config
-    d = Deployment(m, gpu, weight_format(req.weights, gpu), kv_format(req.kv), req.tp, req.pp)
+    d = Deployment(m, gpu, weight_format(req.weights, gpu), kv_format(req.kv, gpu), req.tp, req.pp)
     limit = cfg.max_model_len or m.max_position_embeddings
     length = req.input_len + req.output_len
     if length > limit:
@@ -267,7 +267,7 @@ def to_dict(e: ServeEstimate) -> dict:
     contiguous = kv_bytes_per_sequence(m, d.kv, e.model_max_len, d.tp) * mem.layers / m.num_layers
     exact = kv_bytes_per_sequence(m, d.kv, length, d.tp) * mem.layers / m.num_layers
     out = {
-        "model": m.name, "gpu": d.gpu.id, "tp": d.tp, "pp": d.pp, "gpus": d.gpus,
+        "model": m.name, "model_notes": list(m.notes), "gpu": d.gpu.id, "tp": d.tp, "pp": d.pp, "gpus": d.gpus,
         "weights": d.weights.name, "kv": d.kv.name, "input_len": r.input_len, "output_len": r.output_len,
         "memory": {
             "per_gpu": {"weights": mem.weights, "kv_cache": e.kv_needed, "activations": mem.activations,

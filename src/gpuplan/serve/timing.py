@@ -89,7 +89,8 @@ class StepModel:
         self.eff = e = efficiency(gpu)
         self.hbm = gpu.hbm_bytes_per_s * e.hbm
         self.overhead = e.kernel_overhead_s
-        self.act_bytes = 1.0 if d.weights.compute in ("fp8", "int8") else 2.0
+        # activations quantised for the GEMM: 1 byte (fp8/int8), 4 bits + an FP8 scale per 16 (fp4)
+        self.act_bytes = {"fp8": 1.0, "int8": 1.0, "fp4": 0.5 + 1 / 16}.get(d.weights.compute, 2.0)
         self.n_moe = m.num_moe_layers
         self.n_dense = m.num_layers - self.n_moe
         groups = place(ParallelPlan(tp=d.tp, pp=d.pp), gpu)

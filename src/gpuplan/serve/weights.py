@@ -21,6 +21,12 @@ def tensor_bits(m: ModelSpec, t: Tensor, fmt: WeightFormat) -> float:
         return fmt.head_bits
     if not t.matmul or len(t.shape) < 2 or t.name == "moe.router":
         return 16.0
+    if fmt.experts_only and not t.expert:
+        return 16.0
+    if fmt.block:  # block scales along each row's input dimension (shape: [experts,] out, in)
+        # params.py fuses q, k, v (and gate, up); checkpoints keep them apart, each with its own scale
+        fused = 3 if t.name == "attn.qkv.weight" else 2 if t.name.endswith("up.weight") and m.gated_mlp else 1
+        return fmt.matrix_bits(t.shape[-1], t.shape[-2], fused)
     if fmt.q6_share:
         share = 0.0  # of this tensor's elements that a K-quant mix keeps at Q6_K
         if t.name.endswith("down.weight"):
@@ -42,6 +48,7 @@ def local_numel(t: Tensor, tp: int) -> int:
 def stage_weight_bytes(m: ModelSpec, fmt: WeightFormat, tp: int, pp: int) -> tuple[float, ...]:
     """Weight bytes on one GPU of each pipeline stage (TP shards columns, rows and the vocabulary;
     a tied embedding is also held by the last stage when pp > 1, as for training)."""
+
     def size(ts) -> float:
         return sum(local_numel(t, tp) * tensor_bits(m, t, fmt) / 8 for t in ts)
 

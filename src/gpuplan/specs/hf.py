@@ -1,12 +1,17 @@
 """Read a Hugging Face ``config.json`` into a :class:`ModelSpec`.
 
-One small adapter per ``model_type``; each reads the keys (and the defaults) that the family's
-``transformers`` configuration class uses, so that parameter counts match what ``transformers``
-builds exactly (tests/estimate/test_params.py checks this on the ``meta`` device).
+The Llama-shaped families go through one normaliser (``_decoder``) that reads the shared keys with
+each family's defaults and quirks (``FAMILIES``); the older, differently-keyed families (GPT-2,
+MPT, OPT, BLOOM, GPT-NeoX, Falcon) keep one small adapter each. Every reading follows the
+family's ``transformers`` configuration class, so that parameter counts match what
+``transformers`` builds exactly (tests/estimate/test_params.py and test_hf_families.py check this
+on the ``meta`` device).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -59,66 +64,227 @@ def _act(name: str, where: str) -> str:
     return table[name]
 
 
-def _llama_like(c: _Config, name: str, *, qkv_bias_default: bool = False) -> dict[str, Any]:
+# --- one normaliser for the Llama-shaped families ------------------------------------------------
+# Llama, Mistral, Mixtral, Qwen2/3, Qwen3-MoE, Gemma 2/3, Phi-3/4, gpt-oss, Llama 4, GLM-4 MoE and
+# DeepSeek-V2/V3 share the keys of LlamaConfig; they differ in defaults (the family's transformers
+# configuration class), in which biases and norms exist, in how layers alternate between local and
+# global attention, and in how MoE layers are laid out. ``_Family`` names those differences; one
+# function, ``_decoder``, reads every config through it.
+
+LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
+
+
+def _every(step: int) -> Callable[[int], bool]:
+    """Layer rule: every ``step``-th layer, counting from 1 (Gemma 3: sliding unless (i+1) % 6 == 0)."""
+    return lambda i: bool((i + 1) % step)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Family:
+    """How one ``model_type`` reads the shared keys (defaults as its transformers config class)."""
+
+    head_dim: int | None = None  # default head_dim (None: hidden_size // num_attention_heads)
+    tied: bool = False  # default tie_word_embeddings
+    act: str = "silu"  # default hidden_act
+    attention_bias: bool = False  # default attention_bias
+    bias: str = "all"  # what attention_bias switches on: "all" (q, k, v, o) or "qkv" (o has none)
+    qkv_bias: bool = False  # q, k, v always biased (Qwen2)
+    qk_norm: bool | str = False  # True, or the boolean key that switches it on (GLM-4 MoE: use_qk_norm)
+    sinks: bool = False
+    gemma: bool = False  # (1 + w) RMSNorm, four norms per layer, sqrt(hidden)-scaled embeddings
+    vocab: int | None = None  # default vocab_size (Gemma 3's text_config omits it)
+    # local/global layout when the config has no layer_types: default window and which layers slide
+    window: int | None = None
+    sliding: Callable[[_Config, int], Callable[[int], bool] | None] | None = None
+    chunked: bool = False  # the local layers are Llama 4's chunked attention
+    # MoE: the experts key and its default, experts per token, the expert width key, shared experts
+    experts: tuple[str, int | None] | None = None
+    top_k: int | None = None
+    expert_ffn: str = "moe_intermediate_size"
+    expert_ffn_default: int | None = None
+    shared: str = ""  # "n_shared_experts" (DeepSeek, GLM: n x expert width) or "one" (Llama 4)
+    shared_default: int = 1
+    moe_rule: str = "all"  # all | deepseek | qwen3_moe | llama4
+    dense_ffn: str = "intermediate_size"  # Llama 4's dense layers use intermediate_size_mlp
+    first_dense_default: int = 0
+    router_bias: bool = False
+    expert_bias: bool = False
+    mla: bool = False
+    softcap: bool = False  # Gemma 2's attention and final logit soft-capping
+
+
+def _mistral_layout(c: _Config, layers: int) -> Callable[[int], bool] | None:
+    return (lambda i: True) if c.get("sliding_window", default=None) else None
+
+
+def _qwen_layout(c: _Config, layers: int) -> Callable[[int], bool] | None:
+    # Qwen2/Qwen3 configuration: sliding only with use_sliding_window, from max_window_layers on
+    if not c.get("use_sliding_window", default=False, kind=bool):
+        return None
+    first = c.get("max_window_layers", default=28 if c.data.get("model_type") != "qwen2" else layers)
+    return lambda i: i >= first
+
+
+def _gemma2_layout(c: _Config, layers: int) -> Callable[[int], bool] | None:
+    return lambda i: i % 2 == 0  # even layers slide
+
+
+def _gemma3_layout(c: _Config, layers: int) -> Callable[[int], bool] | None:
+    return _every(c.get("sliding_window_pattern", default=6))
+
+
+def _gpt_oss_layout(c: _Config, layers: int) -> Callable[[int], bool] | None:
+    return _every(2)  # sliding, full, sliding, ... (GptOssConfig)
+
+
+def _llama4_layout(c: _Config, layers: int) -> Callable[[int], bool] | None:
+    # Llama4TextConfig: layers with RoPE use chunked attention, the NoPE layers (every
+    # no_rope_layer_interval-th) attend globally; no_rope_layers holds 1 for the RoPE layers
+    if not c.get("attention_chunk_size", default=8192):
+        return None
+    flags = c.data.get("no_rope_layers") or None
+    if flags is None:
+        return _every(c.get("no_rope_layer_interval", default=4))
+    if not isinstance(flags, list) or len(flags) != layers:
+        raise GpuplanError(f"{c.where}: no_rope_layers", f"must list one 0/1 per layer ({layers})")
+    return lambda i: bool(flags[i])
+
+
+def _phi3_layout(c: _Config, layers: int) -> Callable[[int], bool] | None:
+    return (lambda i: True) if c.get("sliding_window", default=None) else None
+
+
+FAMILIES: dict[str, _Family] = {
+    "llama": _Family(),
+    "mistral": _Family(sliding=_mistral_layout),
+    "mixtral": _Family(sliding=_mistral_layout, experts=("num_local_experts", 8), top_k=2,
+                       expert_ffn="intermediate_size"),
+    "qwen2": _Family(qkv_bias=True, sliding=_qwen_layout),
+    "qwen3": _Family(head_dim=128, qk_norm=True, sliding=_qwen_layout, window=4096),
+    "qwen3_moe": _Family(qk_norm=True, sliding=_qwen_layout, window=4096, experts=("num_experts", 128), top_k=8,
+                         expert_ffn_default=768, moe_rule="qwen3_moe"),
+    "gemma2": _Family(head_dim=256, tied=True, act="gelu_pytorch_tanh", gemma=True, window=4096,
+                      sliding=_gemma2_layout, softcap=True),
+    "gemma3_text": _Family(head_dim=256, tied=True, act="gelu_pytorch_tanh", gemma=True, qk_norm=True, vocab=262_208,
+                           window=4096, sliding=_gemma3_layout),
+    "phi3": _Family(sliding=_phi3_layout),
+    "gpt_oss": _Family(head_dim=64, attention_bias=True, sinks=True, window=128, sliding=_gpt_oss_layout,
+                       experts=("num_local_experts", 128), top_k=4, expert_ffn="intermediate_size",
+                       router_bias=True, expert_bias=True),
+    "llama4_text": _Family(head_dim=128, vocab=202_048, window=8192, sliding=_llama4_layout, chunked=True,
+                           experts=("num_local_experts", 16), top_k=1, expert_ffn="intermediate_size",
+                           shared="one", moe_rule="llama4", dense_ffn="intermediate_size_mlp"),
+    "glm4_moe": _Family(bias="qkv", qk_norm="use_qk_norm", experts=("n_routed_experts", 128), top_k=8,
+                        expert_ffn_default=1408, shared="n_shared_experts", moe_rule="deepseek", first_dense_default=1),
+    "deepseek_v2": _Family(mla=True, experts=("n_routed_experts", 64), expert_ffn_default=1407,
+                           shared="n_shared_experts", shared_default=2, moe_rule="deepseek"),
+    "deepseek_v3": _Family(mla=True, experts=("n_routed_experts", None), shared="n_shared_experts",
+                           moe_rule="deepseek"),
+}
+# multimodal configs whose text model has its own model_type (used when text_config omits it)
+NESTED_TEXT = {"llama4": "llama4_text", "gemma3": "gemma3_text", "mistral3": "mistral"}
+
+
+def _layer_flags(c: _Config, f: _Family, layers: int) -> tuple[int | None, int]:
+    """(window, number of local layers): from ``layer_types`` when present, else the family's rule."""
+    window = c.get("attention_chunk_size" if f.chunked else "sliding_window", default=f.window)
+    if f.sliding is _qwen_layout and not c.get("use_sliding_window", default=False, kind=bool):
+        return None, 0  # Qwen2/3 configuration: sliding_window is dropped without use_sliding_window
+    types = c.data.get("layer_types")
+    if types is not None:
+        if (not isinstance(types, list) or len(types) != layers
+                or any(t not in LAYER_TYPES for t in types)):
+            raise GpuplanError(f"{c.where}: layer_types", f"must list one of {LAYER_TYPES} per layer ({layers})",
+                               "fix layer_types or leave it out")
+        local = sum(t != "full_attention" for t in types)
+    else:
+        rule = f.sliding(c, layers) if f.sliding else None
+        local = sum(rule(i) for i in range(layers)) if rule else 0
+    if local and not window:
+        if types is not None and f.window is None:
+            raise GpuplanError(f"{c.where}: sliding_window", "is missing but layer_types has local layers",
+                               "add sliding_window to config.json")
+        local = 0  # a null window: every layer attends globally (transformers builds full masks)
+    return (window if local else None), local
+
+
+def _moe_layers(c: _Config, f: _Family, layers: int) -> dict[str, Any]:
+    if f.moe_rule == "deepseek":  # DeepseekV3DecoderLayer: MoE from first_k_dense_replace on
+        return dict(first_dense_layers=c.get("first_k_dense_replace", default=f.first_dense_default),
+                    moe_layer_freq=c.get("moe_layer_freq", default=1))
+    if f.moe_rule == "qwen3_moe":  # Qwen3MoeDecoderLayer
+        step = c.get("decoder_sparse_step", default=1)
+        dense = c.get("mlp_only_layers", default=[], kind=list)
+        return dict(moe_layers=tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0))
+    if f.moe_rule == "llama4":  # Llama4TextConfig.moe_layers, default every interleave_moe_layer_step-th
+        given = c.get("moe_layers", default=None, kind=list)
+        if given is None:
+            step = c.get("interleave_moe_layer_step", default=1)
+            given = list(range(step - 1, layers, step))
+        return dict(moe_layers=tuple(int(i) for i in given))
+    return {}
+
+
+def _decoder(c: _Config, name: str, model_type: str) -> ModelSpec:
+    """Every Llama-shaped family: the shared keys, read through the family's :class:`_Family`."""
+    f = FAMILIES[model_type]
     hidden = c.get("hidden_size")
     heads = c.get("num_attention_heads")
-    attention_bias = c.get("attention_bias", default=qkv_bias_default, kind=bool)
-    return dict(
-        name=name, vocab_size=c.get("vocab_size"), hidden_size=hidden,
-        num_layers=c.get("num_hidden_layers"), num_heads=heads,
+    layers = c.get("num_hidden_layers")
+    attention_bias = c.get("attention_bias", default=f.attention_bias, kind=bool)
+    qk_norm = c.get(f.qk_norm, default=False, kind=bool) if isinstance(f.qk_norm, str) else f.qk_norm
+    dense_ffn = c.get(f.dense_ffn, default=16384 if f.dense_ffn == "intermediate_size_mlp" else _MISSING)
+    window, local = _layer_flags(c, f, layers)
+    kw: dict[str, Any] = dict(
+        name=name, model_type=model_type, vocab_size=c.get("vocab_size", default=f.vocab or _MISSING),
+        hidden_size=hidden, num_layers=layers, num_heads=heads,
         num_kv_heads=c.get("num_key_value_heads", default=heads),
-        head_dim=c.get("head_dim", default=hidden // heads if heads else 0),
-        ffn_size=c.get("intermediate_size"), gated_mlp=True,
-        activation=_act(c.get("hidden_act", "hidden_activation", default="silu", kind=str), c.where),
-        qkv_bias=attention_bias, o_bias=attention_bias, mlp_bias=c.get("mlp_bias", default=False, kind=bool),
-        tied_embeddings=c.get("tie_word_embeddings", default=False, kind=bool),
+        head_dim=c.get("head_dim", default=f.head_dim or (hidden // heads if heads else 0)),
+        ffn_size=dense_ffn, gated_mlp=True,
+        activation=_act(c.get("hidden_act", "hidden_activation", default=f.act, kind=str), c.where),
+        qkv_bias=attention_bias or f.qkv_bias, o_bias=attention_bias and f.bias == "all",
+        mlp_bias=c.get("mlp_bias", default=False, kind=bool),
+        tied_embeddings=c.get("tie_word_embeddings", default=f.tied, kind=bool),
         max_position_embeddings=c.get("max_position_embeddings", default=2048),
         attention_dropout=c.get("attention_dropout", default=0.0, kind=float),
-    )
-
-
-def _llama(c: _Config, name: str) -> ModelSpec:
-    return ModelSpec(model_type="llama", **_llama_like(c, name))
-
-
-def _mistral(c: _Config, name: str) -> ModelSpec:
-    kw = _llama_like(c, name)
-    window = c.get("sliding_window", default=None)
-    return ModelSpec(model_type="mistral", sliding_window=window,
-                     num_sliding_layers=kw["num_layers"] if window else 0, **kw)
-
-
-def _qwen2(c: _Config, name: str) -> ModelSpec:
-    kw = _llama_like(c, name)
-    kw.update(qkv_bias=True, o_bias=False)  # Qwen2Attention: bias on q/k/v only
-    window = c.get("sliding_window", default=None) if c.get("use_sliding_window", default=False, kind=bool) else None
-    sliding = 0
-    if window:
-        sliding = max(0, kw["num_layers"] - c.get("max_window_layers", default=kw["num_layers"]))
-    return ModelSpec(model_type="qwen2", sliding_window=window if sliding else None,
-                     num_sliding_layers=sliding, **kw)
-
-
-def _mixtral(c: _Config, name: str) -> ModelSpec:
-    kw = _llama_like(c, name)
-    window = c.get("sliding_window", default=None)
-    return ModelSpec(model_type="mixtral", num_experts=c.get("num_local_experts", default=8),
-                     experts_per_token=c.get("num_experts_per_tok", default=2),
-                     moe_ffn_size=kw["ffn_size"], sliding_window=window,
-                     num_sliding_layers=kw["num_layers"] if window else 0, **kw)
-
-
-def _gemma2(c: _Config, name: str) -> ModelSpec:
-    kw = _llama_like(c, name)
-    kw["activation"] = _act(c.get("hidden_activation", "hidden_act", default="gelu_pytorch_tanh", kind=str), c.where)
-    kw["tied_embeddings"] = c.get("tie_word_embeddings", default=True, kind=bool)
-    kw["head_dim"] = c.get("head_dim", default=256)
-    window = c.get("sliding_window", default=4096)
-    layers = kw["num_layers"]
-    return ModelSpec(model_type="gemma2", norm="rmsnorm_gemma", pre_norms_per_layer=2, post_norms_per_layer=2,
-                     sliding_window=window, num_sliding_layers=(layers + 1) // 2,  # even layers slide
-                     attn_logit_softcap=c.get("attn_logit_softcapping", default=50.0, kind=float),
-                     final_logit_softcap=c.get("final_logit_softcapping", default=30.0, kind=float), **kw)
+        sliding_window=window, num_sliding_layers=local, attention_chunked=f.chunked and local > 0,
+        qk_norm=qk_norm, attn_sinks=f.sinks)
+    if f.gemma:
+        kw.update(norm="rmsnorm_gemma", pre_norms_per_layer=2, post_norms_per_layer=2)
+        kw["activation"] = _act(c.get("hidden_activation", "hidden_act", default=f.act, kind=str), c.where)
+    if f.softcap:
+        kw.update(attn_logit_softcap=c.get("attn_logit_softcapping", default=50.0, kind=float),
+                  final_logit_softcap=c.get("final_logit_softcapping", default=30.0, kind=float))
+    if f.experts:
+        key, default = f.experts
+        experts = c.get(key, default=_MISSING if default is None else default)
+        expert_ffn = c.get(f.expert_ffn, default=_MISSING if f.expert_ffn_default is None else f.expert_ffn_default)
+        shared = 0
+        if f.shared == "n_shared_experts":
+            shared = expert_ffn * c.get("n_shared_experts", default=f.shared_default)
+        elif f.shared == "one":
+            shared = expert_ffn
+        kw.update(num_experts=experts, experts_per_token=c.get("num_experts_per_tok",
+                                                              default=_MISSING if f.top_k is None else f.top_k),
+                  moe_ffn_size=expert_ffn, shared_expert_ffn_size=shared, router_bias=f.router_bias,
+                  **_moe_layers(c, f, layers))
+        if f.expert_bias:
+            kw["mlp_bias"] = True  # gpt-oss experts carry gate_up and down biases
+    if f.mla:
+        # MLA: head_dim is the "nope" part of queries and keys; q_lora_rank null = a plain q_proj
+        kw["head_dim"] = c.get("qk_nope_head_dim", default=128)
+        # q_lora_rank: null (DeepSeek-V2-Lite) means no query compression; a missing key means the
+        # configuration class's default, 1536
+        q_rank = c.data.get("q_lora_rank", 1536)
+        if q_rank is not None:
+            q_rank = c.get("q_lora_rank")
+        kw.update(q_lora_rank=q_rank or 0, kv_lora_rank=c.get("kv_lora_rank"),
+                  qk_rope_head_dim=c.get("qk_rope_head_dim", default=64), v_head_dim=c.get("v_head_dim", default=128))
+    notes = []
+    mtp = c.data.get("num_nextn_predict_layers") or c.data.get("num_mtp_layers")
+    if mtp:
+        notes.append(f"{mtp} multi-token-prediction layer(s) not counted (transformers does not build them)")
+    return ModelSpec(notes=tuple(notes), **kw)
 
 
 def _gpt2(c: _Config, name: str) -> ModelSpec:
@@ -234,36 +400,37 @@ def _falcon(c: _Config, name: str) -> ModelSpec:
         attention_dropout=c.get("attention_dropout", default=0.0, kind=float))
 
 
-def _deepseek_v3(c: _Config, name: str) -> ModelSpec:
-    kw = _llama_like(c, name)
-    moe_ffn = c.get("moe_intermediate_size")
-    kw["head_dim"] = c.get("qk_nope_head_dim", default=128)
-    return ModelSpec(
-        model_type="deepseek_v3", num_experts=c.get("n_routed_experts"),
-        experts_per_token=c.get("num_experts_per_tok"), moe_ffn_size=moe_ffn,
-        shared_expert_ffn_size=moe_ffn * c.get("n_shared_experts", default=1),
-        first_dense_layers=c.get("first_k_dense_replace", default=0),
-        moe_layer_freq=c.get("moe_layer_freq", default=1),
-        q_lora_rank=c.get("q_lora_rank", default=0), kv_lora_rank=c.get("kv_lora_rank"),
-        qk_rope_head_dim=c.get("qk_rope_head_dim", default=64), v_head_dim=c.get("v_head_dim", default=128), **kw)
-
-
 ADAPTERS: dict[str, Callable[[_Config, str], ModelSpec]] = {
-    "llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "qwen2": _qwen2, "gemma2": _gemma2,
     "gpt2": _gpt2, "mpt": _mpt, "opt": _opt, "bloom": _bloom, "gpt_neox": _gpt_neox, "falcon": _falcon,
-    "deepseek_v3": _deepseek_v3,
+    **{t: functools.partial(_decoder, model_type=t) for t in FAMILIES},
 }
 
 
 def model_from_hf_config(config: dict[str, Any], name: str = "custom", where: str = "config.json") -> ModelSpec:
-    """Build a ModelSpec from the dict of a Hugging Face ``config.json``."""
+    """Build a ModelSpec from the dict of a Hugging Face ``config.json``.
+
+    A multimodal config (``text_config`` inside, as Llama 4 and Gemma 3 ship) plans its text
+    backbone; the vision tower is not counted, and the spec's ``notes`` say so."""
     if not isinstance(config, dict):
         raise GpuplanError(where, "must hold a JSON object", "pass a Hugging Face config.json")
+    notes: tuple[str, ...] = ()
+    text = config.get("text_config")
+    if text is not None:
+        if not isinstance(text, dict):
+            raise GpuplanError(f"{where}: text_config", f"must be an object, got {type(text).__name__}")
+        outer = config.get("model_type")
+        text = dict(text)
+        text.setdefault("model_type", NESTED_TEXT.get(str(outer), outer))
+        if "vision_config" in config:
+            notes = (f"{outer} vision tower (vision_config) not counted: the plan covers the text backbone",)
+        config, where = text, f"{where}: text_config"
     model_type = config.get("model_type")
     if model_type not in ADAPTERS:
         raise GpuplanError(f"{where}: model_type", f"unsupported model_type {model_type!r}",
-                           f"supported: {', '.join(sorted(ADAPTERS))}")
-    return ADAPTERS[model_type](_Config(config, where), name)
+                           f"supported: {', '.join(sorted(ADAPTERS))} (and multimodal configs of "
+                           f"{', '.join(sorted(NESTED_TEXT))} through their text_config)")
+    spec = ADAPTERS[model_type](_Config(config, where), name)
+    return dataclasses.replace(spec, notes=notes + spec.notes) if notes else spec
 
 
 def load_hf_config(path: str | Path) -> ModelSpec:

@@ -1,8 +1,8 @@
 """A decoder-only transformer described by the facts that decide its size and cost.
 
-One generic shape covers every supported family (Llama, Mistral, Mixtral, Qwen2, Gemma-2, GPT-2,
-OPT, BLOOM, GPT-NeoX, Falcon, DeepSeek-V3): the per-family differences are fields (biases,
-norm kind, gated MLP, MoE, MLA). ``gpuplan.specs.hf`` builds a ModelSpec from a Hugging Face
+One generic shape covers every supported family (Llama 2-4, Mistral, Mixtral, Qwen2/3, Qwen3-MoE,
+Gemma 2/3, Phi-3/4, gpt-oss, GLM-4 MoE, DeepSeek-V2/V3, GPT-2, OPT, BLOOM, GPT-NeoX, Falcon): the
+per-family differences are fields (biases, norm kind, gated MLP, QK norms, MoE layout, MLA). ``gpuplan.specs.hf`` builds a ModelSpec from a Hugging Face
 ``config.json``.
 """
 
@@ -50,6 +50,11 @@ class ModelSpec:
     attention_dropout: float = 0.0
     sliding_window: int | None = None
     num_sliding_layers: int = 0  # layers that use the sliding window (Mistral: all, Gemma-2: half)
+    # Llama 4's local layers attend within fixed chunks of ``sliding_window`` tokens (chunk-aligned,
+    # not a window trailing each query): on average half the keys of a sliding window of that size
+    attention_chunked: bool = False
+    qk_norm: bool = False  # RMSNorm over each query and key head, with a head_dim weight (Qwen3, Gemma 3, GLM-4.5)
+    attn_sinks: bool = False  # one learned sink logit per head (gpt-oss)
     attn_logit_softcap: float | None = None
     final_logit_softcap: float | None = None
     # Mixture of experts
@@ -59,12 +64,18 @@ class ModelSpec:
     shared_expert_ffn_size: int = 0  # total width of always-active shared experts (DeepSeek)
     first_dense_layers: int = 0  # leading layers with a dense MLP (DeepSeek first_k_dense_replace)
     moe_layer_freq: int = 1
+    # Explicit MoE layer indices when the family's rule is not DeepSeek's (Llama 4 interleaves,
+    # Qwen3-MoE has decoder_sparse_step and mlp_only_layers); None: the DeepSeek rule above
+    moe_layers: tuple[int, ...] | None = None
+    router_bias: bool = False  # the router linear has a bias (gpt-oss)
     # Multi-head latent attention (DeepSeek-V2/V3); kv_lora_rank > 0 switches it on
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
     source: str = field(default="", compare=False)
+    # What the plan leaves out or approximates (a multimodal config's vision tower, MTP modules)
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
@@ -91,6 +102,9 @@ class ModelSpec:
         if self.is_mla:
             require(self.qk_rope_head_dim > 0 and self.v_head_dim > 0, "qk_rope_head_dim",
                     "MLA needs positive qk_rope_head_dim and v_head_dim")
+        if self.moe_layers is not None:
+            require(all(0 <= i < self.num_layers for i in self.moe_layers), "moe_layers",
+                    f"layer indices must be in [0, {self.num_layers})")
         require(0 <= self.num_sliding_layers <= self.num_layers, "num_sliding_layers",
                 f"must be between 0 and {self.num_layers}")
 
@@ -123,7 +137,10 @@ class ModelSpec:
         return self.num_heads if self.is_mla else self.num_kv_heads
 
     def is_moe_layer(self, index: int) -> bool:
-        """DeepSeek's rule (modeling_deepseek_v3): MoE from first_k_dense_replace on, every freq-th."""
+        """Explicit ``moe_layers`` when given; else DeepSeek's rule: MoE from first_k_dense_replace on,
+        every freq-th."""
+        if self.moe_layers is not None:
+            return self.is_moe and index in self.moe_layers
         return (self.is_moe and index >= self.first_dense_layers
                 and index % self.moe_layer_freq == 0)
 

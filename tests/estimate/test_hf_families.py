@@ -1,0 +1,292 @@
+"""The config.json normaliser against transformers on the meta device: small configs that keep each
+family's real keys and quirks (the catalog's real-size entries are checked in test_params.py)."""
+
+import pytest
+from test_params import build_on_meta, text_config
+
+from gpuplan import catalog
+from gpuplan.errors import GpuplanError
+from gpuplan.estimate.params import count_params
+from gpuplan.specs.hf import model_from_hf_config
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+_SMALL = dict(vocab_size=512, hidden_size=64, num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2)
+_MLA = dict(
+    kv_lora_rank=32,
+    qk_rope_head_dim=8,
+    qk_nope_head_dim=16,
+    v_head_dim=16,
+    moe_intermediate_size=32,
+    intermediate_size=96,
+    num_experts_per_tok=2,
+)
+
+FAMILIES = {
+    "qwen3": dict(_SMALL, model_type="qwen3", intermediate_size=96, head_dim=32, tie_word_embeddings=True),
+    "qwen3-default-head-dim": dict(_SMALL, model_type="qwen3", intermediate_size=96),  # Qwen3Config: 128
+    "qwen3-sliding": dict(
+        _SMALL,
+        model_type="qwen3",
+        intermediate_size=96,
+        use_sliding_window=True,
+        sliding_window=16,
+        max_window_layers=2,
+    ),
+    "qwen3-moe": dict(
+        _SMALL,
+        model_type="qwen3_moe",
+        intermediate_size=96,
+        moe_intermediate_size=32,
+        num_experts=8,
+        num_experts_per_tok=2,
+        head_dim=32,
+    ),
+    "qwen3-moe-sparse-step": dict(
+        _SMALL,
+        model_type="qwen3_moe",
+        intermediate_size=96,
+        moe_intermediate_size=32,
+        num_experts=8,
+        num_experts_per_tok=2,
+        decoder_sparse_step=2,
+        mlp_only_layers=[5],
+    ),
+    "gpt-oss": dict(
+        _SMALL,
+        model_type="gpt_oss",
+        intermediate_size=48,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        head_dim=16,
+        sliding_window=8,
+    ),
+    "gpt-oss-layer-types": dict(
+        _SMALL,
+        model_type="gpt_oss",
+        intermediate_size=48,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        sliding_window=8,
+        layer_types=["full_attention"] * 2 + ["sliding_attention"] * 4,
+    ),
+    "llama4-scout-shaped": dict(
+        _SMALL,
+        model_type="llama4_text",
+        intermediate_size=48,
+        intermediate_size_mlp=96,
+        num_local_experts=4,
+        head_dim=16,
+        attention_chunk_size=32,
+        use_qk_norm=True,
+    ),
+    "llama4-maverick-shaped": dict(
+        _SMALL,
+        model_type="llama4_text",
+        intermediate_size=48,
+        intermediate_size_mlp=96,
+        num_local_experts=8,
+        interleave_moe_layer_step=2,
+        head_dim=16,
+        use_qk_norm=False,
+    ),
+    "llama4-moe-layers": dict(
+        _SMALL,
+        model_type="llama4_text",
+        intermediate_size=48,
+        intermediate_size_mlp=96,
+        num_local_experts=4,
+        moe_layers=[0, 4],
+        head_dim=16,
+        no_rope_layers=[1, 0, 1, 1, 0, 1],
+    ),
+    "llama4-nested": dict(
+        model_type="llama4",
+        text_config=dict(
+            _SMALL,
+            model_type="llama4_text",
+            intermediate_size=48,
+            intermediate_size_mlp=96,
+            num_local_experts=4,
+            head_dim=16,
+        ),
+        vision_config=dict(hidden_size=32),
+    ),
+    "gemma3-text": dict(_SMALL, model_type="gemma3_text", intermediate_size=96, head_dim=16, sliding_window=16),
+    "gemma3-pattern-3": dict(_SMALL, model_type="gemma3_text", intermediate_size=96, sliding_window_pattern=3),
+    "gemma3-nested": dict(
+        model_type="gemma3",
+        text_config=dict(
+            hidden_size=64,
+            num_hidden_layers=6,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=96,
+            head_dim=16,
+            model_type="gemma3_text",
+        ),
+        vision_config=dict(model_type="siglip_vision_model"),
+    ),
+    "phi3": dict(_SMALL, model_type="phi3", intermediate_size=96, pad_token_id=0),
+    "phi4-mini-shaped": dict(
+        _SMALL,
+        model_type="phi3",
+        intermediate_size=96,
+        pad_token_id=0,
+        partial_rotary_factor=0.75,
+        tie_word_embeddings=True,
+        sliding_window=None,
+    ),
+    "deepseek-v2-lite-shaped": dict(
+        _SMALL | _MLA,
+        model_type="deepseek_v2",
+        n_routed_experts=8,
+        n_shared_experts=2,
+        first_k_dense_replace=1,
+        q_lora_rank=None,
+    ),
+    "deepseek-v2-q-lora": dict(
+        _SMALL | _MLA, model_type="deepseek_v2", n_routed_experts=8, q_lora_rank=24, attention_bias=True
+    ),
+    "kimi-k2-shaped": dict(
+        _SMALL | _MLA,
+        model_type="deepseek_v3",
+        num_key_value_heads=4,
+        n_routed_experts=12,
+        n_shared_experts=1,
+        first_k_dense_replace=1,
+        q_lora_rank=24,
+        n_group=1,
+        topk_group=1,
+        num_nextn_predict_layers=0,
+    ),
+    "glm4-moe": dict(
+        _SMALL,
+        model_type="glm4_moe",
+        intermediate_size=96,
+        moe_intermediate_size=32,
+        n_routed_experts=8,
+        head_dim=32,
+        attention_bias=True,
+        use_qk_norm=True,
+        first_k_dense_replace=2,
+        partial_rotary_factor=0.5,
+    ),
+    "glm4-moe-air-shaped": dict(
+        _SMALL,
+        model_type="glm4_moe",
+        intermediate_size=96,
+        moe_intermediate_size=32,
+        n_routed_experts=8,
+        n_shared_experts=2,
+        num_experts_per_tok=2,
+        attention_bias=True,
+    ),
+    "mistral-null-window": dict(_SMALL, model_type="mistral", intermediate_size=96, sliding_window=None, head_dim=32),
+    "mixtral": dict(_SMALL, model_type="mixtral", intermediate_size=96, num_local_experts=4, sliding_window=8),
+}
+
+
+def _hf_model(config):
+    return build_on_meta(config)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_params_equal_transformers_per_layer(name):
+    config = FAMILIES[name]
+    hf = _hf_model(config)
+    counts = count_params(model_from_hf_config(config, name))
+    assert counts.total == sum(p.numel() for p in hf.parameters())
+    blocks = hf.model.layers
+    assert counts.per_layer == tuple(sum(p.numel() for p in b.parameters()) for b in blocks)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_local_attention_layout_equals_transformers_layer_types(name):
+    config = FAMILIES[name]
+    cfg = transformers.AutoConfig.for_model(**text_config(config))
+    spec = model_from_hf_config(config, name)
+    window = getattr(cfg, "attention_chunk_size", None) or getattr(cfg, "sliding_window", None)
+    # families without layer_types (Mistral, Mixtral, Phi-3) mask every layer with sliding_window
+    types = getattr(cfg, "layer_types", None) or ["sliding_attention"] * spec.num_layers
+    local = sum(t != "full_attention" for t in types) if window else 0
+    assert spec.num_sliding_layers == local
+    assert spec.attention_chunked == ("chunked_attention" in types and bool(local))
+
+
+@pytest.mark.parametrize(
+    "model_id", [m for m in catalog.model_ids() if "text_config" in catalog.model_entry(m)["config"]]
+)
+def test_multimodal_entries_plan_the_text_backbone_and_say_so(model_id):
+    spec = catalog.model(model_id)
+    assert any("vision tower" in n and "not counted" in n for n in spec.notes)
+
+
+def test_published_sizes():
+    # totals and activated parameters as the model cards state them (rounded there)
+    def size(m):
+        p = count_params(catalog.model(m))
+        return p.total / 1e9, p.active / 1e9
+
+    assert 116.5 < size("gpt-oss-120b")[0] < 117.0  # OpenAI gpt-oss model card: 116.8B total
+    assert 20.8 < size("gpt-oss-20b")[0] < 21.0  # 20.9B
+    assert 235 < size("qwen3-235b-a22b")[0] < 235.5 and 21.5 < size("qwen3-235b-a22b")[1] < 22.5
+    assert 30.4 < size("qwen3-30b-a3b")[0] < 30.6 and 3.2 < size("qwen3-30b-a3b")[1] < 3.4
+    assert 16.5 < size("llama-4-scout")[1] < 17.5 and 16.5 < size("llama-4-maverick")[1] < 17.5  # "17B active"
+    assert 395 < size("llama-4-maverick")[0] < 402  # 400B total (text backbone here)
+    assert 1000 < size("kimi-k2")[0] < 1050 and 32 < size("kimi-k2")[1] < 33.5  # "1T total, 32B activated"
+    assert 15.5 < size("deepseek-v2-lite")[0] < 16 and 235 < size("deepseek-v2")[0] < 237  # 15.7B, 236B
+
+
+def test_mtp_layers_are_noted():
+    assert any("multi-token-prediction" in n for n in catalog.model("glm-4.5").notes)
+    assert not catalog.model("kimi-k2").notes  # num_nextn_predict_layers = 0
+
+
+@pytest.mark.parametrize(
+    "config, key",
+    [
+        (dict(FAMILIES["qwen3-moe"], num_experts_per_tok=None), None),  # null: Qwen3MoeConfig's default, 8
+        ({k: v for k, v in FAMILIES["gpt-oss"].items() if k != "hidden_size"}, "hidden_size"),
+        ({k: v for k, v in FAMILIES["deepseek-v2-lite-shaped"].items() if k != "kv_lora_rank"}, "kv_lora_rank"),
+        ({k: v for k, v in FAMILIES["kimi-k2-shaped"].items() if k != "n_routed_experts"}, "n_routed_experts"),
+        (
+            dict(model_type="llama4", text_config={"model_type": "llama4_text", "hidden_size": 64}),
+            "num_attention_heads",
+        ),
+    ],
+)
+def test_missing_keys_are_named(config, key):
+    if key is None:
+        model_from_hf_config(config)
+        return
+    with pytest.raises(GpuplanError, match=key) as err:
+        model_from_hf_config(config)
+    assert "missing" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_bad_layouts_name_the_key():
+    bad = dict(FAMILIES["gpt-oss"], layer_types=["sliding_attention"])
+    with pytest.raises(GpuplanError, match="layer_types"):
+        model_from_hf_config(bad)
+    with pytest.raises(GpuplanError, match="text_config"):
+        model_from_hf_config(dict(model_type="llama4", text_config=[1]))
+    with pytest.raises(GpuplanError, match="moe_layers"):
+        model_from_hf_config(dict(FAMILIES["llama4-moe-layers"], moe_layers=[9]))
+
+
+def test_unsupported_model_type_lists_families_and_nested_configs():
+    with pytest.raises(GpuplanError, match="qwen3_moe") as err:
+        model_from_hf_config({"model_type": "t5"})
+    assert "gemma3" in str(err.value) and "text_config" in str(err.value)
+
+
+@pytest.mark.parametrize("seq, chunk", [(100, 32), (64, 32), (10, 32), (8193, 8192)])
+@pytest.mark.parametrize("causal", [True, False])
+def test_chunked_attention_mean_context_counts_the_keys_of_the_own_chunk(seq, chunk, causal):
+    from gpuplan.estimate.flops import mean_context
+
+    # brute force over the mask: key j is visible to query i when both lie in one chunk (and j <= i)
+    seen = sum(sum(1 for j in range(seq) if j // chunk == i // chunk and (j <= i or not causal)) for i in range(seq))
+    assert mean_context(seq, chunk, causal, chunked=True) == pytest.approx(seen / seq)
