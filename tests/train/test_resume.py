@@ -67,13 +67,13 @@ def test_sigkill_during_saves_never_leaves_a_partial_checkpoint_taken_for_comple
             continue
         assert code == -signal.SIGKILL
         kills += 1
-        m = CheckpointManager(ckpt)  # also removes the killed run's temporary directory
-        done = m.complete()
-        if done:
-            msd, osd = get_state_dict(model, opt)
-            state = {"model": msd, "optim": osd}
-            step, extra = m.load_latest(state)
-            assert step == done[0][0] == extra["step"]
+        with CheckpointManager(ckpt) as m:  # also removes the killed run's temporary directory
+            done = m.complete()
+            if done:
+                msd, osd = get_state_dict(model, opt)
+                state = {"model": msd, "optim": osd}
+                step, extra = m.load_latest(state)
+                assert step == done[0][0] == extra["step"]
         assert not list(ckpt.glob(".tmp-*"))
     assert _finish(tiny, ckpt, tmp_path / "out", ("--checkpoint-every", "1")) == reference
 
