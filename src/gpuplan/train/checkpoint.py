@@ -290,8 +290,8 @@ class CheckpointManager:
         files = integrity.manifest(tmp)
         _fsync_tree(tmp)
         nbytes = sum(f["bytes"] for f in files.values())
-        marker = {"step": step, "config_hash": self.config_hash, "time": time.time(), "digest": integrity.DIGEST,
-                  "bytes": nbytes, "files": files}
+        marker = integrity.seal({"step": step, "config_hash": self.config_hash, "time": time.time(),
+                                 "digest": integrity.DIGEST, "bytes": nbytes, "files": files})
         with open(tmp / MARKER, "w") as f:
             json.dump(marker, f)
             f.flush()
@@ -447,6 +447,7 @@ class CheckpointManager:
                     raise integrity.Damaged("marker", f"corrupt marker ({exc})") from None
                 if not isinstance(marker, dict) or marker.get("step") != step:
                     raise integrity.Damaged("marker", "corrupt marker (it does not describe this checkpoint)")
+                integrity.check_seal(marker)
                 if self.config_hash and marker.get("config_hash") not in ("", self.config_hash):
                     return ("config", "checkpoint_dir",
                             f"{path} was written by a different model or config (hash {marker.get('config_hash')}, "

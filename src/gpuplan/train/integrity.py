@@ -7,6 +7,7 @@ adversary, which a checkpoint directory does not need. Torch-free.
 
 from __future__ import annotations
 
+import json
 import os
 import zlib
 from pathlib import Path
@@ -43,6 +44,19 @@ def manifest(directory: Path, exclude: tuple[str, ...] = ()) -> dict[str, dict]:
                 continue
             out[rel] = {"bytes": p.stat().st_size, DIGEST: file_crc32(p)}
     return dict(sorted(out.items()))
+
+
+def seal(marker: dict) -> dict:
+    """The marker with a CRC of its own content: a flipped bit in the marker (in a size, a digest,
+    the step) is caught like one in a data file."""
+    body = {k: v for k, v in marker.items() if k != "self_crc32"}
+    return {**body, "self_crc32": f"{zlib.crc32(json.dumps(body, sort_keys=True).encode()):08x}"}
+
+
+def check_seal(marker: dict) -> None:
+    """Raise :class:`Damaged` if a sealed marker's content changed (unsealed ones pass: older runs)."""
+    if "self_crc32" in marker and seal(marker)["self_crc32"] != marker["self_crc32"]:
+        raise Damaged("marker", "the marker does not match its own crc32")
 
 
 def verify(directory: Path, files) -> None:

@@ -196,8 +196,9 @@ class Resilient:
                 restart = False
             if restart:
                 self.ckpt.archive()
-            else:
-                self.resume()
+            # after a restart too: it finds nothing, but building the state dict initialises the
+            # optimizer's state as on any start (a restart used to end with another checksum)
+            self.resume()
             if self.telemetry_path and self._rank() == 0:
                 self._telemetry = sys.stdout if str(self.telemetry_path) == "-" else open(self.telemetry_path, "a")
             self._last_ckpt_time = time.monotonic()
