@@ -109,3 +109,11 @@ def finish(tiny, ckpt: Path, out: Path, argv: list[str], tries: int = 5) -> str:
 def checksum(out: Path) -> str | None:
     lines = [l for l in out.read_text().splitlines() if l.startswith("final_checksum=")]
     return lines[-1] if lines else None
+
+
+def says(out: Path, text: str) -> bool:
+    """``out`` (a child's log, maybe not created yet) contains ``text``."""
+    try:
+        return text in out.read_text()
+    except FileNotFoundError:
+        return False
