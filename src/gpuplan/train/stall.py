@@ -39,8 +39,8 @@ class StallMeter:
     def line(self, training_s: float) -> str:
         s = self.summary(training_s)
         if not s["saves"]:
-            return f"checkpoint stall: no checkpoint in {training_s:.1f} s of training"
+            return f"checkpoint stall: no checkpoint in {training_s:.3g} s of training"
         ms = lambda k: f"{s[k] * 1e3:.1f}"  # noqa: E731
         return (f"checkpoint stall as the loop sees it: {s['saves']} saves, p50 {ms('p50_s')} ms, p95 {ms('p95_s')} ms,"
                 f" max {ms('max_s')} ms, mean {ms('mean_s')} ms; {s['total_s']:.3f} s in all = "
-                f"{100 * s['fraction']:.2f}% of {training_s:.1f} s of training")
+                f"{100 * s['fraction']:.2f}% of {training_s:.3g} s of training")
