@@ -15,11 +15,14 @@ What it gets right (the traps are in the comments it writes):
 * under torchrun the trainer's 75 never reaches the script (the agent exits 1 after its workers
   exit 75): rank 0 also writes ``requeue.marker`` in the checkpoint directory, and the script
   requeues on 75 *or* that file, and removes it;
-* torchrun's agent forwards SIGTERM but dies on SIGUSR1 (older torch): the script turns the
-  time-limit SIGUSR1 into SIGTERM for torchrun, and gives it ``--signal`` seconds
-  (``PET_SHUTDOWN_TIMEOUT``, read by torchrun versions with ``--shutdown-timeout``; older ones
-  ignore it and wait 30 s) before it kills the workers. Workers whose
-  agent dies anyway stop as on SIGTERM (gpuplan.train.signals.watch_parent).
+* torchrun's agent forwards only SIGTERM by default and dies on SIGUSR1; srun, sent SIGTERM,
+  terminates the step rather than forwarding it. So the script forwards SIGUSR1 (srun passes it on)
+  and sets ``PET_SIGNALS_TO_HANDLE`` (the agent then forwards SIGUSR1 to the workers) and
+  ``PET_SHUTDOWN_TIMEOUT`` (it waits ``--signal`` seconds, not 30, before killing workers still
+  checkpointing): torchrun versions with ``--signals-to-handle``; with older ones the agent dies
+  on SIGUSR1 and Slurm ends the step (outside Slurm, workers whose agent died stop on their own:
+  gpuplan.train.signals.watch_parent);
+* a signal that comes before srun's pid is known is kept and forwarded once it is.
 """
 
 from __future__ import annotations
@@ -98,15 +101,17 @@ def sbatch_script(job: SlurmJob) -> str:
               'echo "job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST"', "",
               "# Forward SIGUSR1 (time limit near, sent to this shell) and SIGTERM to the trainer, which finishes",
               "# its step, checkpoints and exits 75. Preemption signals the srun step directly."]
-    usr1 = "USR1"
     if job.launcher == "torchrun":
-        usr1 = "TERM"
-        lines += ["# torchrun forwards SIGTERM to its workers but dies on SIGUSR1 (orphaning them): send it SIGTERM,",
-                  f"# and let it wait {job.signal_before_s} s (not 30) before it kills workers still checkpointing.",
+        lines += ["# torchrun's agent handles SIGTERM only, by default: on SIGUSR1 it dies and Slurm ends the step,",
+                  "# killing the workers before they checkpoint. Have it forward SIGUSR1 too, and wait for the",
+                  "# workers' checkpoint as long as the warning gives (not 30 s). (Read by torchrun versions with",
+                  "# --signals-to-handle/--shutdown-timeout; not srun: it terminates the step on SIGTERM.)",
+                  "export PET_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1",
                   f"export PET_SHUTDOWN_TIMEOUT={max(30, job.signal_before_s)}"]
-    lines += ['child=""', "forward() {", '  echo "got SIG$1: forwarding SIG$2 to the trainer"',
-              '  [ -n "$child" ] && kill -s "$2" "$child" 2>/dev/null', "}",
-              f"trap 'forward USR1 {usr1}' USR1", "trap 'forward TERM TERM' TERM",
+    lines += ['child=""', 'pending=""', "forward() {", '  echo "got SIG$1: forwarding it to the trainer"',
+              "  # before srun's pid is known: keep it for then (a lost time-limit warning loses the run)",
+              '  if [ -n "$child" ]; then kill -s "$1" "$child" 2>/dev/null; else pending="$1"; fi', "}",
+              "trap 'forward USR1' USR1", "trap 'forward TERM' TERM",
               f"marker=\"$CKPT_DIR/{REQUEUE_MARKER}\"  # rank 0 writes it when it stops on a signal (exit 75)",
               'rm -f "$marker"', ""]
     cmd = " ".join(q(c) for c in job.command)
@@ -118,7 +123,7 @@ def sbatch_script(job: SlurmJob) -> str:
                   f'    {cmd} --checkpoint-dir "$CKPT_DIR" &']
     else:
         lines.append(f'srun --kill-on-bad-exit=1 "${{PYTHON:-python3}}" {cmd} --checkpoint-dir "$CKPT_DIR" &')
-    lines += ["child=$!",
+    lines += ["child=$!", '[ -n "$pending" ] && kill -s "$pending" "$child" 2>/dev/null',
               "# wait returns early when a trapped signal arrives: wait until the trainer really exits",
               'while true; do wait "$child"; status=$?; kill -0 "$child" 2>/dev/null || break; done',
               "# 75: the trainer stopped on a signal; torchrun reports its own code, so the marker says it too",

@@ -1,6 +1,8 @@
 import importlib.util
 import os
+import shutil
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -10,6 +12,23 @@ import pytest
 torch = pytest.importorskip("torch")
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_tiny.py"
+TORCHRUN = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
+TORCHRUN_STEPS = 160  # the torchrun and Slurm tests share one reference run
+
+
+@pytest.fixture(scope="session")
+def torchrun_reference(tmp_path_factory) -> str:
+    """The final checksum line of an uninterrupted 2-rank torchrun run of TORCHRUN_STEPS steps."""
+    if TORCHRUN is None:
+        pytest.skip("torchrun is not installed")
+    d = tmp_path_factory.mktemp("torchrun-ref")
+    r = subprocess.run([TORCHRUN, "--nproc-per-node", "2", "--standalone", str(EXAMPLE), "--steps",
+                        str(TORCHRUN_STEPS), "--checkpoint-dir", str(d / "ckpt"), "--checkpoint-every", "20", "--quiet"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    lines = [line for line in r.stdout.splitlines() if line.startswith("final_checksum=")]
+    assert len(lines) == 1
+    return lines[0]
 
 
 @pytest.fixture(scope="session")
