@@ -109,7 +109,7 @@ def test_preempted_then_warned_of_the_time_limit_requeued_twice_resumes_to_the_s
         expected = request.getfixturevalue("torchrun_reference")
         shape = ["--launcher", "torchrun", "--gpus-per-node", "0", "--procs-per-node", "2"]
     else:
-        steps, seed, every = 1500, 3, 100
+        steps, seed, every = 400, 3, 50
         expected = reference_for(steps, seed=seed)
         shape = ["--launcher", "python", "--gpus-per-node", "0"]
     example = ["examples/train_tiny.py", "--steps", str(steps), "--checkpoint-every", str(every), "--seed", str(seed),
@@ -124,6 +124,9 @@ def test_preempted_then_warned_of_the_time_limit_requeued_twice_resumes_to_the_s
 
     def back_to_running(c, job, what):
         c.wait_for(lambda: c.state(job) == "PENDING", 120, f"the job to wait in the queue after {what}")
+        # the last run's step daemons must be gone, or the next start's credential is refused
+        c.wait_for(lambda: subprocess.run(["pgrep", "-f", rf"slurmstepd: \[{job}\."]).returncode != 0, 60,
+                   f"the job's last run to end after {what}")
         upd = c.sh("scontrol", "update", f"JobId={job}", "StartTime=now")  # BeginTime: skip the requeue delay
         assert upd.returncode == 0 or c.state(job) != "PENDING", upd.stderr
 
