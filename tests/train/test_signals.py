@@ -50,3 +50,12 @@ def test_a_signal_during_start_up_ends_in_exit_75_and_the_rerun_is_exact(tiny, t
     assert f"received {signal.Signals(sig).name} during start-up" in err
     assert "before training (its checkpoint of step" in err
     assert finish(tiny, ckpt, tmp_path / "out", _args(ckpt)) == reference_for(STEPS)
+
+
+def test_what_runs_before_torchs_import_does_not_import_torch():
+    """signals.defer() is the script's first line: it (and the other helpers, and gpuplan.slurm)
+    must not pull torch in, or the signal would wait for torch's import after all."""
+    code = ("import sys, gpuplan.train.signals, gpuplan.train.integrity, gpuplan.train.lock, gpuplan.train.space, "
+            "gpuplan.train.requeue, gpuplan.train.validate, gpuplan.train.stall, gpuplan.slurm; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -178,7 +178,7 @@ class Resilient:
     def __enter__(self) -> "Resilient":
         signals.set_active(True)
         for sig in SIGNALS:  # signals.defer() may have recorded one already: it stays recorded
-            self._old_handlers[sig] = signal.signal(sig, signals._record)
+            self._old_handlers[sig] = signal.signal(sig, signals.record)
         if signals.under_torchrun():
             signals.watch_parent()
         try:

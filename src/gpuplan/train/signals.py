@@ -22,7 +22,8 @@ _received: int | None = None
 _active = False  # a Resilient loop is running and will act on the signal
 
 
-def _record(signum, frame) -> None:
+def record(signum, frame) -> None:
+    """The handler: remember the first stop signal (the loop acts on it at the end of a step)."""
     global _received
     if _received is None:
         _received = signum
@@ -36,7 +37,7 @@ def _record(signum, frame) -> None:
 def defer() -> None:
     """Record stop signals from now on (main thread only). Idempotent."""
     for sig in STOP_SIGNALS:
-        signal.signal(sig, _record)
+        signal.signal(sig, record)
     if under_torchrun():
         watch_parent()
 
