@@ -124,8 +124,10 @@ def test_preempted_then_warned_of_the_time_limit_requeued_twice_resumes_to_the_s
 
     def back_to_running(c, job, what):
         c.wait_for(lambda: c.state(job) == "PENDING", 120, f"the job to wait in the queue after {what}")
-        # the last run's step daemons must be gone, or the next start's credential is refused
-        c.wait_for(lambda: subprocess.run(["pgrep", "-f", rf"slurmstepd: \[{job}\."]).returncode != 0, 60,
+        # the last run must be cleaned up (the node idle, not completing), or the next start's
+        # credential is refused ("Job 1 already killed, do not launch batch job")
+        c.wait_for(lambda: c.sh("sinfo", "-h", "-o", "%t").stdout.strip() == "idle"
+                   and subprocess.run(["pgrep", "-f", rf"slurmstepd: \[{job}\."]).returncode != 0, 60,
                    f"the job's last run to end after {what}")
         upd = c.sh("scontrol", "update", f"JobId={job}", "StartTime=now")  # BeginTime: skip the requeue delay
         assert upd.returncode == 0 or c.state(job) != "PENDING", upd.stderr
