@@ -4,11 +4,19 @@
 
 Kill it with SIGTERM (or SIGUSR1, or Ctrl-C) at any point and run the same command again until it
 finishes: the last line, ``final_checksum=...``, is the same as for an uninterrupted run. Exit
-code 75 means "stopped after a checkpoint: run me again". Under torchrun (gloo on CPU) every rank
-trains a replica with DDP and the checkpoint is collective.
+code 75 means "stopped on a signal: run me again" (after a checkpoint, unless the log says
+otherwise), 2 a bad argument or checkpoint directory (one line). Under torchrun (gloo on CPU) every
+rank trains a replica with DDP and the checkpoint is collective.
 """
 
 from __future__ import annotations
+
+if __name__ == "__main__":
+    # first, before torch's import (seconds): a preemption signal from now on is recorded and ends
+    # the run with exit 75 once the loop starts, instead of killing it or raising KeyboardInterrupt
+    from gpuplan.train import signals
+
+    signals.defer()
 
 import argparse
 import logging
@@ -21,7 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from gpuplan.errors import GpuplanError
-from gpuplan.train import Resilient, state_checksum
+from gpuplan.train import Resilient, state_checksum, validate
 
 
 class Block(nn.Module):
@@ -63,20 +71,58 @@ def batch(seed: int, position: int, rank: int, size: int = 8, ctx: int = 32, voc
     return x[:, :-1], x[:, 1:]
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=200)
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, like every other bad input
+        raise GpuplanError("arguments", message, "see --help")
+
+
+NEVER = "or --no-checkpoint to checkpoint only on a signal"
+
+
+def parse(argv=None) -> argparse.Namespace:
+    """The command line, every number checked (GpuplanError naming the flag): no 0, no negative,
+    no 1.5 where a count belongs."""
+    ap = OneLineParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", default="200", help="optimizer steps in all")
     ap.add_argument("--checkpoint-dir", default="checkpoints/tiny")
-    ap.add_argument("--checkpoint-every", type=int, default=25)
-    ap.add_argument("--checkpoint-seconds", type=float, default=None)
-    ap.add_argument("--mtbf", type=float, default=None, help="seconds: checkpoint at Daly's interval")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--checkpoint-every", default=None, help="steps between checkpoints (default 25)")
+    ap.add_argument("--checkpoint-seconds", default=None, help="seconds between checkpoints")
+    ap.add_argument("--mtbf", default=None, help="seconds: checkpoint at Daly's interval")
+    ap.add_argument("--no-checkpoint", action="store_true",
+                    help="no scheduled checkpoints (still one on SIGTERM/SIGUSR1/SIGINT)")
+    ap.add_argument("--keep", default="2", help="checkpoints kept (at least 2)")
+    ap.add_argument("--seed", default="0")
     ap.add_argument("--sync", action="store_true", help="synchronous checkpoints (default: async)")
     ap.add_argument("--telemetry", default="-", help="JSON-lines file (default: -, print them)")
-    ap.add_argument("--restart", action="store_true", help="ignore existing checkpoints")
+    ap.add_argument("--restart", action="store_true",
+                    help="start over: move the directory's checkpoints to old-runs/<time>/")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
+    args.steps = validate.parse_count("--steps", args.steps, fix="the number of optimizer steps to train")
+    args.keep = validate.parse_count("--keep", args.keep, minimum=2, fix="keep at least 2 checkpoints")
+    args.seed = validate.parse_count("--seed", args.seed, minimum=0)
+    schedule = [f for f in ("checkpoint_every", "checkpoint_seconds", "mtbf") if getattr(args, f) is not None]
+    if args.no_checkpoint and schedule:
+        raise GpuplanError("--no-checkpoint", f"contradicts --{schedule[0].replace('_', '-')}", "give one of them")
+    if not args.no_checkpoint and args.checkpoint_every is None and not schedule:
+        args.checkpoint_every = "25"
+    if args.checkpoint_every is not None:
+        args.checkpoint_every = validate.parse_count("--checkpoint-every", args.checkpoint_every,
+                                                     fix=f"give the number of steps between checkpoints, {NEVER}")
+    if args.checkpoint_seconds is not None:
+        args.checkpoint_seconds = validate.parse_seconds("--checkpoint-seconds", args.checkpoint_seconds,
+                                                         fix=f"give the seconds between checkpoints, {NEVER}")
+    if args.mtbf is not None:
+        args.mtbf = validate.parse_seconds("--mtbf", args.mtbf, fix="the mean time between failures in seconds")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
+    if args.no_checkpoint:
+        logging.getLogger("gpuplan.train").warning(
+            "--no-checkpoint: no scheduled checkpoints; only a signal writes one, a crash loses the run")
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
 
@@ -95,8 +141,8 @@ def main(argv=None) -> int:
     telemetry = os.devnull if args.quiet and args.telemetry == "-" else args.telemetry
     try:
         with Resilient(model, opt, sched, checkpoint_dir=args.checkpoint_dir, every_steps=args.checkpoint_every,
-                       every_seconds=args.checkpoint_seconds, mtbf_s=args.mtbf, async_save=not args.sync,
-                       config=config, telemetry=telemetry, restart=args.restart) as run:
+                       every_seconds=args.checkpoint_seconds, mtbf_s=args.mtbf, keep=args.keep,
+                       async_save=not args.sync, config=config, telemetry=telemetry, restart=args.restart) as run:
             while run.step < args.steps:
                 x, y = batch(args.seed, run.data_position, rank)
                 loss = F.cross_entropy(net(x).flatten(0, 1), y.flatten())
@@ -119,6 +165,6 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except GpuplanError as exc:  # bad input (unwritable directory, another run's checkpoints): one line
+    except GpuplanError as exc:  # bad input (a flag, a directory in use, no loadable checkpoint): one line
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)

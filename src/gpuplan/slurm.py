@@ -11,7 +11,18 @@ What it gets right (the traps are in the comments it writes):
   partition's GraceTime, then kills: so the trainer runs as a step under ``srun``, gets the
   SIGTERM and checkpoints within the grace time;
 * the trainer exits 75 (EX_TEMPFAIL) after such a checkpoint; the script then asks Slurm to
-  requeue it (needed for the time-limit case; a preempted job is requeued by Slurm itself).
+  requeue it (needed for the time-limit case; a preempted job is requeued by Slurm itself);
+* under torchrun the trainer's 75 never reaches the script (the agent exits 1 after its workers
+  exit 75): rank 0 also writes ``requeue.marker`` in the checkpoint directory, and the script
+  requeues on 75 *or* that file, and removes it;
+* torchrun's agent forwards only SIGTERM by default and dies on SIGUSR1; srun, sent SIGTERM,
+  terminates the step rather than forwarding it. So the script forwards SIGUSR1 (srun passes it on)
+  and sets ``PET_SIGNALS_TO_HANDLE`` (the agent then forwards SIGUSR1 to the workers) and
+  ``PET_SHUTDOWN_TIMEOUT`` (it waits ``--signal`` seconds, not 30, before killing workers still
+  checkpointing): torchrun versions with ``--signals-to-handle``; with older ones the agent dies
+  on SIGUSR1 and Slurm ends the step (outside Slurm, workers whose agent died stop on their own:
+  gpuplan.train.signals.watch_parent);
+* a signal that comes before srun's pid is known is kept and forwarded once it is.
 """
 
 from __future__ import annotations
@@ -22,6 +33,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from gpuplan.errors import require
+from gpuplan.train.requeue import NAME as REQUEUE_MARKER
 
 LAUNCHERS = ("torchrun", "python")
 
@@ -39,6 +51,7 @@ class SlurmJob:
     signal_before_s: int = 120
     launcher: str = "torchrun"
     cpus_per_task: int | None = None
+    procs_per_node: int | None = None  # torchrun workers per node (default: one per GPU)
     extra_sbatch: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
@@ -52,6 +65,12 @@ class SlurmJob:
         require(bool(re.fullmatch(r"(\d+-)?\d+(:\d{1,2}){0,2}", self.time_limit)), "time",
                 f"{self.time_limit!r} is not a Slurm time limit", "write it like 48:00:00 or 2-00:00:00")
         require(self.signal_before_s >= 0, "signal_before", "must not be negative")
+        require(self.procs_per_node is None or self.procs_per_node >= 1, "procs_per_node",
+                f"must be at least 1, got {self.procs_per_node}")
+
+    @property
+    def workers_per_node(self) -> int:
+        return self.procs_per_node or max(1, self.gpus_per_node)
 
 
 def nodes_for(gpus: int, gpus_per_node: int) -> int:
@@ -81,24 +100,38 @@ def sbatch_script(job: SlurmJob) -> str:
     lines += ["", "set -u", f"export CKPT_DIR={q(job.checkpoint_dir)}",
               'echo "job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST"', "",
               "# Forward SIGUSR1 (time limit near, sent to this shell) and SIGTERM to the trainer, which finishes",
-              "# its step, checkpoints and exits 75. Preemption signals the srun step directly. torchrun gives",
-              "# workers only 30 s after a SIGTERM: warn early.",
-              'child=""', "forward() {", '  echo "got SIG$1: forwarding to the trainer"',
-              '  [ -n "$child" ] && kill -s "$1" "$child" 2>/dev/null', "}",
-              "trap 'forward USR1' USR1", "trap 'forward TERM' TERM", ""]
+              "# its step, checkpoints and exits 75. Preemption signals the srun step directly."]
+    if job.launcher == "torchrun":
+        lines += ["# torchrun's agent handles SIGTERM only, by default: on SIGUSR1 it dies and Slurm ends the step,",
+                  "# killing the workers before they checkpoint. Have it forward SIGUSR1 too, and wait for the",
+                  "# workers' checkpoint as long as the warning gives (not 30 s). (Read by torchrun versions with",
+                  "# --signals-to-handle/--shutdown-timeout; not srun: it terminates the step on SIGTERM.)",
+                  "export PET_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1",
+                  f"export PET_SHUTDOWN_TIMEOUT={max(30, job.signal_before_s)}"]
+    lines += ['child=""', 'pending=""', "forward() {", '  echo "got SIG$1: forwarding it to the trainer"',
+              "  # before srun's pid is known: keep it for then (a lost time-limit warning loses the run)",
+              '  if [ -n "$child" ]; then kill -s "$1" "$child" 2>/dev/null; else pending="$1"; fi', "}",
+              "trap 'forward USR1' USR1", "trap 'forward TERM' TERM",
+              f"marker=\"$CKPT_DIR/{REQUEUE_MARKER}\"  # rank 0 writes it when it stops on a signal (exit 75)",
+              'rm -f "$marker"', ""]
     cmd = " ".join(q(c) for c in job.command)
     if job.launcher == "torchrun":
         lines += ['MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
                   'srun --kill-on-bad-exit=1 "${TORCHRUN:-torchrun}" --nnodes "$SLURM_NNODES" '
-                  f'--nproc-per-node {max(1, job.gpus_per_node)} --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:29500" --rdzv-id "$SLURM_JOB_ID" \\',
+                  f'--nproc-per-node {job.workers_per_node} --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:${{MASTER_PORT:-29500}}" '
+                  '--rdzv-id "$SLURM_JOB_ID" \\',
                   f'    {cmd} --checkpoint-dir "$CKPT_DIR" &']
     else:
         lines.append(f'srun --kill-on-bad-exit=1 "${{PYTHON:-python3}}" {cmd} --checkpoint-dir "$CKPT_DIR" &')
-    lines += ["child=$!",
+    lines += ["child=$!", '[ -n "$pending" ] && kill -s "$pending" "$child" 2>/dev/null',
               "# wait returns early when a trapped signal arrives: wait until the trainer really exits",
               'while true; do wait "$child"; status=$?; kill -0 "$child" 2>/dev/null || break; done',
-              'if [ "$status" -eq 75 ]; then',
-              '  echo "trainer stopped after a checkpoint: requeueing"',
+              "# 75: the trainer stopped on a signal; torchrun reports its own code, so the marker says it too",
+              'if [ "$status" -eq 75 ] || [ -e "$marker" ]; then',
+              '  echo "trainer stopped on a signal (exit $status, marker $([ -e "$marker" ] && echo yes || echo no)): '
+              'requeueing"',
+              '  rm -f "$marker"',
+              "  status=75",
               '  scontrol requeue "$SLURM_JOB_ID" || true  # a preempted job is already being requeued',
               "fi",
               'exit "$status"', ""]

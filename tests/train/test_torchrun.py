@@ -1,51 +1,80 @@
-"""Under torchrun (2 processes, gloo on CPU): SIGTERM to the launcher mid-run, every rank stops at
-the same step after a collective checkpoint, and the rerun ends with the uninterrupted checksum."""
+"""Under torchrun (2 processes, gloo on CPU): the agent gets SIGTERM (forwarded to the workers),
+SIGUSR1 (which older agents do not handle: they die) and SIGKILL, one after the other on one run.
+Every time both workers stop at the same step after a collective checkpoint, none outlives its
+agent, rank 0 leaves ``requeue.marker`` (the agent's own exit code is not 75), and the final rerun
+ends with the uninterrupted checksum."""
 
+import json
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.train.conftest import EXAMPLE, TORCHRUN, TORCHRUN_STEPS
+
 pytest.importorskip("torch")
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_tiny.py"
-TORCHRUN = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
+pytestmark = pytest.mark.skipif(TORCHRUN is None, reason="torchrun is not installed")
+STEPS = TORCHRUN_STEPS
 
 
-def _torchrun(ckpt: Path, steps: int, term: bool = False) -> tuple[int, str]:
-    cmd = [TORCHRUN, "--nproc-per-node", "2", "--standalone", str(EXAMPLE), "--steps", str(steps),
+def _launch(ckpt: Path, out: Path) -> subprocess.Popen:
+    cmd = [TORCHRUN, "--nproc-per-node", "2", "--standalone", str(EXAMPLE), "--steps", str(STEPS),
            "--checkpoint-dir", str(ckpt), "--checkpoint-every", "20", "--quiet"]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    if term:  # mid-run: once the first checkpoint is committed
-        t0 = time.monotonic()
-        while p.poll() is None and not any(ckpt.glob("step-*/COMPLETE")) and time.monotonic() - t0 < 120:
-            time.sleep(0.02)
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)  # what a scheduler sends the launcher
+    return subprocess.Popen(cmd, stdout=open(out, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _children(pid: int) -> list[int]:
     try:
-        out, _ = p.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        raise
-    return p.returncode, out
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
 
 
-@pytest.mark.skipif(TORCHRUN is None, reason="torchrun is not installed")
-def test_torchrun_preempted_and_resumed_gives_the_uninterrupted_checksum(tmp_path):
-    steps = 600
-    code, ref = _torchrun(tmp_path / "ref", steps)
-    assert code == 0, ref[-2000:]
-    ref_sum = [l for l in ref.splitlines() if l.startswith("final_checksum=")]
-    assert ref_sum
-    code, out = _torchrun(tmp_path / "run", steps, term=True)
-    assert code != 0, "the run finished before the SIGTERM: lengthen it"
-    assert "stopped at step" in out, out[-2000:]
-    stops = {l.split("stopped at step ")[1].split()[0] for l in out.splitlines() if "stopped at step" in l}
-    assert len(stops) == 1  # both ranks stopped at the same step
-    code, out = _torchrun(tmp_path / "run", steps)
-    assert code == 0, out[-2000:]
-    assert [l for l in out.splitlines() if l.startswith("final_checksum=")] == ref_sum
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _newest(ckpt: Path) -> int:
+    return max((int(p.parent.name[5:]) for p in ckpt.glob("step-*/COMPLETE")), default=0)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc to find the workers")
+def test_the_agent_terminated_signalled_or_killed_never_orphans_workers_and_the_run_resumes_exactly(
+        tmp_path, torchrun_reference):
+    ckpt, out = tmp_path / "ckpt", tmp_path / "out"
+    last = 0
+    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGKILL):
+        p = _launch(ckpt, out)
+        try:
+            t0 = time.monotonic()
+            while _newest(ckpt) <= last or len(_children(p.pid)) < 2:  # a new checkpoint of this run
+                assert p.poll() is None, f"ended before the {sig.name}: {out.read_text()[-2000:]}"
+                assert time.monotonic() - t0 < 180
+                time.sleep(0.02)
+            workers = _children(p.pid)
+            os.kill(p.pid, sig)
+            p.wait(timeout=120)
+            t0 = time.monotonic()
+            while any(_alive(w) for w in workers):  # no orphan keeps training
+                assert time.monotonic() - t0 < 60, f"workers outlived the agent after {sig.name}"
+                time.sleep(0.05)
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+        log = out.read_text()
+        stops = {line.split("stopped at step ")[1].split()[0] for line in log.splitlines() if "stopped at step" in line}
+        assert len(stops) == 1, log[-3000:]  # both ranks at the same step
+        marker = json.loads((ckpt / "requeue.marker").read_text())
+        assert marker["checkpointed"] and marker["step"] == int(stops.pop()) > last
+        assert _newest(ckpt) == marker["step"]
+        last = marker["step"]
+    p = _launch(ckpt, out)
+    assert p.wait(timeout=300) == 0, out.read_text()[-2000:]
+    assert [line for line in out.read_text().splitlines() if line.startswith("final_checksum=")] == [torchrun_reference]
+    assert not (ckpt / "requeue.marker").exists()  # a start removes a stale one

@@ -506,6 +506,8 @@ def slurm(
     signal_before: Annotated[int, typer.Option(help="Seconds before the time limit to send SIGUSR1.")] = 120,
     launcher: Annotated[str, typer.Option(help="torchrun (srun + torchrun per node) or python (one process).")]
     = "torchrun",
+    procs_per_node: Annotated[Optional[int], typer.Option(help="torchrun workers per node (default: one per GPU).")]
+    = None,
     output: Annotated[Optional[str], typer.Option(help="Write the script here (default: stdout).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -518,7 +520,7 @@ def slurm(
         nodes = nodes_for(gpus, per_node) if gpus is not None else 1
     job = SlurmJob(command=tuple(command), nodes=nodes, gpus_per_node=per_node, partition=partition, qos=qos,
                    time_limit=time, job_name=job_name, checkpoint_dir=checkpoint_dir, signal_before_s=signal_before,
-                   launcher=launcher)
+                   launcher=launcher, procs_per_node=procs_per_node)
     script = sbatch_script(job)
     if output:
         with open(output, "w") as f:

@@ -1,17 +1,30 @@
-"""Atomic, sharded checkpoints with torch.distributed.checkpoint (DCP).
+"""Atomic, sharded, checksummed checkpoints with torch.distributed.checkpoint (DCP).
 
 A checkpoint is a directory ``step-00000123`` holding DCP's shards and ``.metadata``, ``extra.pt``
 (RNG states, counters, scheduler: small Python objects) and, written last, ``COMPLETE`` (JSON:
-step, config hash, files). It is written under a temporary name, every file and the directory are
-fsync'ed, the marker is written and fsync'ed, and only then is the directory renamed to its final
-name (rename is atomic on POSIX) and the parent fsync'ed. A directory without its marker, or with
-a temporary name, never counts; the newest complete checkpoint is loaded, the one before it when
-the newest is unreadable; the last ``keep`` complete ones are kept.
+step, config hash, and every file's size and CRC-32). It is written under a temporary name, every
+file and the directory are fsync'ed, the marker is written and fsync'ed, and only then is the
+directory renamed to its final name (rename is atomic on POSIX) and the parent fsync'ed. A
+directory with a temporary name never counts (and is removed at the next start).
 
-With ``async_save`` the state is staged to CPU memory by DCP's async_save (the only stall the
-training loop sees) and written by a background thread; the marker and rename happen when the
-write finishes (``poll``/``wait``). Distributed: every rank writes its shard; rank 0 commits after
-all ranks report done.
+Loading verifies the newest checkpoint against its marker before DCP reads it. Whatever goes wrong
+(a missing marker, a file truncated, zeroed, deleted or with one byte flipped, DCP or unpickling
+failing) is one warning line: the directory is quarantined (renamed ``step-N.corrupt-<reason>``,
+never deleted: a person may want it) and the one before is tried. If none loads, the error names
+each directory and why; a later start refuses too (rather than silently starting over) until
+``restart`` moves them aside.
+
+A failed save, at any stage and for any reason (a full disk, typically), removes its temporary
+directory, is reported with the free space, and training goes on; the previous checkpoint stays.
+Before a write, when the free space is below the size of the last checkpoint, older checkpoints are
+removed to make room, never the newest complete one.
+
+One writer per directory: rank 0 holds an advisory lock (``lock.py``) for the manager's life.
+
+With ``async_save`` the state is staged to CPU memory by DCP's async_save (in the caller's
+thread); the write, and on rank 0 the commit (``extra.pt``, checksums, fsync, marker, rename,
+pruning), run in a background thread. DCP's save ends only after every rank wrote its shard and the
+coordinator wrote the metadata, so rank 0 commits without asking the others.
 """
 
 from __future__ import annotations
@@ -23,6 +36,7 @@ import os
 import shutil
 import time
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +45,9 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 from gpuplan.errors import GpuplanError
+from gpuplan.train import integrity, validate
+from gpuplan.train.lock import DirectoryLock, LockHeld
+from gpuplan.train.space import free_bytes, human, tree_bytes
 
 log = logging.getLogger("gpuplan.train")
 # a single process saves without a process group, on purpose
@@ -40,6 +57,12 @@ MARKER = "COMPLETE"
 EXTRA = "extra.pt"
 PREFIX = "step-"
 TMP = ".tmp-"
+CORRUPT = ".corrupt-"
+OLD_RUNS = "old-runs"
+ROOM_MARGIN = 1.05  # a save needs the last one's size, and a little more for what grew
+# never swallowed: interpreter shutdown and exits. Everything else that a save or a load raises is
+# handled, BaseException included (DCP's CheckpointException is not an Exception)
+PASS_THROUGH = (KeyboardInterrupt, SystemExit, GeneratorExit)
 
 
 class CheckpointError(GpuplanError):
@@ -50,10 +73,8 @@ class CheckpointError(GpuplanError):
 class Pending:
     step: int
     tmp: Path
-    future: object
-    extra: dict
+    job: Future
     started: float
-    stall_s: float
 
 
 def _dist() -> bool:
@@ -64,9 +85,9 @@ def _rank() -> int:
     return dist.get_rank() if _dist() else 0
 
 
-def _storage_error(exc: BaseException, reraise: bool = False) -> OSError:
-    """The OSError behind a failed save (DCP reports it inside CheckpointException.failures);
-    anything else is re-raised."""
+def describe(exc: BaseException) -> str:
+    """What went wrong, for one log line: the OSError behind it when there is one (DCP wraps them
+    in CheckpointException.failures, torch.save in a RuntimeError), else the exception's first line."""
     seen, todo = set(), [exc]
     while todo:
         e = todo.pop()
@@ -74,13 +95,14 @@ def _storage_error(exc: BaseException, reraise: bool = False) -> OSError:
             continue
         seen.add(id(e))
         if isinstance(e, OSError):
-            return e
+            if e.errno == errno.ENOSPC:
+                return "no space left on device"
+            return e.strerror or str(e)
         for v in (getattr(e, "failures", None) or {}).values():
             todo.append(v[0] if isinstance(v, tuple) else v)
         todo += [e.__cause__, e.__context__]
-    if reraise:
-        raise exc
-    return OSError(str(exc))
+    text = (str(exc).strip().splitlines() or [""])[0][:200]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _fsync_tree(path: Path) -> None:
@@ -102,161 +124,382 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def step_of(path: Path) -> int | None:
+    """The step of a ``step-00000123`` directory (not of a quarantined or temporary one)."""
+    digits = path.name[len(PREFIX):]
+    return int(digits) if path.name.startswith(PREFIX) and digits.isdigit() else None
+
+
+def complete(directory: Path) -> list[tuple[int, Path]]:
+    """Committed checkpoints (those with a marker), newest first. Reads only: takes no lock."""
+    out = [(s, p) for p in Path(directory).glob(f"{PREFIX}*") if (s := step_of(p)) is not None and (p / MARKER).is_file()]
+    return sorted(out, reverse=True)
+
+
+def quarantined(directory: Path) -> list[Path]:
+    return sorted(p for p in Path(directory).glob(f"{PREFIX}*{CORRUPT}*") if p.is_dir())
+
+
 class CheckpointManager:
     def __init__(self, directory: str | Path, keep: int = 2, async_save: bool = True, config_hash: str = ""):
-        if keep < 2:
-            raise CheckpointError("keep", f"keep at least 2 checkpoints (got {keep}) so a bad newest one has a fallback")
+        self.keep = validate.count("keep", keep, minimum=2,
+                                   fix="keep at least 2 checkpoints so that a damaged newest one has a fallback")
         self.dir = Path(directory)
-        self.keep = keep
-        self.async_save = async_save and hasattr(dcp, "async_save")
+        self.async_save = bool(async_save) and hasattr(dcp, "async_save")
         self.config_hash = config_hash
         self.pending: Pending | None = None
+        self.committed: int | None = None   # newest step this run committed or resumed from
+        self.last_error: str | None = None  # why the last save failed (None once one succeeds)
+        self.failures = 0                   # saves failed in a row
+        self.last_bytes: int | None = None  # size of the last checkpoint: what the next one needs
+        self._lock: DirectoryLock | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._space_warned = False
         # async saves run collectives from a background thread: give them their own group so they
         # never interleave with the training loop's collectives (DCP's advice for async_save)
         self.group = dist.new_group(backend="gloo") if _dist() else None
+        err = None
         if _rank() == 0:
             try:
-                self.dir.mkdir(parents=True, exist_ok=True)
-                probe = self.dir / f".probe-{os.getpid()}"
-                probe.write_text("ok")
-                probe.unlink()
-            except OSError as exc:
-                raise CheckpointError("checkpoint_dir", f"{self.dir} is not writable ({exc.strerror})",
-                                      "pass a writable --checkpoint-dir") from None
-            for stale in self.dir.glob(f"{TMP}*"):  # partial writes of a killed run
-                shutil.rmtree(stale, ignore_errors=True)
-        if _dist():
-            dist.barrier()
+                self._open()
+            except CheckpointError as exc:
+                err = (exc.field, exc.message, exc.fix)
+        err = self._bcast(err)  # every rank fails alike, none waits for rank 0 forever
+        if err:
+            self.close()
+            raise CheckpointError(*err)
+
+    def _open(self) -> None:
+        not_writable = lambda why: CheckpointError("checkpoint_dir", f"{self.dir} is not writable ({why})",  # noqa: E731
+                                                   "pass a writable --checkpoint-dir")
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise not_writable(exc.strerror) from None
+        if not os.access(self.dir, os.W_OK | os.X_OK):
+            raise not_writable("permission denied")
+        try:
+            self._lock = DirectoryLock(self.dir).acquire()
+        except LockHeld as exc:
+            raise CheckpointError("checkpoint_dir", f"{self.dir} is in use by another trainer: {exc.holder}",
+                                  "wait for it to end or stop it, or pass another --checkpoint-dir") from None
+        except OSError as exc:
+            raise not_writable(exc.strerror) from None
+        # partial writes of a run that was killed: ours to remove now that we are the only writer
+        # (on a full disk this is what gives the space back)
+        for stale in self.dir.glob(f"{TMP}*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        done = self.complete()
+        if done:
+            self.last_bytes = self._marker_bytes(done[0][1])
+
+    def close(self) -> None:
+        """Release the directory (call after ``wait``)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def __enter__(self) -> "CheckpointManager":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _bcast(self, obj):
+        """Rank 0's ``obj`` on every rank."""
+        if not _dist():
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=0, group=self.group)
+        return box[0]
 
     # -- discovery ----------------------------------------------------------------------------------
     def complete(self) -> list[tuple[int, Path]]:
         """Complete checkpoints, newest first."""
-        out = []
-        for p in self.dir.glob(f"{PREFIX}*"):
-            try:
-                step = int(p.name[len(PREFIX):])
-            except ValueError:
-                continue
-            if (p / MARKER).is_file():
-                out.append((step, p))
-        return sorted(out, reverse=True)
+        return complete(self.dir)
+
+    @staticmethod
+    def _marker_bytes(path: Path) -> int | None:
+        try:
+            n = json.loads((path / MARKER).read_text()).get("bytes")
+            return int(n) if n else tree_bytes(path)
+        except (OSError, ValueError, AttributeError, TypeError):
+            return None
 
     # -- saving --------------------------------------------------------------------------------------
     def save(self, step: int, state: dict, extra: dict) -> float:
-        """Start a checkpoint of ``state`` (DCP state dict) and ``extra`` (picklable). Returns the
-        seconds the caller was stalled. Synchronous saves commit before returning."""
+        """Start a checkpoint of ``state`` (DCP state dict) and ``extra`` (picklable); collective.
+        Returns the seconds spent here, waiting for the previous save included. A failure is
+        reported and leaves no trace; synchronous saves commit before returning."""
+        t0 = time.perf_counter()
         self.wait()  # one checkpoint in flight at a time
         tmp = self.dir / f"{TMP}{PREFIX}{step:08d}"
-        t0 = time.perf_counter()
-        try:
-            if _rank() == 0:
+        failure = None
+        if _rank() == 0:
+            try:
+                self._make_room(step)
                 shutil.rmtree(tmp, ignore_errors=True)
                 tmp.mkdir(parents=True)
-            if _dist():
-                dist.barrier()
+            except PASS_THROUGH:
+                raise
+            except BaseException as exc:
+                failure = describe(exc)
+        failure = self._bcast(failure)  # also the barrier: the directory exists for every rank
+        if failure:
+            self._failed(step, tmp, failure)
+            return time.perf_counter() - t0
+        try:
             if self.async_save:
                 fut = dcp.async_save(state, checkpoint_id=str(tmp), process_group=self.group, no_dist=not _dist())
                 fut = getattr(fut, "upload_completion", fut)
             else:
                 dcp.save(state, checkpoint_id=str(tmp), process_group=self.group, no_dist=not _dist())
                 fut = None
-        except BaseException as exc:  # DCP wraps I/O errors in CheckpointException (a BaseException)
-            self._failed(tmp, step, _storage_error(exc, reraise=True))
+        except PASS_THROUGH:
+            raise
+        except BaseException as exc:
+            self._failed(step, tmp, describe(exc))
             return time.perf_counter() - t0
-        stall = time.perf_counter() - t0
-        self.pending = Pending(step, tmp, fut, extra, t0, stall)
+        if fut is not None:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuplan-commit")
+            job = self._pool.submit(self._finish, fut, step, tmp, extra)
+        else:
+            job = Future()
+            try:
+                job.set_result(self._finish(None, step, tmp, extra))
+            except PASS_THROUGH:
+                raise
+            except BaseException as exc:
+                job.set_exception(exc)
+        self.pending = Pending(step, tmp, job, t0)
         if fut is None:
             self.wait()
-        return stall
+        return time.perf_counter() - t0
 
-    def poll(self) -> None:
-        """Commit the checkpoint in flight if every rank finished writing it."""
-        if self.pending is None:
-            return
-        done = self.pending.future is None or self.pending.future.done()
-        if _dist():
-            flag = torch.tensor([1 if done else 0])
-            dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-            done = bool(flag.item())
-        if done:
-            self.wait()
+    def _finish(self, fut, step: int, tmp: Path, extra: dict) -> int | None:
+        """Wait for DCP's write; on rank 0 commit it. Returns the checkpoint's bytes (rank 0)."""
+        if fut is not None:
+            fut.result()
+        if _rank() != 0:
+            return None
+        torch.save(extra, tmp / EXTRA)
+        files = integrity.manifest(tmp)
+        _fsync_tree(tmp)
+        nbytes = sum(f["bytes"] for f in files.values())
+        marker = integrity.seal({"step": step, "config_hash": self.config_hash, "time": time.time(),
+                                 "digest": integrity.DIGEST, "bytes": nbytes, "files": files})
+        with open(tmp / MARKER, "w") as f:
+            json.dump(marker, f)
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync_dir(tmp)
+        final = self.dir / f"{PREFIX}{step:08d}"
+        if final.exists():  # only a leftover that no load accepted could be there: ours replaces it
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        _fsync_dir(self.dir)
+        self._prune()
+        return nbytes
 
-    def wait(self) -> None:
-        """Finish and commit the checkpoint in flight (blocking)."""
+    def poll(self) -> float:
+        """Collect the checkpoint in flight if its write (and commit) finished; never blocks, not
+        collective. Returns the seconds spent."""
+        t0 = time.perf_counter()
+        if self.pending is not None and self.pending.job.done():
+            self._collect()
+        return time.perf_counter() - t0
+
+    def wait(self, collective: bool = True) -> None:
+        """Finish the checkpoint in flight (blocking). ``collective`` (every rank calls it): all
+        ranks then agree on rank 0's outcome (``committed``, ``last_error``)."""
+        self._collect()
+        if collective and _dist():
+            self.committed, self.last_error = self._bcast((self.committed, self.last_error))
+
+    def _collect(self) -> None:
         p, self.pending = self.pending, None
         if p is None:
             return
         try:
-            if p.future is not None:
-                p.future.result()
-            if _dist():
-                dist.barrier()
-            if _rank() == 0:
-                torch.save(p.extra, p.tmp / EXTRA)
-                _fsync_tree(p.tmp)
-                marker = {"step": p.step, "config_hash": self.config_hash, "time": time.time(),
-                          "files": sorted(f.name for f in p.tmp.iterdir())}
-                with open(p.tmp / MARKER, "w") as f:
-                    json.dump(marker, f)
-                    f.flush()
-                    os.fsync(f.fileno())
-                _fsync_dir(p.tmp)
-                final = self.dir / f"{PREFIX}{p.step:08d}"
-                if final.exists():
-                    shutil.rmtree(final)
-                os.rename(p.tmp, final)
-                _fsync_dir(self.dir)
-                self._prune()
-                log.info("checkpoint step %d committed in %.3f s (stall %.3f s)", p.step,
-                         time.perf_counter() - p.started, p.stall_s)
-            if _dist():
-                dist.barrier()
+            nbytes = p.job.result()
+        except PASS_THROUGH:
+            raise
         except BaseException as exc:
-            self._failed(p.tmp, p.step, _storage_error(exc, reraise=True))
-
-    def _failed(self, tmp: Path, step: int, exc: OSError) -> None:
-        """A write failed (a full disk, say): drop the partial one, keep the previous, go on."""
+            self._failed(p.step, p.tmp, describe(exc))
+            return
+        self.committed, self.last_error, self.failures = p.step, None, 0
         if _rank() == 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-        prev = self.complete()
-        what = "no space left on device" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
-        log.error("checkpoint of step %d failed: %s in %s; %s; training goes on", step, what, self.dir,
-                  f"the previous checkpoint (step {prev[0][0]}) is intact" if prev else "no earlier checkpoint exists")
+            self.last_bytes = nbytes or self.last_bytes
+            log.info("checkpoint step %d committed in %.3f s (%s)", p.step, time.perf_counter() - p.started,
+                     human(nbytes))
+            self._check_space()
+
+    def _failed(self, step: int, tmp: Path, what: str) -> None:
+        """A save failed (a full disk, say): drop the partial one, keep the previous, go on."""
+        self.failures += 1
         self.last_error = f"checkpoint of step {step} failed: {what}"
+        if _rank() != 0:
+            return
+        shutil.rmtree(tmp, ignore_errors=True)
+        prev = self.complete()
+        log.error("checkpoint of step %d failed: %s in %s (%s free); %s%s; training goes on", step, what, self.dir,
+                  human(free_bytes(self.dir)),
+                  f"the previous checkpoint (step {prev[0][0]}) is intact" if prev else "no earlier checkpoint exists",
+                  f"; {self.failures} failed in a row" if self.failures > 1 else "")
 
     def _prune(self) -> None:
         for _, p in self.complete()[self.keep:]:
             shutil.rmtree(p, ignore_errors=True)
 
+    # -- space ---------------------------------------------------------------------------------------
+    def _make_room(self, step: int) -> None:
+        """Before writing: if the free space is below what the last checkpoint took, remove older
+        checkpoints, oldest first, never the newest complete one."""
+        need = self.last_bytes
+        free = free_bytes(self.dir)
+        if not need or free is None or free >= need * ROOM_MARGIN:
+            return
+        for s, path in reversed(self.complete()[1:]):
+            shutil.rmtree(path, ignore_errors=True)
+            free = free_bytes(self.dir) or 0
+            log.warning("low on space in %s: removed step %d before writing step %d (%s free now, a checkpoint "
+                        "takes %s; the newest is kept)", self.dir, s, step, human(free), human(need))
+            if free >= need * ROOM_MARGIN:
+                return
+
+    def _check_space(self) -> None:
+        """After a commit: warn (once until it recovers) when even removing every older checkpoint
+        would not make room for one more."""
+        need, free = self.last_bytes, free_bytes(self.dir)
+        if not need or free is None:
+            return
+        reclaimable = sum(self._marker_bytes(p) or 0 for _, p in self.complete()[1:])
+        if free + reclaimable >= need * ROOM_MARGIN:
+            self._space_warned = False
+        elif not self._space_warned:
+            self._space_warned = True
+            log.warning("%s has %s free (%s more in older checkpoints): not enough for one more checkpoint (%s); "
+                        "the next saves will fail until space is freed (training goes on)", self.dir, human(free),
+                        human(reclaimable), human(need))
+
+    # -- runs ----------------------------------------------------------------------------------------
+    def archive(self) -> Path | None:
+        """Move every checkpoint of this directory (quarantined ones too) to ``old-runs/<time>/``,
+        so that the newest checkpoint is always the current run's. Collective."""
+        dest, err = None, None
+        if _rank() == 0:
+            olds = [p for p in self.dir.iterdir() if p.name.startswith(PREFIX)]
+            if olds:
+                stamp = time.strftime("%Y%m%d-%H%M%S")
+                dest = self.dir / OLD_RUNS / stamp
+                n = 1
+                while dest.exists():
+                    n += 1
+                    dest = self.dir / OLD_RUNS / f"{stamp}-{n}"
+                try:
+                    dest.mkdir(parents=True)
+                    for p in olds:
+                        os.rename(p, dest / p.name)
+                    _fsync_dir(self.dir)
+                except OSError as exc:
+                    err = ("checkpoint_dir", f"could not move the previous run's checkpoints in {self.dir} aside "
+                                             f"({exc.strerror})", "free some space, or pass another --checkpoint-dir")
+                else:
+                    log.warning("restart: moved the previous run's %d checkpoint(s) to %s (delete it when you no "
+                                "longer need them)", len(olds), dest)
+        dest, err = self._bcast((dest, err))
+        if err:
+            raise CheckpointError(*err)
+        self.committed = None
+        return dest
+
     # -- loading -------------------------------------------------------------------------------------
-    def load_latest(self, state: dict) -> tuple[int, dict] | None:
-        """Load the newest readable complete checkpoint into ``state`` (in place). Returns (step,
-        extra), or None when there is none. A checkpoint of another config is refused."""
-        found = self.complete()
-        errors = []
-        for step, path in found:
+    def _quarantine(self, path: Path, reason: str, why: str) -> str:
+        target = path.with_name(f"{path.name}{CORRUPT}{reason}")
+        n = 1
+        while target.exists():
+            n += 1
+            target = path.with_name(f"{path.name}{CORRUPT}{reason}-{n}")
+        try:
+            os.rename(path, target)
+            _fsync_dir(self.dir)
+            moved = f"moved to {target.name}"
+        except OSError as exc:  # a read-only directory, say: still skip it
+            moved = f"could not move it aside ({exc.strerror})"
+        return f"{path.name}: {why}, {moved}"
+
+    def _choose(self, problems: list[str]):
+        """Rank 0: the newest checkpoint that passes its marker, config and checksums, quarantining
+        those that do not. ("load", step, path) | ("config", field, message, fix) | None."""
+        for path in sorted((p for p in self.dir.glob(f"{PREFIX}*") if step_of(p) is not None and p.is_dir()),
+                           key=step_of, reverse=True):
+            step = step_of(path)
             try:
-                marker = json.loads((path / MARKER).read_text())
+                try:
+                    marker = json.loads((path / MARKER).read_text())
+                except FileNotFoundError:
+                    raise integrity.Damaged("no-marker", f"no {MARKER} marker") from None
+                except (OSError, ValueError) as exc:
+                    raise integrity.Damaged("marker", f"corrupt marker ({exc})") from None
                 if not isinstance(marker, dict) or marker.get("step") != step:
-                    raise ValueError("marker does not describe this checkpoint")
-            except (OSError, ValueError) as exc:
-                errors.append(f"{path.name}: corrupt marker ({exc})")
-                log.warning("skipping %s: corrupt marker (%s); trying the previous checkpoint", path.name, exc)
+                    raise integrity.Damaged("marker", "corrupt marker (it does not describe this checkpoint)")
+                integrity.check_seal(marker)
+                if self.config_hash and marker.get("config_hash") not in ("", self.config_hash):
+                    return ("config", "checkpoint_dir",
+                            f"{path} was written by a different model or config (hash {marker.get('config_hash')}, "
+                            f"this run {self.config_hash})", "use another --checkpoint-dir, or --restart to start over")
+                integrity.verify(path, marker.get("files"))
+            except integrity.Damaged as exc:
+                problems.append(self._quarantine(path, exc.reason, exc.detail))
+                log.warning("damaged checkpoint %s; trying the one before", problems[-1])
                 continue
-            if self.config_hash and marker.get("config_hash") not in ("", self.config_hash):
-                raise CheckpointError("checkpoint_dir", f"{path} was written by a different model or config "
-                                                        f"(hash {marker.get('config_hash')}, this run {self.config_hash})",
-                                      "use another --checkpoint-dir, or --restart to start over")
+            return ("load", step, str(path))
+        return None
+
+    def load_latest(self, state: dict) -> tuple[int, dict] | None:
+        """Load the newest good checkpoint into ``state`` (in place); collective. Returns (step,
+        extra), or None when there is none. A checkpoint of another config is refused; damaged ones
+        are quarantined; if there are checkpoints but none loads, CheckpointError names them all."""
+        problems: list[str] = []
+        while True:
+            choice = self._bcast(self._choose(problems) if _rank() == 0 else None)
+            if choice is None:
+                break
+            if choice[0] == "config":
+                raise CheckpointError(*choice[1:])
+            _, step, path = choice
+            err = None
             try:
-                dcp.load(state, checkpoint_id=str(path), process_group=self.group, no_dist=not _dist())
-                extra = torch.load(path / EXTRA, weights_only=False)
-            except Exception as exc:  # unreadable shard or pickle: fall back to the one before
-                errors.append(f"{path.name}: {type(exc).__name__}: {exc}")
-                log.warning("could not load %s (%s); falling back to the previous checkpoint", path.name, exc)
+                dcp.load(state, checkpoint_id=path, process_group=self.group, no_dist=not _dist())
+                extra = torch.load(Path(path) / EXTRA, weights_only=False)
+            except PASS_THROUGH:
+                raise
+            except BaseException as exc:  # CheckpointException too: any failure means "try the one before"
+                err = describe(exc)
+            if _dist():
+                errs = [None] * dist.get_world_size()
+                dist.all_gather_object(errs, err, group=self.group)
+                err = next((e for e in errs if e), None)
+            if err:
+                if _rank() == 0:
+                    problems.append(self._quarantine(Path(path), "unloadable", f"could not be loaded ({err})"))
+                    log.warning("damaged checkpoint %s; trying the one before", problems[-1])
                 continue
-            log.warning("resumed from %s (step %d)", path.name, step)
+            log.warning("resumed from %s (step %d)", Path(path).name, step)
+            self.committed = step
             return step, extra
-        if found:
-            raise CheckpointError("checkpoint_dir", f"no checkpoint in {self.dir} could be loaded ({'; '.join(errors)})",
-                                  "fix or remove them, or pass --restart to start over")
+        problems = self._bcast(problems)
+        if problems:
+            raise CheckpointError("checkpoint_dir", f"no checkpoint in {self.dir} could be loaded: {'; '.join(problems)}",
+                                  f"rename one back to {PREFIX}<step> to try it again, or pass --restart to start over "
+                                  f"(the damaged ones are kept)")
+        left = self._bcast([p.name for p in quarantined(self.dir)] if _rank() == 0 else None)
+        if left:  # an earlier start quarantined every checkpoint: starting from 0 would lose the run
+            raise CheckpointError("checkpoint_dir", f"{self.dir} has no loadable checkpoint, only damaged ones "
+                                                    f"({', '.join(left)})",
+                                  f"rename one back to {PREFIX}<step> to try it again, or pass --restart to start over")
         return None

@@ -8,10 +8,18 @@ resume exactly.
 
 ``end_step`` advances the step, writes a telemetry line, checkpoints when the interval is due
 (every N steps, every T seconds, or Daly's optimum from ``mtbf_s`` and the measured checkpoint
-cost), and, when SIGTERM, SIGUSR1 or SIGINT arrived during the step, writes a checkpoint and
-exits with ``EXIT_REQUEUE`` (75, EX_TEMPFAIL: "try again", which the sbatch script ``gpuplan
-slurm`` writes turns into a requeue). Under torchrun every rank calls ``end_step``; the ranks
-agree (an all-reduce of the flag) on the step to stop at, and the checkpoint is collective.
+cost; with none of them, only on a signal), and, when SIGTERM, SIGUSR1 or SIGINT arrived during
+the step, writes a checkpoint and exits with ``EXIT_REQUEUE`` (75, EX_TEMPFAIL: "try again",
+which the sbatch script ``gpuplan slurm`` writes turns into a requeue; rank 0 also writes
+``requeue.marker`` for launchers that swallow the exit code, torchrun). A signal that arrived
+before the loop (``gpuplan.train.signals.defer()`` records them from the script's first line)
+ends the run with 75 as soon as it starts. Under torchrun every rank calls ``end_step``; the ranks
+agree (an all-reduce of the flag) on the step to stop at, and the checkpoint is collective; a
+worker whose agent died stops as on SIGTERM.
+
+Every argument is checked when the object is made (``GpuplanError``, a ``ValueError``, naming the
+field). The checkpoint stall is measured as the loop sees it (state dict, waiting for the previous
+save, staging) and summarised at the end (``stall_summary()``, and one log line).
 
 The state checkpointed: model and optimizer (DCP, sharded), the LR scheduler, the step, tokens
 seen, the data position, RNG states of Python, NumPy and torch (CPU and CUDA), and a hash of the
@@ -31,6 +39,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import random
 import resource
 import signal
@@ -42,13 +51,17 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+from gpuplan.errors import GpuplanError
 from gpuplan.estimate.checkpoint_interval import daly_interval
+from gpuplan.train import requeue, signals, validate
 from gpuplan.train.checkpoint import CheckpointError, CheckpointManager
+from gpuplan.train.stall import StallMeter
 
 log = logging.getLogger("gpuplan.train")
 
 EXIT_REQUEUE = 75  # EX_TEMPFAIL: stopped on a signal after a checkpoint; run the same command again
-SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+SIGNALS = signals.STOP_SIGNALS
+NO_SCHEDULE = "leave every_steps, every_seconds and mtbf_s unset to checkpoint only on a signal"
 
 
 def config_hash(config: dict) -> str:
@@ -106,58 +119,123 @@ def _peak_memory() -> tuple[float, str]:
     return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024), "rss"
 
 
+def _flag(field: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise GpuplanError(field, f"must be True or False, got {value!r}")
+    return value
+
+
+def _path(field: str, value, optional: bool = False) -> Path | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, (str, os.PathLike)) or not str(value):
+        raise GpuplanError(field, f"must be a path, got {value!r}")
+    return Path(value)
+
+
+def _slurm_requeued() -> bool:
+    try:
+        return int(os.environ.get("SLURM_RESTART_COUNT") or 0) > 0
+    except ValueError:
+        return False
+
+
 class Resilient:
     def __init__(self, model, optimizer, scheduler=None, *, checkpoint_dir: str | Path, every_steps: int | None = None,
                  every_seconds: float | None = None, mtbf_s: float | None = None, keep: int = 2,
                  async_save: bool = True, config: dict | None = None, telemetry: str | Path | None = None,  # "-": stdout
                  deadline_s: float = 25.0, restart: bool = False):
+        # every value checked now: a string or a float interval used to fail at the first step, and
+        # 0 meant "never" without a word
+        self.every_steps = validate.optional(validate.count, "every_steps", every_steps, fix=NO_SCHEDULE)
+        self.every_seconds = validate.optional(validate.seconds, "every_seconds", every_seconds, fix=NO_SCHEDULE)
+        self.mtbf_s = validate.optional(validate.seconds, "mtbf_s", mtbf_s, fix="the mean time between failures")
+        self.deadline_s = validate.seconds("deadline_s", deadline_s)
+        self.keep = validate.count("keep", keep, minimum=2,
+                                   fix="keep at least 2 checkpoints so that a damaged newest one has a fallback")
+        self.async_save, self.restart = _flag("async_save", async_save), _flag("restart", restart)
+        if config is not None and not isinstance(config, dict):
+            raise GpuplanError("config", f"must be a dict, got {type(config).__name__}")
+        self.checkpoint_dir = _path("checkpoint_dir", checkpoint_dir)
+        self.telemetry_path = _path("telemetry", telemetry, optional=True)
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
-        self.every_steps, self.every_seconds, self.mtbf_s = every_steps, every_seconds, mtbf_s
-        self.deadline_s = deadline_s
-        self.restart = restart
         self.hash = config_hash(config or {})
-        self.ckpt = CheckpointManager(checkpoint_dir, keep=keep, async_save=async_save, config_hash=self.hash)
-        self.telemetry_path = Path(telemetry) if telemetry else None
+        self.ckpt: CheckpointManager | None = None  # opened (and its directory locked) by __enter__
         self.step = 0
         self.tokens = 0
         self.data_position = 0
         self.resumed_from: int | None = None
-        self._signal: int | None = None
+        self.stall = StallMeter()
         self._old_handlers: dict = {}
         self._last_ckpt_time = time.monotonic()
         self._last_ckpt_step = 0
         self._step_start = time.perf_counter()
-        self._stall = 0.0
+        self._train_start = time.perf_counter()
         self._ckpt_cost: float | None = None
         self._telemetry = None
 
     # -- context ----------------------------------------------------------------------------------------
     def __enter__(self) -> "Resilient":
-        for sig in SIGNALS:
-            self._old_handlers[sig] = signal.signal(sig, self._on_signal)
-        if self.restart:
-            log.warning("--restart: ignoring any checkpoint in %s", self.ckpt.dir)
-        else:
+        signals.set_active(True)
+        for sig in SIGNALS:  # signals.defer() may have recorded one already: it stays recorded
+            self._old_handlers[sig] = signal.signal(sig, signals.record)
+        if signals.under_torchrun():
+            signals.watch_parent()
+        try:
+            self.ckpt = CheckpointManager(self.checkpoint_dir, keep=self.keep, async_save=self.async_save,
+                                          config_hash=self.hash)
+            if self._rank() == 0:
+                requeue.clear(self.ckpt.dir)  # an old marker must not requeue a later crash
+            if not any((self.every_steps, self.every_seconds, self.mtbf_s)) and self._rank() == 0:
+                log.warning("no checkpoint schedule: checkpoints only on SIGTERM/SIGUSR1/SIGINT; a crash loses "
+                            "everything since the start")
+            restart = self.restart
+            if restart and _slurm_requeued():  # the same command runs again after a requeue
+                log.warning("restart ignored: this is a requeue of the same Slurm job (SLURM_RESTART_COUNT=%s), "
+                            "resuming it", os.environ["SLURM_RESTART_COUNT"])
+                restart = False
+            if restart:
+                self.ckpt.archive()
+            # after a restart too: it finds nothing, but building the state dict initialises the
+            # optimizer's state as on any start (a restart used to end with another checksum)
             self.resume()
-        if self.telemetry_path and self._rank() == 0:
-            self._telemetry = sys.stdout if str(self.telemetry_path) == "-" else open(self.telemetry_path, "a")
-        self._last_ckpt_time = time.monotonic()
-        self._step_start = time.perf_counter()
+            if self.telemetry_path and self._rank() == 0:
+                self._telemetry = sys.stdout if str(self.telemetry_path) == "-" else open(self.telemetry_path, "a")
+            self._last_ckpt_time = time.monotonic()
+            self._step_start = self._train_start = time.perf_counter()
+            if self._agree(signals.received() is not None)[0]:  # it came while torch imported or we resumed
+                self._emergency_exit()
+        except BaseException:
+            self._close(crashed=True)
+            raise
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        crashed = exc_type is not None and not issubclass(exc_type, SystemExit)
         try:
-            self.ckpt.wait()
+            if self.ckpt is not None:
+                # after a crash on this rank only, the others may never come: no collective then
+                self.ckpt.wait(collective=not crashed)
+                if self._rank() == 0:
+                    log.info("%s", self.stall.line(time.perf_counter() - self._train_start))
+        finally:
+            self._close(crashed)
+
+    def _close(self, crashed: bool) -> None:
+        try:
+            if self.ckpt is not None:
+                if crashed:
+                    self.ckpt.wait(collective=False)
+                self.ckpt.close()
         finally:
             for sig, h in self._old_handlers.items():
                 signal.signal(sig, h)
+            self._old_handlers = {}
+            signals.set_active(False)
+            signals.clear()
             if self._telemetry and self._telemetry is not sys.stdout:
                 self._telemetry.close()
-
-    def _on_signal(self, signum, frame) -> None:
-        if self._signal is None:
-            log.warning("received %s: finishing the step, then a checkpoint", signal.Signals(signum).name)
-        self._signal = signum
+            self._telemetry = None
 
     @staticmethod
     def _rank() -> int:
@@ -189,11 +267,17 @@ class Resilient:
         return step
 
     def checkpoint(self) -> float:
-        """Checkpoint now; returns the stall in seconds."""
-        stall = self.ckpt.save(self.step, self._state(), self._extra())
+        """Checkpoint now (collective). Returns the seconds the loop stood still, as it sees them:
+        building the state dict, waiting for the previous save, staging (async) or writing (sync)."""
+        t0 = time.perf_counter()
+        self.ckpt.save(self.step, self._state(), self._extra())
         self._last_ckpt_time = time.monotonic()
         self._last_ckpt_step = self.step
-        return stall
+        return time.perf_counter() - t0
+
+    def stall_summary(self) -> dict:
+        """Checkpoint stall so far: saves, p50_s, p95_s, max_s, mean_s, total_s, training_s, fraction."""
+        return self.stall.summary(time.perf_counter() - self._train_start)
 
     # -- the loop -----------------------------------------------------------------------------------------
     def _due(self) -> bool:
@@ -208,12 +292,13 @@ class Resilient:
             return elapsed >= daly_interval(max(self._ckpt_cost, 1e-6), self.mtbf_s)
         return False
 
-    def _agree(self, flag: bool) -> bool:
+    def _agree(self, *flags: bool) -> tuple[bool, ...]:
+        """Every rank's flags OR-ed (one all-reduce for all of them)."""
         if dist.is_available() and dist.is_initialized():
-            t = torch.tensor([1 if flag else 0])
+            t = torch.tensor([1 if f else 0 for f in flags])
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            return bool(t.item())
-        return flag
+            return tuple(bool(v) for v in t.tolist())
+        return flags
 
     def end_step(self, tokens: int = 0) -> None:
         """Call once after each optimizer step."""
@@ -221,18 +306,20 @@ class Resilient:
         self.tokens += tokens
         self.data_position += 1
         step_s = time.perf_counter() - self._step_start
-        self.ckpt.poll()
-        stall = 0.0
-        stop = self._agree(self._signal is not None)
-        due = self._agree(self._due()) if not stop else False
-        if due:
+        stall = self.ckpt.poll()  # commits a finished async save (on rank 0, done in the background)
+        self.stall.other(stall)
+        stop, due = self._agree(signals.received() is not None, self._due())
+        if due and not stop:
             t0 = time.perf_counter()
-            stall = self.checkpoint()
+            self.checkpoint()
             if self.mtbf_s and self._ckpt_cost is None:
                 self.ckpt.wait()
                 self._ckpt_cost = time.perf_counter() - t0
                 log.info("checkpoint cost %.3f s: Daly interval %.1f s for MTBF %.0f s", self._ckpt_cost,
                          daly_interval(max(self._ckpt_cost, 1e-6), self.mtbf_s), self.mtbf_s)
+            took = time.perf_counter() - t0
+            self.stall.save(took)
+            stall += took
         self._write_telemetry(step_s, tokens, stall)
         if stop:
             self._emergency_exit()
@@ -249,17 +336,34 @@ class Resilient:
         self._telemetry.flush()
 
     def _emergency_exit(self) -> None:
+        """Checkpoint this step (unless it is the one just resumed from), then exit 75; the log line
+        says what is really on disk."""
         t0 = time.perf_counter()
-        if self._last_ckpt_step != self.step or self.ckpt.pending is not None:
-            if self._last_ckpt_step != self.step:
-                self.checkpoint()
-            self.ckpt.wait()
+        trained = self.step != self._last_ckpt_step
+        if trained:
+            self.checkpoint()
+        self.ckpt.wait()  # collective: every rank learns whether rank 0 committed it
         took = time.perf_counter() - t0
-        if took > self.deadline_s:
-            log.warning("emergency checkpoint took %.1f s, past the %.0f s deadline", took, self.deadline_s)
-        name = signal.Signals(self._signal).name
-        log.warning("stopped at step %d on %s after a checkpoint (%.2f s); exit %d to be requeued", self.step, name,
-                    took, EXIT_REQUEUE)
+        name = signal.Signals(signals.received() or signal.SIGTERM).name
+        done = self.ckpt.committed
+        if not trained:
+            what = (f"before training (its checkpoint of step {done} is current)" if done is not None
+                    else "before training: nothing to checkpoint")
+        elif done == self.step:
+            what = f"after a checkpoint ({took:.2f} s)"
+            if took > self.deadline_s:
+                log.warning("emergency checkpoint took %.1f s, past the %.0f s deadline", took, self.deadline_s)
+        else:
+            why = self.ckpt.last_error or "the checkpoint failed"
+            then = (f"a rerun resumes from step {done} ({self.step - done} steps lost)" if done is not None
+                    else "a rerun starts over from step 0")
+            what = f"WITHOUT a checkpoint of this step ({why}); {then}"
+        if self._rank() == 0:
+            try:
+                requeue.write(self.ckpt.dir, self.step, name, checkpointed=done == self.step)
+            except OSError as exc:
+                log.error("could not write %s (%s): a torchrun job may not be requeued", requeue.NAME, exc.strerror)
+        log.warning("stopped at step %d on %s %s; exit %d to be requeued", self.step, name, what, EXIT_REQUEUE)
         if self._telemetry:
             self._telemetry.flush()
         sys.stdout.flush()
