@@ -41,8 +41,9 @@ def command(ckpt: Path, torchrun: bool) -> list[str]:
 
 
 def start(ckpt: Path, torchrun: bool, log: Path) -> subprocess.Popen:
-    return subprocess.Popen(command(ckpt, torchrun), stdout=open(log, "w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    return subprocess.Popen(
+        command(ckpt, torchrun), stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True
+    )
 
 
 def newest(ckpt: Path) -> Path | None:
@@ -93,9 +94,12 @@ def checksum(log: Path) -> str | None:
 def trial(rng: random.Random, reference: str, torchrun: bool, work: Path) -> tuple[bool, list[str]]:
     ckpt, log = work / "ckpt", work / "log"
     events, problems = [], []
-    for attempt in range(40):
-        fault = rng.choice(["kill", "term", "usr1", "int", "damage", "second", "none"] if not torchrun
-                           else ["agent-term", "agent-usr1", "agent-kill", "damage", "none"])
+    for _attempt in range(40):
+        fault = rng.choice(
+            ["kill", "term", "usr1", "int", "damage", "second", "none"]
+            if not torchrun
+            else ["agent-term", "agent-usr1", "agent-kill", "damage", "none"]
+        )
         if fault == "damage":
             events.append(damage(ckpt, rng))
             fault = "none"
@@ -110,8 +114,15 @@ def trial(rng: random.Random, reference: str, torchrun: bool, work: Path) -> tup
         elif fault != "none":
             time.sleep(rng.uniform(0.2, 8.0))  # start-up (torch's import) included
             kids = workers(p.pid)
-            sig = {"kill": signal.SIGKILL, "term": signal.SIGTERM, "usr1": signal.SIGUSR1, "int": signal.SIGINT,
-                   "agent-term": signal.SIGTERM, "agent-usr1": signal.SIGUSR1, "agent-kill": signal.SIGKILL}[fault]
+            sig = {
+                "kill": signal.SIGKILL,
+                "term": signal.SIGTERM,
+                "usr1": signal.SIGUSR1,
+                "int": signal.SIGINT,
+                "agent-term": signal.SIGTERM,
+                "agent-usr1": signal.SIGUSR1,
+                "agent-kill": signal.SIGKILL,
+            }[fault]
             if p.poll() is None:
                 os.kill(p.pid, sig)
         try:

@@ -12,20 +12,23 @@ from tests.train.conftest import EXAMPLE, run_forked
 torch = pytest.importorskip("torch")
 
 
-@pytest.mark.parametrize("argv, flag", [
-    (["--checkpoint-every", "0"], "--checkpoint-every"),
-    (["--checkpoint-every", "-5"], "--checkpoint-every"),
-    (["--checkpoint-every", "1.5"], "--checkpoint-every"),
-    (["--checkpoint-every", "ten"], "--checkpoint-every"),
-    (["--steps", "-3"], "--steps"),
-    (["--steps", "0"], "--steps"),
-    (["--checkpoint-seconds", "0"], "--checkpoint-seconds"),
-    (["--checkpoint-seconds", "nan"], "--checkpoint-seconds"),
-    (["--mtbf", "-1"], "--mtbf"),
-    (["--keep", "1"], "--keep"),
-    (["--seed", "-1"], "--seed"),
-    (["--no-checkpoint", "--checkpoint-every", "5"], "--no-checkpoint"),
-])
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--checkpoint-every", "0"], "--checkpoint-every"),
+        (["--checkpoint-every", "-5"], "--checkpoint-every"),
+        (["--checkpoint-every", "1.5"], "--checkpoint-every"),
+        (["--checkpoint-every", "ten"], "--checkpoint-every"),
+        (["--steps", "-3"], "--steps"),
+        (["--steps", "0"], "--steps"),
+        (["--checkpoint-seconds", "0"], "--checkpoint-seconds"),
+        (["--checkpoint-seconds", "nan"], "--checkpoint-seconds"),
+        (["--mtbf", "-1"], "--mtbf"),
+        (["--keep", "1"], "--keep"),
+        (["--seed", "-1"], "--seed"),
+        (["--no-checkpoint", "--checkpoint-every", "5"], "--no-checkpoint"),
+    ],
+)
 def test_a_bad_number_on_the_command_line_names_its_flag(tiny, argv, flag):
     with pytest.raises(GpuplanError) as e:
         tiny.parse(argv)
@@ -33,29 +36,53 @@ def test_a_bad_number_on_the_command_line_names_its_flag(tiny, argv, flag):
 
 
 def test_the_script_prints_one_line_and_exits_2_with_no_traceback(tmp_path):
-    r = subprocess.run([sys.executable, str(EXAMPLE), "--checkpoint-every", "0", "--checkpoint-dir", str(tmp_path)],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--checkpoint-every", "0", "--checkpoint-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr.splitlines() == ["error: --checkpoint-every: must be a positive integer, got 0; give the number of "
-                                     "steps between checkpoints, or --no-checkpoint to checkpoint only on a signal"]
+    assert r.stderr.splitlines() == [
+        "error: --checkpoint-every: must be a positive integer, got 0; give the number of "
+        "steps between checkpoints, or --no-checkpoint to checkpoint only on a signal"
+    ]
     assert not list(tmp_path.iterdir())  # nothing was created
 
 
 def test_no_checkpoint_must_be_spelled_out_and_warns(tiny, tmp_path):
     out = tmp_path / "out"
-    assert run_forked(tiny, ["--steps", "20", "--no-checkpoint", "--checkpoint-dir", str(tmp_path / "c"), "--quiet"],
-                      out) == 0
+    assert (
+        run_forked(tiny, ["--steps", "20", "--no-checkpoint", "--checkpoint-dir", str(tmp_path / "c"), "--quiet"], out)
+        == 0
+    )
     assert "--no-checkpoint: no scheduled checkpoints" in out.read_text()
     assert not list((tmp_path / "c").glob("step-*"))
 
 
-@pytest.mark.parametrize("field, value", [
-    ("every_steps", 0), ("every_steps", -1), ("every_steps", 1.5), ("every_steps", "10"), ("every_steps", True),
-    ("every_seconds", 0), ("every_seconds", "60"), ("every_seconds", float("inf")), ("mtbf_s", -3600),
-    ("keep", 1), ("keep", 2.0), ("deadline_s", 0), ("async_save", "yes"), ("restart", 1), ("checkpoint_dir", None),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("every_steps", 0),
+        ("every_steps", -1),
+        ("every_steps", 1.5),
+        ("every_steps", "10"),
+        ("every_steps", True),
+        ("every_seconds", 0),
+        ("every_seconds", "60"),
+        ("every_seconds", float("inf")),
+        ("mtbf_s", -3600),
+        ("keep", 1),
+        ("keep", 2.0),
+        ("deadline_s", 0),
+        ("async_save", "yes"),
+        ("restart", 1),
+        ("checkpoint_dir", None),
+    ],
+)
 def test_the_library_refuses_a_bad_argument_naming_the_field(tmp_path, field, value):
     from gpuplan.train import Resilient
+
     model = torch.nn.Linear(2, 2)
     kw = {"checkpoint_dir": tmp_path / "c", "every_steps": 10, field: value}
     with pytest.raises(ValueError) as e:  # GpuplanError is a ValueError

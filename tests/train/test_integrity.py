@@ -53,7 +53,8 @@ def pristine(tiny, tmp_path_factory):
 @pytest.mark.parametrize("damage", DAMAGE)
 @pytest.mark.parametrize("name", FILES)
 def test_a_damaged_file_in_the_newest_checkpoint_is_quarantined_and_the_previous_one_loads(
-        tiny, tmp_path, pristine, reference_for, name, damage):
+    tiny, tmp_path, pristine, reference_for, name, damage
+):
     ckpt = tmp_path / "ckpt"
     shutil.copytree(pristine, ckpt)
     DAMAGE[damage](ckpt / "step-00000030" / name)
@@ -70,7 +71,8 @@ def test_a_damaged_file_in_the_newest_checkpoint_is_quarantined_and_the_previous
 
 
 def test_no_loadable_checkpoint_is_one_error_naming_each_and_only_restart_starts_over(
-        tiny, tmp_path, pristine, reference_for):
+    tiny, tmp_path, pristine, reference_for
+):
     ckpt = tmp_path / "ckpt"
     shutil.copytree(pristine, ckpt)
     flip(ckpt / "step-00000030" / "__0_0.distcp")

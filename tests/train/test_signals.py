@@ -35,10 +35,15 @@ def _catches(pid: int, sig: int) -> bool:
 def test_a_signal_during_start_up_ends_in_exit_75_and_the_rerun_is_exact(tiny, tmp_path, reference_for, sig):
     ckpt = tmp_path / "ckpt"
     # a run to resume: stopped after its checkpoint of step 20 or so
-    assert run_forked(tiny, _args(ckpt), tmp_path / "first",
-                      kill_when=lambda: (ckpt / "step-00000020" / "COMPLETE").exists()) == 75
-    p = subprocess.Popen([sys.executable, str(EXAMPLE), *_args(ckpt)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    assert (
+        run_forked(
+            tiny, _args(ckpt), tmp_path / "first", kill_when=lambda: (ckpt / "step-00000020" / "COMPLETE").exists()
+        )
+        == 75
+    )
+    p = subprocess.Popen(
+        [sys.executable, str(EXAMPLE), *_args(ckpt)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     t0 = time.monotonic()
     while not _catches(p.pid, signal.SIGTERM) and p.poll() is None and time.monotonic() - t0 < 60:
         time.sleep(0.001)
@@ -55,7 +60,9 @@ def test_a_signal_during_start_up_ends_in_exit_75_and_the_rerun_is_exact(tiny, t
 def test_what_runs_before_torchs_import_does_not_import_torch():
     """signals.defer() is the script's first line: it (and the other helpers, and gpuplan.slurm)
     must not pull torch in, or the signal would wait for torch's import after all."""
-    code = ("import sys, gpuplan.train.signals, gpuplan.train.integrity, gpuplan.train.lock, gpuplan.train.space, "
-            "gpuplan.train.requeue, gpuplan.train.validate, gpuplan.train.stall, gpuplan.slurm; "
-            "assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys, gpuplan.train.signals, gpuplan.train.integrity, gpuplan.train.lock, gpuplan.train.space, "
+        "gpuplan.train.requeue, gpuplan.train.validate, gpuplan.train.stall, gpuplan.slurm; "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

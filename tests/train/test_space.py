@@ -39,6 +39,7 @@ def inject(monkeypatch, stage: str, failing) -> None:
             if applies(*a, **k) and failing():
                 raise error()
             return real(*a, **k)
+
         monkeypatch.setattr(owner, name, fake)
 
     if stage == "directory":
@@ -49,8 +50,12 @@ def inject(monkeypatch, stage: str, failing) -> None:
     elif stage == "metadata":
         wrap(filesystem.FileSystemWriter, "finish")
     elif stage == "state file":  # what torch.save raises on ENOSPC: not an OSError
-        wrap(torch, "save", lambda obj, f, *a, **k: str(f).endswith("extra.pt"),
-             lambda: RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 4352 vs 4240"))
+        wrap(
+            torch,
+            "save",
+            lambda obj, f, *a, **k: str(f).endswith("extra.pt"),
+            lambda: RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 4352 vs 4240"),
+        )
     elif stage == "fsync":  # ENOSPC from fsync: NFS, thin provisioning
         wrap(checkpoint, "_fsync_tree")
     elif stage == "marker":
@@ -70,6 +75,7 @@ def _saves_fail(numbers):
     def failing():
         calls["n"] += 1
         return calls["n"] in numbers
+
     return failing
 
 
@@ -77,6 +83,7 @@ def _verified(ckpt):
     """Steps of the complete checkpoints, each verified against its marker."""
     from gpuplan.train import integrity
     from gpuplan.train.checkpoint import complete
+
     out = []
     for step, path in complete(ckpt):
         integrity.verify(path, json.loads((path / "COMPLETE").read_text())["files"])
@@ -87,7 +94,8 @@ def _verified(ckpt):
 @pytest.mark.parametrize("mode", ["async", "sync"])
 @pytest.mark.parametrize("stage", STAGES)
 def test_a_save_that_fails_at_any_stage_is_reported_cleaned_up_and_training_goes_on(
-        tiny, tmp_path, monkeypatch, reference_for, stage, mode):
+    tiny, tmp_path, monkeypatch, reference_for, stage, mode
+):
     inject(monkeypatch, stage, _saves_fail({2, 3}))  # the saves of steps 20 and 30
     ckpt, out = tmp_path / "ckpt", tmp_path / "out"
     assert run_forked(tiny, _args(ckpt, *(["--sync"] if mode == "sync" else [])), out) == 0, out.read_text()[-2000:]
@@ -102,7 +110,8 @@ def test_a_save_that_fails_at_any_stage_is_reported_cleaned_up_and_training_goes
 
 
 def test_a_signal_after_failed_saves_says_the_checkpoint_failed_and_what_a_rerun_loses(
-        tiny, tmp_path, monkeypatch, reference_for):
+    tiny, tmp_path, monkeypatch, reference_for
+):
     inject(monkeypatch, "shards", _saves_fail(set(range(2, 100))))  # every save after the first
     ckpt, out = tmp_path / "ckpt", tmp_path / "out"
     code = run_forked(tiny, _args(ckpt), out, kill_when=lambda: says(out, "checkpoint of step 20 failed"))
@@ -130,12 +139,14 @@ def small_disk(tmp_path):
     def mount(size: int) -> pathlib.Path:
         d = tmp_path / f"disk{len(mounted)}"
         d.mkdir()
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(d)], capture_output=True,
-                           text=True)
+        r = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(d)], capture_output=True, text=True
+        )
         if r.returncode != 0:
             pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
         mounted.append(d)
         return d
+
     yield mount
     for d in mounted:
         subprocess.run(["umount", "-l", str(d)], capture_output=True)
@@ -144,8 +155,12 @@ def small_disk(tmp_path):
 @pytest.fixture(scope="module")
 def checkpoint_bytes(tiny, tmp_path_factory):
     d = tmp_path_factory.mktemp("size")
-    assert run_forked(tiny, ["--steps", "10", "--checkpoint-every", "10", "--checkpoint-dir", str(d / "c"), "--quiet"],
-                      d / "out") == 0
+    assert (
+        run_forked(
+            tiny, ["--steps", "10", "--checkpoint-every", "10", "--checkpoint-dir", str(d / "c"), "--quiet"], d / "out"
+        )
+        == 0
+    )
     return json.loads((d / "c" / "step-00000010" / "COMPLETE").read_text())["bytes"]
 
 
@@ -163,7 +178,8 @@ def _fill(disk: pathlib.Path, name: str = "filler") -> None:
 # ones: room is made before each write); plenty
 @pytest.mark.parametrize("size", [0.5, 1.0, 1.5, 2.05, 3.5])
 def test_on_a_small_disk_training_ends_exactly_and_saves_go_on_once_two_fit(
-        tiny, tmp_path, small_disk, checkpoint_bytes, reference_for, size):
+    tiny, tmp_path, small_disk, checkpoint_bytes, reference_for, size
+):
     disk = small_disk(int(size * checkpoint_bytes) + 16384)
     out = tmp_path / "out"
     assert run_forked(tiny, _args(disk / "ckpt"), out) == 0, out.read_text()[-2000:]
@@ -193,11 +209,13 @@ def test_a_restart_on_a_full_disk_resumes_and_trains(tiny, tmp_path, small_disk,
 
 
 def test_a_crashed_runs_temporary_directory_is_removed_at_start_and_gives_the_space_back(
-        tiny, tmp_path, small_disk, checkpoint_bytes, reference_for):
+    tiny, tmp_path, small_disk, checkpoint_bytes, reference_for
+):
     disk = small_disk(int(3.5 * checkpoint_bytes))
     ckpt, out = disk / "ckpt", tmp_path / "out"
-    code = run_forked(tiny, _args(ckpt), out, kill_when=lambda: (ckpt / "step-00000030" / "COMPLETE").exists(),
-                      sig=signal.SIGKILL)
+    code = run_forked(
+        tiny, _args(ckpt), out, kill_when=lambda: (ckpt / "step-00000030" / "COMPLETE").exists(), sig=signal.SIGKILL
+    )
     assert code == -signal.SIGKILL
     (ckpt / ".tmp-step-00000035").mkdir(exist_ok=True)
     _fill(ckpt / ".tmp-step-00000035", "__0_0.distcp")  # a save killed while it filled the disk

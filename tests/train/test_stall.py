@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 
 def _train(tmp_path, steps, monkeypatch=None, **kw):
     from gpuplan.train import Resilient
+
     torch.manual_seed(0)
     model = torch.nn.Linear(64, 64)
     opt = torch.optim.AdamW(model.parameters())
@@ -26,11 +27,13 @@ def _train(tmp_path, steps, monkeypatch=None, **kw):
 
 def test_building_the_state_dict_counts_as_stall(tmp_path, monkeypatch):
     from gpuplan.train import runtime
+
     real = runtime.get_state_dict
 
     def slow(*a, **k):
         time.sleep(0.05)
         return real(*a, **k)
+
     monkeypatch.setattr(runtime, "get_state_dict", slow)
     s = _train(tmp_path, 20, every_steps=5)
     assert s["saves"] == 4 and s["p50_s"] >= 0.05 and s["max_s"] >= s["p95_s"] >= s["p50_s"]
@@ -39,11 +42,13 @@ def test_building_the_state_dict_counts_as_stall(tmp_path, monkeypatch):
 
 def test_waiting_for_the_previous_async_save_counts_as_stall(tmp_path, monkeypatch):
     from torch.distributed.checkpoint import filesystem
+
     real = filesystem.FileSystemWriter.write_data
 
     def slow_disk(self, plan, planner):
         time.sleep(0.2)
         return real(self, plan, planner)
+
     monkeypatch.setattr(filesystem.FileSystemWriter, "write_data", slow_disk)
     s = _train(tmp_path, 6, every_steps=1)  # each save finds the previous one still writing
     assert s["saves"] == 6 and s["p50_s"] >= 0.15
@@ -54,8 +59,11 @@ def test_the_run_logs_the_stall_distribution_and_its_share_of_training_time(tmp_
         _train(tmp_path, 12, every_steps=4)
     line = [r.getMessage() for r in caplog.records if "checkpoint stall" in r.getMessage()]
     assert len(line) == 1
-    m = re.search(r"3 saves, p50 ([\d.]+) ms, p95 ([\d.]+) ms, max ([\d.]+) ms, mean ([\d.]+) ms; ([\d.]+) s in all = "
-                  r"([\d.]+)% of ([\d.e+-]+) s of training", line[0])
+    m = re.search(
+        r"3 saves, p50 ([\d.]+) ms, p95 ([\d.]+) ms, max ([\d.]+) ms, mean ([\d.]+) ms; ([\d.]+) s in all = "
+        r"([\d.]+)% of ([\d.e+-]+) s of training",
+        line[0],
+    )
     assert m, line[0]
     p50, p95, mx, mean, total, pct, training = map(float, m.groups())
     assert 0 < p50 <= p95 <= mx and mean <= mx and total > 0

@@ -37,8 +37,13 @@ def test_a_second_trainer_on_the_same_directory_exits_2_naming_the_holder(tiny, 
 
 def test_the_lock_of_a_killed_trainer_is_gone_and_the_next_one_resumes(tiny, tmp_path, reference_for):
     ckpt = tmp_path / "ckpt"
-    code = run_forked(tiny, _args(ckpt), tmp_path / "out", sig=signal.SIGKILL,
-                      kill_when=lambda: (ckpt / "step-00000020" / "COMPLETE").exists())
+    code = run_forked(
+        tiny,
+        _args(ckpt),
+        tmp_path / "out",
+        sig=signal.SIGKILL,
+        kill_when=lambda: (ckpt / "step-00000020" / "COMPLETE").exists(),
+    )
     assert code == -signal.SIGKILL
     assert json.loads((ckpt / ".lock").read_text())["pid"]  # the file stays; the kernel dropped the lock
     assert finish(tiny, ckpt, tmp_path / "out", _args(ckpt)) == reference_for(STEPS)

@@ -8,8 +8,14 @@ from __future__ import annotations
 
 import importlib
 
-_LAZY = {"EXIT_REQUEUE": "runtime", "Resilient": "runtime", "config_hash": "runtime", "state_checksum": "runtime",
-         "CheckpointError": "checkpoint", "CheckpointManager": "checkpoint"}
+_LAZY = {
+    "EXIT_REQUEUE": "runtime",
+    "Resilient": "runtime",
+    "config_hash": "runtime",
+    "state_checksum": "runtime",
+    "CheckpointError": "checkpoint",
+    "CheckpointManager": "checkpoint",
+}
 
 __all__ = list(_LAZY)
 

@@ -52,8 +52,9 @@ class DirectoryLock:
         return self
 
     def _write_holder(self) -> None:
-        text = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                           "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        text = json.dumps(
+            {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        )
         try:  # best effort: a full disk may refuse even these few bytes, and the lock holds anyway
             os.ftruncate(self.fd, 0)
             os.pwrite(self.fd, text.encode(), 0)

@@ -24,8 +24,19 @@ def write(directory: Path, step: int, signal_name: str, checkpointed: bool) -> P
     path = Path(directory) / NAME
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, json.dumps({"step": step, "signal": signal_name, "checkpointed": checkpointed,
-                                 "pid": os.getpid(), "host": socket.gethostname(), "time": time.time()}).encode())
+        os.write(
+            fd,
+            json.dumps(
+                {
+                    "step": step,
+                    "signal": signal_name,
+                    "checkpointed": checkpointed,
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "time": time.time(),
+                }
+            ).encode(),
+        )
         os.fsync(fd)
     except OSError:
         pass  # the file exists, which is what the batch script reads

@@ -29,9 +29,14 @@ def record(signum, frame) -> None:
         _received = signum
         name = signal.Signals(signum).name
         # os.write, not logging: a handler that takes the logging lock can deadlock the main thread
-        os.write(2, (f"received {name}: finishing the step, then a checkpoint\n" if _active else
-                     f"received {name} during start-up: stopping as soon as the training loop starts (exit 75)\n"
-                     ).encode())
+        os.write(
+            2,
+            (
+                f"received {name}: finishing the step, then a checkpoint\n"
+                if _active
+                else f"received {name} during start-up: stopping as soon as the training loop starts (exit 75)\n"
+            ).encode(),
+        )
 
 
 def defer() -> None:

@@ -42,8 +42,12 @@ def parse_count(field: str, text: str, minimum: int = 1, fix: str | None = None)
     try:
         value = int(text.strip(), 10)
     except (ValueError, AttributeError):
-        _fail(field, "an integer" if minimum < 1 else "a positive integer" if minimum == 1
-              else f"an integer >= {minimum}", text, fix)
+        _fail(
+            field,
+            "an integer" if minimum < 1 else "a positive integer" if minimum == 1 else f"an integer >= {minimum}",
+            text,
+            fix,
+        )
     return count(field, value, minimum, fix)
 
 
