@@ -35,7 +35,7 @@ import numpy as np
 
 from gpuplan.cluster.des import Simulator
 from gpuplan.cluster.policies import BLOCKED, PLACEMENTS, POLICIES, PREEMPTING, STARTED, Placement, Policy
-from gpuplan.errors import require
+from gpuplan.errors import GpuplanError, require
 from gpuplan.estimate.checkpoint_interval import daly_interval
 
 MILLI = 1000
@@ -207,7 +207,30 @@ class ClusterSim:
         return 1 / rate if rate else None
 
     # -- running ---------------------------------------------------------------------------------------
-    def run(self) -> "ClusterSim":
+    # Guards: a run whose jobs stop finishing (failures, reclaims or restarts that outpace the work)
+    # would go on forever; it ends with an error naming the knobs instead.
+    MAX_EVENTS = 20_000_000
+    STALL_EVENTS = 1_000_000  # events in a row without a job finishing
+
+    def run(self, progress=None) -> "ClusterSim":
+        """Run every job to completion. ``progress(finished_jobs)`` is called now and then."""
+        state = {"left": self.left, "at": 0}
+
+        def check(sim: Simulator) -> None:
+            if progress:
+                progress(len(self.jobs) - self.left)
+            if self.left < state["left"]:
+                state["left"], state["at"] = self.left, sim.events
+            stalled = sim.events - state["at"] > self.STALL_EVENTS
+            if stalled or sim.events > self.MAX_EVENTS:
+                raise GpuplanError(
+                    "jobs", f"{self.left:,} of {len(self.jobs):,} jobs unfinished after {sim.events:,} events "
+                            f"({sim.now / 86400:,.1f} simulated days"
+                            + (f"; none finished in the last {self.STALL_EVENTS:,})" if stalled else ")"),
+                    f"failures every {self.cfg.node_mtbf_s or 0:g} s per node, restarts of the jobs and "
+                    f"{self.cfg.spot_reclaim_per_hour:g} spot reclaims per hour leave no time for work: use a longer "
+                    "--node-mtbf, a shorter --restart or fewer reclaims (or fewer --jobs)")
+
         for j in self.jobs:
             self.sim.schedule(j.arrival_s, 1, self._arrive, j)
         if self.cfg.node_mtbf_s:
@@ -215,7 +238,7 @@ class ClusterSim:
                 self.sim.schedule(self._next_failure(), 0, self._fail, n)
         for t, g in self.cfg.reclaims:
             self.sim.schedule(t, 0, self._reclaim_event, g)
-        self.sim.run()
+        self.sim.run(check=check)
         return self
 
     def _next_failure(self) -> float:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from gpuplan.errors import GpuplanError, require
+from gpuplan.errors import DoesNotFit, GpuplanError, require
 from gpuplan.estimate.memory import MemoryReport, estimate_memory
 from gpuplan.estimate.step_time import StepTime, step_time
 from gpuplan.specs.hardware import GPUSpec
@@ -62,7 +62,9 @@ class SearchResult:
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    # up to the square root: a million GPUs must not mean a million trial divisions per (tp, cp)
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
 
 
 def _pow2_upto(n: int) -> list[int]:
@@ -249,8 +251,10 @@ def _fits_somehow(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig) -
 def _no_plan(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, rejected: Counter, considered: int):
     reasons = ", ".join(f"{n} {r}" for r, n in sorted(rejected.items(), key=lambda kv: -kv[1]))
     if not rejected.get("does not fit in GPU memory"):
+        # Suggest a count that really has a plan (the nearest below, then above), never the one that failed
+        found = next((n for n in _nearby_counts(gpus, gpu.fast_domain) if _fits_somehow(m, gpu, n, base)), None)
         return GpuplanError("gpus", f"no parallel plan uses {gpus} GPUs for {m.name} ({reasons})",
-                            f"use a GPU count that tp x cp x pp x dp can make, e.g. {gpu.fast_domain * max(1, gpus // gpu.fast_domain)}")
+                            f"use {found} GPUs" if found else "use a GPU count that tp x cp x pp x dp can make")
     fixes = []
     for k in (2, 4, 8, 16, 32, 64, 128):
         if _fits_somehow(m, gpu, gpus * k, base):
@@ -265,5 +269,34 @@ def _no_plan(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, reject
     if base.optimizer == "adamw" and _fits_somehow(m, gpu, gpus, replace(base, optimizer="adamw8bit")):
         fixes.append("--optimizer adamw8bit")
     fix = "try " + " or ".join(fixes) if fixes else "use a GPU with more memory"
-    return GpuplanError("gpus", f"no plan of {m.name} fits {gpus} x {gpu.name} "
-                                f"({considered} plans considered, even with ZeRO-3 and full recompute)", fix)
+    return DoesNotFit("gpus", f"no plan of {m.name} fits {gpus} x {gpu.name} "
+                              f"({considered} plans considered, even with ZeRO-3 and full recompute)", fix)
+
+
+def _nearby_counts(gpus: int, node: int) -> list[int]:
+    """GPU counts near ``gpus`` that parallel plans usually make: whole nodes and powers of two,
+    the nearest first, below before above."""
+    below = sorted({2 ** k for k in range(0, 40) if 2 ** k < gpus} | {node * k for k in range(1, 65) if node * k < gpus},
+                   reverse=True)
+    above = sorted({2 ** k for k in range(0, 40) if 2 ** k > gpus} | {node * k for k in range(1, 65) if node * k > gpus})
+    return (below[:6] + above[:6])[:12]
+
+
+def smallest_fitting_plan(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig,
+                          factors: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
+                          ) -> tuple[ParallelPlan, TrainingConfig] | None:
+    """The plan with the fewest GPUs (``gpus`` times a factor) that fits, lightest memory savers
+    first (recompute, then ZeRO stage, then the smallest tp x pp); its memory is checked again
+    with the full estimate, so what is suggested really fits. None: nothing up to 128x fits."""
+    for k in factors:
+        fit = _feasible(m, gpu, gpus * k, base, (1,), (0, 1, 2, 3), list(RECOMPUTE_ORDER), 1, Counter())
+        order = sorted(range(len(fit.layout)), key=lambda i: (
+            int(fit.rec[i]), int(fit.zero[i]), fit.grid.layouts[fit.layout[i]].tp * fit.grid.layouts[fit.layout[i]].pp,
+            fit.grid.layouts[fit.layout[i]].schedule != "1f1b"))
+        for i in order[:20]:
+            plan = fit.grid.layouts[fit.layout[i]].plan(int(fit.grid.zero[fit.zero[i]]))
+            config = replace(base, micro_batch=int(fit.grid.mbs[fit.mbs[i]]), recompute=fit.grid.rec[fit.rec[i]])
+            micro = base.global_batch // (config.micro_batch * plan.dp)
+            if estimate_memory(m, config, plan, gpu.memory_bytes, micro).fits:
+                return plan, config
+    return None
