@@ -114,12 +114,17 @@ def count(text: str | float | int, field: str, *, zero_ok: bool = False) -> floa
     return value
 
 
-def duration(text: str | float, field: str, *, zero_ok: bool = False, max_s: float = 100 * 365 * 86400.0) -> float:
-    """Seconds from ``60s``, ``10m``, ``3.1h``, ``2d`` or ``50ms``; zero only where it means something."""
+def duration(text: str | float, field: str, *, zero_ok: bool = False, max_s: float = 100 * 365 * 86400.0,
+             min_s: float = 1e-6) -> float:
+    """Seconds from ``60s``, ``10m``, ``3.1h``, ``2d`` or ``50ms``; zero only where it means something.
+    Bounds: from a microsecond (shorter ones overflow the formulas that divide by them) to a century."""
     if zero_ok and isinstance(text, str) and re.fullmatch(r"\s*0*\.?0*\s*(ms|s|m|min|h|d)?\s*", text) \
             and re.search(r"\d", text):
         return 0.0
     value = parse_duration(text, field)
+    if value < min_s:
+        raise GpuplanError(field, f"{text!r} is shorter than {min_s * 1e6:g} us",
+                           "give a realistic duration, e.g. 50ms, 60s or 10m" + (", or 0" if zero_ok else ""))
     if value > max_s:
         raise GpuplanError(field, f"{text!r} is longer than {max_s / (365 * 86400):g} years",
                            "give a realistic duration, e.g. 10m, 3h or 30d")

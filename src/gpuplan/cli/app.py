@@ -16,7 +16,7 @@ from typing import Annotated, Optional
 import typer
 
 from gpuplan import inputs
-from gpuplan.cli.params import anything, at_least, between, checked, fraction, out_file, plot as plot_path, positive
+from gpuplan.cli.params import anything, at_least, between, checked, fraction, out_file, plot as plot_path
 from gpuplan.cli.params import price as price_rule, seed as seed_rule
 from gpuplan.errors import DoesNotFit, GpuplanError
 
@@ -253,7 +253,8 @@ def search(
          concurrency=at_least(1, 10**7), gpu_memory_utilization=between(0, 1, lo_open=True),
          block_size=at_least(1, 10**6), max_batched_tokens=at_least(1, 10**9), max_num_seqs=at_least(1, 10**7),
          max_model_len=at_least(1, 10**8), prefix_hit_rate=between(0, 1, hi_open=True), draft_len=at_least(1, 64),
-         acceptance=fraction, target_tokens_per_s=positive, target_rps=positive, price=price_rule)
+         acceptance=fraction, target_tokens_per_s=between(0, 1e12, lo_open=True),
+         target_rps=between(0, 1e9, lo_open=True), price=price_rule)
 def serve(
     model: ModelArg,
     gpu: GpuOpt = "h100-sxm",
@@ -379,7 +380,7 @@ def serve_sim(
             results.append(simulate(d, cfg, workload))
             bar.update(task, completed=1)
         else:
-            task = bar.add_task(f"simulating {requests:,} requests", total=len(rates) + (14 if ttft or itl else 0))
+            task = bar.add_task(f"simulating {requests:,} requests", total=len(rates) + (30 if ttft or itl else 0))
             for r in rates:
                 results.append(simulate(d, cfg, Workload.poisson(r, requests, lin, lout, seed), r))
                 bar.advance(task)
@@ -577,7 +578,7 @@ def slurm(
 @checked()
 def checkpoint_interval(
     mtbf: Annotated[str, typer.Option(help="Mean time between failures or preemptions, e.g. 3.1h.")],
-    cost: Annotated[str, typer.Option(help="Time to write one checkpoint, e.g. 60s.")],
+    cost: Annotated[str, typer.Option("--checkpoint-cost", "--cost", help="Time to write one checkpoint, e.g. 60s.")],
     restart: Annotated[str, typer.Option(help="Time to restart after a failure, e.g. 10m.")] = "0s",
     json_out: JsonOpt = False,
 ) -> None:
@@ -585,9 +586,9 @@ def checkpoint_interval(
     from gpuplan.estimate.checkpoint_interval import daly_interval, expected_waste_fraction, young_interval
     from gpuplan.units import fmt_duration
 
-    m, c, r = inputs.duration(mtbf, "mtbf"), inputs.duration(cost, "cost"), _duration_or_zero(restart, "restart")
+    m, c, r = inputs.duration(mtbf, "mtbf"), inputs.duration(cost, "checkpoint_cost"), _duration_or_zero(restart, "restart")
     if c >= m:
-        raise GpuplanError("cost", f"a checkpoint ({fmt_duration(c)}) takes longer than the mean time between "
+        raise GpuplanError("checkpoint_cost", f"a checkpoint ({fmt_duration(c)}) takes longer than the mean time between "
                                    f"failures ({fmt_duration(m)}): the job would never finish",
                            "write checkpoints faster (async, sharded) or find a more reliable machine")
     young, daly = young_interval(c, m), daly_interval(c, m)
@@ -914,10 +915,18 @@ def gpus(json_out: JsonOpt = False) -> None:
         render_gpus(rows)
 
 
+# Old flag names that still work, and the name every command now shares
+DEPRECATED = {"--tpot-slo": "--itl-slo", "--cost": "--checkpoint-cost"}
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app; bad input is one line and exit code 2, a plan that does not fit 3."""
     command = typer.main.get_command(app)
     args = sys.argv[1:] if argv is None else list(argv)
+    head = args[:args.index("--")] if "--" in args else args  # slurm: what follows -- is the user's command
+    # Said after an answer only, so that an error stays the single line on stderr
+    notes = [f"note: {old} is now {DEPRECATED[old]} (the old name still works)\n"
+             for old in dict.fromkeys(a.split("=")[0] for a in head if a.split("=")[0] in DEPRECATED)]
     try:
         code = command.main(args=args, prog_name="gpuplan", standalone_mode=False)
     except GpuplanError as exc:
@@ -951,3 +960,5 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     if isinstance(code, int) and code:  # typer.Exit(n) comes back as a return value without standalone mode
         sys.exit(code)
+    sys.stdout.flush()
+    sys.stderr.write("".join(notes))

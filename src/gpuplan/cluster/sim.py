@@ -211,6 +211,7 @@ class ClusterSim:
     # would go on forever; it ends with an error naming the knobs instead.
     MAX_EVENTS = 20_000_000
     STALL_EVENTS = 1_000_000  # events in a row without a job finishing
+    MAX_HORIZON_S = 1000 * 365 * 86400.0  # simulated time: a millennium is no cluster's schedule
 
     def run(self, progress=None) -> "ClusterSim":
         """Run every job to completion. ``progress(finished_jobs)`` is called now and then."""
@@ -222,7 +223,7 @@ class ClusterSim:
             if self.left < state["left"]:
                 state["left"], state["at"] = self.left, sim.events
             stalled = sim.events - state["at"] > self.STALL_EVENTS
-            if stalled or sim.events > self.MAX_EVENTS:
+            if stalled or sim.events > self.MAX_EVENTS or sim.now > self.MAX_HORIZON_S:
                 raise GpuplanError(
                     "jobs", f"{self.left:,} of {len(self.jobs):,} jobs unfinished after {sim.events:,} events "
                             f"({sim.now / 86400:,.1f} simulated days"
