@@ -30,6 +30,8 @@ MAX_SEED = 2**63 - 1
 def finite(value: float, field: str, *, lo: float | None = None, hi: float | None = None, lo_open: bool = False,
            hi_open: bool = False, fix: str | None = None) -> float:
     """``value`` as a float, finite and within [lo, hi] (open ends where asked)."""
+    if fix is None:
+        fix = _range_fix(lo, hi, lo_open, hi_open)
     try:
         x = float(value)
     except (TypeError, ValueError):
@@ -41,6 +43,14 @@ def finite(value: float, field: str, *, lo: float | None = None, hi: float | Non
     if hi is not None and (x > hi or (hi_open and x == hi)):
         raise GpuplanError(field, f"must be {'<' if hi_open else '<='} {hi:g}, got {value!r}", fix)
     return x + 0.0  # -0.0 becomes 0.0: no "-0" in any output
+
+
+def _range_fix(lo, hi, lo_open=False, hi_open=False) -> str:
+    if lo is not None and hi is not None:
+        return f"use a number {'above' if lo_open else 'from'} {lo:g} {'and below' if hi_open else 'to'} {hi:g}"
+    if lo is not None:
+        return f"use a number {'above' if lo_open else 'from'} {lo:g}"
+    return "use a finite number" if hi is None else f"use a number {'below' if hi_open else 'up to'} {hi:g}"
 
 
 def positive(value: float, field: str, fix: str | None = None) -> float:
@@ -59,6 +69,8 @@ def fraction(value: float, field: str, *, zero_ok: bool = True, one_ok: bool = T
 
 def integer(value: int, field: str, *, lo: int = 1, hi: int = MAX_COUNT, fix: str | None = None) -> int:
     """An integer in [lo, hi]."""
+    if fix is None:
+        fix = f"use a whole number from {lo:,} to {hi:,}"
     if isinstance(value, bool) or not isinstance(value, int):
         raise GpuplanError(field, f"must be a whole number, got {value!r}", fix)
     if value < lo:
@@ -152,11 +164,11 @@ def output_path(path: str | None, field: str, *, suffixes: tuple[str, ...] | Non
     if not str(path).strip():
         raise GpuplanError(field, "the path is empty", "give a file name")
     p = Path(path)
+    if p.is_dir():
+        raise GpuplanError(field, f"{path} is a directory", "give a file name inside it")
     if suffixes is not None and p.suffix.lower() not in suffixes:
         raise GpuplanError(field, f"cannot write {p.suffix or 'a file without a suffix'} ({path})",
                            f"name it with one of {', '.join(suffixes)}")
-    if p.is_dir():
-        raise GpuplanError(field, f"{path} is a directory", "give a file name inside it")
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.exists():
         raise GpuplanError(field, f"the directory {parent} does not exist", "create it first or write elsewhere")

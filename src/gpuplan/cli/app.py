@@ -238,10 +238,8 @@ def search(
         from gpuplan.search.report import to_dict
         _emit_json(to_dict(result, spec, hw))
         return
-    from rich.progress import Progress
-
-    from gpuplan.cli.render import render_search
-    with Progress(transient=True) as bar:
+    from gpuplan.cli.render import progress, render_search
+    with progress() as bar:
         task = bar.add_task("searching plans", total=1)
         result = run_search(spec, hw, gpus, base, top=top, objective=objective, price_per_gpu_hour=price,
                             progress=lambda i, n: bar.update(task, completed=i, total=n))

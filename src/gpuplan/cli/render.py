@@ -19,9 +19,10 @@ def progress(disable: bool = False):
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
 
+    err = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
-                  TextColumn("ETA"), TimeRemainingColumn(), console=Console(stderr=True), transient=True,
-                  disable=disable) as bar:
+                  TextColumn("ETA"), TimeRemainingColumn(), console=err, transient=True,
+                  disable=disable or not err.is_terminal) as bar:
         yield bar
 
 
