@@ -115,11 +115,22 @@ def test_a_trace_with_nothing_runnable_ends_at_once(tmp_path, capsys):
         assert code == 2 and "no job this cluster can run" in err and time.perf_counter() - t0 < 5
 
 
-def test_a_cluster_whose_jobs_cannot_progress_ends_with_an_error_naming_the_knobs(capsys, monkeypatch):
-    from gpuplan.cluster.sim import ClusterSim
-    monkeypatch.setattr(ClusterSim, "STALL_EVENTS", 20_000)
+def test_failures_faster_than_a_restart_are_refused_before_simulating(capsys):
+    t0 = time.perf_counter()
     code, _, err = run(["cluster", "sim", "--gpus", "16", "--jobs", "50", "--node-mtbf", "1s", "--json"], capsys)
-    assert code == 2 and err.startswith("error: jobs:") and "--node-mtbf" in err
+    assert code == 2 and err.startswith("error: node_mtbf:") and time.perf_counter() - t0 < 5
+
+
+def test_a_cluster_whose_jobs_stop_finishing_ends_with_an_error_naming_the_knobs():
+    # The library has no up-front check: its guard ends the run (nodes failing every minute,
+    # restarts of an hour: no job ever gets back to work)
+    from gpuplan.cluster.sim import ClusterConfig, ClusterSim, Job
+    cfg = ClusterConfig(nodes=2, gpus_per_node=8, node_mtbf_s=60.0, repair_s=1.0)
+    jobs = [Job(i, 0.0, 8.0, 3600.0, restart_s=3600.0) for i in range(4)]
+    t0 = time.perf_counter()
+    with pytest.raises(GpuplanError, match=r"^jobs: .*--node-mtbf"):
+        ClusterSim(cfg, jobs).run()
+    assert time.perf_counter() - t0 < 30
 
 
 def test_a_serve_sim_trace_row_that_is_wrong_is_named_by_line_and_column(tmp_path, capsys):

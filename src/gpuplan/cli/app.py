@@ -313,7 +313,7 @@ def serve(
 
 
 @app.command("serve-sim")
-@checked(tp=at_least(1), pp=at_least(1), requests=at_least(1, 1_000_000), seed=seed_rule,
+@checked(tp=at_least(1), pp=at_least(1), requests=at_least(1, 200_000), seed=seed_rule,
          gpu_memory_utilization=between(0, 1, lo_open=True), block_size=at_least(1, 10**6),
          max_batched_tokens=at_least(1, 10**9), max_num_seqs=at_least(1, 10**7))
 def serve_sim(
@@ -688,6 +688,7 @@ def cluster_sim(
     """Simulate a cluster running a job mix: utilisation, goodput, GPU-hours and $ lost by cause."""
     from gpuplan.cluster.sim import NODE_MTBF_PRESETS, ClusterConfig, ClusterSim
     from gpuplan.cluster.workloads import READERS, read_openb_nodes, read_reclaims, synthetic
+    from gpuplan.units import fmt_duration
 
     if trace and trace_format not in READERS:
         raise GpuplanError("trace_format", f"unknown trace format {trace_format!r}", f"use one of {', '.join(READERS)}")
@@ -702,6 +703,20 @@ def cluster_sim(
             raise GpuplanError("node_mtbf", f"cannot read {node_mtbf!r} as a preset or a duration",
                                f"use {', '.join(NODE_MTBF_PRESETS)}, none, or a duration like 264d") from None
     grace_s, repair_s = _duration_or_zero(grace, "grace"), inputs.duration(repair, "repair")
+    # A job interrupted before it can restart and save a checkpoint never finishes: say so now
+    # rather than simulate failures and reclaims without end
+    from gpuplan.estimate.checkpoint_interval import daly_interval, expected_waste_fraction
+    spot_jobs = spot_reclaim_per_hour > 0 and not trace and spot_share > 0
+    for name, rate in (("node_mtbf", 1 / mtbf if mtbf else 0.0),
+                       ("spot_reclaim_per_hour", spot_reclaim_per_hour / 3600 if spot_jobs else 0.0)):
+        every = 1 / (rate + (1 / mtbf if mtbf and name != "node_mtbf" else 0.0)) if rate else None
+        waste = expected_waste_fraction(daly_interval(cost, every), cost, every, rst) if every else 0.0
+        if waste >= 0.99:
+            raise GpuplanError(name, f"a job interrupted every {fmt_duration(every)} has no time to work ({waste:.1%} "
+                                     f"of it goes to restarts of {fmt_duration(rst)}, checkpoints of "
+                                     f"{fmt_duration(cost)} and lost work)",
+                               "use a longer --node-mtbf (llama3: 264 node-days), fewer --spot-reclaim-per-hour, "
+                               "or a shorter --restart or --checkpoint-cost")
     node_gpus, node_models, node_skips = read_openb_nodes(nodes_file) if nodes_file else (None, None, {})
     if node_gpus:
         gpus = sum(node_gpus)

@@ -44,6 +44,10 @@ class ServeConfig:
                 f"must be a positive integer, got {self.block_size!r}")
         require(self.max_batched_tokens >= 1, "max_batched_tokens", "must be positive")
         require(self.max_num_seqs is None or self.max_num_seqs >= 1, "max_num_seqs", "must be positive")
+        # vLLM refuses this too (SchedulerConfig): a budget below the sequences it may run starves decoders
+        require(self.max_num_seqs is None or self.max_batched_tokens >= self.max_num_seqs, "max_batched_tokens",
+                f"{self.max_batched_tokens} tokens per iteration is fewer than --max-num-seqs {self.max_num_seqs}",
+                f"use --max-batched-tokens >= {self.max_num_seqs} (vLLM's default is 8192) or a smaller --max-num-seqs")
         for name in ("context_bytes", "cuda_graph_bytes", "nccl_bytes"):
             require(getattr(self, name) >= 0, name, "must not be negative")
 

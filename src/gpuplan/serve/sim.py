@@ -157,7 +157,7 @@ class SimResult:
 
 # Iterations a simulation may take (about 30 us each): beyond it the run ends with an error naming
 # the flag that made it so long, rather than running for hours.
-MAX_ITERATIONS = 3_000_000
+MAX_ITERATIONS = 1_000_000
 
 
 def simulate(d: Deployment, cfg: ServeConfig, w: Workload, rate: float = 0.0,
@@ -179,10 +179,11 @@ def simulate(d: Deployment, cfg: ServeConfig, w: Workload, rate: float = 0.0,
         raise GpuplanError("input_len", f"a {longest}-token request needs {math.ceil(longest / bs)} KV blocks; the pool "
                                         f"has {free}", "use shorter requests, --kv fp8, or a larger --tp")
     arrival, prompt, out = w.arrival_s, w.input_len.astype(np.int64), w.output_len.astype(np.int64)
-    prefill_iterations = int(prompt.sum()) // cfg.max_batched_tokens
-    if prefill_iterations > max_iterations:
-        raise GpuplanError("max_batched_tokens", f"{n:,} prompts at {cfg.max_batched_tokens:,} tokens per iteration "
-                                                 f"take {prefill_iterations:,} iterations to prefill",
+    # every iteration handles at most the budget: a lower bound of the iterations, checked before running
+    least = int(prompt.sum() + out.sum()) // cfg.max_batched_tokens
+    if least > max_iterations // 10:
+        raise GpuplanError("max_batched_tokens", f"{n:,} requests at {cfg.max_batched_tokens:,} tokens per iteration "
+                                                 f"take at least {least:,} engine iterations",
                            "raise --max-batched-tokens (vLLM's default is 8192) or simulate fewer --requests")
     computed = np.zeros(n, dtype=np.int64)  # tokens whose KV is in the cache
     generated = np.zeros(n, dtype=np.int64)
