@@ -342,7 +342,7 @@ def cases(p: dict[str, str]) -> list[Case]:
     c += _sweep(w, "--hours", NUM_FLOAT, reject_values={"nan", "inf", "-inf", "-1", "1e308", "0", "-0"})
     c += _sweep(w, "--price", NUM_FLOAT, reject_values={"nan", "inf", "-inf", "-1", "1e308"})
     c += _sweep(w, "--gpus", NUM_INT, reject_values={"-1", "0", "1000000000000"})
-    c += _sweep(w, "--preempt-at", DURATION, reject_values=set(DURATION) - {"1e-30s"})
+    c += _sweep(w, "--preempt-at", DURATION, reject_values=set(DURATION) - {"1e-30s", "0"})  # 0: nothing lost
     c += _sweep(w, "--cost", DURATION, reject_values=set(DURATION) - {"1e-30s"})
     c += _sweep(w, "--restart", DURATION, reject_values=set(DURATION) - {"1e-30s", "0"})
     c += _sweep(w, "--mtbf", DURATION, reject_values=set(DURATION) - {"1e-30s", "1e30d"})

@@ -249,7 +249,7 @@ def _fits_somehow(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig) -
 
 
 def _no_plan(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, rejected: Counter, considered: int):
-    reasons = ", ".join(f"{n} {r}" for r, n in sorted(rejected.items(), key=lambda kv: -kv[1]))
+    reasons = ", ".join(f"{n:,} {r}" for r, n in sorted(rejected.items(), key=lambda kv: -kv[1]) if n)
     if not rejected.get("does not fit in GPU memory"):
         # Suggest a count that really has a plan (the nearest below, then above), never the one that failed
         found = next((n for n in _nearby_counts(gpus, gpu.fast_domain) if _fits_somehow(m, gpu, n, base)), None)

@@ -25,6 +25,9 @@ from gpuplan.units import GiB
 LOGIT_BYTES = 4  # the sampler works on fp32 logits
 
 
+BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+
+
 @dataclass(frozen=True)
 class ServeConfig:
     """Engine settings (vLLM names)."""
@@ -42,6 +45,10 @@ class ServeConfig:
                 f"must be in (0, 1], got {self.gpu_memory_utilization}")
         require(isinstance(self.block_size, int) and self.block_size >= 1, "block_size",
                 f"must be a positive integer, got {self.block_size!r}")
+        # the block sizes vLLM's paged attention kernels take (CacheConfig.block_size)
+        require(self.block_size in BLOCK_SIZES, "block_size",
+                f"vLLM pages KV in blocks of {', '.join(map(str, BLOCK_SIZES))} tokens, not {self.block_size}",
+                "use --block-size 16 (the default) or another of those")
         require(self.max_batched_tokens >= 1, "max_batched_tokens", "must be positive")
         require(self.max_num_seqs is None or self.max_num_seqs >= 1, "max_num_seqs", "must be positive")
         # vLLM refuses this too (SchedulerConfig): a budget below the sequences it may run starves decoders
