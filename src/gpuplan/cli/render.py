@@ -80,7 +80,7 @@ def render_train(est) -> None:
 
     tokens_per_step = req.global_batch * req.config.seq_len
     tokens = req.tokens or tokens_per_step
-    ft = Table(title="Compute, time and cost")
+    ft = Table(title="Compute, time and cost" + ("" if mem.fits else " [red](were it to fit: it does not)[/]"))
     ft.add_column("quantity")
     ft.add_column("value", justify="right")
     ft.add_row("FLOPs per token (fwd+bwd, causal attention)", f"{f.model_per_token:.4g}")
