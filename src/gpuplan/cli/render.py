@@ -10,6 +10,10 @@ from rich.table import Table
 from gpuplan.units import GB, GiB, TFLOP, fmt_bytes, fmt_count, fmt_duration
 
 console = Console()
+if not console.is_terminal:
+    # A pipe or a file: rich would assume 80 columns and squeeze the tables; print them whole and
+    # leave long lines to the reader's tools (in an 80-column terminal, numbers wrap, ids never)
+    console = Console(width=max(console.width, 200))
 
 
 @contextmanager
@@ -143,7 +147,7 @@ def render_models(rows) -> None:
     table = Table(title="Model catalog")
     _id_column(table, "id", [r["id"] for r in rows])
     for col in ("type", "params", "active", "layers", "hidden", "heads/kv", "vocab", "experts"):
-        table.add_column(col, justify="left" if col == "type" else "right")
+        table.add_column(col, justify="left" if col == "type" else "right", overflow="fold")
     for r in rows:
         table.add_row(r["id"], r["model_type"], fmt_count(r["params_total"]), fmt_count(r["params_active"]),
                       str(r["layers"]), str(r["hidden_size"]), f"{r['heads']}/{r['kv_heads']}",
@@ -156,7 +160,7 @@ def render_gpus(rows) -> None:
     _id_column(table, "id", [r["id"] for r in rows])
     for col in ("memory GiB", "memory GB", "HBM GB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "link GB/s",
                 "per node", "TDP W", "$/GPU-h"):
-        table.add_column(col, justify="right")
+        table.add_column(col, justify="right", overflow="fold")  # narrow: numbers wrap, never an ellipsis
     for r in rows:
         pf = r["peak_flops"]
         table.add_row(r["id"], f"{r['memory_bytes'] / GiB:.1f}", f"{r['memory_bytes'] / GB:.1f}",
