@@ -91,7 +91,7 @@ def test_cli_train_on_a_toml_gpu(tmp_path, capsys):
     path = tmp_path / "my-h100.toml"
     path.write_text(H100)
     try:
-        main(["train", "llama-3.1-8b", "--gpu", str(path), "--gpus", "8", "--mfu", "0.4", "--json"])
+        main(["train", "llama-3.1-8b", "--gpu", str(path), "--gpus", "8", "--zero", "2", "--mfu", "0.4", "--json"])
     except SystemExit as exc:
         assert exc.code in (0, None)
     doc = json.loads(capsys.readouterr().out)

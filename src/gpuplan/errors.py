@@ -1,14 +1,25 @@
-"""One error type for every bad input: it names the field and the fix.
+"""Error types for requests gpuplan cannot answer: each names the field and the fix.
 
-The CLI prints ``str(error)`` on one line and exits with code 2; the library raises it so that
-callers can catch a single exception type.
+Exit codes of the CLI (documented in the README):
+
+* 0: answered;
+* 2: bad input (:class:`GpuplanError`): one line ``error: <field>: <what>; <fix>`` on stderr;
+* 3: a valid request whose plan does not fit (:class:`DoesNotFit`): the fix is the smallest
+  change found that does fit, checked by running the estimate again.
+
+The library raises them and never prints; the CLI renders them.
 """
 
 from __future__ import annotations
 
+EXIT_BAD_INPUT = 2
+EXIT_DOES_NOT_FIT = 3
+
 
 class GpuplanError(ValueError):
     """Bad input or a request gpuplan cannot answer. ``field`` names what to change."""
+
+    exit_code = EXIT_BAD_INPUT
 
     def __init__(self, field: str, message: str, fix: str | None = None):
         self.field = field
@@ -18,6 +29,13 @@ class GpuplanError(ValueError):
         if fix:
             text += f"; {fix}"
         super().__init__(text)
+
+
+class DoesNotFit(GpuplanError):
+    """The request is valid but the plan does not fit in GPU memory (exit code 3, not 2): a script
+    can tell a typo from a model that needs more GPUs."""
+
+    exit_code = EXIT_DOES_NOT_FIT
 
 
 def require(condition: bool, field: str, message: str, fix: str | None = None) -> None:

@@ -64,13 +64,43 @@ class SlurmJob:
                 "the python launcher runs one process on one node", "use --launcher torchrun for several nodes")
         require(bool(re.fullmatch(r"(\d+-)?\d+(:\d{1,2}){0,2}", self.time_limit)), "time",
                 f"{self.time_limit!r} is not a Slurm time limit", "write it like 48:00:00 or 2-00:00:00")
+        limit = time_limit_s(self.time_limit)
+        require(limit > 0, "time", f"{self.time_limit!r} is no time at all", "write it like 48:00:00 or 2-00:00:00")
         require(self.signal_before_s >= 0, "signal_before", "must not be negative")
         require(self.procs_per_node is None or self.procs_per_node >= 1, "procs_per_node",
                 f"must be at least 1, got {self.procs_per_node}")
+        require(self.signal_before_s < limit, "signal_before",
+                f"SIGUSR1 {self.signal_before_s} s before a {self.time_limit} limit would come before the job starts",
+                "use a --signal-before shorter than --time")
+        # These land in #SBATCH lines: a newline or a space would end the directive and run the rest
+        for name in ("job_name", "partition", "qos"):
+            value = getattr(self, name)
+            require(value is None or bool(re.fullmatch(r"[A-Za-z0-9_.+%@=:,-]+", value)), name,
+                    f"{value!r} has characters an #SBATCH line cannot hold", "use letters, digits, - _ . only")
+
 
     @property
     def workers_per_node(self) -> int:
         return self.procs_per_node or max(1, self.gpus_per_node)
+
+
+def time_limit_s(text: str) -> int:
+    """Seconds of a Slurm time limit: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS
+    (sbatch(1)); minutes and seconds above 59 are refused, as Slurm refuses them."""
+    days, _, rest = text.rpartition("-")
+    parts = [int(x) for x in rest.split(":")]
+    if days:
+        parts += [0] * (3 - len(parts))
+        h, m, s = parts
+    elif len(parts) == 1:
+        h, m, s = 0, parts[0], 0
+    elif len(parts) == 2:
+        h, m, s = 0, parts[0], parts[1]
+    else:
+        h, m, s = parts
+    require((m < 60 or not (days or len(parts) == 3)) and s < 60, "time", f"{text!r}: minutes and seconds run to 59",
+            "write it like 48:00:00 or 2-00:00:00")
+    return int(days or 0) * 86400 + h * 3600 + m * 60 + s
 
 
 def nodes_for(gpus: int, gpus_per_node: int) -> int:

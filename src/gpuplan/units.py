@@ -38,7 +38,7 @@ def parse_count(text: str | float | int, field: str) -> float:
                                "write it like 2T, 15.6e12, 300B or 4096")
         value = float(match.group(1)) * _SUFFIX[match.group(2).upper()]
     if not math.isfinite(value) or value <= 0:
-        raise GpuplanError(field, f"must be a positive number, got {text!r}")
+        raise GpuplanError(field, f"must be a positive number, got {text!r}", "write it like 2T, 15.6e12, 300B or 4096")
     return value
 
 
@@ -56,7 +56,7 @@ def parse_duration(text: str | float, field: str) -> float:
             raise GpuplanError(field, f"cannot read {text!r} as a duration", "write it like 60s, 10m, 3.1h or 2d")
         value = float(match.group(1)) * _DURATION_S[match.group(2)]
     if not math.isfinite(value) or value <= 0:
-        raise GpuplanError(field, f"must be a positive duration, got {text!r}")
+        raise GpuplanError(field, f"must be a positive duration, got {text!r}", "write it like 60s, 10m, 3.1h or 2d")
     return value
 
 

@@ -19,6 +19,8 @@ LLAMA3 = [
     "8192",
     "--global-batch",
     "64",
+    "--recompute",
+    "full",  # so that it fits: a plan that does not exits 3
 ]
 
 

@@ -1,6 +1,9 @@
-"""``gpuplan`` commands. Each parses its flags, calls the library once and renders the result.
+"""``gpuplan`` commands. Each checks its flags (cli/params.py), calls the library once and renders
+the result.
 
-Errors from bad input are one line on stderr and exit code 2, never a traceback.
+Exit codes: 0 answered; 2 bad input, as one line ``error: <field>: <what>; <fix>`` on stderr and
+never a traceback; 3 a valid request whose plan does not fit (train, serve, search), with the
+smallest change found that does fit.
 """
 
 from __future__ import annotations
@@ -12,10 +15,34 @@ from typing import Annotated, Optional
 
 import typer
 
-from gpuplan.errors import GpuplanError
+from gpuplan import inputs
+from gpuplan.cli.params import anything, at_least, between, checked, fraction, out_file, plot as plot_path
+from gpuplan.cli.params import price as price_rule, seed as seed_rule
+from gpuplan.errors import DoesNotFit, GpuplanError
 
+HELP = {"help_option_names": ["-h", "--help"]}
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  rich_markup_mode=None, help="Plan LLM training and serving: memory, FLOPs, time and cost per GPU.")
+                  rich_markup_mode=None, context_settings=HELP,
+                  help="Plan LLM training and serving: memory, FLOPs, time and cost per GPU.\n\n"
+                       "Exit codes: 0 answered, 2 bad input (one line naming the field and the fix), "
+                       "3 the plan does not fit (with the smallest change that does).")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            v = version("gpuplan")
+        except PackageNotFoundError:  # run from a source tree without installing
+            v = "unknown"
+        sys.stdout.write(f"gpuplan {v}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option("--version", "-V", callback=_version, is_eager=True,
+                                               help="Print the version and exit.")] = False) -> None:
+    """Plan LLM training and serving: memory, FLOPs, time and cost per GPU."""
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print a machine-readable JSON document.")]
 # Options several commands share, declared once
@@ -34,8 +61,27 @@ FrameworkOpt = Annotated[str, typer.Option(
 
 def _duration_or_zero(text: str, field: str) -> float:
     """A duration where zero is allowed (a restart that costs nothing)."""
-    from gpuplan.units import parse_duration
-    return 0.0 if text.strip() in ("0", "0s", "0m", "0h") else parse_duration(text, field)
+    return inputs.duration(text, field, zero_ok=True)
+
+
+def _global_batch(text: str, seq_len: int) -> int:
+    """Sequences (512) or tokens with a suffix (16M: 16M tokens of --seq-len sequences), the same
+    for train and search."""
+    from gpuplan.units import parse_count
+    text = str(text).strip()
+    gb = inputs.count(text, "global_batch")
+    if not text.isdigit():  # a token count, e.g. 16M tokens of 8K sequences
+        # Batch sizes quoted in tokens are powers of two (Llama 3's "16M" is 2048 x 8192): read the
+        # suffix as binary when the decimal count is not a whole number of sequences.
+        binary = parse_count(text[:-1], "global_batch") * 2 ** (10 * "KMGT".index(text[-1].upper()) + 10) \
+            if text[-1:].upper() in ("K", "M", "G", "T") else gb
+        if gb % seq_len and binary % seq_len == 0:
+            gb = binary
+        if gb % seq_len:
+            raise GpuplanError("global_batch", f"{text} tokens is not a whole number of {seq_len}-token sequences",
+                               "use a multiple of --seq-len, or give sequences")
+        gb //= seq_len
+    return inputs.integer(int(gb), "global_batch", hi=10**9, fix="give sequences per step, e.g. 512, or tokens: 16M")
 
 
 def _price(gpu_id: str, price: float | None) -> float | None:
@@ -57,7 +103,22 @@ def _show(doc: dict, json_out: bool, renderer: str) -> None:
 
 
 def _emit_json(doc) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    # Strict JSON: a NaN or an infinity left in a document is a bug upstream; it becomes null here
+    # rather than a token other parsers reject.
+    sys.stdout.write(json.dumps(_strict(doc), indent=2, allow_nan=False) + "\n")
+
+
+def _strict(x):
+    import math
+    if isinstance(x, dict):
+        return {k: _strict(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_strict(v) for v in x]
+    if hasattr(x, "tolist") and not isinstance(x, (str, bytes)):  # numpy scalars and arrays
+        return _strict(x.tolist())
+    if isinstance(x, float):
+        return (x + 0.0) if math.isfinite(x) else None
+    return x
 
 
 def _calibrated(hw, calibration: str | None, allocator_fraction: float | None):
@@ -73,6 +134,10 @@ def _calibrated(hw, calibration: str | None, allocator_fraction: float | None):
 
 
 @app.command()
+@checked(gpus=at_least(1), tp=at_least(1), pp=at_least(1), dp=at_least(1), cp=at_least(1), ep=at_least(1),
+         vp=at_least(1), zero=at_least(0, 3), seq_len=at_least(1, 10**8), micro_batch=at_least(1, 10**6),
+         global_batch=anything, tokens=anything, mfu=between(0, 1, lo_open=True), price=price_rule,
+         cuda_context_gib=between(0, 1024), allocator_fraction=between(0, 1), expert_imbalance=between(1, 1000))
 def train(
     model: ModelArg,
     gpu: GpuOpt = "h100-sxm",
@@ -95,7 +160,8 @@ def train(
     sp: Annotated[bool, typer.Option("--sp/--no-sp", help="Sequence parallelism with TP.")] = True,
     seq_len: Annotated[int, typer.Option(help="Sequence length in tokens.")] = 4096,
     micro_batch: Annotated[int, typer.Option(help="Sequences per micro-batch per GPU.")] = 1,
-    global_batch: Annotated[Optional[int], typer.Option(help="Sequences per optimizer step.")] = None,
+    global_batch: Annotated[Optional[str], typer.Option(help="Global batch: sequences (512) or tokens with a "
+                                                             "suffix (16M); default micro-batch x dp.")] = None,
     tokens: Annotated[Optional[str], typer.Option(help="Training tokens, e.g. 2T, 15.6e12, 300B.")] = None,
     recompute: Annotated[str, typer.Option(help="Activation recompute: none, selective, full.")] = "none",
     precision: Annotated[str, typer.Option(help="bf16, fp16, fp32 or fp8.")] = "bf16",
@@ -135,16 +201,11 @@ def train(
     from gpuplan.estimate.train import TrainRequest, estimate_training, to_dict
     from gpuplan.specs.parallel import ParallelPlan
     from gpuplan.specs.training import TrainingConfig
-    from gpuplan.units import GiB, parse_count
+    from gpuplan.units import GiB
 
     spec = catalog.model(model)
     hw = catalog.gpu(gpu)
     hw, prof, allocator_fraction = _calibrated(hw, calibration, allocator_fraction)
-    if gpus < 1:
-        raise GpuplanError("gpus", f"must be a positive integer, got {gpus}")
-    for name, value in (("tp", tp), ("pp", pp), ("cp", cp)):
-        if value < 1:
-            raise GpuplanError(name, f"must be a positive integer, got {value}")
     if dp is None:
         if gpus % (tp * pp * cp):
             raise GpuplanError("gpus", f"{gpus} GPUs do not split into tp x pp x cp = {tp * pp * cp}",
@@ -159,7 +220,8 @@ def train(
     if cuda_context_gib < 0:
         raise GpuplanError("cuda_context_gib", "must not be negative")
     config = TrainingConfig.for_framework(
-        framework, seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch or 0, precision=precision,
+        framework, seq_len=seq_len, micro_batch=micro_batch, global_batch=0 if global_batch is None else _global_batch(global_batch, seq_len),
+        precision=precision,
         master_weights=master_weights, optimizer=optimizer, recompute=recompute, attention=attention, attention_kernel=attention_kernel,
         profile=profile, cuda_context_bytes=cuda_context_gib * GiB, allocator_fraction=allocator_fraction,
         tp_overlap=tp_overlap, overlap_grad_reduce=overlap_grad_reduce, expert_imbalance=expert_imbalance, ep_overlap=ep_overlap)
@@ -171,7 +233,7 @@ def train(
         else:
             price_source = "no catalog price for this GPU; pass --price"
     req = TrainRequest(model=spec, gpu=hw, plan=plan, config=config,
-                       tokens=parse_count(tokens, "tokens") if tokens else None, mfu=mfu,
+                       tokens=inputs.count(tokens, "tokens") if tokens is not None else None, mfu=mfu,
                        price_per_gpu_hour=price, price_source=price_source)
     est = estimate_training(req)
     if json_out:
@@ -181,9 +243,15 @@ def train(
         if prof:
             console.print(prof.summary())
         render_train(est)
+    if not est.memory.fits:
+        fix = next((s.change for s in est.suggestions if s.fits), None)
+        raise DoesNotFit("memory", f"needs {est.memory.per_gpu.total / GiB:,.2f} GiB per GPU, {hw.name} has "
+                                   f"{est.memory.capacity / GiB:,.2f} GiB",
+                         f"try {fix} (checked: it fits)" if fix else "use a GPU with more memory")
 
 
 @app.command()
+@checked(gpus=at_least(1, 10**7), seq_len=at_least(1, 10**8), top=at_least(1, 1000), price=price_rule)
 def search(
     model: ModelArg,
     gpu: GpuOpt = "h100-sxm",
@@ -218,28 +286,11 @@ def search(
     from gpuplan import catalog
     from gpuplan.search.plans import search as run_search
     from gpuplan.specs.training import TrainingConfig
-    from gpuplan.units import parse_count
 
     spec, hw = catalog.model(model), catalog.gpu(gpu)
     hw, prof, reserve = _calibrated(hw, calibration, None)
-    if gpus < 1:
-        raise GpuplanError("gpus", f"must be a positive integer, got {gpus}")
-    if top < 1:
-        raise GpuplanError("top", f"must be a positive integer, got {top}")
-    gb = parse_count(global_batch, "global_batch")
-    if not global_batch.strip().isdigit():  # a token count, e.g. 16M tokens of 8K sequences
-        # Batch sizes quoted in tokens are powers of two (Llama 3's "16M" is 2048 x 8192): read the
-        # suffix as binary when the decimal count is not a whole number of sequences.
-        binary = parse_count(global_batch.strip()[:-1], "global_batch") * 2 ** (10 * "KMGT".index(global_batch.strip()[-1].upper()) + 10) \
-            if global_batch.strip()[-1:].upper() in ("K", "M", "G", "T") else gb
-        if gb % seq_len and binary % seq_len == 0:
-            gb = binary
-        if gb % seq_len:
-            raise GpuplanError("global_batch", f"{global_batch} tokens is not a whole number of {seq_len}-token sequences",
-                               "use a multiple of --seq-len, or give sequences")
-        gb //= seq_len
-    base = TrainingConfig.for_framework(framework, seq_len=seq_len, global_batch=int(gb), precision=precision,
-                                        optimizer=optimizer, allocator_fraction=reserve)
+    base = TrainingConfig.for_framework(framework, seq_len=seq_len, global_batch=_global_batch(global_batch, seq_len),
+                                        precision=precision, optimizer=optimizer, allocator_fraction=reserve)
     price = _price(hw.id, price)
     from gpuplan.search.plans import RECOMPUTE_ORDER, Constraints, parse_choices
     narrow = dict(constraints=Constraints(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, max_tp=max_tp, max_pp=max_pp,
@@ -252,12 +303,10 @@ def search(
         from gpuplan.search.report import to_dict
         _emit_json({**to_dict(result, spec, hw), "calibration_profile": prof.describe() if prof else None})
         return
-    from rich.progress import Progress
-
-    from gpuplan.cli.render import console, render_search
+    from gpuplan.cli.render import console, progress, render_search
     if prof:
         console.print(prof.summary())
-    with Progress(transient=True) as bar:
+    with progress() as bar:
         task = bar.add_task("searching plans", total=1)
         result = run_search(spec, hw, gpus, base, top=top, objective=objective, price_per_gpu_hour=price,
                             progress=lambda i, n: bar.update(task, completed=i, total=n), **narrow)
@@ -265,6 +314,12 @@ def search(
 
 
 @app.command()
+@checked(tp=at_least(1), pp=at_least(1), input_len=at_least(1, 10**8), output_len=at_least(1, 10**8),
+         concurrency=at_least(1, 10**7), gpu_memory_utilization=between(0, 1, lo_open=True),
+         block_size=at_least(1, 10**6), max_batched_tokens=at_least(1, 10**9), max_num_seqs=at_least(1, 10**7),
+         max_model_len=at_least(1, 10**8), prefix_hit_rate=between(0, 1, hi_open=True), draft_len=at_least(1, 64),
+         acceptance=fraction, target_tokens_per_s=between(0, 1e12, lo_open=True),
+         target_rps=between(0, 1e9, lo_open=True), price=price_rule)
 def serve(
     model: ModelArg,
     gpu: GpuOpt = "h100-sxm",
@@ -291,8 +346,11 @@ def serve(
     acceptance: Annotated[float, typer.Option(help="Per-token acceptance rate of proposals.")] = 0.7,
     target_tokens_per_s: Annotated[Optional[float], typer.Option(help="Output tokens/s to serve: GPUs needed.")] = None,
     target_rps: Annotated[Optional[float], typer.Option(help="Requests/s to serve: GPUs needed.")] = None,
-    tpot_slo: Annotated[Optional[str], typer.Option(help="Inter-token latency target, e.g. 50ms.")] = None,
-    ttft_slo: Annotated[Optional[str], typer.Option(help="Time-to-first-token target, e.g. 2s.")] = None,
+    itl_slo: Annotated[Optional[str], typer.Option("--itl-slo", "--tpot-slo",
+                                                   help="Inter-token latency (TPOT) target, e.g. 50ms; with "
+                                                        "--target-rps or --target-tokens-per-s.")] = None,
+    ttft_slo: Annotated[Optional[str], typer.Option(help="Time-to-first-token target, e.g. 2s; with a target.")]
+    = None,
     price: PriceOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -300,8 +358,9 @@ def serve(
     from gpuplan import catalog
     from gpuplan.serve.memory import ServeConfig
     from gpuplan.serve.plan import ServeRequest, estimate_serving, to_dict
-    from gpuplan.units import parse_duration
 
+    itl = inputs.duration(itl_slo, "itl_slo", max_s=86400) if itl_slo is not None else None
+    ttft = inputs.duration(ttft_slo, "ttft_slo", max_s=86400) if ttft_slo is not None else None
     hw = catalog.gpu(gpu)
     price = _price(hw.id, price)
     cfg = ServeConfig(gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
@@ -312,8 +371,7 @@ def serve(
                        draft_model=catalog.model(draft_model) if draft_model else None, ngram=ngram,
                        draft_len=draft_len, acceptance=acceptance, target_tokens_per_s=target_tokens_per_s,
                        target_requests_per_s=target_rps,
-                       tpot_slo_s=parse_duration(tpot_slo, "tpot_slo") if tpot_slo else None,
-                       ttft_slo_s=parse_duration(ttft_slo, "ttft_slo") if ttft_slo else None)
+                       tpot_slo_s=itl, ttft_slo_s=ttft)
     est = estimate_serving(req)
     if json_out:
         _emit_json(to_dict(est))
@@ -323,6 +381,9 @@ def serve(
 
 
 @app.command("serve-sim")
+@checked(tp=at_least(1), pp=at_least(1), requests=at_least(1, 200_000), seed=seed_rule,
+         gpu_memory_utilization=between(0, 1, lo_open=True), block_size=at_least(1, 10**6),
+         max_batched_tokens=at_least(1, 10**9), max_num_seqs=at_least(1, 10**7))
 def serve_sim(
     model: ModelArg,
     gpu: GpuOpt = "h100-sxm",
@@ -337,7 +398,8 @@ def serve_sim(
     trace: Annotated[Optional[str], typer.Option(help="CSV trace: arrival_s,input_len,output_len.")] = None,
     seed: Annotated[int, typer.Option(help="Random seed (arrivals and lengths).")] = 0,
     ttft_slo: Annotated[Optional[str], typer.Option(help="p99 TTFT target, e.g. 2s: find the highest rate.")] = None,
-    itl_slo: Annotated[Optional[str], typer.Option(help="p99 inter-token latency target, e.g. 50ms.")] = None,
+    itl_slo: Annotated[Optional[str], typer.Option("--itl-slo", "--tpot-slo",
+                                                   help="p99 inter-token latency (TPOT) target, e.g. 50ms.")] = None,
     gpu_memory_utilization: Annotated[float, typer.Option(help="Fraction of GPU memory the engine may use.")] = 0.9,
     block_size: Annotated[int, typer.Option(help="Tokens per KV-cache block.")] = 16,
     max_batched_tokens: Annotated[int, typer.Option(help="Tokens per iteration (chunked-prefill budget).")] = 8192,
@@ -352,33 +414,44 @@ def serve_sim(
     from gpuplan.serve.memory import ServeConfig
     from gpuplan.serve.sim import Lengths, Workload, max_rate, simulate
     from gpuplan.serve.timing import Deployment
-    from gpuplan.units import parse_duration
 
     hw = catalog.gpu(gpu)
     d = Deployment(catalog.model(model), hw, weight_format(weights, hw), kv_format(kv, hw), tp, pp)
     cfg = ServeConfig(gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
                       max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs)
     lin, lout = Lengths.parse(input_len, "input_len"), Lengths.parse(output_len, "output_len")
-    ttft = parse_duration(ttft_slo, "ttft_slo") if ttft_slo else None
-    itl = parse_duration(itl_slo, "itl_slo") if itl_slo else None
+    ttft = inputs.duration(ttft_slo, "ttft_slo", max_s=86400) if ttft_slo is not None else None
+    itl = inputs.duration(itl_slo, "itl_slo", max_s=86400) if itl_slo is not None else None
+    rates = []
+    for part in (rate or "").split(","):
+        if part.strip():
+            try:
+                rates.append(inputs.finite(part, "rate", lo=0, lo_open=True, hi=1e6, fix="write e.g. 4 or 1,2,4,8"))
+            except GpuplanError as exc:
+                raise GpuplanError("rate", f"cannot use {part.strip()!r} as a rate ({exc.message})",
+                                   "write positive requests per second, e.g. 4 or 1,2,4,8") from None
+    if trace and (rates or ttft or itl):
+        # A trace brings its own arrivals: a rate or an SLO search would be silently dropped
+        raise GpuplanError("trace", "a trace sets the arrivals itself: --rate and the SLO search do not apply",
+                           "drop --rate/--ttft-slo/--itl-slo, or drop --trace")
+    if not trace and not rates and not (ttft or itl):
+        raise GpuplanError("rate", "give --rate, --trace, or an SLO (--ttft-slo/--itl-slo) to search the rate",
+                           "e.g. --rate 1,2,4,8")
+    workload = Workload.from_trace(Path(trace)) if trace else None
     results, best = [], None
-    if trace:
-        results.append(simulate(d, cfg, Workload.from_trace(Path(trace))))
-    else:
-        rates = []
-        for part in (rate or "").split(","):
-            if part.strip():
-                try:
-                    rates.append(float(part))
-                except ValueError:
-                    raise GpuplanError("rate", f"cannot read {part!r} as a rate", "write e.g. 4 or 1,2,4,8") from None
-        if not rates and not (ttft or itl):
-            raise GpuplanError("rate", "give --rate, --trace, or an SLO (--ttft-slo/--itl-slo) to search the rate",
-                               "e.g. --rate 1,2,4,8")
-        for r in rates:
-            results.append(simulate(d, cfg, Workload.poisson(r, requests, lin, lout, seed), r))
-        if ttft or itl:
-            best = max_rate(d, cfg, requests, lin, lout, seed, ttft, itl)
+    from gpuplan.cli.render import progress
+    with progress(json_out) as bar:
+        if workload is not None:
+            task = bar.add_task("simulating the trace", total=1)
+            results.append(simulate(d, cfg, workload))
+            bar.update(task, completed=1)
+        else:
+            task = bar.add_task(f"simulating {requests:,} requests", total=len(rates) + (30 if ttft or itl else 0))
+            for r in rates:
+                results.append(simulate(d, cfg, Workload.poisson(r, requests, lin, lout, seed), r))
+                bar.advance(task)
+            if ttft or itl:
+                best = max_rate(d, cfg, requests, lin, lout, seed, ttft, itl, progress=lambda: bar.advance(task))
     doc = {"model": d.model.name, "gpu": hw.id, "tp": tp, "pp": pp, "weights": weights, "kv": kv, "seed": seed,
            "runs": [r.to_dict() for r in results]}
     if ttft or itl:
@@ -388,6 +461,8 @@ def serve_sim(
 
 
 @app.command()
+@checked(stages=at_least(1, 1024), microbatches=at_least(1, 100_000), vp=at_least(1, 64), p2p=between(0, 1e9),
+         activation_gib=between(0, 1e6), trace=out_file, plot=plot_path)
 def pipeline(
     schedule: Annotated[str, typer.Option(help="gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipe, dualpipev.")]
     = "1f1b",
@@ -415,32 +490,49 @@ def pipeline(
     from gpuplan.pipeline.render import write_plot, write_trace
     from gpuplan.pipeline.schedules import build
     from gpuplan.pipeline.simulate import Costs, simulate
-    from gpuplan.units import GiB, parse_duration
+    from gpuplan.units import GiB
 
-    def times(text: str | None, name: str):
+    def times(text: str | None, name: str, zero_ok: bool = True):
         if text is None:
             return None
+        fix = "write 1.5, or one per stage: 1,1,1,1.4"
         try:
-            vals = [float(x) for x in text.split(",")]
-        except ValueError:
-            raise GpuplanError(name, f"cannot read {text!r} as times", "write 1.5, or one per stage: 1,1,1,1.4") from None
+            vals = [inputs.finite(x, name, lo=0, lo_open=not zero_ok, hi=1e9, fix=fix) for x in text.split(",")]
+        except GpuplanError as exc:
+            raise GpuplanError(name, f"cannot use {text!r} as times ({exc.message})", fix) from None
+        if len(vals) not in (1, stages):
+            raise GpuplanError(name, f"{len(vals)} times for {stages} stages", "give one time, or one per stage")
         return vals[0] if len(vals) == 1 else vals
+
+    unit_s = inputs.duration(unit, "unit", max_s=86400)
 
     if b is not None and b_full is not None:
         raise GpuplanError("b", "--b (input-gradient backward) and --b-full (full backward) are exclusive",
                            "pass one of them")
-    f_, w_, ov_ = times(f, "f"), times(w, "w"), times(overlap, "overlap")
+    f_, w_, ov_ = times(f, "f", zero_ok=False), times(w, "w"), times(overlap, "overlap")
     if b_full is not None:
         costs = Costs.from_full_backward(f_, times(b_full, "b_full"), w_, ov_, p2p)
     else:
         costs = Costs(f_, 1.0 if b is None else times(b, "b"), w_, ov_, p2p)
 
+    # The simulation visits every action once: bound the count so a typo cannot run for hours
+    from gpuplan.specs import schedules as registry
+
+    actions = stages * microbatches * (vp if registry.get(schedule).needs_vp else 1) * 3
+    if actions > 3_000_000:
+        raise GpuplanError("microbatches", f"{stages} stages x {microbatches} micro-batches is {actions:,} actions to "
+                                           "simulate", "simulate fewer: the bubble repeats after a few x stages")
     sched = build(schedule, stages, microbatches, vp)
-    t = simulate(sched, costs, activation_gib * GiB if activation_gib is not None else None)
-    if trace:
-        write_trace(t, trace, parse_duration(unit, "unit"))
-    if plot:
-        write_plot(t, plot)
+    from gpuplan.cli.render import progress
+    with progress(json_out or not plot) as bar:
+        task = bar.add_task("simulating" + (" and plotting" if plot else ""), total=2 if plot else 1)
+        t = simulate(sched, costs, activation_gib * GiB if activation_gib is not None else None)
+        bar.advance(task)
+        if trace:
+            write_trace(t, trace, unit_s)
+        if plot:
+            write_plot(t, plot)
+            bar.advance(task)
     doc = t.to_dict() | {"costs": {"f": costs.f, "b": costs.b, "w": costs.w, "overlap": costs.overlap, "p2p": p2p,
                                    "backward_convention": "b is the input-gradient backward; full = b + w"},
                          "bubble_ratio": sum(t.idle_s) / sum(t.busy_s) if sum(t.busy_s) else 0.0,
@@ -449,6 +541,10 @@ def pipeline(
 
 
 @app.command()
+@checked(synthetic=between(0, 100), layers=at_least(1, 10_000), num_experts=at_least(1, 100_000), seed=seed_rule,
+         replicas=at_least(1, 10**6), groups=at_least(1, 100_000), nodes=at_least(1, 100_000),
+         gpus=at_least(1, 10**6), top_k=at_least(1, 100_000), hidden=at_least(1, 10**6),
+         dispatch_bytes=between(0, 64, lo_open=True))
 def experts(
     loads: Annotated[Optional[str], typer.Option(help="Per-layer expert loads: CSV (a row per layer) or JSON.")]
     = None,
@@ -473,9 +569,13 @@ def experts(
 
     if (loads is None) == (synthetic is None):
         raise GpuplanError("loads", "give --loads FILE or --synthetic SKEW", "e.g. --synthetic 1.0 --layers 61")
+    if synthetic is not None and layers * num_experts > 10**7:
+        raise GpuplanError("layers", f"{layers:,} layers x {num_experts:,} experts is too large a table",
+                           "use the model's real sizes, e.g. --layers 61 --experts 256")
     table = read_loads(loads) if loads else synthetic_loads(layers, num_experts, synthetic, seed)
-    if top_k < 1:
-        raise GpuplanError("top_k", f"must be at least 1, got {top_k}")
+    if top_k > table.shape[1]:
+        raise GpuplanError("top_k", f"a token cannot reach {top_k} of {table.shape[1]} experts",
+                           f"use --top-k <= {table.shape[1]}")
     p = place(table, replicas, gpus, nodes, groups, policy)
     traffic = cross_node_traffic(p, top_k)
     bal = p.balance
@@ -490,6 +590,8 @@ def experts(
 
 
 @app.command(context_settings={"allow_interspersed_args": False})
+@checked(command=anything, gpus=at_least(1, 10**7), nodes=at_least(1, 10**5), gpus_per_node=at_least(1, 72),
+         signal_before=at_least(0, 86400), output=out_file)
 def slurm(
     command: Annotated[list[str], typer.Argument(help="The training script and its arguments (after --).")],
     gpus: Annotated[Optional[int], typer.Option(help="GPUs of the plan (nodes follow from --gpu's node size).")]
@@ -516,6 +618,15 @@ def slurm(
     from gpuplan.slurm import SlurmJob, nodes_for, sbatch_script
 
     per_node = gpus_per_node if gpus_per_node is not None else catalog.gpu(gpu).gpus_per_node
+    if gpus is not None:
+        # Slurm allocates whole nodes: a GPU count that is not one would silently become another
+        if gpus % per_node:
+            raise GpuplanError("gpus", f"{gpus} GPUs are not whole nodes of {per_node}",
+                               f"use --gpus {max(per_node, gpus // per_node * per_node)} or "
+                               f"{-(-gpus // per_node) * per_node}, or set --gpus-per-node")
+        if nodes is not None and nodes * per_node != gpus:
+            raise GpuplanError("nodes", f"--nodes {nodes} x {per_node} GPUs per node is {nodes * per_node} GPUs, "
+                                        f"not --gpus {gpus}", "give --gpus or --nodes, not both")
     if nodes is None:
         nodes = nodes_for(gpus, per_node) if gpus is not None else 1
     job = SlurmJob(command=tuple(command), nodes=nodes, gpus_per_node=per_node, partition=partition, qos=qos,
@@ -534,17 +645,22 @@ def slurm(
 
 
 @app.command("checkpoint-interval")
+@checked()
 def checkpoint_interval(
     mtbf: Annotated[str, typer.Option(help="Mean time between failures or preemptions, e.g. 3.1h.")],
-    cost: Annotated[str, typer.Option(help="Time to write one checkpoint, e.g. 60s.")],
+    cost: Annotated[str, typer.Option("--checkpoint-cost", "--cost", help="Time to write one checkpoint, e.g. 60s.")],
     restart: Annotated[str, typer.Option(help="Time to restart after a failure, e.g. 10m.")] = "0s",
     json_out: JsonOpt = False,
 ) -> None:
     """Young's and Daly's optimal checkpoint intervals and the expected share of time wasted."""
     from gpuplan.estimate.checkpoint_interval import daly_interval, expected_waste_fraction, young_interval
-    from gpuplan.units import parse_duration
+    from gpuplan.units import fmt_duration
 
-    m, c, r = parse_duration(mtbf, "mtbf"), parse_duration(cost, "cost"), _duration_or_zero(restart, "restart")
+    m, c, r = inputs.duration(mtbf, "mtbf"), inputs.duration(cost, "checkpoint_cost"), _duration_or_zero(restart, "restart")
+    if c >= m:
+        raise GpuplanError("checkpoint_cost", f"a checkpoint ({fmt_duration(c)}) takes longer than the mean time between "
+                                   f"failures ({fmt_duration(m)}): the job would never finish",
+                           "write checkpoints faster (async, sharded) or find a more reliable machine")
     young, daly = young_interval(c, m), daly_interval(c, m)
     doc = {"mtbf_s": m, "cost_s": c, "restart_s": r, "young_s": young, "daly_s": daly,
            "expected_waste_fraction": expected_waste_fraction(daly, c, m, r),
@@ -553,18 +669,19 @@ def checkpoint_interval(
         _emit_json(doc)
         return
     from gpuplan.cli.render import console
-    from gpuplan.units import fmt_duration
     console.print(f"checkpoint every {fmt_duration(daly)} (Daly; Young: {fmt_duration(young)}) for an MTBF of "
                   f"{fmt_duration(m)} and {fmt_duration(c)} checkpoints: expected waste "
                   f"{doc['expected_waste_fraction']:.2%} of wall time (checkpoints, lost work"
                   f"{', restarts' if r else ''})")
 
 
-cluster_app = typer.Typer(no_args_is_help=True, help="Cluster questions: what preemption costs.")
+cluster_app = typer.Typer(no_args_is_help=True, context_settings=HELP,
+                          help="Cluster questions: what preemption costs, a cluster simulated.")
 app.add_typer(cluster_app, name="cluster")
 
 
 @cluster_app.command()
+@checked(gpus=at_least(1, 10**7), hours=between(0, 1e6, lo_open=True), checkpoint=anything, price=price_rule)
 def whatif(
     gpus: Annotated[int, typer.Option(help="GPUs of the job.")] = 64,
     gpu: Annotated[str, typer.Option(help="GPU id (for its catalog price).")] = "h100-sxm",
@@ -573,7 +690,7 @@ def whatif(
     preempt_at: Annotated[str, typer.Option(help="When the preemption hits, e.g. 47h.")] = "47h",
     checkpoint: Annotated[list[str], typer.Option(help="Policies to compare: none, an interval (1h, 30m), "
                                                        "optimal. Repeat the flag.")] = ["none", "1h", "optimal"],
-    cost: Annotated[str, typer.Option(help="Time to write one checkpoint.")] = "60s",
+    cost: Annotated[str, typer.Option("--checkpoint-cost", "--cost", help="Time to write one checkpoint.")] = "60s",
     restart: Annotated[str, typer.Option(help="Time to restart the job.")] = "10m",
     mtbf: Annotated[Optional[str], typer.Option(help="Mean time between preemptions (for optimal; default: "
                                                      "the job's length).")] = None,
@@ -583,15 +700,16 @@ def whatif(
     """Dollars a preemption throws away under each checkpoint policy."""
     from gpuplan import catalog
     from gpuplan.cluster.whatif import loss
-    from gpuplan.units import HOUR, parse_duration
+    from gpuplan.units import HOUR
 
     hw = catalog.gpu(gpu)
     price = _price(hw.id, price) or 0.0
-    if hours <= 0:
-        raise GpuplanError("hours", f"must be positive, got {hours}")
-    at = min(parse_duration(preempt_at, "preempt_at"), hours * HOUR)
-    m = parse_duration(mtbf, "mtbf") if mtbf else hours * HOUR
-    c, r = parse_duration(cost, "cost"), _duration_or_zero(restart, "restart")
+    at = min(inputs.duration(preempt_at, "preempt_at", zero_ok=True), hours * HOUR)
+    m = inputs.duration(mtbf, "mtbf") if mtbf is not None else hours * HOUR
+    c, r = inputs.duration(cost, "checkpoint_cost"), _duration_or_zero(restart, "restart")
+    for p in checkpoint:
+        if p not in ("none", "optimal"):
+            inputs.duration(p, "checkpoint")
     rows = [loss(p, gpus=gpus, preempt_at_s=at, cost_s=c, restart_s=r, price=price, mtbf_s=m) for p in checkpoint]
     doc = {"gpus": gpus, "gpu": hw.id, "hours": hours, "spot": spot, "preempt_at_s": at, "price_per_gpu_hour": price,
            "policies": [x.to_dict() for x in rows]}
@@ -599,6 +717,10 @@ def whatif(
 
 
 @cluster_app.command("sim")
+@checked(gpus=at_least(1, 10**6), gpus_per_node=at_least(1, 1024), jobs=at_least(1, 1_000_000),
+         load=between(0, 100, lo_open=True), spot_share=fraction, weibull=between(0.05, 100),
+         spot_reclaim_per_hour=between(0, 3600), seed=seed_rule, price=price_rule, trace_out=out_file,
+         plot=plot_path)
 def cluster_sim(
     gpus: Annotated[int, typer.Option(help="GPUs in the cluster.")] = 1024,
     gpus_per_node: Annotated[int, typer.Option(help="GPUs per node.")] = 8,
@@ -625,7 +747,8 @@ def cluster_sim(
                                                          "alone).")] = None,
     checkpoint: Annotated[str, typer.Option(help="Jobs' checkpoint policy: none, daly, sigterm or an interval.")]
     = "daly",
-    checkpoint_cost: Annotated[str, typer.Option(help="Time to write one checkpoint.")] = "60s",
+    checkpoint_cost: Annotated[str, typer.Option("--checkpoint-cost", "--cost",
+                                                 help="Time to write one checkpoint.")] = "60s",
     restart: Annotated[str, typer.Option(help="Time to restart a job.")] = "5m",
     seed: Annotated[int, typer.Option(help="Seed of the workload, failures and reclaims.")] = 0,
     price: Annotated[float, typer.Option(help="USD per GPU-hour, for the dollars lost.")] = 3.0,
@@ -635,38 +758,50 @@ def cluster_sim(
     json_out: JsonOpt = False,
 ) -> None:
     """Simulate a cluster running a job mix: utilisation, goodput, GPU-hours and $ lost by cause."""
-    from rich.progress import Progress
-
     from gpuplan.cluster.sim import NODE_MTBF_PRESETS, ClusterConfig, ClusterSim
     from gpuplan.cluster.workloads import READERS, read_openb_nodes, read_reclaims, synthetic
-    from gpuplan.units import parse_duration
+    from gpuplan.units import fmt_duration
 
+    if trace and trace_format not in READERS:
+        raise GpuplanError("trace_format", f"unknown trace format {trace_format!r}", f"use one of {', '.join(READERS)}")
+    ckpt = checkpoint if checkpoint in ("none", "daly", "sigterm") else str(inputs.duration(checkpoint, "checkpoint"))
+    cost, rst = inputs.duration(checkpoint_cost, "checkpoint_cost"), _duration_or_zero(restart, "restart")
+    if node_mtbf == "none" or node_mtbf in NODE_MTBF_PRESETS:
+        mtbf = NODE_MTBF_PRESETS.get(node_mtbf)
+    else:
+        try:
+            mtbf = inputs.duration(node_mtbf, "node_mtbf")
+        except GpuplanError:
+            raise GpuplanError("node_mtbf", f"cannot read {node_mtbf!r} as a preset or a duration",
+                               f"use {', '.join(NODE_MTBF_PRESETS)}, none, or a duration like 264d") from None
+    grace_s, repair_s = _duration_or_zero(grace, "grace"), inputs.duration(repair, "repair")
+    # A job interrupted before it can restart and save a checkpoint never finishes: say so now
+    # rather than simulate failures and reclaims without end
+    from gpuplan.estimate.checkpoint_interval import daly_interval, expected_waste_fraction
+    spot_jobs = spot_reclaim_per_hour > 0 and not trace and spot_share > 0
+    for name, rate in (("node_mtbf", 1 / mtbf if mtbf else 0.0),
+                       ("spot_reclaim_per_hour", spot_reclaim_per_hour / 3600 if spot_jobs else 0.0)):
+        every = 1 / (rate + (1 / mtbf if mtbf and name != "node_mtbf" else 0.0)) if rate else None
+        waste = expected_waste_fraction(daly_interval(cost, every), cost, every, rst) if every else 0.0
+        if waste >= 0.99:
+            raise GpuplanError(name, f"a job interrupted every {fmt_duration(every)} has no time to work ({waste:.1%} "
+                                     f"of it goes to restarts of {fmt_duration(rst)}, checkpoints of "
+                                     f"{fmt_duration(cost)} and lost work)",
+                               "use a longer --node-mtbf (llama3: 264 node-days), fewer --spot-reclaim-per-hour, "
+                               "or a shorter --restart or --checkpoint-cost")
     node_gpus, node_models, node_skips = read_openb_nodes(nodes_file) if nodes_file else (None, None, {})
     if node_gpus:
         gpus = sum(node_gpus)
     elif gpus < gpus_per_node or gpus % gpus_per_node:
         raise GpuplanError("gpus", f"{gpus} GPUs do not make whole nodes of {gpus_per_node}",
                            f"use a multiple of {gpus_per_node}")
-    ckpt = checkpoint if checkpoint in ("none", "daly", "sigterm") else str(parse_duration(checkpoint, "checkpoint"))
-    cost, rst = parse_duration(checkpoint_cost, "checkpoint_cost"), _duration_or_zero(restart, "restart")
-    if node_mtbf == "none" or node_mtbf in NODE_MTBF_PRESETS:
-        mtbf = NODE_MTBF_PRESETS.get(node_mtbf)
-    else:
-        try:
-            mtbf = parse_duration(node_mtbf, "node_mtbf")
-        except GpuplanError:
-            raise GpuplanError("node_mtbf", f"cannot read {node_mtbf!r} as a preset or a duration",
-                               f"use {', '.join(NODE_MTBF_PRESETS)}, none, or a duration like 264d") from None
     cfg = ClusterConfig(nodes=gpus // gpus_per_node, gpus_per_node=gpus_per_node, node_gpus=node_gpus,
                         node_models=node_models, policy=policy, preempt=preempt, placement=placement,
-                        grace_s=_duration_or_zero(grace, "grace"), node_mtbf_s=mtbf, weibull_shape=weibull,
-                        repair_s=parse_duration(repair, "repair"), spot_reclaim_per_hour=spot_reclaim_per_hour,
+                        grace_s=grace_s, node_mtbf_s=mtbf, weibull_shape=weibull, repair_s=repair_s,
+                        spot_reclaim_per_hour=spot_reclaim_per_hour,
                         reclaims=read_reclaims(reclaims) if reclaims else (), price_per_gpu_hour=price, seed=seed)
     skipped: Counter = Counter()
     if trace:
-        if trace_format not in READERS:
-            raise GpuplanError("trace_format", f"unknown trace format {trace_format!r}",
-                               f"use one of {', '.join(READERS)}")
         work, skipped = READERS[trace_format](trace)
         probe, runnable = ClusterSim(cfg, []), []
         for j in work:
@@ -675,14 +810,20 @@ def cluster_sim(
                 runnable.append(j)
             else:
                 skipped[why[0]] += 1
+        if not runnable:
+            # Nothing to run: say so now rather than simulating failures and repairs forever
+            why = ", ".join(f"{n:,} {r}" for r, n in skipped.items()) or "no rows"
+            raise GpuplanError("trace", f"{trace} has no job this cluster can run ({why})",
+                               "pass a trace with GPU jobs, or a cluster with the GPUs they need")
         work = runnable
         for k, j in enumerate(work):
             j.id, j.checkpoint, j.cost_s, j.restart_s = k, ckpt, cost, rst
     else:
         work = synthetic(jobs, gpus, load, seed, spot_share, checkpoint=ckpt, cost_s=cost, restart_s=rst)
-    with Progress(transient=True, disable=json_out) as bar:
-        bar.add_task(f"simulating {len(work):,} jobs on {gpus:,} GPUs", total=None)
-        sim = ClusterSim(cfg, work).run()
+    from gpuplan.cli.render import progress
+    with progress(json_out) as bar:
+        task = bar.add_task(f"simulating {len(work):,} jobs on {gpus:,} GPUs", total=len(work))
+        sim = ClusterSim(cfg, work).run(progress=lambda done: bar.update(task, completed=done))
         report = sim.report()
     if trace_out or plot:
         from gpuplan.cluster.render import write_plot, write_trace
@@ -697,6 +838,9 @@ def cluster_sim(
 
 
 @app.command()
+@checked(gpus=at_least(1, 10**7), on_demand=between(0, 1e6, lo_open=True), spot=between(0, 1e6, lo_open=True),
+         pue=between(1, 5), kwh=between(0, 100), staff=between(0, 1e9), colo=between(0, 1e9),
+         utilisation=between(0, 1, lo_open=True), months=at_least(1, 1200))
 def tco(
     gpus: Annotated[int, typer.Option(help="GPUs to rent or buy.")] = 64,
     gpu: GpuOpt = "h100-sxm",
@@ -705,8 +849,8 @@ def tco(
     spot: Annotated[Optional[float], typer.Option(help="Spot USD per GPU-hour.")] = None,
     spot_mtbf: Annotated[str, typer.Option(help="Mean time between spot preemptions.")] = "24h",
     checkpoint_cost: Annotated[str, typer.Option(help="Time to write one checkpoint.")] = "60s",
-    capex: Annotated[str, typer.Option(help="Purchase price of the owned GPUs (servers, network), e.g. 2.5M.")]
-    = "0",
+    capex: Annotated[Optional[str], typer.Option(help="Purchase price of the owned GPUs (servers, network), "
+                                                      "e.g. 2.5M; 0 for hardware already paid for.")] = None,
     pue: Annotated[float, typer.Option(help="Power usage effectiveness of the data centre.")] = 1.3,
     kwh: Annotated[float, typer.Option(help="USD per kWh.")] = 0.10,
     staff: Annotated[float, typer.Option(help="Staff USD per month for the owned cluster.")] = 0.0,
@@ -718,16 +862,19 @@ def tco(
     """Cloud on-demand vs spot (with preemption losses) vs owned: monthly costs and the break-even month."""
     from gpuplan import catalog
     from gpuplan.cluster.tco import TCOInput, tco as run_tco
-    from gpuplan.units import parse_count, parse_duration
-
     hw = catalog.gpu(gpu)
+    if capex is None:
+        # Without a purchase price owning looks free and "wins" from month one
+        raise GpuplanError("capex", "owning needs the purchase price of the servers",
+                           f"pass --capex, e.g. --capex {gpus * 40_000 / 1e6:g}M (about $40k per GPU in a server), or "
+                           "--capex 0 for hardware already paid for")
     price = _price(hw.id, on_demand)
     if price is None:
         raise GpuplanError("on_demand", f"no catalog price for {hw.name}", "pass --on-demand USD per GPU-hour")
     doc = run_tco(TCOInput(gpus=gpus, on_demand_per_gpu_hour=price, spot_per_gpu_hour=spot,
-                           spot_mtbf_s=parse_duration(spot_mtbf, "spot_mtbf"),
-                           checkpoint_cost_s=parse_duration(checkpoint_cost, "checkpoint_cost"),
-                           capex=0.0 if capex.strip() == "0" else parse_count(capex, "capex"), tdp_w=hw.tdp_w,
+                           spot_mtbf_s=inputs.duration(spot_mtbf, "spot_mtbf"),
+                           checkpoint_cost_s=inputs.duration(checkpoint_cost, "checkpoint_cost"),
+                           capex=inputs.count(capex, "capex", zero_ok=True), tdp_w=hw.tdp_w,
                            pue=pue, usd_per_kwh=kwh, staff_per_month=staff, colo_per_month=colo,
                            utilisation=utilisation, months=months))
     doc["on_demand_per_gpu_hour"] = price
@@ -735,6 +882,7 @@ def tco(
 
 
 @app.command()
+@checked()
 def validate(
     kind: Annotated[str, typer.Argument(help="training (step time) or serving (throughput and latency).")]
     = "training",
@@ -786,9 +934,11 @@ def validate(
 
 
 @app.command()
+@checked(ranks=at_least(1, 10**7), stride=at_least(1, 10**7))
 def collective(
     kind: Annotated[str, typer.Argument(help="all-reduce, all-gather, reduce-scatter, all-to-all or p2p.")],
-    size: Annotated[str, typer.Option(help="Buffer bytes, e.g. 1G, 256M (the full buffer for gathers).")] = "1G",
+    size: Annotated[str, typer.Option(help="Buffer bytes: 1GB = 1e9, 1GiB = 2^30; a bare suffix is binary as in "
+                                           "nccl-tests (1G = 2^30, 256M); the full buffer for gathers.")] = "1G",
     ranks: Annotated[int, typer.Option(help="Ranks in the group.")] = 8,
     gpu: Annotated[str, typer.Option(help="GPU id: its node size, links and NICs.")] = "h100-sxm",
     stride: Annotated[int, typer.Option(help="Rank distance between members (1: packed in nodes).")] = 1,
@@ -797,19 +947,20 @@ def collective(
     """One collective on the machine: bytes each rank sends, time and bus bandwidth."""
     from gpuplan import catalog
     from gpuplan.estimate.comm import _group, bus_bandwidth, bytes_sent_per_rank, collective_time
-    from gpuplan.units import GB, parse_count
+    from gpuplan.units import GB
 
     hw = catalog.gpu(gpu)
-    if ranks < 1 or stride < 1:
-        raise GpuplanError("ranks" if ranks < 1 else "stride", "must be a positive integer")
-    nbytes = parse_count(size, "size")
+    nbytes = inputs.parse_size(size, "size")
     group = _group(kind, ranks, stride, hw.fast_domain)
     sent = bytes_sent_per_rank(kind, nbytes, ranks)
     t = collective_time(kind, nbytes, group, hw)
     doc = {"collective": kind, "size_bytes": nbytes, "ranks": ranks, "gpu": hw.id, "nodes": group.domains,
            "ranks_per_node": group.per_domain, "bytes_sent_per_rank": sent,
            "volume_factor": sent / nbytes if nbytes else 0.0, "time_s": t,
-           "bus_bandwidth_bytes_per_s": bus_bandwidth(group, hw), "algorithm_bandwidth_bytes_per_s": nbytes / t if t else 0.0}
+           # nccl-tests: busbw = algbw x the collective's factor (2(n-1)/n all-reduce, (n-1)/n gathers, 1 p2p)
+           "bus_bandwidth_bytes_per_s": (sent / t if kind != "p2p" else nbytes / t) if t else 0.0,
+           "link_bandwidth_bytes_per_s": bus_bandwidth(group, hw),
+           "algorithm_bandwidth_bytes_per_s": nbytes / t if t else 0.0}
     if json_out:
         _emit_json(doc)
         return
@@ -821,6 +972,7 @@ def collective(
 
 
 @app.command()
+@checked()
 def models(json_out: JsonOpt = False) -> None:
     """List the model catalog."""
     from gpuplan import catalog
@@ -843,6 +995,7 @@ def models(json_out: JsonOpt = False) -> None:
 
 
 @app.command()
+@checked()
 def gpus(json_out: JsonOpt = False) -> None:
     """List the GPU catalog (dense peaks)."""
     from gpuplan import catalog
@@ -934,26 +1087,50 @@ def compare(
         render_compare(doc)
 
 
+# Old flag names that still work, and the name every command now shares
+DEPRECATED = {"--tpot-slo": "--itl-slo", "--cost": "--checkpoint-cost"}
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the app, turning every bad input into one line and exit code 2."""
+    """Entry point: run the app; bad input is one line and exit code 2, a plan that does not fit 3."""
     command = typer.main.get_command(app)
+    args = sys.argv[1:] if argv is None else list(argv)
+    head = args[:args.index("--")] if "--" in args else args  # slurm: what follows -- is the user's command
+    # Said after an answer only, so that an error stays the single line on stderr
+    notes = [f"note: {old} is now {DEPRECATED[old]} (the old name still works)\n"
+             for old in dict.fromkeys(a.split("=")[0] for a in head if a.split("=")[0] in DEPRECATED)]
     try:
-        command.main(args=argv, prog_name="gpuplan", standalone_mode=False)
+        code = command.main(args=args, prog_name="gpuplan", standalone_mode=False)
     except GpuplanError as exc:
-        sys.stderr.write(f"error: {exc}\n")
-        sys.exit(2)
+        sys.stdout.flush()
+        sys.stderr.write(f"error: {' '.join(str(exc).split())}\n")
+        sys.exit(exc.exit_code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except typer.Abort:
-        sys.stderr.write("error: aborted\n")
+    except (typer.Abort, KeyboardInterrupt):
+        sys.stderr.write("error: interrupted\n")
         sys.exit(130)
+    except BrokenPipeError:
+        # `gpuplan models | head`: the reader left; nothing more to say
+        sys.stderr.close()
+        sys.exit(0)
     except Exception as exc:
         # Usage errors (unknown flag, bad value, missing argument) come from the click that typer
         # bundles; recognise them by their interface rather than a private module path.
         if not (hasattr(exc, "format_message") and hasattr(exc, "exit_code")):
             raise
+        if type(exc).__name__ == "NoArgsIsHelpError" and getattr(exc, "ctx", None) is not None:
+            # `gpuplan` (or `gpuplan cluster`) alone: the help, formatted, is the answer
+            sys.stdout.write(exc.ctx.get_help() + "\n")
+            sys.exit(0)
         message = " ".join(exc.format_message().split())
-        args = sys.argv[1:] if argv is None else argv
-        sub = args[0] if args and args[0] in command.commands else ""
-        sys.stderr.write(f"error: {message.rstrip('.')}; see `{' '.join(['gpuplan', sub, '--help']).replace('  ', ' ')}`\n")
+        sub = [a for a in args[:2] if not a.startswith("-")]
+        sub = sub[:1] if not sub or sub[0] != "cluster" else sub
+        if sub and sub[0] not in command.commands:
+            sub = []
+        sys.stderr.write(f"error: {message.rstrip('.')}; see `{' '.join(['gpuplan', *sub, '--help'])}`\n")
         sys.exit(2)
+    if isinstance(code, int) and code:  # typer.Exit(n) comes back as a return value without standalone mode
+        sys.exit(code)
+    sys.stdout.flush()
+    sys.stderr.write("".join(notes))

@@ -2,12 +2,44 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from rich.console import Console
 from rich.table import Table
 
 from gpuplan.units import GB, TFLOP, GiB, fmt_bytes, fmt_count, fmt_duration
 
 console = Console()
+if not console.is_terminal:
+    # A pipe or a file: rich would assume 80 columns and squeeze the tables; print them whole and
+    # leave long lines to the reader's tools (in an 80-column terminal, numbers wrap, ids never)
+    console = Console(width=max(console.width, 200))
+
+
+@contextmanager
+def progress(disable: bool = False):
+    """A bar with percentage and ETA on stderr for work that can take more than a couple of seconds;
+    it disappears when done and is never drawn into a pipe or a JSON document."""
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TaskProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    err = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
+                  TextColumn("ETA"), TimeRemainingColumn(), console=err, transient=True,
+                  disable=disable or not err.is_terminal) as bar:
+        yield bar
+
+
+def _id_column(table: Table, name: str, ids) -> None:
+    """Ids are what users type next: never wrapped or cut with an ellipsis, whatever the width (a
+    pipe counts as 80 columns); the other columns wrap instead."""
+    table.add_column(name, no_wrap=True, overflow="fold", min_width=max([len(name)] + [len(str(i)) for i in ids]))
 
 
 def _mem_table(title: str) -> Table:
@@ -64,7 +96,7 @@ def render_train(est) -> None:
 
     tokens_per_step = req.global_batch * req.config.seq_len
     tokens = req.tokens or tokens_per_step
-    ft = Table(title="Compute, time and cost")
+    ft = Table(title="Compute, time and cost" + ("" if mem.fits else " [red](were it to fit: it does not)[/]"))
     ft.add_column("quantity")
     ft.add_column("value", justify="right")
     ft.add_row("FLOPs per token (fwd+bwd, causal attention)", f"{f.model_per_token:.4g}")
@@ -134,8 +166,9 @@ def render_step(st, gpu, title: str = "Predicted step time") -> None:
 
 def render_models(rows) -> None:
     table = Table(title="Model catalog")
-    for col in ("id", "type", "params", "active", "layers", "hidden", "heads/kv", "vocab", "experts"):
-        table.add_column(col, justify="left" if col in ("id", "type") else "right")
+    _id_column(table, "id", [r["id"] for r in rows])
+    for col in ("type", "params", "active", "layers", "hidden", "heads/kv", "vocab", "experts"):
+        table.add_column(col, justify="left" if col == "type" else "right", overflow="fold")
     for r in rows:
         table.add_row(r["id"], r["model_type"], fmt_count(r["params_total"]), fmt_count(r["params_active"]),
                       str(r["layers"]), str(r["hidden_size"]), f"{r['heads']}/{r['kv_heads']}",
@@ -145,9 +178,10 @@ def render_models(rows) -> None:
 
 def render_gpus(rows) -> None:
     table = Table(title="GPU catalog (dense peaks)")
-    for col in ("id", "memory GiB", "memory GB", "HBM GB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "link GB/s",
+    _id_column(table, "id", [r["id"] for r in rows])
+    for col in ("memory GiB", "memory GB", "HBM GB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "link GB/s",
                 "per node", "TDP W", "$/GPU-h"):
-        table.add_column(col, justify="left" if col == "id" else "right")
+        table.add_column(col, justify="right", overflow="fold")  # narrow: numbers wrap, never an ellipsis
     for r in rows:
         pf = r["peak_flops"]
         table.add_row(r["id"], f"{r['memory_bytes'] / GiB:.1f}", f"{r['memory_bytes'] / GB:.1f}",
@@ -189,10 +223,9 @@ def render_search(result, m, gpu) -> None:
 
 def render_validation(results, summary, categories=None) -> None:
     table = Table(title="Predicted vs published step time")
-    for col in ("run", "GPUs", "tp", "pp", "dp", "cp", "zero", "recompute", "measured s", "predicted s", "error",
-                "pred. MFU"):
-        table.add_column(col, justify="left" if col in ("run", "recompute") else "right",
-                         no_wrap=col == "run")
+    _id_column(table, "run", [r.row.id for r in results])
+    for col in ("GPUs", "tp", "pp", "dp", "cp", "zero", "recompute", "measured s", "predicted s", "error", "pred. MFU"):
+        table.add_column(col, justify="left" if col == "recompute" else "right")
     for r in results:
         row = r.row
         table.add_row(row.id, str(row.plan.world_size), str(row.plan.tp), str(row.plan.pp), str(row.plan.dp),
@@ -273,8 +306,9 @@ def render_serve(est, doc: dict) -> None:
 
 def render_serve_validation(checks, summary) -> None:
     table = Table(title="Predicted vs published serving runs")
-    for col in ("run", "metric", "measured", "predicted", "error"):
-        table.add_column(col, justify="left" if col in ("run", "metric") else "right")
+    _id_column(table, "run", [c.row.id for c in checks])
+    for col in ("metric", "measured", "predicted", "error"):
+        table.add_column(col, justify="left" if col == "metric" else "right")
     for c in checks:
         table.add_row(c.row.id, c.row.metric, f"{c.row.measured:,.2f}", f"{c.predicted:,.2f}", f"{c.error:+.1%}")
     console.print(table)

@@ -27,7 +27,10 @@ class Simulator:
         heapq.heappush(self._heap, (time_s, priority, self._seq, handler, args))
         self._seq += 1
 
-    def run(self, until: float = math.inf) -> None:
+    def run(self, until: float = math.inf, check: Callable[[Simulator], None] | None = None,
+            every: int = 4096) -> None:
+        """Run events in order until none is left (or past ``until``); ``check(self)`` is called
+        every ``every`` events: it may report progress or raise to end a run that cannot end."""
         heap, push, pop = self._heap, heapq.heappush, heapq.heappop
         while heap:
             if heap[0][0] > until:
@@ -35,6 +38,8 @@ class Simulator:
             t, prio, _, handler, args = pop(heap)
             self.now = t
             self.events += 1
+            if check is not None and not self.events % every:
+                check(self)
             follow: Iterable[Event] | None = handler(self, *args)
             if follow:
                 for (ft, fp, fh, fa) in follow:

@@ -35,7 +35,7 @@ import numpy as np
 
 from gpuplan.cluster.des import Simulator
 from gpuplan.cluster.policies import BLOCKED, PLACEMENTS, POLICIES, PREEMPTING, STARTED, Placement, Policy
-from gpuplan.errors import require
+from gpuplan.errors import GpuplanError, require
 from gpuplan.estimate.checkpoint_interval import daly_interval
 
 MILLI = 1000
@@ -207,7 +207,37 @@ class ClusterSim:
         return 1 / rate if rate else None
 
     # -- running ---------------------------------------------------------------------------------------
-    def run(self) -> ClusterSim:
+    # Guards: a run whose jobs stop finishing (failures, reclaims or restarts that outpace the work)
+    # would go on forever; it ends with an error naming the knobs instead.
+    MAX_EVENTS = 20_000_000
+    STALL_EVENTS = 300_000  # events in a row without a job finishing
+    MAX_HORIZON_S = 1000 * 365 * 86400.0  # simulated time: a millennium is no cluster's schedule
+
+    def run(self, progress=None) -> ClusterSim:
+        """Run every job to completion. ``progress(finished_jobs)`` is called now and then."""
+        state = {"left": self.left, "at": 0, "t": 0.0}
+        # Simulated time without a job finishing that means none ever will: many times the longest
+        # job with its restart and checkpoints (at least a year, for queues of long jobs)
+        longest = max((j.work_s + j.restart_s + j.cost_s for j in self.jobs), default=0.0)
+        stall_s = max(365 * 86400.0, 20 * (longest + self.cfg.repair_s + self.cfg.grace_s))
+
+        def check(sim: Simulator) -> None:
+            if progress:
+                progress(len(self.jobs) - self.left)
+            if self.left < state["left"]:
+                state["left"], state["at"], state["t"] = self.left, sim.events, sim.now
+            stalled = sim.events - state["at"] > self.STALL_EVENTS or sim.now - state["t"] > stall_s
+            if stalled or sim.events > self.MAX_EVENTS or sim.now > self.MAX_HORIZON_S:
+                raise GpuplanError(
+                    "jobs", f"{self.left:,} of {len(self.jobs):,} jobs unfinished after {sim.events:,} events "
+                            f"({sim.now / 86400:,.1f} simulated days"
+                            + (f"; none finished in the last {sim.events - state['at']:,} events, "
+                               f"{(sim.now - state['t']) / 86400:,.0f} days)" if stalled else ")"),
+                    (f"a failure every {self.cfg.node_mtbf_s / 86400:,.3g} days per node, " if self.cfg.node_mtbf_s
+                     else "") + f"{self.cfg.spot_reclaim_per_hour:g} spot reclaims per hour per job and the jobs' "
+                    "restarts leave no time for work: use a longer --node-mtbf, a shorter --restart or fewer "
+                    "reclaims (or fewer --jobs)")
+
         for j in self.jobs:
             self.sim.schedule(j.arrival_s, 1, self._arrive, j)
         if self.cfg.node_mtbf_s:
@@ -215,7 +245,7 @@ class ClusterSim:
                 self.sim.schedule(self._next_failure(), 0, self._fail, n)
         for t, g in self.cfg.reclaims:
             self.sim.schedule(t, 0, self._reclaim_event, g)
-        self.sim.run()
+        self.sim.run(check=check)
         return self
 
     def _next_failure(self) -> float:

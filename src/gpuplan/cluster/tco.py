@@ -59,6 +59,9 @@ def tco(x: TCOInput) -> dict:
     if x.spot_per_gpu_hour is not None:
         tau = daly_interval(x.checkpoint_cost_s, x.spot_mtbf_s)
         waste = expected_waste_fraction(tau, x.checkpoint_cost_s, x.spot_mtbf_s, x.restart_s)
+        require(waste < 0.99, "spot_mtbf", f"with a preemption every {x.spot_mtbf_s:g} s, checkpoints of "
+                f"{x.checkpoint_cost_s:g} s and restarts of {x.restart_s:g} s, spot capacity does no work",
+                "use a longer --spot-mtbf or a faster --checkpoint-cost")
         spot = useful_h / (1 - waste) * x.spot_per_gpu_hour
     busy_kw = x.gpus * x.tdp_w * x.node_overhead / 1000 * x.pue
     kwh = busy_kw * HOURS_PER_MONTH * (x.utilisation + (1 - x.utilisation) * x.idle_power)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
@@ -60,33 +61,50 @@ def synthetic(n: int, gpus: int, load: float = 0.8, seed: int = 0, spot_share: f
                 cost_s=cost_s, restart_s=restart_s) for i in range(n)]
 
 
-def _rows(path: Path) -> tuple[list[str], list[list[str]]]:
+def _rows(path: Path, field: str = "trace") -> tuple[list[str], list[list[str]]]:
+    """Header and rows of a UTF-8 CSV; blank lines are dropped (line numbers stay those of the file:
+    see :func:`_numbered`)."""
+    from gpuplan.inputs import read_text
+
+    text = read_text(path, field)
     try:
-        with open(path, newline="") as f:
-            rows = list(csv.reader(f))
-    except OSError as exc:
-        raise GpuplanError("trace", f"cannot read {path}: {exc.strerror}", "pass an existing trace file") from None
-    require(len(rows) >= 1, "trace", f"{path} is empty")
-    return rows[0], rows[1:]
+        rows = list(csv.reader(text.splitlines()))
+    except csv.Error as exc:
+        raise GpuplanError(field, f"{path}: not a CSV file ({exc})", "pass a comma-separated file with a header") \
+            from None
+    require(len(rows) >= 1 and any(c.strip() for c in rows[0]), field, f"{path} is empty",
+            "pass a CSV file with a header row")
+    return [h.strip() for h in rows[0]], rows[1:]
 
 
-def _col(header: list[str], name: str, path: Path) -> int:
+def _numbered(rows: list[list[str]]):
+    """(line number in the file, row) for the non-blank rows after the header."""
+    return ((line, r) for line, r in enumerate(rows, start=2) if any(c.strip() for c in r))
+
+
+def _col(header: list[str], name: str, path: Path, field: str = "trace") -> int:
     if name not in header:
-        raise GpuplanError("trace", f"{path}: no column {name!r} in the header", f"expected columns like {header[:6]}")
+        raise GpuplanError(field, f"{path} line 1: no column {name!r} in the header",
+                           f"expected columns like {header[:6]}")
     return header.index(name)
 
 
-def _field(row: list[str], index: int, name: str, cast, path: Path, line: int, default=None):
-    """One cell as a number; a bad one is an error naming its line and column."""
+def _field(row: list[str], index: int, name: str, cast, path: Path, line: int, default=None, field: str = "trace",
+           lo: float = 0.0, hi: float = 1e12):
+    """One cell as a finite number in [lo, hi]; a bad one is an error naming its line and column."""
     text = row[index].strip() if index < len(row) else None
     if (text is None or text == "") and default is not None:
         return default
     try:
-        return cast(text)
+        value = cast(text)
     except (TypeError, ValueError):
-        raise GpuplanError("trace", f"{path} line {line}, column {name}: cannot read "
-                                    f"{'a missing value' if text is None else repr(text)} as a number",
+        raise GpuplanError(field, f"{path} line {line}, column {name}: cannot read "
+                                  f"{'a missing value' if text is None else repr(text)} as a number",
                            "fix or remove that row") from None
+    if not (math.isfinite(value) and lo <= value <= hi):
+        raise GpuplanError(field, f"{path} line {line}, column {name}: {text} is out of range [{lo:g}, {hi:g}]",
+                           "fix or remove that row")
+    return value
 
 
 def read_openb(path: str | Path) -> tuple[list[Job], Counter]:
@@ -96,9 +114,9 @@ def read_openb(path: str | Path) -> tuple[list[Job], Counter]:
                                             "scheduled_time")}
     spec = header.index("gpu_spec") if "gpu_spec" in header else None
     jobs, skipped = [], Counter()
-    for line, r in enumerate(rows, start=2):
-        n_gpu = _field(r, c["num_gpu"], "num_gpu", int, path, line)
-        milli = _field(r, c["gpu_milli"], "gpu_milli", int, path, line, default=0)
+    for line, r in _numbered(rows):
+        n_gpu = _field(r, c["num_gpu"], "num_gpu", int, path, line, hi=1e6)
+        milli = _field(r, c["gpu_milli"], "gpu_milli", int, path, line, default=0, hi=1e6)
         created = _field(r, c["creation_time"], "creation_time", float, path, line)
         start = _field(r, c["scheduled_time"], "scheduled_time", float, path, line, default=created)
         end = _field(r, c["deletion_time"], "deletion_time", float, path, line)
@@ -111,21 +129,30 @@ def read_openb(path: str | Path) -> tuple[list[Job], Counter]:
         gpus = milli / 1000 if n_gpu == 1 and 0 < milli < 1000 else float(n_gpu)
         models = frozenset(m.strip() for m in r[spec].split("|") if m.strip()) if spec is not None and spec < len(r) \
             else frozenset()
-        jobs.append(Job(len(jobs), created, gpus, end - start, tier=1 if r[c["qos"]] == "LS" else 0,
+        qos = r[c["qos"]].strip() if c["qos"] < len(r) else ""
+        jobs.append(Job(len(jobs), created, gpus, end - start, tier=1 if qos == "LS" else 0,
                         gpu_models=models or None))
     return jobs, skipped
 
 
 def read_philly(path: str | Path) -> tuple[list[Job], Counter]:
+    from gpuplan.inputs import read_text
+
     path = Path(path)
+    text = read_text(path, "trace")
     try:
-        log = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise GpuplanError("trace", f"cannot read {path} as Philly's JSON job log ({exc})",
-                           "pass cluster_job_log (a JSON list of jobs)") from None
+        log = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise GpuplanError("trace", f"{path} line {exc.lineno}, column {exc.colno}: not Philly's JSON job log "
+                                    f"({exc.msg})", "pass cluster_job_log (a JSON list of jobs)") from None
+    if not isinstance(log, list):
+        raise GpuplanError("trace", f"{path} holds a JSON {type(log).__name__}, not a list of jobs",
+                           "pass cluster_job_log (a JSON list of jobs)")
     fmt = "%Y-%m-%d %H:%M:%S"
     jobs, skipped, t0 = [], Counter(), None
     for i, j in enumerate(log):
+        if not isinstance(j, dict):
+            raise GpuplanError("trace", f"{path} job {i}: {j!r:.40} is not a job object", "fix or remove that job")
         try:
             attempts = j.get("attempts") or []
             if not attempts:
@@ -138,9 +165,9 @@ def read_philly(path: str | Path) -> tuple[list[Job], Counter]:
             end = datetime.strptime(attempts[-1]["end_time"], fmt)
             gpus = sum(len(d.get("gpus", [])) for d in attempts[-1].get("detail", []))
             submitted = datetime.strptime(j["submitted_time"], fmt)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise GpuplanError("trace", f"{path} job {i} ({j.get('jobid', '?') if isinstance(j, dict) else '?'}): "
-                                        f"cannot read it ({exc})", "fix or remove that job") from None
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            raise GpuplanError("trace", f"{path} job {i} ({j.get('jobid', '?')}): cannot read it ({exc})",
+                               "fix or remove that job") from None
         if gpus == 0:
             skipped["no GPU"] += 1
             continue
@@ -157,8 +184,8 @@ def read_helios(path: str | Path) -> tuple[list[Job], Counter]:
     jobs, skipped = [], Counter()
     t0 = None
     parsed = []
-    for line, r in enumerate(rows, start=2):
-        gpus = _field(r, c["gpu_num"], "gpu_num", int, path, line)
+    for line, r in _numbered(rows):
+        gpus = _field(r, c["gpu_num"], "gpu_num", int, path, line, hi=1e6)
         submit = _field(r, c["submit_time"], "submit_time", float, path, line)
         dur = _field(r, c["duration"], "duration", float, path, line)
         if gpus == 0:
@@ -177,31 +204,33 @@ def read_openb_nodes(path: str | Path) -> tuple[tuple[int, ...], tuple[str, ...]
     """GPUs and GPU model of each node from ``openb_node_list_gpu_node.csv`` (``sn, cpu_milli,
     memory_mib, gpu, model``); nodes without GPUs are skipped."""
     path = Path(path)
-    header, rows = _rows(path)
-    col, mcol = _col(header, "gpu", path), _col(header, "model", path)
+    header, rows = _rows(path, "nodes_file")
+    col, mcol = _col(header, "gpu", path, "nodes_file"), _col(header, "model", path, "nodes_file")
     gpus, models, skipped = [], [], Counter()
-    for line, r in enumerate(rows, start=2):
-        g = _field(r, col, "gpu", int, path, line)
+    for line, r in _numbered(rows):
+        g = _field(r, col, "gpu", int, path, line, field="nodes_file", hi=1024)
         if g <= 0:
             skipped["node without GPUs"] += 1
         else:
             gpus.append(g)
             models.append(r[mcol].strip() if mcol < len(r) else "")
+    require(len(gpus) > 0, "nodes_file", f"{path} lists no node with GPUs",
+            "pass openb_node_list_gpu_node.csv (sn,cpu_milli,memory_mib,gpu,model), or drop --nodes-file")
     return tuple(gpus), tuple(models), skipped
 
 
 def read_reclaims(path: str | Path) -> tuple[tuple[float, float], ...]:
     """Spot reclaim events (``time_s,gpus``, module docstring), in time order."""
     path = Path(path)
-    header, rows = _rows(path)
-    ct, cg = _col(header, "time_s", path), _col(header, "gpus", path)
+    header, rows = _rows(path, "reclaims")
+    ct, cg = _col(header, "time_s", path, "reclaims"), _col(header, "gpus", path, "reclaims")
     out = []
-    for line, r in enumerate(rows, start=2):
-        t = _field(r, ct, "time_s", float, path, line)
-        g = _field(r, cg, "gpus", float, path, line)
-        if t < 0 or g <= 0:
-            raise GpuplanError("trace", f"{path} line {line}: a reclaim needs time_s >= 0 and gpus > 0, "
-                                        f"got {t:g} and {g:g}", "fix or remove that row")
+    for line, r in _numbered(rows):
+        t = _field(r, ct, "time_s", float, path, line, field="reclaims")
+        g = _field(r, cg, "gpus", float, path, line, field="reclaims", hi=1e7)
+        if g <= 0:
+            raise GpuplanError("reclaims", f"{path} line {line}: a reclaim needs gpus > 0, got {g:g}",
+                               "fix or remove that row")
         out.append((t, g))
     return tuple(sorted(out))
 

@@ -35,6 +35,8 @@ def expected_waste_fraction(interval_s: float, cost_s: float, mtbf_s: float, res
     _check(cost_s, mtbf_s)
     require(interval_s > 0, "interval", f"must be positive, got {interval_s}")
     require(restart_s >= 0, "restart", f"must not be negative, got {restart_s}")
+    if (restart_s + interval_s + cost_s) / mtbf_s > 700:  # exp would overflow: no interval ever completes
+        return 1.0
     wall_per_work = mtbf_s * math.exp(restart_s / mtbf_s) * math.expm1((interval_s + cost_s) / mtbf_s) / interval_s
     return 1 - 1 / wall_per_work
 

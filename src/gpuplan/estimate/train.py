@@ -112,15 +112,32 @@ def suggest_fixes(req: TrainRequest, limit: int = 5) -> tuple[Suggestion, ...]:
                 continue
             candidates.append((f"--{dim} {new} (dp {p.dp // 2})", cand))
     out = []
+    now = _memory(req).per_gpu.total
     for label, cand in candidates:
         try:
             validate(cand)
         except GpuplanError:
             continue
         mem = _memory(cand)
-        out.append(Suggestion(label, mem.per_gpu.total, mem.fits))
+        if mem.per_gpu.total < now:  # a change that saves nothing (ZeRO with dp=1) is no suggestion
+            out.append(Suggestion(label, mem.per_gpu.total, mem.fits))
     fitting = [s for s in out if s.fits]
-    pool = fitting if fitting else sorted(out, key=lambda s: s.total_bytes)
+    if fitting:
+        return tuple(fitting[:limit])
+    # No single change fits: the fewest GPUs with a plan that does, checked with the full estimate
+    from gpuplan.search.plans import smallest_fitting_plan
+    found = smallest_fitting_plan(req.model, req.gpu, p.world_size, replace(c, global_batch=req.global_batch))
+    pool = sorted(out, key=lambda s: s.total_bytes)[:limit - 1]
+    if found is not None:
+        plan, config = found
+        mem = estimate_memory(req.model, config, plan, req.gpu.memory_bytes,
+                              req.global_batch // (config.micro_batch * plan.dp))
+        flags = (f"--gpus {plan.world_size} --tp {plan.tp} --pp {plan.pp}" + (f" --cp {plan.cp}" if plan.cp > 1 else "")
+                 + (f" --ep {plan.ep}" if plan.ep > 1 else "") + (f" --zero {plan.zero}" if plan.zero else "")
+                 + (f" --recompute {config.recompute}" if config.recompute != c.recompute else "")
+                 + (f" --micro-batch {config.micro_batch}" if config.micro_batch != c.micro_batch else "")
+                 + (f" --schedule {plan.schedule}" if plan.schedule != p.schedule else ""))
+        pool = [Suggestion(flags, mem.per_gpu.total, mem.fits)] + pool
     return tuple(pool[:limit])
 
 

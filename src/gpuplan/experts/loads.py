@@ -14,11 +14,10 @@ from gpuplan.errors import GpuplanError, require
 def read_loads(path: str | Path) -> np.ndarray:
     """A (layers x experts) table: CSV with one row per layer (a header row of names is skipped),
     or JSON as a list of rows or {"loads": [...]}."""
+    from gpuplan.inputs import read_text
+
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise GpuplanError("loads", f"cannot read {p}: {exc.strerror}", "pass an existing CSV or JSON file") from None
+    text = read_text(p, "loads")
     try:
         if p.suffix.lower() == ".json":
             doc = json.loads(text)
@@ -33,8 +32,14 @@ def read_loads(path: str | Path) -> np.ndarray:
                            "one row per layer, one number per expert") from None
     require(table.ndim == 2 and table.shape[0] >= 1 and table.shape[1] >= 1, "loads",
             f"{p} must have the same number of experts on every row")
-    require(np.isfinite(table).all() and (table >= 0).all(), "loads", f"{p} has negative or non-finite loads",
-            "loads are token counts: use numbers >= 0")
+    bad = np.argwhere(~np.isfinite(table) | (table < 0) | (table > 1e15))
+    if len(bad):
+        layer, expert = (int(x) for x in bad[0])
+        raise GpuplanError("loads", f"{p} row {layer + 1}, expert {expert + 1}: {table[layer, expert]!r} is not a load",
+                           "loads are token counts: use numbers from 0 to 1e15")
+    empty = np.flatnonzero(table.sum(axis=1) <= 0)
+    require(not len(empty), "loads", f"{p} row {int(empty[0]) + 1 if len(empty) else 0} has no load at all",
+            "give each layer's token counts (at least one above 0), or drop the row")
     return table
 
 

@@ -42,7 +42,7 @@ def chrome_trace(t: Timeline, unit_s: float = 1e-3) -> dict:
 
 
 def write_trace(t: Timeline, path: Path, unit_s: float = 1e-3) -> None:
-    Path(path).write_text(json.dumps(chrome_trace(t, unit_s)))
+    Path(path).write_text(json.dumps(chrome_trace(t, unit_s), allow_nan=False))
 
 
 def write_plot(t: Timeline, path: Path) -> None:
@@ -53,12 +53,22 @@ def write_plot(t: Timeline, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     p = t.schedule.ranks
-    fig, ax = plt.subplots(figsize=(max(8.0, min(40.0, len(t.events) / p * 0.35)), 0.5 * p + 1.2))
+    width = max(8.0, min(40.0, len(t.events) / p * 0.35))
+    fig, ax = plt.subplots(figsize=(width, 0.5 * p + 1.2))
+    # One collection per (rank, kind), not one patch per action: drawing then costs about what the
+    # simulation does (16 ranks x 256 micro-batches took 112 s with a patch and a label per action).
+    bars: dict[tuple[int, str], list] = {}
     for e in t.events:
-        ax.broken_barh([(e.start, e.end - e.start)], (p - 1 - e.rank + 0.05, 0.9), facecolors=COLORS[e.action.kind],
-                       edgecolors="white", linewidth=0.5)
-        label = "/".join(str(o.mb) for o in e.action.ops)
-        ax.text((e.start + e.end) / 2, p - 1 - e.rank + 0.5, label, ha="center", va="center", fontsize=6, color="white")
+        bars.setdefault((e.rank, e.action.kind), []).append((e.start, e.end - e.start))
+    for (rank, kind), spans in bars.items():
+        ax.broken_barh(spans, (p - 1 - rank + 0.05, 0.9), facecolors=COLORS[kind], edgecolors="white", linewidth=0.5)
+    # Micro-batch numbers only where a box is wide enough to read them (about 2 mm at 6 pt)
+    if t.makespan_s > 0 and len(t.events) / p <= 200:
+        for e in t.events:
+            if (e.end - e.start) / t.makespan_s * width >= 0.12:
+                label = "/".join(str(o.mb) for o in e.action.ops)
+                ax.text((e.start + e.end) / 2, p - 1 - e.rank + 0.5, label, ha="center", va="center", fontsize=6,
+                        color="white")
     ax.set_yticks([p - 1 - r + 0.5 for r in range(p)], [f"rank {r}" for r in range(p)])
     ax.set_xlim(0, t.makespan_s)
     ax.set_xlabel("time")

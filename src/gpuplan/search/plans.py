@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from gpuplan.errors import GpuplanError, require
+from gpuplan.errors import DoesNotFit, GpuplanError, require
 from gpuplan.estimate.memory import MemoryReport, estimate_memory
 from gpuplan.estimate.step_time import StepTime, step_time
 from gpuplan.search.grid import Grid, Layout
@@ -128,7 +128,9 @@ def parse_choices(text: str | None, field: str, kind: type = str) -> tuple | Non
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    # up to the square root: a million GPUs must not mean a million trial divisions per (tp, cp)
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
 
 
 def _pow2_upto(n: int) -> list[int]:
@@ -143,6 +145,9 @@ def _pow2_upto(n: int) -> list[int]:
 # them rather than counting them (they are not plans of this pipeline depth)
 _SCHEDULE_RULES = tuple(r for r in validity.RULES if r.reason in (
     Reason.VP_WITHOUT_PP, Reason.VP_SCHEDULE, Reason.ODD_PP, Reason.VP_LAYERS, Reason.V_LAYERS))
+
+
+_SCHEDULE_ORDER = [s.train_name for s in schedules.training()]  # the registry's order: 1F1B, the simplest, first
 
 
 def _schedules(m: ModelSpec, pp: int, max_vp: int, fw: Framework = FRAMEWORKS["generic"]) -> list[tuple[str, int]]:
@@ -385,14 +390,16 @@ def _fits_somehow(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig,
 
 def _no_plan(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, rejected: Counter, considered: int,
              constraints: Constraints | None = None):
-    reasons = ", ".join(f"{n} {r}" for r, n in sorted(rejected.items(), key=lambda kv: -kv[1]))
+    reasons = ", ".join(f"{n:,} {r}" for r, n in sorted(rejected.items(), key=lambda kv: -kv[1]) if n)
     constrained = constraints is not None and any("(--" in r for r in rejected)
     if not rejected.get(Reason.MEMORY) and constrained:
         return GpuplanError("gpus", f"no parallel plan of {gpus} GPUs for {m.name} meets the constraints ({reasons})",
                             "relax --tp/--pp/--cp/--ep/--dp, the --max-* bounds or --schedule")
     if not rejected.get(Reason.MEMORY):
+        # Suggest a count that really has a plan (the nearest below, then above), never the one that failed
+        found = next((n for n in _nearby_counts(gpus, gpu.fast_domain) if _fits_somehow(m, gpu, n, base)), None)
         return GpuplanError("gpus", f"no parallel plan uses {gpus} GPUs for {m.name} ({reasons})",
-                            f"use a GPU count that tp x cp x pp x dp can make, e.g. {gpu.fast_domain * max(1, gpus // gpu.fast_domain)}")
+                            f"use {found} GPUs" if found else "use a GPU count that tp x cp x pp x dp can make")
     fixes = []
     for k in (2, 4, 8, 16, 32, 64, 128):
         if _fits_somehow(m, gpu, gpus * k, base, constraints):
@@ -407,5 +414,34 @@ def _no_plan(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, reject
     if base.optimizer == "adamw" and _fits_somehow(m, gpu, gpus, replace(base, optimizer="adamw8bit")):
         fixes.append("--optimizer adamw8bit")
     fix = "try " + " or ".join(fixes) if fixes else "use a GPU with more memory"
-    return GpuplanError("gpus", f"no plan of {m.name} fits {gpus} x {gpu.name} "
-                                f"({considered} plans considered, even with ZeRO-3 and full recompute)", fix)
+    return DoesNotFit("gpus", f"no plan of {m.name} fits {gpus} x {gpu.name} "
+                              f"({considered} plans considered, even with ZeRO-3 and full recompute)", fix)
+
+
+def _nearby_counts(gpus: int, node: int) -> list[int]:
+    """GPU counts near ``gpus`` that parallel plans usually make: whole nodes and powers of two,
+    the nearest first, below before above."""
+    below = sorted({2 ** k for k in range(0, 40) if 2 ** k < gpus} | {node * k for k in range(1, 65) if node * k < gpus},
+                   reverse=True)
+    above = sorted({2 ** k for k in range(0, 40) if 2 ** k > gpus} | {node * k for k in range(1, 65) if node * k > gpus})
+    return (below[:6] + above[:6])[:12]
+
+
+def smallest_fitting_plan(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig,
+                          factors: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
+                          ) -> tuple[ParallelPlan, TrainingConfig] | None:
+    """The plan with the fewest GPUs (``gpus`` times a factor) that fits, lightest memory savers
+    first (recompute, then ZeRO stage, then the smallest tp x pp); its memory is checked again
+    with the full estimate, so what is suggested really fits. None: nothing up to 128x fits."""
+    for k in factors:
+        fit = _feasible(m, gpu, gpus * k, base, (1,), (0, 1, 2, 3), list(RECOMPUTE_ORDER), 1, Counter())
+        order = sorted(range(len(fit.layout)), key=lambda i: (
+            int(fit.rec[i]), int(fit.zero[i]), fit.grid.layouts[fit.layout[i]].tp * fit.grid.layouts[fit.layout[i]].pp,
+            _SCHEDULE_ORDER.index(schedules.get(fit.grid.layouts[fit.layout[i]].schedule).train_name)))
+        for i in order[:20]:
+            plan = fit.grid.layouts[fit.layout[i]].plan(int(fit.grid.zero[fit.zero[i]]))
+            config = replace(base, micro_batch=int(fit.grid.mbs[fit.mbs[i]]), recompute=fit.grid.rec[fit.rec[i]])
+            micro = base.global_batch // (config.micro_batch * plan.dp)
+            if estimate_memory(m, config, plan, gpu.memory_bytes, micro).fits:
+                return plan, config
+    return None

@@ -25,6 +25,9 @@ from gpuplan.units import GiB
 LOGIT_BYTES = 4  # the sampler works on fp32 logits
 
 
+BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+
+
 @dataclass(frozen=True)
 class ServeConfig:
     """Engine settings (vLLM names)."""
@@ -42,8 +45,16 @@ class ServeConfig:
                 f"must be in (0, 1], got {self.gpu_memory_utilization}")
         require(isinstance(self.block_size, int) and self.block_size >= 1, "block_size",
                 f"must be a positive integer, got {self.block_size!r}")
+        # the block sizes vLLM's paged attention kernels take (CacheConfig.block_size)
+        require(self.block_size in BLOCK_SIZES, "block_size",
+                f"vLLM pages KV in blocks of {', '.join(map(str, BLOCK_SIZES))} tokens, not {self.block_size}",
+                "use --block-size 16 (the default) or another of those")
         require(self.max_batched_tokens >= 1, "max_batched_tokens", "must be positive")
         require(self.max_num_seqs is None or self.max_num_seqs >= 1, "max_num_seqs", "must be positive")
+        # vLLM refuses this too (SchedulerConfig): a budget below the sequences it may run starves decoders
+        require(self.max_num_seqs is None or self.max_batched_tokens >= self.max_num_seqs, "max_batched_tokens",
+                f"{self.max_batched_tokens} tokens per iteration is fewer than --max-num-seqs {self.max_num_seqs}",
+                f"use --max-batched-tokens >= {self.max_num_seqs} (vLLM's default is 8192) or a smaller --max-num-seqs")
         for name in ("context_bytes", "cuda_graph_bytes", "nccl_bytes"):
             require(getattr(self, name) >= 0, name, "must not be negative")
 

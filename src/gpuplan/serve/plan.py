@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from gpuplan.errors import GpuplanError, require
+from gpuplan.errors import DoesNotFit, GpuplanError, require
 from gpuplan.estimate.comm import efficiency
 from gpuplan.serve.formats import kv_format, weight_format
 from gpuplan.serve.kv import kv_bytes_per_sequence, kv_bytes_per_token
@@ -69,6 +69,16 @@ class ServeRequest:
                 "--concurrency and --max-throughput are exclusive", "pass one of them")
         require(0 <= self.prefix_hit_rate < 1, "prefix_hit_rate", f"must be in [0, 1), got {self.prefix_hit_rate}")
         require(not (self.ngram and self.draft_model), "draft", "pick a draft model or n-gram speculation, not both")
+        # A draft proposes token ids the target verifies: both must share one vocabulary
+        require(self.draft_model is None or self.draft_model.vocab_size == self.model.vocab_size, "draft_model",
+                f"{getattr(self.draft_model, 'name', '')} has a vocabulary of {getattr(self.draft_model, 'vocab_size', 0):,}"
+                f" tokens, {self.model.name} of {self.model.vocab_size:,}",
+                "use a draft model of the same family (same tokenizer)")
+        # The SLOs pick the batch size that serves a target: without a target they would be ignored
+        require((self.tpot_slo_s is None and self.ttft_slo_s is None) or bool(self.target_tokens_per_s)
+                or bool(self.target_requests_per_s), "tpot_slo" if self.tpot_slo_s is not None else "ttft_slo",
+                "a latency target needs a throughput to serve",
+                "add --target-rps or --target-tokens-per-s (or use serve-sim --itl-slo/--ttft-slo to find the rate)")
 
 
 @dataclass(frozen=True)
@@ -207,7 +217,7 @@ def estimate_serving(req: ServeRequest) -> ServeEstimate:
     conc_max = max_concurrency(mem, d, cfg, length)
     if conc_max < 1:
         short = mem.kv_pool if mem.kv_pool < 0 else mem.kv_pool - blocks_per_sequence(d, cfg, length) * mem.kv_block_bytes
-        raise GpuplanError("memory", f"{m.name} in {req.weights} on {d.gpus} x {gpu.name} (tp={req.tp}, pp={req.pp}) "
+        raise DoesNotFit("memory", f"{m.name} in {req.weights} on {d.gpus} x {gpu.name} (tp={req.tp}, pp={req.pp}) "
                                      f"has no room for one {length}-token sequence: short by {-short / GiB:.2f} GiB per GPU",
                            _smallest_fix(req, cfg))
     if req.max_throughput:
@@ -216,7 +226,7 @@ def estimate_serving(req: ServeRequest) -> ServeEstimate:
         conc = req.concurrency or 1
         if conc > conc_max:
             need = conc * blocks_per_sequence(d, cfg, length) * mem.kv_block_bytes
-            raise GpuplanError("concurrency", f"{conc} sequences of {length} tokens need {need / GiB:.1f} GiB of KV "
+            raise DoesNotFit("concurrency", f"{conc} sequences of {length} tokens need {need / GiB:.1f} GiB of KV "
                                               f"per GPU; the pool holds {mem.kv_pool / GiB:.1f} GiB ({conc_max} sequences)",
                                f"use --concurrency {conc_max}, --kv fp8, or a larger --tp")
     sm = step_model(d)

@@ -52,8 +52,9 @@ class Lengths:
                 out = cls("fixed", float(s))
         except ValueError:
             raise GpuplanError(field, f"cannot read {text!r} as a length", "write 2048, 512-4096 or exp:512") from None
-        require(out.a >= 1 and (out.kind != "uniform" or out.b >= out.a), field,
-                f"lengths must be at least 1 (and lo <= hi), got {text!r}")
+        require(math.isfinite(out.a) and math.isfinite(out.b) and out.a >= 1 and (out.kind != "uniform" or out.b >= out.a),
+                field, f"lengths must be at least 1 (and lo <= hi), got {text!r}", "write 2048, 512-4096 or exp:512")
+        require(out.max <= 1e8, field, f"{text!r} is longer than any model's context", "use at most 100M tokens")
         return out
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -84,17 +85,40 @@ class Workload:
 
     @classmethod
     def from_trace(cls, path: Path) -> Workload:
-        """CSV with columns arrival_s, input_len, output_len (one request per row)."""
-        try:
-            with open(path, newline="") as f:
-                rows = list(csv.DictReader(f))
-            a = np.array([float(r["arrival_s"]) for r in rows])
-            i = np.array([int(r["input_len"]) for r in rows])
-            o = np.array([int(r["output_len"]) for r in rows])
-        except (OSError, KeyError, ValueError) as exc:
-            raise GpuplanError("trace", f"cannot read {path}: {exc}",
-                               "give a CSV with columns arrival_s,input_len,output_len") from None
-        require(len(a) > 0, "trace", f"{path} has no requests")
+        """CSV with columns arrival_s, input_len, output_len (one request per row); a bad cell is
+        an error naming its line and column."""
+        from gpuplan.inputs import read_text
+
+        rows = list(csv.reader(read_text(path, "trace").splitlines()))
+        header = [h.strip() for h in rows[0]] if rows else []
+        need = ("arrival_s", "input_len", "output_len")
+        missing = [c for c in need if c not in header]
+        require(not missing, "trace", f"{path} line 1: no column {', '.join(missing)} in the header",
+                "give a CSV with the header arrival_s,input_len,output_len")
+        cols = [header.index(c) for c in need]
+        a, i, o = [], [], []
+        for line, row in enumerate(rows[1:], start=2):
+            if not any(c.strip() for c in row):
+                continue
+            vals = []
+            for name, col in zip(need, cols):
+                text = row[col].strip() if col < len(row) else None
+                try:
+                    v = float(text) if name == "arrival_s" else int(text)
+                except (TypeError, ValueError):
+                    raise GpuplanError("trace", f"{path} line {line}, column {name}: cannot read "
+                                                f"{'a missing value' if text is None else repr(text)}"
+                                                f" as {'seconds' if name == 'arrival_s' else 'a whole number of tokens'}",
+                                       "fix or remove that row") from None
+                ok = math.isfinite(v) and v >= 0 if name == "arrival_s" else 1 <= v <= 10**8
+                require(ok, "trace", f"{path} line {line}, column {name}: {text} is out of range",
+                        "arrival_s must be >= 0 seconds, lengths from 1 token")
+                vals.append(v)
+            a.append(vals[0])
+            i.append(vals[1])
+            o.append(vals[2])
+        require(len(a) > 0, "trace", f"{path} has no requests", "add rows of arrival_s,input_len,output_len")
+        a, i, o = np.array(a, dtype=float), np.array(i, dtype=np.int64), np.array(o, dtype=np.int64)
         order = np.argsort(a, kind="stable")
         return cls(a[order], i[order], o[order])
 
@@ -131,7 +155,13 @@ class SimResult:
                 "preemptions": self.preemptions, "iterations": self.iterations, **self.percentiles()}
 
 
-def simulate(d: Deployment, cfg: ServeConfig, w: Workload, rate: float = 0.0) -> SimResult:
+# Iterations a simulation may take (about 30 us each): beyond it the run ends with an error naming
+# the flag that made it so long, rather than running for hours.
+MAX_ITERATIONS = 1_000_000
+
+
+def simulate(d: Deployment, cfg: ServeConfig, w: Workload, rate: float = 0.0,
+             max_iterations: int = MAX_ITERATIONS) -> SimResult:
     """Run the requests of ``w`` through one replica until all finish.
 
     State lives in numpy arrays over requests; the running set is an array of request ids in
@@ -149,6 +179,12 @@ def simulate(d: Deployment, cfg: ServeConfig, w: Workload, rate: float = 0.0) ->
         raise GpuplanError("input_len", f"a {longest}-token request needs {math.ceil(longest / bs)} KV blocks; the pool "
                                         f"has {free}", "use shorter requests, --kv fp8, or a larger --tp")
     arrival, prompt, out = w.arrival_s, w.input_len.astype(np.int64), w.output_len.astype(np.int64)
+    # every iteration handles at most the budget: a lower bound of the iterations, checked before running
+    least = int(prompt.sum() + out.sum()) // cfg.max_batched_tokens
+    if least > max_iterations // 10:
+        raise GpuplanError("max_batched_tokens", f"{n:,} requests at {cfg.max_batched_tokens:,} tokens per iteration "
+                                                 f"take at least {least:,} engine iterations",
+                           "raise --max-batched-tokens (vLLM's default is 8192) or simulate fewer --requests")
     computed = np.zeros(n, dtype=np.int64)  # tokens whose KV is in the cache
     generated = np.zeros(n, dtype=np.int64)
     target = prompt.copy()  # tokens to prefill (the prompt, plus generated tokens after a preemption)
@@ -240,6 +276,10 @@ def simulate(d: Deployment, cfg: ServeConfig, w: Workload, rate: float = 0.0) ->
         dt = it.seconds
         now += steps * dt
         iterations += steps
+        if iterations > max_iterations:
+            raise GpuplanError("requests", f"the simulation passed {max_iterations:,} engine iterations with "
+                                           f"{n - done:,} of {n:,} requests unfinished",
+                               "simulate fewer --requests, or a rate the engine can keep up with")
         computed[ids] += tk
         emits = dec | (computed[ids] >= target[ids])  # decoders, and prompts whose last chunk ran
         e = ids[emits]
@@ -275,10 +315,15 @@ def meets(result: SimResult, ttft_slo_s: float | None, itl_slo_s: float | None) 
 
 
 def max_rate(d: Deployment, cfg: ServeConfig, n: int, input_len: Lengths, output_len: Lengths, seed: int,
-             ttft_slo_s: float | None, itl_slo_s: float | None, steps: int = 10) -> tuple[float, SimResult | None]:
-    """The highest Poisson rate whose p99 TTFT and ITL meet the SLO (bisection on a log scale)."""
+             ttft_slo_s: float | None, itl_slo_s: float | None, steps: int = 10,
+             progress=None) -> tuple[float, SimResult | None]:
+    """The highest Poisson rate whose p99 TTFT and ITL meet the SLO (bisection on a log scale).
+    ``progress()`` is called after each simulation (at most about 14 + ``steps``)."""
     def run(rate: float) -> SimResult:
-        return simulate(d, cfg, Workload.poisson(rate, n, input_len, output_len, seed), rate)
+        r = simulate(d, cfg, Workload.poisson(rate, n, input_len, output_len, seed), rate)
+        if progress:
+            progress()
+        return r
 
     lo, hi = 0.0, 1.0
     best = None

@@ -15,7 +15,7 @@ import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from gpuplan.errors import GpuplanError
 from gpuplan.specs.model import ModelSpec
@@ -52,6 +52,10 @@ class _Config:
         if not ok:
             raise GpuplanError(f"{self.where}: {keys[0]}",
                                f"must be {kind.__name__}, got {value!r}")
+        # Sizes, counts and rates in a config are never negative (nor astronomically large)
+        if kind in (int, float) and not (0 <= value <= 1e12):
+            raise GpuplanError(f"{self.where}: {keys[0]}", f"must be between 0 and 1e12, got {value!r}",
+                               "fix the value in config.json")
         return value
 
 
@@ -438,10 +442,16 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
+    if not path.exists():
+        raise GpuplanError("model", f"no such file {str(path)!r}", "pass a catalog id or a config.json path")
+    from gpuplan.inputs import read_text
+
+    def no_constant(token: str) -> NoReturn:  # NaN, Infinity: not JSON, and no size a model can have
+        raise ValueError(f"{token} is not a number JSON allows")
+
+    text = read_text(path, "model")  # outside the try: its errors are GpuplanErrors (ValueErrors) already
     try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise GpuplanError("model", f"no such file {str(path)!r}", "pass a catalog id or a config.json path") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = json.loads(text, parse_constant=no_constant)
+    except (json.JSONDecodeError, ValueError) as exc:
         raise GpuplanError(str(path), f"is not valid JSON ({exc})", "pass a complete Hugging Face config.json") from None
     return model_from_hf_config(data, name=path.parent.name or path.stem, where=str(path))
