@@ -28,10 +28,10 @@ ROOT = Path(__file__).resolve().parents[2]
 # -- the script's logic, with stand-ins -----------------------------------------------------------------
 FAKE_SRUN = """#!/bin/bash
 # stand-in for srun + trainer: records the signal it gets, then behaves as $FAKE_MODE says
+got=0
 trap 'echo TERM >> "$FAKE_LOG"; got=1' TERM
 trap 'echo USR1 >> "$FAKE_LOG"; got=1' USR1
-touch "$FAKE_LOG.started"
-got=0
+touch "$FAKE_LOG.started"  # the test signals from now on
 case "$FAKE_MODE" in
   exit75) exit 75 ;;
   marker1) echo '{}' > "$CKPT_DIR/requeue.marker"; exit 1 ;;
