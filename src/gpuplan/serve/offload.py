@@ -324,15 +324,27 @@ def plan_offload(req: OffloadRequest) -> OffloadPlan:
             if not _fits(req, s, p, b):
                 continue
             plan = _evaluate(req, s, p, b)
-            if top is None or plan.throughput > top.throughput:
+            if top is None or _better(plan, top):
                 top = plan
         if top is not None:
             by_batch.append((b, top.throughput))
-            if best is None or top.throughput > best.throughput:
-                best = top
+            if best is None or top.throughput > best.throughput * (1 + _TIE):
+                best = top  # on a tie the smaller batch: same speed, less memory and latency
     if best is None:
         raise _no_fit(req, s)
     return _with_curve(best, tuple(by_batch))
+
+
+_TIE = 1e-9
+
+
+def _better(a: OffloadPlan, b: OffloadPlan) -> bool:
+    """Faster wins; on a tie (transfer hidden behind compute) the placement with more on the GPU,
+    which moves fewer bytes and leaves PCIe free."""
+    if abs(a.throughput - b.throughput) > _TIE * max(a.throughput, b.throughput):
+        return a.throughput > b.throughput
+    pa, pb = a.placement, b.placement
+    return (pa.weights_gpu, pa.kv_gpu) > (pb.weights_gpu, pb.kv_gpu)
 
 
 def _with_curve(plan: OffloadPlan, curve: tuple[tuple[int, float], ...]) -> OffloadPlan:

@@ -10,9 +10,11 @@ the catalog (catalog/hosts/*.toml) quotes ~25 GB/s for Gen4 x16 and ~50 GB/s for
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field, replace
 
-from gpuplan.errors import require
+from gpuplan.errors import GpuplanError, require
 
 
 @dataclass(frozen=True)
@@ -113,3 +115,22 @@ def _flag(name: str) -> str:
         "cpu_memory_bytes_per_s": "cpu_memory_gbps",
         "cpu_flops": "cpu_tflops",
     }.get(name, name)
+
+
+_BYTES = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([KMGTP]?)(i?)B?\s*$", re.IGNORECASE)
+_SCALE = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5}
+
+
+def parse_bytes(text: str | float, field: str) -> float:
+    """``256GB`` (SI, 256e9), ``256GiB`` (binary), ``2TB`` or a plain number of bytes."""
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        match = _BYTES.match(str(text))
+        if not match:
+            raise GpuplanError(field, f"cannot read {text!r} as a size", "write it like 256GB, 2TB or 512GiB")
+        base = 1024 if match.group(3) else 1000
+        value = float(match.group(1)) * base ** _SCALE[match.group(2).upper()]
+    if not math.isfinite(value) or value <= 0:
+        raise GpuplanError(field, f"must be a positive size, got {text!r}")
+    return value
