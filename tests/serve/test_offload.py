@@ -22,20 +22,38 @@ FAST = 1e18  # rates so high that their terms vanish, leaving the one under test
 
 
 def gpu(memory=80e9, flops=FAST, hbm=FAST):
-    return GPUSpec(id="t", name="test", memory_bytes=memory, hbm_bytes_per_s=hbm, peak_flops={"fp16": flops},
-                   interconnect="pcie", interconnect_bytes_per_s=1e9, pcie_bytes_per_s=1e9, gpus_per_node=1, tdp_w=1)
+    return GPUSpec(
+        id="t",
+        name="test",
+        memory_bytes=memory,
+        hbm_bytes_per_s=hbm,
+        peak_flops={"fp16": flops},
+        interconnect="pcie",
+        interconnect_bytes_per_s=1e9,
+        pcie_bytes_per_s=1e9,
+        gpus_per_node=1,
+        tdp_w=1,
+    )
 
 
 def host(pcie=1e9, cpu_bw=1e9, cpu_flops=FAST, memory=1e12, disk=0.0, disk_bw=0.0):
-    return HostSpec(name="h", cpu_memory_bytes=memory, cpu_memory_bytes_per_s=cpu_bw, pcie_bytes_per_s=pcie,
-                    disk_bytes=disk, disk_read_bytes_per_s=disk_bw, disk_write_bytes_per_s=disk_bw / 2,
-                    cpu_flops=cpu_flops)
+    return HostSpec(
+        name="h",
+        cpu_memory_bytes=memory,
+        cpu_memory_bytes_per_s=cpu_bw,
+        pcie_bytes_per_s=pcie,
+        disk_bytes=disk,
+        disk_read_bytes_per_s=disk_bw,
+        disk_write_bytes_per_s=disk_bw / 2,
+        cpu_flops=cpu_flops,
+    )
 
 
 def request(model="opt-125m", **kw):
     g, h = kw.pop("gpu", gpu()), kw.pop("host", host())
-    return OffloadRequest(model=catalog.model(model), gpu=g, host=h, weights=WEIGHT_FORMATS["fp16"],
-                          kv=KV_FORMATS["fp16"], **kw)
+    return OffloadRequest(
+        model=catalog.model(model), gpu=g, host=h, weights=WEIGHT_FORMATS["fp16"], kv=KV_FORMATS["fp16"], **kw
+    )
 
 
 def test_shape_matches_the_hand_count():
@@ -81,8 +99,11 @@ def test_search_of_a_70b_placement_takes_under_a_second():
     g = catalog.gpu("rtx-4090")
     h = host(pcie=25e9, cpu_bw=65e9, cpu_flops=1e12, memory=256e9, disk=2e12, disk_bw=7e9)
     start = time.perf_counter()
-    plan = plan_offload(OffloadRequest(model=catalog.model("llama-3.1-70b"), gpu=g, host=h,
-                                       weights=WEIGHT_FORMATS["bf16"], kv=KV_FORMATS["bf16"]))
+    plan = plan_offload(
+        OffloadRequest(
+            model=catalog.model("llama-3.1-70b"), gpu=g, host=h, weights=WEIGHT_FORMATS["bf16"], kv=KV_FORMATS["bf16"]
+        )
+    )
     assert time.perf_counter() - start < 1.0
     assert plan.placement.weights_gpu < 1
     assert plan.gpu_bytes <= g.memory_bytes * 0.9 and plan.cpu_bytes <= 256e9 and plan.disk_bytes <= 2e12
@@ -91,22 +112,45 @@ def test_search_of_a_70b_placement_takes_under_a_second():
 def test_too_little_cpu_memory_and_disk_is_one_line_naming_cpu_memory():
     g = catalog.gpu("rtx-4090")
     with pytest.raises(GpuplanError) as e:
-        plan_offload(OffloadRequest(model=catalog.model("llama-3.1-405b"), gpu=g, host=host(memory=64e9),
-                                    weights=WEIGHT_FORMATS["bf16"], kv=KV_FORMATS["bf16"]))
+        plan_offload(
+            OffloadRequest(
+                model=catalog.model("llama-3.1-405b"),
+                gpu=g,
+                host=host(memory=64e9),
+                weights=WEIGHT_FORMATS["bf16"],
+                kv=KV_FORMATS["bf16"],
+            )
+        )
     assert e.value.field == "cpu_memory" and "\n" not in str(e.value)
 
 
 def test_offload_none_for_a_model_larger_than_the_gpu_names_offload():
     with pytest.raises(GpuplanError) as e:
-        plan_offload(OffloadRequest(model=catalog.model("llama-3.1-70b"), gpu=catalog.gpu("rtx-4090"), host=host(),
-                                    weights=WEIGHT_FORMATS["bf16"], kv=KV_FORMATS["bf16"], offload="none"))
+        plan_offload(
+            OffloadRequest(
+                model=catalog.model("llama-3.1-70b"),
+                gpu=catalog.gpu("rtx-4090"),
+                host=host(),
+                weights=WEIGHT_FORMATS["bf16"],
+                kv=KV_FORMATS["bf16"],
+                offload="none",
+            )
+        )
     assert e.value.field == "offload"
 
 
 def test_too_many_gpu_layers_names_the_flag_and_a_count_that_fits():
     with pytest.raises(GpuplanError) as e:
-        plan_offload(OffloadRequest(model=catalog.model("llama-3.1-70b"), gpu=catalog.gpu("rtx-4090"), host=host(),
-                                    weights=WEIGHT_FORMATS["bf16"], kv=KV_FORMATS["bf16"], gpu_layers=60))
+        plan_offload(
+            OffloadRequest(
+                model=catalog.model("llama-3.1-70b"),
+                gpu=catalog.gpu("rtx-4090"),
+                host=host(),
+                weights=WEIGHT_FORMATS["bf16"],
+                kv=KV_FORMATS["bf16"],
+                gpu_layers=60,
+            )
+        )
     assert e.value.field == "gpu_layers" and "--gpu-layers" in str(e.value)
     with pytest.raises(GpuplanError) as e:
         request(gpu_layers=13)

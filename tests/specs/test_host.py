@@ -41,7 +41,11 @@ def test_gpus_behind_one_switch_split_its_uplink():
 def test_disk_override_sets_read_and_half_the_write_rate():
     h = host_for_gpu("rtx-4090").with_overrides(cpu_memory_bytes=256e9, disk_bytes=2e12, disk_bytes_per_s=4e9)
     assert (h.cpu_memory_bytes, h.disk_bytes, h.disk_read_bytes_per_s, h.disk_write_bytes_per_s) == (
-        256e9, 2e12, 4e9, 2e9)
+        256e9,
+        2e12,
+        4e9,
+        2e9,
+    )
 
 
 def test_catalog_hosts_match_their_pcie_generation():

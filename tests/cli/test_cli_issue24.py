@@ -1,0 +1,90 @@
+"""CLI: serving and training offload flags, the offload validation set, bad input as one line."""
+
+import json
+
+from gpuplan.cli.app import main
+
+
+def run(args, capsys):
+    try:
+        main(args)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_serve_with_cpu_memory_reports_a_placement_and_its_time_breakdown(capsys):
+    code, out, _ = run(
+        ["serve", "llama-3.1-70b", "--gpu", "rtx-4090", "--cpu-memory", "256GB", "--disk", "2TB", "--json"], capsys
+    )
+    assert code == 0
+    doc = json.loads(out)
+    w = doc["placement"]["weights"]
+    assert abs(w["gpu"] + w["cpu"] + w["disk"] - 1) < 1e-9
+    assert doc["memory_bytes"]["cpu"] <= 256e9
+    assert set(doc["decode_step_s"]) == {"total", "compute", "pcie", "disk", "cpu", "overlap"}
+
+
+def test_serve_gpu_layers_evaluates_the_given_split(capsys):
+    code, out, _ = run(["serve", "llama-3.1-8b", "--gpu", "rtx-4090", "--gpu-layers", "16", "--json"], capsys)
+    assert code == 0
+    assert json.loads(out)["placement"]["gpu_layers"] == 16
+
+
+def test_serve_offload_with_too_little_cpu_memory_is_one_line(capsys):
+    code, out, err = run(
+        ["serve", "llama-3.1-405b", "--gpu", "rtx-4090", "--cpu-memory", "64GB", "--disk", "100GB"], capsys
+    )
+    assert code == 2 and err.strip().count("\n") == 0 and "cpu_memory" in err
+
+
+def test_train_offload_reports_host_memory_and_the_cpu_step(capsys):
+    code, out, _ = run(
+        [
+            "train",
+            "llama-3.1-8b",
+            "--gpu",
+            "a100-sxm-80gb",
+            "--gpus",
+            "1",
+            "--seq-len",
+            "2048",
+            "--offload",
+            "optimizer",
+            "--json",
+        ],
+        capsys,
+    )
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["memory_bytes"]["cpu_per_node"] > 0 and doc["step_s"]["cpu_optimizer"] > 0
+
+
+def test_train_offload_too_little_cpu_memory_is_one_line(capsys):
+    code, _, err = run(
+        [
+            "train",
+            "llama-3.1-8b",
+            "--gpu",
+            "a100-sxm-80gb",
+            "--gpus",
+            "1",
+            "--seq-len",
+            "2048",
+            "--offload",
+            "optimizer",
+            "--cpu-memory",
+            "32GB",
+        ],
+        capsys,
+    )
+    assert code == 2 and "cpu_memory" in err and err.strip().count("\n") == 0
+
+
+def test_validate_offload_prints_the_errors(capsys):
+    code, out, _ = run(["validate", "offload", "--json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["rows"] and all("error" in r for r in doc["rows"])
