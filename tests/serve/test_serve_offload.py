@@ -124,6 +124,21 @@ def test_too_little_cpu_memory_and_disk_is_one_line_naming_cpu_memory():
     assert e.value.field == "cpu_memory" and "\n" not in str(e.value)
 
 
+def test_a_disk_too_small_for_what_the_cpu_cannot_hold_names_disk():
+    g = catalog.gpu("rtx-4090")
+    with pytest.raises(GpuplanError) as e:
+        plan_offload(
+            OffloadRequest(
+                model=catalog.model("llama-3.1-405b"),
+                gpu=g,
+                host=host(memory=64e9, disk=100e9, disk_bw=7e9),
+                weights=WEIGHT_FORMATS["bf16"],
+                kv=KV_FORMATS["bf16"],
+            )
+        )
+    assert e.value.field == "disk" and "--disk" in str(e.value)
+
+
 def test_offload_none_for_a_model_larger_than_the_gpu_names_offload():
     with pytest.raises(GpuplanError) as e:
         plan_offload(

@@ -12,7 +12,7 @@ def host_ids() -> list[str]:
     return list(_read("hosts"))
 
 
-@functools.cache
+@functools.lru_cache(maxsize=64)  # bounded: one entry per host file
 def host(host_id: str) -> HostSpec:
     entries = _read("hosts")
     if host_id not in entries:

@@ -293,6 +293,13 @@ def _no_fit(req: OffloadRequest, s: _Shape) -> GpuplanError:
             "use --offload auto or weights",
         )
     need_host = W + s.edge_bytes + kv1 - gpu_room
+    if need_host > cpu_room + req.host.disk_bytes and req.host.disk_bytes > 0:
+        return GpuplanError(
+            "disk",
+            f"{need_host / GB:.1f} GB must live off the GPU; CPU memory holds "
+            f"{cpu_room / GB:.1f} GB and the disk only {req.host.disk_bytes / GB:.1f} GB",
+            f"use --disk {(need_host - cpu_room) / 1e12 * 1.05:.2f}TB or more, or raise --cpu-memory",
+        )
     if need_host > cpu_room + req.host.disk_bytes:
         short = need_host - req.host.disk_bytes
         return GpuplanError(
