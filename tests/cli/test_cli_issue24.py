@@ -89,3 +89,18 @@ def test_validate_offload_prints_the_errors(capsys):
     assert code == 0
     doc = json.loads(out)
     assert doc["rows"] and all("error" in r for r in doc["rows"])
+
+
+def test_a_hardware_file_sets_the_host(tmp_path, capsys):
+    f = tmp_path / "box.toml"
+    f.write_text("cpu_memory_gb = 512\ncpu_memory_gbps = 100\npcie_gbps = 12\ncpu_tflops = 1\n")
+    code, out, _ = run(["serve", "llama-3.1-70b", "--gpu", "rtx-4090", "--host", str(f), "--json"], capsys)
+    assert code == 0
+    assert json.loads(out)["host"] == "box"
+
+
+def test_a_hardware_file_missing_a_field_is_one_line(tmp_path, capsys):
+    f = tmp_path / "box.toml"
+    f.write_text("cpu_memory_gb = 512\n")
+    code, _, err = run(["serve", "llama-3.1-70b", "--gpu", "rtx-4090", "--host", str(f)], capsys)
+    assert code == 2 and "host:" in err and "pcie_gbps" in err and err.strip().count("\n") == 0

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import functools
+import tomllib
+from pathlib import Path
 
 from gpuplan.catalog import _read, _unknown
+from gpuplan.errors import GpuplanError
 from gpuplan.specs.host import HostSpec
 
 
@@ -27,3 +30,22 @@ def host_for_gpu(gpu_id: str) -> HostSpec:
         if gpu_id in data.get("gpus", ()):
             return host(key)
     return host(next(k for k, d in entries.items() if d.get("default")))
+
+
+def load_host(name: str) -> HostSpec:
+    """A catalog host id (``pcie5-server``) or a path to a hardware file in the catalog's TOML
+    layout (cpu_memory_gb, cpu_memory_gbps, pcie_gbps, cpu_tflops; optional pcie_shared_by,
+    disk_gb, disk_read_gbps, disk_write_gbps, name, source)."""
+    if name in _read("hosts"):
+        return host(name)
+    path = Path(name)
+    if not path.is_file():
+        raise _unknown("host", name, host_ids(), "name a file in catalog/hosts/ or pass a path to a TOML file")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise GpuplanError("host", f"cannot read {name}: {exc}", "fix the TOML syntax") from None
+    missing = [k for k in ("cpu_memory_gb", "cpu_memory_gbps", "pcie_gbps", "cpu_tflops") if k not in data]
+    if missing:
+        raise GpuplanError("host", f"{name} lacks {', '.join(missing)}", "add them (GB, GB/s and TFLOP/s)")
+    return HostSpec.from_catalog({"name": path.stem, "source": str(path), **data})

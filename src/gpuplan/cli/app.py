@@ -32,6 +32,7 @@ CpuMemoryOpt = Annotated[Optional[str], typer.Option(help="CPU memory per node, 
 DiskOpt = Annotated[Optional[str], typer.Option(help="NVMe capacity per node, e.g. 2TB (offload).")]
 PcieOpt = Annotated[Optional[float], typer.Option(help="Achievable host<->GPU GB/s, one direction (offload).")]
 DiskGbpsOpt = Annotated[Optional[float], typer.Option(help="NVMe read GB/s (write: half) (offload).")]
+HostOpt = Annotated[Optional[str], typer.Option(help="Host: a catalog/hosts id or a hardware TOML file (offload).")]
 FrameworkOpt = Annotated[str, typer.Option(
     help="Training framework profile: megatron, nemo, torchtitan, deepspeed, hf, or generic (gpuplan's "
          "defaults, every option open). Sets kernels, overlap, schedules, recompute and memory layout.")]
@@ -141,6 +142,7 @@ def train(
     disk: DiskOpt = None,
     pcie_gbps: PcieOpt = None,
     disk_gbps: DiskGbpsOpt = None,
+    host: HostOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Will a training run fit, where every byte per GPU goes, its FLOPs, time and cost."""
@@ -186,8 +188,8 @@ def train(
     if offload is not None:  # the offload model (estimate/offload.py) answers instead
         from gpuplan.cli.offload import host_from_flags, render_train_offload
         from gpuplan.estimate.offload import OffloadTrainRequest, check_fits, estimate_offload_training, to_dict as od
-        host = host_from_flags(hw, cpu_memory, disk, pcie_gbps, disk_gbps)
-        oreq = OffloadTrainRequest(model=spec, gpu=hw, host=host, plan=plan, config=config, offload=offload,
+        host_spec = host_from_flags(hw, cpu_memory, disk, pcie_gbps, disk_gbps, host=host)
+        oreq = OffloadTrainRequest(model=spec, gpu=hw, host=host_spec, plan=plan, config=config, offload=offload,
                                    device=offload_device, delayed_update=delayed_update,
                                    microbatches=max(1, (global_batch or micro_batch * plan.dp) // (micro_batch * plan.dp)))
         oest = estimate_offload_training(oreq)
@@ -305,6 +307,7 @@ def serve(
     disk: DiskOpt = None,
     pcie_gbps: PcieOpt = None,
     disk_gbps: DiskGbpsOpt = None,
+    host: HostOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Serving: does it fit, KV cache, max concurrency, TTFT/TPOT, tokens/s and $/M tokens."""
@@ -314,11 +317,11 @@ def serve(
     from gpuplan.units import parse_duration
 
     hw = catalog.gpu(gpu)
-    if offload is not None or gpu_layers is not None or cpu_memory is not None:  # serve/offload.py answers
+    if offload is not None or gpu_layers is not None or cpu_memory is not None or host is not None:  # offload.py
         from gpuplan.cli.offload import host_from_flags, render_serve_offload
         from gpuplan.serve.formats import kv_format, weight_format
         from gpuplan.serve.offload import OffloadRequest, plan_offload, to_dict as od
-        oreq = OffloadRequest(model=catalog.model(model), gpu=hw, host=host_from_flags(hw, cpu_memory, disk, pcie_gbps, disk_gbps),
+        oreq = OffloadRequest(model=catalog.model(model), gpu=hw, host=host_from_flags(hw, cpu_memory, disk, pcie_gbps, disk_gbps, host=host),
                               weights=weight_format(weights, hw), kv=kv_format(kv), input_len=input_len,
                               output_len=output_len, offload=offload or "auto", gpu_layers=gpu_layers, batch=concurrency,
                               gpu_memory_utilization=gpu_memory_utilization)

@@ -16,12 +16,14 @@ def host_from_flags(
     pcie_gbps: float | None,
     disk_gbps: float | None,
     cpu_memory_gbps: float | None = None,
+    host: str | None = None,
 ) -> HostSpec:
-    """The catalog's host for this GPU with the user's numbers in place (``--disk`` without
-    ``--disk-gbps`` keeps the catalog's NVMe rates)."""
-    from gpuplan.catalog.hosts import host_for_gpu
+    """The host (``--host``: a catalog id or a hardware file; else the catalog's host for this GPU)
+    with the user's numbers in place (``--disk`` without ``--disk-gbps`` keeps the host's NVMe rates)."""
+    from gpuplan.catalog.hosts import host_for_gpu, load_host
 
-    return host_for_gpu(gpu.id).with_overrides(
+    base = load_host(host) if host else host_for_gpu(gpu.id)
+    return base.with_overrides(
         cpu_memory_bytes=parse_bytes(cpu_memory, "cpu_memory") if cpu_memory else None,
         disk_bytes=parse_bytes(disk, "disk") if disk else None,
         pcie_bytes_per_s=pcie_gbps * GB if pcie_gbps is not None else None,
