@@ -54,6 +54,12 @@ PriceOpt = Annotated[Optional[float], typer.Option(help="USD per GPU-hour (defau
 CalibrationOpt = Annotated[Optional[str], typer.Option(
     help="Calibration profile from `gpuplan calibrate`: its fitted efficiency replaces the catalog's for this "
          "GPU family (and its allocator reserve the default).")]
+# Host and storage (offload): override the catalog's host for the GPU (catalog/hosts/)
+CpuMemoryOpt = Annotated[Optional[str], typer.Option(help="CPU memory per node, e.g. 256GB (offload).")]
+DiskOpt = Annotated[Optional[str], typer.Option(help="NVMe capacity per node, e.g. 2TB (offload).")]
+PcieOpt = Annotated[Optional[float], typer.Option(help="Achievable host<->GPU GB/s, one direction (offload).")]
+DiskGbpsOpt = Annotated[Optional[float], typer.Option(help="NVMe read GB/s (write: half) (offload).")]
+HostOpt = Annotated[Optional[str], typer.Option(help="Host: a catalog/hosts id or a hardware TOML file (offload).")]
 FrameworkOpt = Annotated[str, typer.Option(
     help="Training framework profile: megatron, nemo, torchtitan, deepspeed, hf, or generic (gpuplan's "
          "defaults, every option open). Sets kernels, overlap, schedules, recompute and memory layout.")]
@@ -194,6 +200,15 @@ def train(
     expert_imbalance: Annotated[float, typer.Option(help="MoE: busiest expert-parallel GPU's load over the mean "
                                                          "(`gpuplan experts` reports it).")] = 1.0,
     calibration: CalibrationOpt = None,
+    offload: Annotated[Optional[str], typer.Option(help="ZeRO-Offload: none, optimizer, optimizer+params.")] = None,
+    offload_device: Annotated[str, typer.Option(help="Where offloaded states live: cpu or nvme.")] = "cpu",
+    delayed_update: Annotated[bool, typer.Option("--delayed-update", help="Offload: one-step delayed parameter "
+                                                 "update (ZeRO-Offload DPU).")] = False,
+    cpu_memory: CpuMemoryOpt = None,
+    disk: DiskOpt = None,
+    pcie_gbps: PcieOpt = None,
+    disk_gbps: DiskGbpsOpt = None,
+    host: HostOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Will a training run fit, where every byte per GPU goes, its FLOPs, time and cost."""
@@ -232,6 +247,17 @@ def train(
             price, price_source = found
         else:
             price_source = "no catalog price for this GPU; pass --price"
+    if offload is not None:  # the offload model (estimate/offload.py) answers instead
+        from gpuplan.cli.offload import host_from_flags, render_train_offload
+        from gpuplan.estimate.offload import OffloadTrainRequest, check_fits, estimate_offload_training, to_dict as od
+        host_spec = host_from_flags(hw, cpu_memory, disk, pcie_gbps, disk_gbps, host=host)
+        oreq = OffloadTrainRequest(model=spec, gpu=hw, host=host_spec, plan=plan, config=config, offload=offload,
+                                   device=offload_device, delayed_update=delayed_update,
+                                   microbatches=max(1, (global_batch or micro_batch * plan.dp) // (micro_batch * plan.dp)))
+        oest = estimate_offload_training(oreq)
+        check_fits(oest)
+        _emit_json(od(oest)) if json_out else render_train_offload(od(oest))
+        return
     req = TrainRequest(model=spec, gpu=hw, plan=plan, config=config,
                        tokens=inputs.count(tokens, "tokens") if tokens is not None else None, mfu=mfu,
                        price_per_gpu_hour=price, price_source=price_source)
@@ -352,6 +378,15 @@ def serve(
     ttft_slo: Annotated[Optional[str], typer.Option(help="Time-to-first-token target, e.g. 2s; with a target.")]
     = None,
     price: PriceOpt = None,
+    offload: Annotated[Optional[str], typer.Option(help="Place weights and KV across GPU, CPU and disk: auto, none, "
+                                                        "weights, kv (FlexGen-style search).")] = None,
+    gpu_layers: Annotated[Optional[int], typer.Option(help="llama.cpp -ngl split: layers on the GPU, the rest run "
+                                                           "on the CPU.")] = None,
+    cpu_memory: CpuMemoryOpt = None,
+    disk: DiskOpt = None,
+    pcie_gbps: PcieOpt = None,
+    disk_gbps: DiskGbpsOpt = None,
+    host: HostOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Serving: does it fit, KV cache, max concurrency, TTFT/TPOT, tokens/s and $/M tokens."""
@@ -362,6 +397,17 @@ def serve(
     itl = inputs.duration(itl_slo, "itl_slo", max_s=86400) if itl_slo is not None else None
     ttft = inputs.duration(ttft_slo, "ttft_slo", max_s=86400) if ttft_slo is not None else None
     hw = catalog.gpu(gpu)
+    if offload is not None or gpu_layers is not None or cpu_memory is not None or host is not None:  # offload.py
+        from gpuplan.cli.offload import host_from_flags, render_serve_offload
+        from gpuplan.serve.formats import kv_format, weight_format
+        from gpuplan.serve.offload import OffloadRequest, plan_offload, to_dict as od
+        oreq = OffloadRequest(model=catalog.model(model), gpu=hw, host=host_from_flags(hw, cpu_memory, disk, pcie_gbps, disk_gbps, host=host),
+                              weights=weight_format(weights, hw), kv=kv_format(kv), input_len=input_len,
+                              output_len=output_len, offload=offload or "auto", gpu_layers=gpu_layers, batch=concurrency,
+                              gpu_memory_utilization=gpu_memory_utilization)
+        doc = od(plan_offload(oreq))
+        _emit_json(doc) if json_out else render_serve_offload(doc)
+        return
     price = _price(hw.id, price)
     cfg = ServeConfig(gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
                       max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs, max_model_len=max_model_len)
@@ -884,7 +930,7 @@ def tco(
 @app.command()
 @checked()
 def validate(
-    kind: Annotated[str, typer.Argument(help="training (step time) or serving (throughput and latency).")]
+    kind: Annotated[str, typer.Argument(help="training (step time), serving (throughput and latency) or offload.")]
     = "training",
     calibrated: Annotated[bool, typer.Option("--calibrated", help="Training: calibrate on one run of a GPU family, "
                                              "predict the family's others (each in turn), against uncalibrated.")]
@@ -892,6 +938,17 @@ def validate(
     json_out: JsonOpt = False,
 ) -> None:
     """Predictions against published runs: per-row error, mean/median and max."""
+    if kind == "offload":
+        from gpuplan.estimate.offload_validate import summary as off_summary, validate_offload
+        checks = validate_offload()
+        if json_out:
+            _emit_json({"rows": [{"id": c.id, "source": c.source, "metric": c.metric, "measured": c.measured,
+                                  "predicted": c.predicted, "error": c.error} for c in checks],
+                        "summary": off_summary(checks)})
+            return
+        from gpuplan.cli.offload import render_offload_validation
+        render_offload_validation(checks, off_summary(checks))
+        return
     if kind == "serving":
         from gpuplan.serve.validate import summary as serve_summary, validate_serving
 
@@ -905,7 +962,7 @@ def validate(
         render_serve_validation(checks, serve_summary(checks))
         return
     if kind != "training":
-        raise GpuplanError("kind", f"unknown validation set {kind!r}", "use training or serving")
+        raise GpuplanError("kind", f"unknown validation set {kind!r}", "use training, serving or offload")
     if calibrated:
         from gpuplan.estimate.calibrate import calibrated_validation
         doc = calibrated_validation()

@@ -1,0 +1,417 @@
+"""Serving past the GPU's memory: where weights and KV cache live (GPU, CPU, disk) and how fast it decodes.
+
+The cost model is FlexGen's (Sheng et al. 2023, "FlexGen: High-Throughput Generative Inference of
+Large Language Models with a Single GPU", section 4.3): decoding runs layer by layer over a *block*
+of sequences (the zig-zag block schedule of section 4.2); while layer i computes, layer i+1's
+weights stream in, so one layer of one decode step takes
+
+    T_layer = max(ctog, dtoc, comp)
+
+with ``ctog`` the CPU->GPU transfer (weights kept on CPU *and* on disk cross PCIe), ``dtoc`` the
+disk->CPU read of the disk share, and ``comp`` the GPU's compute plus, when the KV cache lives on
+the CPU, the attention the CPU runs over it (FlexGen's CPU delegation: moving the cache over PCIe
+costs more than computing attention where it lives; the CPU attention sits on the layer's
+dependency path, so it adds to the GPU time rather than overlapping it). A block of ``batch``
+sequences loads each layer's weights once per step, so the transfer is amortised over the batch:
+decode is memory-bound, and the batch where compute catches up with the transfer is where
+offloading stops costing throughput.
+
+Generation throughput is FlexGen's: generated tokens / (prefill time + decode time).
+
+``--gpu-layers N`` (llama.cpp ``-ngl``) is a different execution: the first N layers run on the
+GPU, the rest run *on the CPU* from CPU memory at the CPU's bandwidth and FLOP rate, one after the
+other (llama.cpp does not stream weights to the GPU), with each layer's KV cache where it runs.
+
+Not modelled (yet): KV cache or activations on disk, weight compression (FlexGen's 4-bit group
+quantisation: pass ``--weights int4-awq`` for a similar byte count), multi-GPU pipelines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpuplan.errors import GpuplanError, require
+from gpuplan.estimate.params import count_params, embedding_tensors, head_tensors, layer_tensors
+from gpuplan.serve.formats import KVFormat, WeightFormat
+from gpuplan.serve.kv import kv_bytes_per_token_layer
+from gpuplan.serve.weights import local_numel, tensor_bits
+from gpuplan.specs.hardware import GPUSpec
+from gpuplan.specs.host import HostSpec
+from gpuplan.specs.model import ModelSpec
+from gpuplan.units import GB
+
+MODES = ("auto", "none", "weights", "kv")
+# Defaults when the GPU has no efficiency file (validation hardware such as the T4): the median
+# of the catalog's measured fractions (catalog/efficiency/*.toml)
+_GEMM_EFF, _HBM_EFF = 0.7, 0.85
+# Share of CPU memory an engine can pin: the OS and the process itself keep the rest (assumed)
+CPU_USABLE = 0.9
+# Sequences whose prefill runs at once: FlexGen's GPU batch (its tables use 32-64), which bounds
+# the activation working set on the GPU
+PREFILL_GPU_BATCH = 32
+BATCHES = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+_FRACTIONS = tuple(i / 20 for i in range(21))
+
+
+@dataclass(frozen=True)
+class OffloadRequest:
+    model: ModelSpec
+    gpu: GPUSpec
+    host: HostSpec
+    weights: WeightFormat
+    kv: KVFormat
+    input_len: int = 512
+    output_len: int = 32
+    offload: str = "auto"
+    gpu_layers: int | None = None  # llama.cpp split; None: search FlexGen placements
+    batch: int | None = None  # sequences per block; None: search
+    gpu_memory_utilization: float = 0.9
+
+    def __post_init__(self) -> None:
+        require(self.offload in MODES, "offload", f"unknown mode {self.offload!r}", f"use one of {', '.join(MODES)}")
+        require(self.input_len > 0 and self.output_len > 0, "input_len", "prompt and output lengths must be positive")
+        require(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization", "must be in (0, 1]")
+        if self.batch is not None:
+            require(self.batch >= 1, "batch", f"must be a positive integer, got {self.batch}")
+        if self.gpu_layers is not None:
+            L = self.model.num_layers
+            require(
+                0 <= self.gpu_layers <= L,
+                "gpu_layers",
+                f"must be in 0..{L} (the model's layers), got {self.gpu_layers}",
+            )
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Fractions of the transformer layers' weights and of the KV cache on each tier."""
+
+    weights_gpu: float
+    weights_cpu: float
+    weights_disk: float
+    kv_gpu: float
+    kv_cpu: float
+    gpu_layers: int | None = None  # set for a llama.cpp split (those layers also *run* on the GPU)
+
+
+@dataclass(frozen=True)
+class OffloadPlan:
+    request: OffloadRequest
+    placement: Placement
+    batch: int
+    # one decode step of the whole block (every layer), and what it is made of; overlap is what
+    # prefetching hides: compute + pcie + disk + cpu - step
+    step_s: float
+    compute_s: float
+    pcie_s: float
+    disk_s: float
+    cpu_s: float
+    overlap_s: float
+    prefill_s: float
+    throughput: float  # generated tokens/s, prefill included (FlexGen's definition)
+    decode_throughput: float  # tokens/s in the decode phase alone
+    gpu_bytes: float
+    cpu_bytes: float
+    disk_bytes: float
+    balanced_batch: float  # batch at which GPU compute equals the per-layer weight transfer
+    by_batch: tuple[tuple[int, float], ...] = field(default=())  # best throughput at each batch searched
+
+    @property
+    def per_token_s(self) -> float:
+        return self.step_s / self.batch
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """Per-layer bytes and FLOPs the cost model needs, computed once per request."""
+
+    layers: int
+    layer_bytes: float  # weights of one transformer layer in the storage format
+    edge_bytes: float  # embeddings and LM head (kept on the GPU)
+    linear_flops: float  # per token and layer: 2 x matmul weights
+    head_flops: float  # per token: the LM head
+    kv_layer: float  # KV bytes one token adds to one layer
+    attn_flops_per_ctx: float  # per token, layer and context token: QK^T and PV, 2 FLOPs each
+    hidden: int
+    act_per_token: float  # transient activation bytes of one layer per token (16-bit)
+
+
+def _shape(m: ModelSpec, wf: WeightFormat, kf: KVFormat) -> _Shape:
+    def size(ts) -> float:
+        return sum(local_numel(t, 1) * tensor_bits(m, t, wf) / 8 for t in ts)
+
+    L = m.num_layers
+    layer = sum(size(layer_tensors(m, m.is_moe_layer(i))) for i in range(L)) / L
+    pc = count_params(m)
+    head_mm = m.vocab_size * (m.embed_proj_dim or m.hidden_size)
+    linear = 2 * (pc.matmul_active - head_mm) / L
+    return _Shape(
+        layers=L,
+        layer_bytes=layer,
+        edge_bytes=size(embedding_tensors(m)) + size(head_tensors(m)),
+        linear_flops=linear,
+        head_flops=2 * head_mm,
+        kv_layer=kv_bytes_per_token_layer(m, kf),
+        attn_flops_per_ctx=4 * m.num_heads * m.head_dim,
+        hidden=m.hidden_size,
+        act_per_token=2 * (4 * m.hidden_size + 2 * m.ffn_size),
+    )
+
+
+def _rates(req: OffloadRequest) -> tuple[float, float]:
+    """(achievable matmul FLOP/s, achievable HBM bytes/s) of the GPU."""
+    g = req.gpu
+    dtype = req.weights.compute if req.weights.compute in g.peak_flops else next(iter(g.peak_flops))
+    eff = g.efficiency
+    gemm = eff.gemm_fraction(dtype) if eff else _GEMM_EFF
+    hbm = eff.hbm if eff else _HBM_EFF
+    return g.peak(dtype) * gemm, g.hbm_bytes_per_s * hbm
+
+
+def _memory(req: OffloadRequest, s: _Shape, p: Placement, batch: int) -> tuple[float, float, float]:
+    """(GPU, CPU, disk) bytes: weights and KV where placed, plus the GPU's streaming buffers.
+
+    Streaming the offloaded share needs the current and the next layer's offloaded weights on
+    the GPU (FlexGen's double buffer, section 4.2)."""
+    W = s.layers * s.layer_bytes
+    kv = batch * (req.input_len + req.output_len) * s.layers * s.kv_layer
+    prefill_act = min(batch, PREFILL_GPU_BATCH) * req.input_len * s.act_per_token
+    streamed = 1 - p.weights_gpu
+    gpu = s.edge_bytes + p.weights_gpu * W + p.kv_gpu * kv + 2 * streamed * s.layer_bytes + prefill_act
+    if p.gpu_layers is not None:  # llama.cpp: CPU layers never visit the GPU
+        gpu -= 2 * streamed * s.layer_bytes
+    return gpu, p.weights_cpu * W + p.kv_cpu * kv, p.weights_disk * W
+
+
+def _evaluate(req: OffloadRequest, s: _Shape, p: Placement, batch: int) -> OffloadPlan:
+    flops, hbm = _rates(req)
+    h = req.host
+    pcie = h.pcie_per_gpu(1)
+    cpu_bw, cpu_flops = h.cpu_memory_bytes_per_s, h.cpu_flops
+    ctx = req.input_len + req.output_len / 2  # mean context over the decode phase
+    L = s.layers
+    head = max(batch * s.head_flops / flops, s.edge_bytes / 2 / hbm)
+    if p.gpu_layers is not None:
+        # llama.cpp: GPU layers at GPU rates, CPU layers at CPU rates, in sequence (no overlap)
+        def layer_on(rate_f: float, rate_b: float) -> float:
+            attn = batch * max(ctx * s.kv_layer / rate_b, ctx * s.attn_flops_per_ctx / rate_f)
+            return max(batch * s.linear_flops / rate_f, s.layer_bytes / rate_b) + attn
+
+        n = p.gpu_layers
+        gpu_t, cpu_t = n * layer_on(flops, hbm), (L - n) * layer_on(cpu_flops, cpu_bw)
+        hop = (2 * batch * s.hidden * 2 / pcie) if 0 < n < L else 0.0  # activations cross PCIe twice
+        step = gpu_t + cpu_t + head + hop
+        pf_gpu = n * max(batch * req.input_len * s.linear_flops / flops, s.layer_bytes / hbm)
+        pf_cpu = (L - n) * max(batch * req.input_len * s.linear_flops / cpu_flops, s.layer_bytes / cpu_bw)
+        prefill = pf_gpu + pf_cpu
+        compute, pcie_t, disk_t, cpu_part, overlap = gpu_t + head, hop, 0.0, cpu_t, 0.0
+    else:
+        load = (p.weights_cpu + p.weights_disk) * s.layer_bytes
+        ctog = load / pcie
+        dtoc = p.weights_disk * s.layer_bytes / h.disk_read_bytes_per_s if p.weights_disk else 0.0
+        # with CPU attention only q and the new k, v go down and the attention output comes back
+        hop = (batch * 4 * s.hidden * 2 / pcie) if p.kv_cpu else 0.0
+        gpu_c = max(batch * s.linear_flops / flops, s.layer_bytes / hbm)
+        gpu_c += p.kv_gpu * batch * max(ctx * s.kv_layer / hbm, ctx * s.attn_flops_per_ctx / flops)
+        cpu_c = p.kv_cpu * batch * max(ctx * s.kv_layer / cpu_bw, ctx * s.attn_flops_per_ctx / cpu_flops)
+        layer = max(ctog + hop, dtoc, gpu_c + cpu_c)
+        step = L * layer + head
+        compute, pcie_t, disk_t, cpu_part = L * gpu_c + head, L * (ctog + hop), L * dtoc, L * cpu_c
+        overlap = compute + pcie_t + disk_t + cpu_part - step
+        # prefill: the same streaming, the prompt's tokens as the compute; the KV written to the CPU
+        # goes up over PCIe (device-to-host, the other direction: it overlaps the weight loads)
+        tokens = batch * req.input_len
+        pf_c = max(tokens * s.linear_flops / flops, s.layer_bytes / hbm)
+        pf_c += p.kv_gpu * batch * req.input_len * req.input_len / 2 * s.attn_flops_per_ctx / flops
+        pf_cpu = p.kv_cpu * batch * req.input_len * req.input_len / 2 * s.attn_flops_per_ctx / cpu_flops
+        gtoc = p.kv_cpu * tokens * s.kv_layer / pcie
+        prefill = L * max(ctog, dtoc, gtoc, pf_c + pf_cpu) + batch * s.head_flops / flops
+    total = prefill + req.output_len * step
+    gpu_b, cpu_b, disk_b = _memory(req, s, p, batch)
+    per_seq = s.linear_flops / flops
+    transfer = max(
+        (p.weights_cpu + p.weights_disk) * s.layer_bytes / pcie,
+        p.weights_disk * s.layer_bytes / h.disk_read_bytes_per_s if p.weights_disk else 0.0,
+    )
+    return OffloadPlan(
+        request=req,
+        placement=p,
+        batch=batch,
+        step_s=step,
+        compute_s=compute,
+        pcie_s=pcie_t,
+        disk_s=disk_t,
+        cpu_s=cpu_part,
+        overlap_s=overlap,
+        prefill_s=prefill,
+        throughput=batch * req.output_len / total,
+        decode_throughput=batch / step,
+        gpu_bytes=gpu_b,
+        cpu_bytes=cpu_b,
+        disk_bytes=disk_b,
+        balanced_batch=transfer / per_seq,
+    )
+
+
+def _fits(req: OffloadRequest, s: _Shape, p: Placement, batch: int) -> bool:
+    g, c, d = _memory(req, s, p, batch)
+    return (
+        g <= req.gpu.memory_bytes * req.gpu_memory_utilization
+        and c <= req.host.cpu_memory_bytes * CPU_USABLE
+        and d <= req.host.disk_bytes
+    )
+
+
+def _placements(req: OffloadRequest, s: _Shape, batch: int):
+    """Candidate placements: for each GPU share of weights and KV, the rest of the weights go to
+    the CPU as far as it holds them (it is faster than disk) and the remainder to disk."""
+    W = s.layers * s.layer_bytes
+    kv = batch * (req.input_len + req.output_len) * s.layers * s.kv_layer
+    cpu_room = req.host.cpu_memory_bytes * CPU_USABLE
+    w_options = (1.0,) if req.offload in ("none", "kv") else _FRACTIONS
+    kv_options = (1.0,) if req.offload in ("none", "weights") else (0.0, 0.25, 0.5, 0.75, 1.0)
+    for wg in w_options:
+        for cg in kv_options:
+            rest = (1 - wg) * W
+            room = max(0.0, cpu_room - (1 - cg) * kv)
+            wc = min(rest, room) / W
+            yield Placement(
+                weights_gpu=wg, weights_cpu=wc, weights_disk=max(0.0, 1 - wg - wc), kv_gpu=cg, kv_cpu=1 - cg
+            )
+
+
+def _no_fit(req: OffloadRequest, s: _Shape) -> GpuplanError:
+    """Why nothing fits, naming the tier that is short and by how much (at a batch of one)."""
+    W = s.layers * s.layer_bytes
+    kv1 = (req.input_len + req.output_len) * s.layers * s.kv_layer
+    gpu_room = req.gpu.memory_bytes * req.gpu_memory_utilization
+    cpu_room = req.host.cpu_memory_bytes * CPU_USABLE
+    if req.offload == "none" or (req.offload == "kv" and W + s.edge_bytes > gpu_room):
+        return GpuplanError(
+            "offload",
+            f"weights ({W / GB:.1f} GB) do not fit the GPU's {gpu_room / GB:.1f} GB with --offload {req.offload}",
+            "use --offload auto or weights",
+        )
+    need_host = W + s.edge_bytes + kv1 - gpu_room
+    if need_host > cpu_room + req.host.disk_bytes and req.host.disk_bytes > 0:
+        return GpuplanError(
+            "disk",
+            f"{need_host / GB:.1f} GB must live off the GPU; CPU memory holds "
+            f"{cpu_room / GB:.1f} GB and the disk only {req.host.disk_bytes / GB:.1f} GB",
+            f"use --disk {(need_host - cpu_room) / 1e12 * 1.05:.2f}TB or more, or raise --cpu-memory",
+        )
+    if need_host > cpu_room + req.host.disk_bytes:
+        short = need_host - req.host.disk_bytes
+        return GpuplanError(
+            "cpu_memory",
+            f"{need_host / GB:.1f} GB must live off the GPU but CPU memory holds "
+            f"{cpu_room / GB:.1f} GB and the disk {req.host.disk_bytes / GB:.1f} GB",
+            f"raise --cpu-memory to at least {short / CPU_USABLE / GB:.0f}GB or add --disk "
+            f"{(need_host - cpu_room) / 1e12:.2f}TB",
+        )
+    return GpuplanError(
+        "gpu_memory",
+        f"no placement fits {req.gpu.name}: embeddings, LM head and the streaming buffers alone exceed it",
+        "use a larger GPU or a smaller --weights format",
+    )
+
+
+def plan_offload(req: OffloadRequest) -> OffloadPlan:
+    """The placement and block batch that maximise generation throughput (FlexGen section 4.3's
+    objective), or the given ``--gpu-layers`` split evaluated (llama.cpp)."""
+    s = _shape(req.model, req.weights, req.kv)
+    if req.gpu_layers is not None:
+        return _split(req, s)
+    batches = (req.batch,) if req.batch else BATCHES
+    best: OffloadPlan | None = None
+    by_batch = []
+    for b in batches:
+        top = None
+        for p in _placements(req, s, b):
+            if not _fits(req, s, p, b):
+                continue
+            plan = _evaluate(req, s, p, b)
+            if top is None or _better(plan, top):
+                top = plan
+        if top is not None:
+            by_batch.append((b, top.throughput))
+            if best is None or top.throughput > best.throughput * (1 + _TIE):
+                best = top  # on a tie the smaller batch: same speed, less memory and latency
+    if best is None:
+        raise _no_fit(req, s)
+    return _with_curve(best, tuple(by_batch))
+
+
+_TIE = 1e-9
+
+
+def _better(a: OffloadPlan, b: OffloadPlan) -> bool:
+    """Faster wins; on a tie (transfer hidden behind compute) the placement with more on the GPU,
+    which moves fewer bytes and leaves PCIe free."""
+    if abs(a.throughput - b.throughput) > _TIE * max(a.throughput, b.throughput):
+        return a.throughput > b.throughput
+    pa, pb = a.placement, b.placement
+    return (pa.weights_gpu, pa.kv_gpu) > (pb.weights_gpu, pb.kv_gpu)
+
+
+def _with_curve(plan: OffloadPlan, curve: tuple[tuple[int, float], ...]) -> OffloadPlan:
+    from dataclasses import replace
+
+    return replace(plan, by_batch=curve)
+
+
+def _split(req: OffloadRequest, s: _Shape) -> OffloadPlan:
+    n = req.gpu_layers or 0
+    frac = n / s.layers
+    p = Placement(weights_gpu=frac, weights_cpu=1 - frac, weights_disk=0.0, kv_gpu=frac, kv_cpu=1 - frac, gpu_layers=n)
+    batch = req.batch or 1
+    g, c, _ = _memory(req, s, p, batch)
+    gpu_room = req.gpu.memory_bytes * req.gpu_memory_utilization
+    if g > gpu_room:
+        per_layer = s.layer_bytes + batch * (req.input_len + req.output_len) * s.kv_layer
+        most = int(max(0.0, gpu_room - (g - n * per_layer)) // per_layer)
+        raise GpuplanError(
+            "gpu_layers",
+            f"{n} layers need {g / GB:.1f} GB on a GPU with {gpu_room / GB:.1f} GB usable",
+            f"use --gpu-layers {most} or fewer",
+        )
+    cpu_room = req.host.cpu_memory_bytes * CPU_USABLE
+    if c > cpu_room:
+        raise GpuplanError(
+            "cpu_memory",
+            f"the {s.layers - n} CPU layers need {c / GB:.1f} GB, CPU memory holds {cpu_room / GB:.1f} GB usable",
+            f"raise --cpu-memory to at least {c / CPU_USABLE / GB:.0f}GB or raise --gpu-layers",
+        )
+    plan = _evaluate(req, s, p, batch)
+    return _with_curve(plan, ((batch, plan.throughput),))
+
+
+def to_dict(plan: OffloadPlan) -> dict:
+    p = plan.placement
+    return {
+        "model": plan.request.model.name,
+        "gpu": plan.request.gpu.name,
+        "host": plan.request.host.name,
+        "placement": {
+            "weights": {"gpu": p.weights_gpu, "cpu": p.weights_cpu, "disk": p.weights_disk},
+            "kv_cache": {"gpu": p.kv_gpu, "cpu": p.kv_cpu},
+            "gpu_layers": p.gpu_layers,
+            "attention_on_cpu": p.kv_cpu > 0,
+        },
+        "batch": plan.batch,
+        "throughput_tokens_per_s": plan.throughput,
+        "decode_tokens_per_s": plan.decode_throughput,
+        "per_token_s": plan.per_token_s,
+        "decode_step_s": {
+            "total": plan.step_s,
+            "compute": plan.compute_s,
+            "pcie": plan.pcie_s,
+            "disk": plan.disk_s,
+            "cpu": plan.cpu_s,
+            "overlap": plan.overlap_s,
+        },
+        "prefill_s": plan.prefill_s,
+        "memory_bytes": {"gpu": plan.gpu_bytes, "cpu": plan.cpu_bytes, "disk": plan.disk_bytes},
+        "balanced_batch": plan.balanced_batch,
+        "throughput_by_batch": [{"batch": b, "tokens_per_s": t} for b, t in plan.by_batch],
+    }
