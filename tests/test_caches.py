@@ -67,8 +67,7 @@ def _gpu_hash_covers_efficiency(gpu) -> bool:
 
 
 def test_a_calibrated_efficiency_changes_the_cached_step_time(llama, h100):
-    if not _gpu_hash_covers_efficiency(h100):
-        pytest.skip("GPUSpec's hash leaves out its efficiency (fixed on main in specs/hardware.py)")
+    assert _gpu_hash_covers_efficiency(h100)  # GPUSpec hashes its efficiency (specs/hardware.py)
     cfg = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=64)
     plan = ParallelPlan(dp=8, tp=1)
     before = step_time(llama, cfg, plan, h100, 8).step_s

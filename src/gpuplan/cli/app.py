@@ -636,7 +636,7 @@ def experts(
 
 
 @app.command(context_settings={"allow_interspersed_args": False})
-@checked(command=anything, gpus=at_least(1, 10**7), nodes=at_least(1, 10**5), gpus_per_node=at_least(1, 72),
+@checked(command=anything, gpus=at_least(1, 10**7), nodes=at_least(1, 10**5), gpus_per_node=at_least(0, 72),
          signal_before=at_least(0, 86400), output=out_file)
 def slurm(
     command: Annotated[list[str], typer.Argument(help="The training script and its arguments (after --).")],
@@ -644,7 +644,8 @@ def slurm(
     = None,
     gpu: Annotated[str, typer.Option(help="GPU id: its GPUs per node.")] = "h100-sxm",
     nodes: Annotated[Optional[int], typer.Option(help="Nodes (instead of --gpus).")] = None,
-    gpus_per_node: Annotated[Optional[int], typer.Option(help="GPUs per node (default: the GPU's node).")] = None,
+    gpus_per_node: Annotated[Optional[int], typer.Option(help="GPUs per node (default: the GPU's node; 0: a CPU "
+                                                              "job, no --gres).")] = None,
     partition: Annotated[Optional[str], typer.Option(help="Partition: the priority tier.")] = None,
     qos: Annotated[Optional[str], typer.Option(help="QoS (another way to set the tier).")] = None,
     time: Annotated[str, typer.Option("--time", help="Time limit, e.g. 48:00:00 or 2-00:00:00.")] = "24:00:00",
@@ -665,6 +666,9 @@ def slurm(
 
     per_node = gpus_per_node if gpus_per_node is not None else catalog.gpu(gpu).gpus_per_node
     if gpus is not None:
+        if per_node == 0:
+            raise GpuplanError("gpus", "--gpus with --gpus-per-node 0 (a CPU job) names no node count",
+                               "give --nodes for a CPU job")
         # Slurm allocates whole nodes: a GPU count that is not one would silently become another
         if gpus % per_node:
             raise GpuplanError("gpus", f"{gpus} GPUs are not whole nodes of {per_node}",
