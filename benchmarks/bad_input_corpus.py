@@ -305,7 +305,7 @@ def cases(p: dict[str, str]) -> list[Case]:
           Case("slurm --gpus 64 --nodes 4", sl + ["--gpus", "64", "--nodes", "4", "--", "train.py"], reject=True),
           Case("slurm --gpus 0", sl + ["--gpus", "0", "--", "train.py"], reject=True),
           Case("slurm --nodes -1", sl + ["--nodes", "-1", "--", "train.py"], reject=True),
-          Case("slurm --gpus-per-node 0", sl + ["--gpus-per-node", "0", "--", "train.py"], reject=True),
+          Case("slurm --gpus-per-node 0", sl + ["--gpus-per-node", "0", "--", "train.py"]),  # a CPU-only job
           Case("slurm --gpus-per-node -3", sl + ["--gpus-per-node", "-3", "--", "train.py"], reject=True),
           Case("slurm --gpus 16 --gpus-per-node 0", sl + ["--gpus", "16", "--gpus-per-node", "0", "--", "train.py"],
                reject=True),

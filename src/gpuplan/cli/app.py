@@ -520,7 +520,7 @@ def experts(
 
 
 @app.command(context_settings={"allow_interspersed_args": False})
-@checked(command=anything, gpus=at_least(1, 10**7), nodes=at_least(1, 10**5), gpus_per_node=at_least(1, 72),
+@checked(command=anything, gpus=at_least(1, 10**7), nodes=at_least(1, 10**5), gpus_per_node=at_least(0, 72),
          signal_before=at_least(0, 86400), output=out_file)
 def slurm(
     command: Annotated[list[str], typer.Argument(help="The training script and its arguments (after --).")],
@@ -547,6 +547,9 @@ def slurm(
 
     per_node = gpus_per_node if gpus_per_node is not None else catalog.gpu(gpu).gpus_per_node
     if gpus is not None:
+        if per_node == 0:  # --gpus-per-node 0 is a CPU-only job (e.g. the python launcher's test runs)
+            raise GpuplanError("gpus", f"--gpus {gpus} with --gpus-per-node 0 asks for GPUs on nodes without any",
+                               "drop --gpus-per-node 0, or --gpus for a CPU-only job")
         # Slurm allocates whole nodes: a GPU count that is not one would silently become another
         if gpus % per_node:
             raise GpuplanError("gpus", f"{gpus} GPUs are not whole nodes of {per_node}",
