@@ -666,9 +666,9 @@ def slurm(
 
     per_node = gpus_per_node if gpus_per_node is not None else catalog.gpu(gpu).gpus_per_node
     if gpus is not None:
-        if per_node == 0:
-            raise GpuplanError("gpus", "--gpus with --gpus-per-node 0 (a CPU job) names no node count",
-                               "give --nodes for a CPU job")
+        if per_node == 0:  # --gpus-per-node 0 is a CPU-only job (e.g. the python launcher's test runs)
+            raise GpuplanError("gpus", f"--gpus {gpus} with --gpus-per-node 0 asks for GPUs on nodes without any",
+                               "drop --gpus-per-node 0, or --gpus for a CPU-only job")
         # Slurm allocates whole nodes: a GPU count that is not one would silently become another
         if gpus % per_node:
             raise GpuplanError("gpus", f"{gpus} GPUs are not whole nodes of {per_node}",
