@@ -5,9 +5,9 @@ import subprocess
 import sys
 
 import pytest
+from cli_runner import run
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from gpuplan.cli.app import main
 from gpuplan.units import DAY
 
 EXAMPLE = ["train", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "64", "--tp", "8", "--pp", "2", "--zero", "1",
@@ -15,14 +15,6 @@ EXAMPLE = ["train", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "64", "--tp"
            "--price", "3.0", "--mfu", "0.4"]
 
 
-def run(args, capsys):
-    try:
-        main(args)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_train_json_has_the_contract_keys(capsys):

@@ -3,8 +3,7 @@
 import json
 
 import pytest
-
-from gpuplan.cli.app import main
+from cli_runner import run
 
 LLAMA3 = [
     "train",
@@ -22,16 +21,6 @@ LLAMA3 = [
     "--recompute",
     "full",  # so that it fits: a plan that does not exits 3
 ]
-
-
-def run(args, capsys):
-    try:
-        main(args)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_train_takes_first_and_last_stage_layers_and_reports_the_split(capsys):

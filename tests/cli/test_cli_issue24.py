@@ -2,17 +2,7 @@
 
 import json
 
-from gpuplan.cli.app import main
-
-
-def run(args, capsys):
-    try:
-        main(args)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
+from cli_runner import run
 
 
 def test_serve_with_cpu_memory_reports_a_placement_and_its_time_breakdown(capsys):

@@ -4,20 +4,10 @@ import json
 import time
 
 import pytest
+from cli_runner import run
 
 from gpuplan import inputs
-from gpuplan.cli.app import main
 from gpuplan.errors import GpuplanError
-
-
-def run(args, capsys):
-    try:
-        main(args)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.mark.parametrize(

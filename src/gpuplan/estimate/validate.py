@@ -60,6 +60,7 @@ class Source:
     config: dict[str, Any] = field(default_factory=dict)  # TrainingConfig fields
     plan: dict[str, Any] = field(default_factory=dict)  # ParallelPlan fields the source states for all its runs
     sp: bool | None = None  # sequence parallelism whenever tp > 1 (None: the row's ``sp`` column)
+    dropout: float = 0.0  # residual and attention dropout (Megatron-LM's default was 0.1)
 
 
 # Each entry is what the source itself says about how it ran (read in the source; a field it does
@@ -67,8 +68,8 @@ class Source:
 # (fused scale-mask-softmax), gradients reduced after the backward (LocalDDP), dropout 0.1.
 _MEGATRON_2021 = dict(attention="eager", overlap_grad_reduce=False, overlap_param_gather=False)
 SOURCES = (
-    Source("Narayanan et al. 2021", "Megatron-LM (2021)", "gpt-dropout", "megatron", _MEGATRON_2021),
-    Source("Korthikanti et al. 2022", "Megatron-LM (2022)", "gpt-dropout", "megatron", _MEGATRON_2021),
+    Source("Narayanan et al. 2021", "Megatron-LM (2021)", "gpt", "megatron", _MEGATRON_2021, dropout=0.1),
+    Source("Korthikanti et al. 2022", "Megatron-LM (2022)", "gpt", "megatron", _MEGATRON_2021, dropout=0.1),
     # Megatron-LM README, "Performance benchmarking" (core_r0.8.0): TransformerEngine kernels,
     # distributed optimizer, --overlap-grad-reduce --overlap-param-gather --tp-comm-overlap, sequence
     # parallel, bf16 with fp32 gradient reduction (arguments.py: bf16 sets
@@ -97,11 +98,11 @@ def source_for(name: str) -> Source:
                        "add a Source to gpuplan.estimate.validate.SOURCES")
 
 
-def _model(arch: str, r: dict[str, str]) -> ModelSpec:
+def _model(arch: str, r: dict[str, str], dropout: float) -> ModelSpec:
     L, h, heads, ffn, vocab, seq = (int(r[k]) for k in ("layers", "hidden", "heads", "ffn", "vocab", "seq"))
     kv = int(r.get("kv_heads") or heads)
-    if arch in ("gpt", "gpt-dropout"):  # GPT-2/3 style: LayerNorm, GeLU 4h MLP, biases, learned positions
-        p = 0.1 if arch == "gpt-dropout" else 0.0
+    if arch == "gpt":  # GPT-2/3 style: LayerNorm, GeLU 4h MLP, biases, learned positions
+        p = dropout
         cfg = {"model_type": "gpt2", "n_layer": L, "n_embd": h, "n_head": heads, "n_inner": ffn, "vocab_size": vocab,
                "n_positions": seq, "resid_pdrop": p, "attn_pdrop": p, "embd_pdrop": p}
     elif arch == "llama":
@@ -181,11 +182,10 @@ def _rows(path: Path) -> list[Row]:
     with open(path, newline="") as fh:
         for r in csv.DictReader(fh):
             src = source_for(r["source"])
-            arch = "gpt-dropout" if (r["arch"] == "gpt" and src.arch == "gpt-dropout") else r["arch"]
-            if arch.split("-")[0] != src.arch.split("-")[0]:
+            if r["arch"] != src.arch:
                 raise GpuplanError("arch", f"row {r['id']}: arch {r['arch']!r} but {src.prefix} runs {src.arch}",
                                    "fix the row's arch or its source")
-            model = _model(arch, r)
+            model = _model(src.arch, r, src.dropout)
             seq = int(r["seq"])
             tp, pp, dp = int(r["tp"]), int(r["pp"]), int(r["dp"])
             cp, ep, zero = int(r.get("cp") or 1), int(r.get("ep") or 1), int(r.get("zero") or 0)
