@@ -53,17 +53,25 @@ def measure(async_save: bool) -> dict:
                 costs.append(time.perf_counter() - t1)
     step_s, stall_s, cost_s = statistics.median(steps), statistics.median(stalls), statistics.median(costs)
     interval = daly_interval(cost_s, MTBF_S)
-    return {"step_s": step_s, "stall_s": stall_s, "cost_s": cost_s, "stall_per_step": stall_s / step_s,
-            "daly_interval_s": interval, "stall_fraction_at_daly": stall_s / interval}
+    return {
+        "step_s": step_s,
+        "stall_s": stall_s,
+        "cost_s": cost_s,
+        "stall_per_step": stall_s / step_s,
+        "daly_interval_s": interval,
+        "stall_fraction_at_daly": stall_s / interval,
+    }
 
 
 def main() -> int:
     torch.set_num_threads(2)
     sync, asyn = measure(False), measure(True)
     for name, r in (("sync", sync), ("async", asyn)):
-        print(f"{name:5s}: step {r['step_s'] * 1e3:.0f} ms, checkpoint {r['cost_s'] * 1e3:.0f} ms, loop stalled "
-              f"{r['stall_s'] * 1e3:.1f} ms = {r['stall_per_step']:.2f} steps; at Daly's interval "
-              f"({r['daly_interval_s']:.0f} s for a 1 h MTBF) {r['stall_fraction_at_daly']:.2e} of training time")
+        print(
+            f"{name:5s}: step {r['step_s'] * 1e3:.0f} ms, checkpoint {r['cost_s'] * 1e3:.0f} ms, loop stalled "
+            f"{r['stall_s'] * 1e3:.1f} ms = {r['stall_per_step']:.2f} steps; at Daly's interval "
+            f"({r['daly_interval_s']:.0f} s for a 1 h MTBF) {r['stall_fraction_at_daly']:.2e} of training time"
+        )
     ok = asyn["stall_s"] < 0.8 * sync["stall_s"]
     print("async stalls less than sync:", "ok" if ok else "MISSED")
     return 0 if ok else 1

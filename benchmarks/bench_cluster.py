@@ -26,23 +26,43 @@ def synthetic(n: int, gpus: int, load: float, seed: int = 0) -> list[Job]:
     arrival = np.cumsum(rng.exponential(1 / rate, size=n))
     tier = rng.choice([0, 1, 2], p=[0.5, 0.4, 0.1], size=n)
     spot = (rng.random(n) < 0.5) & (tier == 0)
-    return [Job(i, float(arrival[i]), float(sizes[i]), float(dur[i]), int(tier[i]), bool(spot[i]), checkpoint="daly",
-                cost_s=60.0, restart_s=300.0) for i in range(n)]
+    return [
+        Job(
+            i,
+            float(arrival[i]),
+            float(sizes[i]),
+            float(dur[i]),
+            int(tier[i]),
+            bool(spot[i]),
+            checkpoint="daly",
+            cost_s=60.0,
+            restart_s=300.0,
+        )
+        for i in range(n)
+    ]
 
 
 def main() -> int:
     jobs = synthetic(100_000, 10_000, load=0.9)
-    cfg = ClusterConfig(nodes=1250, gpus_per_node=8, policy="backfill", node_mtbf_s=LLAMA3_NODE_MTBF_S,
-                        spot_reclaim_per_hour=0.05, price_per_gpu_hour=3.0)
+    cfg = ClusterConfig(
+        nodes=1250,
+        gpus_per_node=8,
+        policy="backfill",
+        node_mtbf_s=LLAMA3_NODE_MTBF_S,
+        spot_reclaim_per_hour=0.05,
+        price_per_gpu_hour=3.0,
+    )
     t0 = time.perf_counter()
     r = ClusterSim(cfg, jobs).run().report()
     took = time.perf_counter() - t0
     _, passed, text = verdict(took, reference_s(), TARGET_RATIO)
     ok = passed and r["finished"] == len(jobs)
-    print(f"100,000 jobs on 10,000 GPUs: {took:.2f} s ({len(jobs) / took:,.0f} jobs/s, {r['events']:,} events; "
-          f"{text}); utilisation {r['utilisation']:.1%}, goodput "
-          f"{r['goodput']:.1%}, {r['preemptions']:,} preemptions, {r['failures']:,} failures, {r['reclaims']:,} "
-          f"reclaims, ${r['usd_lost']:,.0f} lost")
+    print(
+        f"100,000 jobs on 10,000 GPUs: {took:.2f} s ({len(jobs) / took:,.0f} jobs/s, {r['events']:,} events; "
+        f"{text}); utilisation {r['utilisation']:.1%}, goodput "
+        f"{r['goodput']:.1%}, {r['preemptions']:,} preemptions, {r['failures']:,} failures, {r['reclaims']:,} "
+        f"reclaims, ${r['usd_lost']:,.0f} lost"
+    )
     return 0 if ok else 1
 
 

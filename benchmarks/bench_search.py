@@ -53,10 +53,12 @@ def main() -> int:
         best = min(runs, key=lambda r: r["s"] / r["ref"])
         _, passed, text = verdict(best["s"], best["ref"], target)
         ok &= passed
-        print(f"search {model} on {gpus} GPUs: {best['s']:.3f} s = {text}; "
-              f"{runs[0]['considered']:,} plans, {runs[0]['feasible']:,} fit; the scalar estimator over "
-              f"those {runs[0]['feasible']:,} plans would take {best['scalar_s']:.2f} s "
-              f"({best['s'] / best['scalar_s']:.2f} x of it)")
+        print(
+            f"search {model} on {gpus} GPUs: {best['s']:.3f} s = {text}; "
+            f"{runs[0]['considered']:,} plans, {runs[0]['feasible']:,} fit; the scalar estimator over "
+            f"those {runs[0]['feasible']:,} plans would take {best['scalar_s']:.2f} s "
+            f"({best['s'] / best['scalar_s']:.2f} x of it)"
+        )
     return 0 if ok else 1
 
 

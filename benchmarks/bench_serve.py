@@ -64,8 +64,10 @@ def main() -> int:
     for rate, r in sims.items():
         _, passed, text = verdict(r["s"], r["ref"], SIM_TARGET_RATIO)
         ok &= passed
-        print(f"serve-sim 10,000 requests at {float(rate):g} req/s: {r['s']:.2f} s, {r['iterations']:,} iterations "
-              f"= {text}")
+        print(
+            f"serve-sim 10,000 requests at {float(rate):g} req/s: {r['s']:.2f} s, {r['iterations']:,} iterations "
+            f"= {text}"
+        )
     return 0 if ok else 1
 
 

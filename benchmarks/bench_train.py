@@ -24,10 +24,15 @@ HELP_TARGET_RATIO = ratio(0.3)
 
 
 def one_estimate(model: str) -> None:
-    req = TrainRequest(model=catalog.model(model), gpu=catalog.gpu("h100-sxm"),
-                       plan=ParallelPlan(dp=4, tp=8, pp=2, zero=1),
-                       config=TrainingConfig(seq_len=8192, global_batch=512, recompute="selective"),
-                       tokens=2e12, mfu=0.4, price_per_gpu_hour=3.0)
+    req = TrainRequest(
+        model=catalog.model(model),
+        gpu=catalog.gpu("h100-sxm"),
+        plan=ParallelPlan(dp=4, tp=8, pp=2, zero=1),
+        config=TrainingConfig(seq_len=8192, global_batch=512, recompute="selective"),
+        tokens=2e12,
+        mfu=0.4,
+        price_per_gpu_hour=3.0,
+    )
     estimate_training(req)
 
 

@@ -49,8 +49,9 @@ class Block(nn.Module):
 
 
 class TinyGPT(nn.Module):
-    def __init__(self, vocab: int = 256, d: int = 64, layers: int = 2, heads: int = 4, ctx: int = 32,
-                 dropout: float = 0.1):
+    def __init__(
+        self, vocab: int = 256, d: int = 64, layers: int = 2, heads: int = 4, ctx: int = 32, dropout: float = 0.1
+    ):
         super().__init__()
         self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(ctx, d)
         self.blocks = nn.ModuleList(Block(d, heads, dropout) for _ in range(layers))
@@ -88,14 +89,16 @@ def parse(argv=None) -> argparse.Namespace:
     ap.add_argument("--checkpoint-every", default=None, help="steps between checkpoints (default 25)")
     ap.add_argument("--checkpoint-seconds", default=None, help="seconds between checkpoints")
     ap.add_argument("--mtbf", default=None, help="seconds: checkpoint at Daly's interval")
-    ap.add_argument("--no-checkpoint", action="store_true",
-                    help="no scheduled checkpoints (still one on SIGTERM/SIGUSR1/SIGINT)")
+    ap.add_argument(
+        "--no-checkpoint", action="store_true", help="no scheduled checkpoints (still one on SIGTERM/SIGUSR1/SIGINT)"
+    )
     ap.add_argument("--keep", default="2", help="checkpoints kept (at least 2)")
     ap.add_argument("--seed", default="0")
     ap.add_argument("--sync", action="store_true", help="synchronous checkpoints (default: async)")
     ap.add_argument("--telemetry", default="-", help="JSON-lines file (default: -, print them)")
-    ap.add_argument("--restart", action="store_true",
-                    help="start over: move the directory's checkpoints to old-runs/<time>/")
+    ap.add_argument(
+        "--restart", action="store_true", help="start over: move the directory's checkpoints to old-runs/<time>/"
+    )
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     args.steps = validate.parse_count("--steps", args.steps, fix="the number of optimizer steps to train")
@@ -107,11 +110,13 @@ def parse(argv=None) -> argparse.Namespace:
     if not args.no_checkpoint and args.checkpoint_every is None and not schedule:
         args.checkpoint_every = "25"
     if args.checkpoint_every is not None:
-        args.checkpoint_every = validate.parse_count("--checkpoint-every", args.checkpoint_every,
-                                                     fix=f"give the number of steps between checkpoints, {NEVER}")
+        args.checkpoint_every = validate.parse_count(
+            "--checkpoint-every", args.checkpoint_every, fix=f"give the number of steps between checkpoints, {NEVER}"
+        )
     if args.checkpoint_seconds is not None:
-        args.checkpoint_seconds = validate.parse_seconds("--checkpoint-seconds", args.checkpoint_seconds,
-                                                         fix=f"give the seconds between checkpoints, {NEVER}")
+        args.checkpoint_seconds = validate.parse_seconds(
+            "--checkpoint-seconds", args.checkpoint_seconds, fix=f"give the seconds between checkpoints, {NEVER}"
+        )
     if args.mtbf is not None:
         args.mtbf = validate.parse_seconds("--mtbf", args.mtbf, fix="the mean time between failures in seconds")
     return args
@@ -122,7 +127,8 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
     if args.no_checkpoint:
         logging.getLogger("gpuplan.train").warning(
-            "--no-checkpoint: no scheduled checkpoints; only a signal writes one, a crash loses the run")
+            "--no-checkpoint: no scheduled checkpoints; only a signal writes one, a crash loses the run"
+        )
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
 
@@ -135,14 +141,33 @@ def main(argv=None) -> int:
     model = TinyGPT()
     net = nn.parallel.DistributedDataParallel(model) if distributed else model
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * min(s, args.steps) / args.steps)))
-    config = {"model": "tiny-gpt", "d": 64, "layers": 2, "seed": args.seed, "steps": args.steps,
-              "world": torch.distributed.get_world_size() if distributed else 1}
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * min(s, args.steps) / args.steps))
+    )
+    config = {
+        "model": "tiny-gpt",
+        "d": 64,
+        "layers": 2,
+        "seed": args.seed,
+        "steps": args.steps,
+        "world": torch.distributed.get_world_size() if distributed else 1,
+    }
     telemetry = os.devnull if args.quiet and args.telemetry == "-" else args.telemetry
     try:
-        with Resilient(model, opt, sched, checkpoint_dir=args.checkpoint_dir, every_steps=args.checkpoint_every,
-                       every_seconds=args.checkpoint_seconds, mtbf_s=args.mtbf, keep=args.keep,
-                       async_save=not args.sync, config=config, telemetry=telemetry, restart=args.restart) as run:
+        with Resilient(
+            model,
+            opt,
+            sched,
+            checkpoint_dir=args.checkpoint_dir,
+            every_steps=args.checkpoint_every,
+            every_seconds=args.checkpoint_seconds,
+            mtbf_s=args.mtbf,
+            keep=args.keep,
+            async_save=not args.sync,
+            config=config,
+            telemetry=telemetry,
+            restart=args.restart,
+        ) as run:
             while run.step < args.steps:
                 x, y = batch(args.seed, run.data_position, rank)
                 loss = F.cross_entropy(net(x).flatten(0, 1), y.flatten())

@@ -58,26 +58,47 @@ class SlurmJob:
         require(len(self.command) > 0, "command", "give the training script to run", "e.g. -- train.py --steps 1000")
         require(self.nodes >= 1, "nodes", f"must be at least 1, got {self.nodes}")
         require(self.gpus_per_node >= 0, "gpus_per_node", "must not be negative")
-        require(self.launcher in LAUNCHERS, "launcher", f"unknown launcher {self.launcher!r}",
-                f"use one of {', '.join(LAUNCHERS)}")
-        require(self.launcher == "torchrun" or self.nodes == 1, "launcher",
-                "the python launcher runs one process on one node", "use --launcher torchrun for several nodes")
-        require(bool(re.fullmatch(r"(\d+-)?\d+(:\d{1,2}){0,2}", self.time_limit)), "time",
-                f"{self.time_limit!r} is not a Slurm time limit", "write it like 48:00:00 or 2-00:00:00")
+        require(
+            self.launcher in LAUNCHERS,
+            "launcher",
+            f"unknown launcher {self.launcher!r}",
+            f"use one of {', '.join(LAUNCHERS)}",
+        )
+        require(
+            self.launcher == "torchrun" or self.nodes == 1,
+            "launcher",
+            "the python launcher runs one process on one node",
+            "use --launcher torchrun for several nodes",
+        )
+        require(
+            bool(re.fullmatch(r"(\d+-)?\d+(:\d{1,2}){0,2}", self.time_limit)),
+            "time",
+            f"{self.time_limit!r} is not a Slurm time limit",
+            "write it like 48:00:00 or 2-00:00:00",
+        )
         limit = time_limit_s(self.time_limit)
         require(limit > 0, "time", f"{self.time_limit!r} is no time at all", "write it like 48:00:00 or 2-00:00:00")
         require(self.signal_before_s >= 0, "signal_before", "must not be negative")
-        require(self.procs_per_node is None or self.procs_per_node >= 1, "procs_per_node",
-                f"must be at least 1, got {self.procs_per_node}")
-        require(self.signal_before_s < limit, "signal_before",
-                f"SIGUSR1 {self.signal_before_s} s before a {self.time_limit} limit would come before the job starts",
-                "use a --signal-before shorter than --time")
+        require(
+            self.procs_per_node is None or self.procs_per_node >= 1,
+            "procs_per_node",
+            f"must be at least 1, got {self.procs_per_node}",
+        )
+        require(
+            self.signal_before_s < limit,
+            "signal_before",
+            f"SIGUSR1 {self.signal_before_s} s before a {self.time_limit} limit would come before the job starts",
+            "use a --signal-before shorter than --time",
+        )
         # These land in #SBATCH lines: a newline or a space would end the directive and run the rest
         for name in ("job_name", "partition", "qos"):
             value = getattr(self, name)
-            require(value is None or bool(re.fullmatch(r"[A-Za-z0-9_.+%@=:,-]+", value)), name,
-                    f"{value!r} has characters an #SBATCH line cannot hold", "use letters, digits, - _ . only")
-
+            require(
+                value is None or bool(re.fullmatch(r"[A-Za-z0-9_.+%@=:,-]+", value)),
+                name,
+                f"{value!r} has characters an #SBATCH line cannot hold",
+                "use letters, digits, - _ . only",
+            )
 
     @property
     def workers_per_node(self) -> int:
@@ -98,8 +119,12 @@ def time_limit_s(text: str) -> int:
         h, m, s = 0, parts[0], parts[1]
     else:
         h, m, s = parts
-    require((m < 60 or not (days or len(parts) == 3)) and s < 60, "time", f"{text!r}: minutes and seconds run to 59",
-            "write it like 48:00:00 or 2-00:00:00")
+    require(
+        (m < 60 or not (days or len(parts) == 3)) and s < 60,
+        "time",
+        f"{text!r}: minutes and seconds run to 59",
+        "write it like 48:00:00 or 2-00:00:00",
+    )
     return int(days or 0) * 86400 + h * 3600 + m * 60 + s
 
 
@@ -120,49 +145,72 @@ def sbatch_script(job: SlurmJob) -> str:
         lines.append(f"#SBATCH --gpus-per-node={job.gpus_per_node}")
     if job.cpus_per_task:
         lines.append(f"#SBATCH --cpus-per-task={job.cpus_per_task}")
-    lines += [f"#SBATCH --time={job.time_limit}",
-              "#SBATCH --requeue  # back to the queue when preempted or when it exits 75",
-              f"#SBATCH --signal=B:USR1@{job.signal_before_s}  # SIGUSR1 to this script {job.signal_before_s} s before "
-              "the time limit",
-              "#SBATCH --open-mode=append  # keep the log across requeues",
-              "#SBATCH --output=%x-%j.out"]
+    lines += [
+        f"#SBATCH --time={job.time_limit}",
+        "#SBATCH --requeue  # back to the queue when preempted or when it exits 75",
+        f"#SBATCH --signal=B:USR1@{job.signal_before_s}  # SIGUSR1 to this script {job.signal_before_s} s before "
+        "the time limit",
+        "#SBATCH --open-mode=append  # keep the log across requeues",
+        "#SBATCH --output=%x-%j.out",
+    ]
     lines += [f"#SBATCH {x}" for x in job.extra_sbatch]
-    lines += ["", "set -u", f"export CKPT_DIR={q(job.checkpoint_dir)}",
-              'echo "job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST"', "",
-              "# Forward SIGUSR1 (time limit near, sent to this shell) and SIGTERM to the trainer, which finishes",
-              "# its step, checkpoints and exits 75. Preemption signals the srun step directly."]
+    lines += [
+        "",
+        "set -u",
+        f"export CKPT_DIR={q(job.checkpoint_dir)}",
+        'echo "job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST"',
+        "",
+        "# Forward SIGUSR1 (time limit near, sent to this shell) and SIGTERM to the trainer, which finishes",
+        "# its step, checkpoints and exits 75. Preemption signals the srun step directly.",
+    ]
     if job.launcher == "torchrun":
-        lines += ["# torchrun's agent handles SIGTERM only, by default: on SIGUSR1 it dies and Slurm ends the step,",
-                  "# killing the workers before they checkpoint. Have it forward SIGUSR1 too, and wait for the",
-                  "# workers' checkpoint as long as the warning gives (not 30 s). (Read by torchrun versions with",
-                  "# --signals-to-handle/--shutdown-timeout; not srun: it terminates the step on SIGTERM.)",
-                  "export PET_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1",
-                  f"export PET_SHUTDOWN_TIMEOUT={max(30, job.signal_before_s)}"]
-    lines += ['child=""', 'pending=""', "forward() {", '  echo "got SIG$1: forwarding it to the trainer"',
-              "  # before srun's pid is known: keep it for then (a lost time-limit warning loses the run)",
-              '  if [ -n "$child" ]; then kill -s "$1" "$child" 2>/dev/null; else pending="$1"; fi', "}",
-              "trap 'forward USR1' USR1", "trap 'forward TERM' TERM",
-              f"marker=\"$CKPT_DIR/{REQUEUE_MARKER}\"  # rank 0 writes it when it stops on a signal (exit 75)",
-              'rm -f "$marker"', ""]
+        lines += [
+            "# torchrun's agent handles SIGTERM only, by default: on SIGUSR1 it dies and Slurm ends the step,",
+            "# killing the workers before they checkpoint. Have it forward SIGUSR1 too, and wait for the",
+            "# workers' checkpoint as long as the warning gives (not 30 s). (Read by torchrun versions with",
+            "# --signals-to-handle/--shutdown-timeout; not srun: it terminates the step on SIGTERM.)",
+            "export PET_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1",
+            f"export PET_SHUTDOWN_TIMEOUT={max(30, job.signal_before_s)}",
+        ]
+    lines += [
+        'child=""',
+        'pending=""',
+        "forward() {",
+        '  echo "got SIG$1: forwarding it to the trainer"',
+        "  # before srun's pid is known: keep it for then (a lost time-limit warning loses the run)",
+        '  if [ -n "$child" ]; then kill -s "$1" "$child" 2>/dev/null; else pending="$1"; fi',
+        "}",
+        "trap 'forward USR1' USR1",
+        "trap 'forward TERM' TERM",
+        f'marker="$CKPT_DIR/{REQUEUE_MARKER}"  # rank 0 writes it when it stops on a signal (exit 75)',
+        'rm -f "$marker"',
+        "",
+    ]
     cmd = " ".join(q(c) for c in job.command)
     if job.launcher == "torchrun":
-        lines += ['MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-                  'srun --kill-on-bad-exit=1 "${TORCHRUN:-torchrun}" --nnodes "$SLURM_NNODES" '
-                  f'--nproc-per-node {job.workers_per_node} --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:${{MASTER_PORT:-29500}}" '
-                  '--rdzv-id "$SLURM_JOB_ID" \\',
-                  f'    {cmd} --checkpoint-dir "$CKPT_DIR" &']
+        lines += [
+            'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+            'srun --kill-on-bad-exit=1 "${TORCHRUN:-torchrun}" --nnodes "$SLURM_NNODES" '
+            f'--nproc-per-node {job.workers_per_node} --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:${{MASTER_PORT:-29500}}" '
+            '--rdzv-id "$SLURM_JOB_ID" \\',
+            f'    {cmd} --checkpoint-dir "$CKPT_DIR" &',
+        ]
     else:
         lines.append(f'srun --kill-on-bad-exit=1 "${{PYTHON:-python3}}" {cmd} --checkpoint-dir "$CKPT_DIR" &')
-    lines += ["child=$!", '[ -n "$pending" ] && kill -s "$pending" "$child" 2>/dev/null',
-              "# wait returns early when a trapped signal arrives: wait until the trainer really exits",
-              'while true; do wait "$child"; status=$?; kill -0 "$child" 2>/dev/null || break; done',
-              "# 75: the trainer stopped on a signal; torchrun reports its own code, so the marker says it too",
-              'if [ "$status" -eq 75 ] || [ -e "$marker" ]; then',
-              '  echo "trainer stopped on a signal (exit $status, marker $([ -e "$marker" ] && echo yes || echo no)): '
-              'requeueing"',
-              '  rm -f "$marker"',
-              "  status=75",
-              '  scontrol requeue "$SLURM_JOB_ID" || true  # a preempted job is already being requeued',
-              "fi",
-              'exit "$status"', ""]
+    lines += [
+        "child=$!",
+        '[ -n "$pending" ] && kill -s "$pending" "$child" 2>/dev/null',
+        "# wait returns early when a trapped signal arrives: wait until the trainer really exits",
+        'while true; do wait "$child"; status=$?; kill -0 "$child" 2>/dev/null || break; done',
+        "# 75: the trainer stopped on a signal; torchrun reports its own code, so the marker says it too",
+        'if [ "$status" -eq 75 ] || [ -e "$marker" ]; then',
+        '  echo "trainer stopped on a signal (exit $status, marker $([ -e "$marker" ] && echo yes || echo no)): '
+        'requeueing"',
+        '  rm -f "$marker"',
+        "  status=75",
+        '  scontrol requeue "$SLURM_JOB_ID" || true  # a preempted job is already being requeued',
+        "fi",
+        'exit "$status"',
+        "",
+    ]
     return "\n".join(lines)

@@ -34,8 +34,7 @@ def parse_count(text: str | float | int, field: str) -> float:
     else:
         match = _COUNT.match(str(text))
         if not match:
-            raise GpuplanError(field, f"cannot read {text!r} as a number",
-                               "write it like 2T, 15.6e12, 300B or 4096")
+            raise GpuplanError(field, f"cannot read {text!r} as a number", "write it like 2T, 15.6e12, 300B or 4096")
         value = float(match.group(1)) * _SUFFIX[match.group(2).upper()]
     if not math.isfinite(value) or value <= 0:
         raise GpuplanError(field, f"must be a positive number, got {text!r}", "write it like 2T, 15.6e12, 300B or 4096")

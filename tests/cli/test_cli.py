@@ -10,11 +10,32 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from gpuplan.units import DAY
 
-EXAMPLE = ["train", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "64", "--tp", "8", "--pp", "2", "--zero", "1",
-           "--seq-len", "8192", "--global-batch", "512", "--tokens", "2T", "--recompute", "selective",
-           "--price", "3.0", "--mfu", "0.4"]
-
-
+EXAMPLE = [
+    "train",
+    "llama-3.1-70b",
+    "--gpu",
+    "h100-sxm",
+    "--gpus",
+    "64",
+    "--tp",
+    "8",
+    "--pp",
+    "2",
+    "--zero",
+    "1",
+    "--seq-len",
+    "8192",
+    "--global-batch",
+    "512",
+    "--tokens",
+    "2T",
+    "--recompute",
+    "selective",
+    "--price",
+    "3.0",
+    "--mfu",
+    "0.4",
+]
 
 
 def test_train_json_has_the_contract_keys(capsys):
@@ -49,6 +70,7 @@ def test_worked_example_fits_and_its_time_follows_from_its_flops(capsys):
 
 def test_3_8e25_flops_on_16000_h100_at_400_tflops_takes_69_days_not_61():
     from gpuplan.estimate.time import training_days
+
     assert training_days(3.8e25, 16_000, 400e12) == pytest.approx(68.7, abs=0.1)
     assert training_days(3.8e25, 16_000, 400e12) * DAY > 61 * DAY
 
@@ -78,6 +100,7 @@ def test_models_and_gpus_list_the_catalogs_as_json(capsys):
 
 def test_config_json_path_is_accepted(tmp_path, capsys):
     from gpuplan import catalog
+
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(catalog.model_entry("qwen2.5-7b")["config"]))
     code, out, _ = run(["train", str(cfg), "--gpus", "8", "--zero", "1", "--mfu", "0.4", "--json"], capsys)
@@ -85,21 +108,24 @@ def test_config_json_path_is_accepted(tmp_path, capsys):
     assert json.loads(out)["model"]["params_total"] == 7_615_616_512
 
 
-@pytest.mark.parametrize("args,field", [
-    (["train", "llama-3.1-70bb", "--mfu", "0.4"], "model"),
-    (["train", "llama-3.1-70b", "--gpu", "h1000", "--mfu", "0.4"], "gpu"),
-    (["train", "llama-3.1-70b", "--gpus", "3", "--tp", "3", "--mfu", "0.4"], "tp"),
-    (["train", "llama-3.1-70b", "--gpus", "80", "--tp", "10", "--mfu", "0.4"], "tp"),
-    (["train", "llama-3.1-70b", "--gpus", "96", "--pp", "96", "--mfu", "0.4"], "pp"),
-    (["train", "llama-3.1-70b", "--gpus", "64", "--tp", "8", "--dp", "3", "--mfu", "0.4"], "dp"),
-    (["train", "llama-3.1-70b", "--seq-len", "0", "--mfu", "0.4"], "seq_len"),
-    (["train", "llama-3.1-70b", "--tokens", "-2T", "--mfu", "0.4"], "tokens"),
-    (["train", "llama-3.1-70b", "--mfu", "1.5"], "mfu"),
-    (["train", "llama-3.1-70b", "--gpus", "24", "--pp", "3", "--schedule", "dualpipe"], "pp"),
-    (["train", "llama-3.1-70b", "--rank-order", "tp-dp-pp"], "order"),
-    (["train", "llama-3.1-70b", "--gpus", "8", "--ep", "2", "--mfu", "0.4"], "ep"),
-    (["train", "llama-3.1-70b", "--precision", "fp8", "--gpu", "a100-sxm-80gb", "--mfu", "0.4"], "precision"),
-])
+@pytest.mark.parametrize(
+    "args,field",
+    [
+        (["train", "llama-3.1-70bb", "--mfu", "0.4"], "model"),
+        (["train", "llama-3.1-70b", "--gpu", "h1000", "--mfu", "0.4"], "gpu"),
+        (["train", "llama-3.1-70b", "--gpus", "3", "--tp", "3", "--mfu", "0.4"], "tp"),
+        (["train", "llama-3.1-70b", "--gpus", "80", "--tp", "10", "--mfu", "0.4"], "tp"),
+        (["train", "llama-3.1-70b", "--gpus", "96", "--pp", "96", "--mfu", "0.4"], "pp"),
+        (["train", "llama-3.1-70b", "--gpus", "64", "--tp", "8", "--dp", "3", "--mfu", "0.4"], "dp"),
+        (["train", "llama-3.1-70b", "--seq-len", "0", "--mfu", "0.4"], "seq_len"),
+        (["train", "llama-3.1-70b", "--tokens", "-2T", "--mfu", "0.4"], "tokens"),
+        (["train", "llama-3.1-70b", "--mfu", "1.5"], "mfu"),
+        (["train", "llama-3.1-70b", "--gpus", "24", "--pp", "3", "--schedule", "dualpipe"], "pp"),
+        (["train", "llama-3.1-70b", "--rank-order", "tp-dp-pp"], "order"),
+        (["train", "llama-3.1-70b", "--gpus", "8", "--ep", "2", "--mfu", "0.4"], "ep"),
+        (["train", "llama-3.1-70b", "--precision", "fp8", "--gpu", "a100-sxm-80gb", "--mfu", "0.4"], "precision"),
+    ],
+)
 def test_bad_input_is_one_line_naming_the_field_with_exit_code_2(args, field, capsys):
     code, out, err = run(args, capsys)
     assert code == 2
@@ -132,13 +158,48 @@ texts = st.one_of(st.sampled_from(["2T", "15.6e12", "300B", "-1", "abc", "0", "1
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(gpus=ints, tp=ints, pp=ints, cp=ints, zero=st.integers(-1, 4), seq=ints, mb=ints, gb=ints, tokens=texts,
-       mfu=st.one_of(st.floats(-1, 2), st.just(float("nan"))), model=st.sampled_from(["llama-3.1-8b", "mixtral-8x7b", "nope", "gpt2"]),
-       recompute=st.sampled_from(["none", "selective", "full", "bogus"]))
+@given(
+    gpus=ints,
+    tp=ints,
+    pp=ints,
+    cp=ints,
+    zero=st.integers(-1, 4),
+    seq=ints,
+    mb=ints,
+    gb=ints,
+    tokens=texts,
+    mfu=st.one_of(st.floats(-1, 2), st.just(float("nan"))),
+    model=st.sampled_from(["llama-3.1-8b", "mixtral-8x7b", "nope", "gpt2"]),
+    recompute=st.sampled_from(["none", "selective", "full", "bogus"]),
+)
 def test_cli_never_crashes_on_any_input(capsys, gpus, tp, pp, cp, zero, seq, mb, gb, tokens, mfu, model, recompute):
-    args = ["train", model, "--gpus", str(gpus), "--tp", str(tp), "--pp", str(pp), "--cp", str(cp), "--zero",
-            str(zero), "--seq-len", str(seq), "--micro-batch", str(mb), "--global-batch", str(gb),
-            "--tokens", tokens, "--mfu", str(mfu), "--recompute", recompute, "--json"]
+    args = [
+        "train",
+        model,
+        "--gpus",
+        str(gpus),
+        "--tp",
+        str(tp),
+        "--pp",
+        str(pp),
+        "--cp",
+        str(cp),
+        "--zero",
+        str(zero),
+        "--seq-len",
+        str(seq),
+        "--micro-batch",
+        str(mb),
+        "--global-batch",
+        str(gb),
+        "--tokens",
+        tokens,
+        "--mfu",
+        str(mfu),
+        "--recompute",
+        recompute,
+        "--json",
+    ]
     code, out, err = run(args, capsys)
     assert code in (0, 2, 3), err
     if code in (2, 3):
@@ -148,14 +209,36 @@ def test_cli_never_crashes_on_any_input(capsys, gpus, tp, pp, cp, zero, seq, mb,
 
 
 def test_import_gpuplan_does_not_import_torch_or_the_cli():
-    code = "import sys, gpuplan, gpuplan.estimate.train; assert 'torch' not in sys.modules; " \
-           "assert 'gpuplan.cli' not in sys.modules; assert 'typer' not in sys.modules"
+    code = (
+        "import sys, gpuplan, gpuplan.estimate.train; assert 'torch' not in sys.modules; "
+        "assert 'gpuplan.cli' not in sys.modules; assert 'typer' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_train_without_mfu_predicts_step_time_and_shows_where_it_goes(capsys):
-    code, out, err = run(["train", "llama-3.1-70b", "--gpus", "64", "--tp", "8", "--pp", "2", "--zero", "1",
-                          "--seq-len", "8192", "--global-batch", "512", "--recompute", "selective", "--json"], capsys)
+    code, out, err = run(
+        [
+            "train",
+            "llama-3.1-70b",
+            "--gpus",
+            "64",
+            "--tp",
+            "8",
+            "--pp",
+            "2",
+            "--zero",
+            "1",
+            "--seq-len",
+            "8192",
+            "--global-batch",
+            "512",
+            "--recompute",
+            "selective",
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0, err
     doc = json.loads(out)
     perf = doc["performance"]
@@ -167,8 +250,22 @@ def test_train_without_mfu_predicts_step_time_and_shows_where_it_goes(capsys):
 
 
 def test_search_json_ranks_plans_with_train_keys(capsys):
-    code, out, err = run(["search", "llama-3.1-8b", "--gpus", "16", "--seq-len", "4096", "--global-batch", "256K",
-                          "--top", "3", "--json"], capsys)
+    code, out, err = run(
+        [
+            "search",
+            "llama-3.1-8b",
+            "--gpus",
+            "16",
+            "--seq-len",
+            "4096",
+            "--global-batch",
+            "256K",
+            "--top",
+            "3",
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0, err
     doc = json.loads(out)
     assert len(doc["plans"]) == 3
@@ -193,18 +290,37 @@ def test_collective_reports_the_ring_volume(capsys):
     assert doc["volume_factor"] == pytest.approx(2 * 7 / 8)
 
 
-@pytest.mark.parametrize("args,field", [
-    (["search", "llama-3.1-8b", "--gpus", "16", "--seq-len", "4096", "--global-batch", "0"], "global_batch"),
-    (["collective", "all-sum", "--ranks", "8"], "collective"),
-])
+@pytest.mark.parametrize(
+    "args,field",
+    [
+        (["search", "llama-3.1-8b", "--gpus", "16", "--seq-len", "4096", "--global-batch", "0"], "global_batch"),
+        (["collective", "all-sum", "--ranks", "8"], "collective"),
+    ],
+)
 def test_search_and_collective_bad_input_exit_2(args, field, capsys):
     code, out, err = run(args, capsys)
     assert code == 2
     assert err.count("\n") == 1 and field in err
 
 
-SERVE = ["serve", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "1", "--weights", "fp8", "--kv", "fp8",
-         "--input-len", "2048", "--output-len", "256", "--price", "3.0"]
+SERVE = [
+    "serve",
+    "llama-3.1-8b",
+    "--gpu",
+    "h100-sxm",
+    "--tp",
+    "1",
+    "--weights",
+    "fp8",
+    "--kv",
+    "fp8",
+    "--input-len",
+    "2048",
+    "--output-len",
+    "256",
+    "--price",
+    "3.0",
+]
 
 
 def test_serve_json_has_the_contract_keys(capsys):
@@ -215,8 +331,14 @@ def test_serve_json_has_the_contract_keys(capsys):
     assert per["total"] == pytest.approx(sum(per[k] for k in ("weights", "kv_cache", "activations", "other")))
     assert doc["memory"]["fits"] is True
     assert doc["kv_bytes_per_token"] == 32 * 8 * 128 * 2  # fp8: 32 layers x 8 KV heads x (K+V) x 128
-    for key in ("max_concurrency", "ttft_s", "tpot_s", "output_tokens_per_s", "cost_per_million_input_tokens",
-                "cost_per_million_output_tokens"):
+    for key in (
+        "max_concurrency",
+        "ttft_s",
+        "tpot_s",
+        "output_tokens_per_s",
+        "cost_per_million_input_tokens",
+        "cost_per_million_output_tokens",
+    ):
         assert doc[key] > 0
 
 
@@ -227,8 +349,24 @@ def test_serve_max_throughput_and_human_output(capsys):
 
 
 def test_serve_sim_json_and_slo_search(capsys):
-    code, out, _ = run(["serve-sim", "llama-3.1-8b", "--weights", "fp8", "--kv", "fp8", "--rate", "2", "--requests",
-                        "100", "--ttft-slo", "1s", "--json"], capsys)
+    code, out, _ = run(
+        [
+            "serve-sim",
+            "llama-3.1-8b",
+            "--weights",
+            "fp8",
+            "--kv",
+            "fp8",
+            "--rate",
+            "2",
+            "--requests",
+            "100",
+            "--ttft-slo",
+            "1s",
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0
     doc = json.loads(out)
     assert doc["runs"][0]["requests"] == 100 and doc["slo"]["max_rate"] > 2
@@ -239,14 +377,17 @@ def test_validate_serving_prints_the_median_error(capsys):
     assert code == 0 and json.loads(out)["summary"]["median_abs_error"] <= 0.15
 
 
-@pytest.mark.parametrize("args,field", [
-    (["serve", "llama-3.1-8b", "--gpu", "a100-sxm-80gb", "--weights", "fp8"], "weights"),
-    (["serve", "llama-3.1-8b", "--tp", "3"], "tp"),
-    (["serve", "llama-2-7b", "--input-len", "8000"], "input_len"),
-    (["serve", "llama-3.1-8b", "--weights", "int3"], "weights"),
-    (["serve-sim", "llama-3.1-8b", "--rate", "fast"], "rate"),
-    (["serve-sim", "llama-3.1-8b", "--rate", "1", "--input-len", "0"], "input_len"),
-])
+@pytest.mark.parametrize(
+    "args,field",
+    [
+        (["serve", "llama-3.1-8b", "--gpu", "a100-sxm-80gb", "--weights", "fp8"], "weights"),
+        (["serve", "llama-3.1-8b", "--tp", "3"], "tp"),
+        (["serve", "llama-2-7b", "--input-len", "8000"], "input_len"),
+        (["serve", "llama-3.1-8b", "--weights", "int3"], "weights"),
+        (["serve-sim", "llama-3.1-8b", "--rate", "fast"], "rate"),
+        (["serve-sim", "llama-3.1-8b", "--rate", "1", "--input-len", "0"], "input_len"),
+    ],
+)
 def test_bad_serving_input_is_one_line_naming_the_field(args, field, capsys):
     code, _, err = run(args, capsys)
     assert code == 2
@@ -266,9 +407,33 @@ def test_serve_sim_replays_a_trace(tmp_path, capsys):
 
 def test_pipeline_json_trace_and_plot(tmp_path, capsys):
     trace, png = tmp_path / "out.json", tmp_path / "out.png"
-    code, out, _ = run(["pipeline", "--schedule", "dualpipev", "--stages", "8", "--microbatches", "32", "--f", "1",
-                        "--b", "2", "--w", "1", "--overlap", "3", "--p2p", "0.05", "--trace", str(trace),
-                        "--plot", str(png), "--json"], capsys)
+    code, out, _ = run(
+        [
+            "pipeline",
+            "--schedule",
+            "dualpipev",
+            "--stages",
+            "8",
+            "--microbatches",
+            "32",
+            "--f",
+            "1",
+            "--b",
+            "2",
+            "--w",
+            "1",
+            "--overlap",
+            "3",
+            "--p2p",
+            "0.05",
+            "--trace",
+            str(trace),
+            "--plot",
+            str(png),
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0
     doc = json.loads(out)
     assert len(doc["idle_s"]) == 8 and len(doc["peak_activations"]) == 8
@@ -288,12 +453,15 @@ def test_pipeline_accepts_the_full_backward_convention(capsys):
     assert json.loads(a)["makespan_s"] == json.loads(b)["makespan_s"]
 
 
-@pytest.mark.parametrize("args,field", [
-    (["pipeline", "--schedule", "dualpipe", "--stages", "5", "--microbatches", "20"], "stages"),
-    (["pipeline", "--schedule", "dualpipev", "--stages", "8", "--microbatches", "8"], "microbatches"),
-    (["pipeline", "--b", "1", "--b-full", "2"], "b"),
-    (["pipeline", "--f", "-1"], "f"),
-])
+@pytest.mark.parametrize(
+    "args,field",
+    [
+        (["pipeline", "--schedule", "dualpipe", "--stages", "5", "--microbatches", "20"], "stages"),
+        (["pipeline", "--schedule", "dualpipev", "--stages", "8", "--microbatches", "8"], "microbatches"),
+        (["pipeline", "--b", "1", "--b-full", "2"], "b"),
+        (["pipeline", "--f", "-1"], "f"),
+    ],
+)
 def test_pipeline_bad_input_exit_2(args, field, capsys):
     code, _, err = run(args, capsys)
     assert code == 2 and err.startswith(f"error: {field}:") and err.count("\n") == 1
@@ -301,10 +469,28 @@ def test_pipeline_bad_input_exit_2(args, field, capsys):
 
 def test_experts_json_from_a_loads_file(tmp_path, capsys):
     loads = tmp_path / "loads.csv"
-    loads.write_text("e0,e1,e2,e3,e4,e5,e6,e7\n" + "\n".join(",".join(str(10 * (i + 1) ** 2) for i in range(8))
-                                                             for _ in range(3)))
-    code, out, _ = run(["experts", "--loads", str(loads), "--replicas", "12", "--gpus", "4", "--nodes", "2",
-                        "--groups", "4", "--top-k", "2", "--json"], capsys)
+    loads.write_text(
+        "e0,e1,e2,e3,e4,e5,e6,e7\n" + "\n".join(",".join(str(10 * (i + 1) ** 2) for i in range(8)) for _ in range(3))
+    )
+    code, out, _ = run(
+        [
+            "experts",
+            "--loads",
+            str(loads),
+            "--replicas",
+            "12",
+            "--gpus",
+            "4",
+            "--nodes",
+            "2",
+            "--groups",
+            "4",
+            "--top-k",
+            "2",
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0
     doc = json.loads(out)
     assert len(doc["balance"]) == 3 and doc["balance_mean"] >= 1
@@ -312,20 +498,48 @@ def test_experts_json_from_a_loads_file(tmp_path, capsys):
     assert len(doc["phy2log"][0]) == 12 and doc["cross_node"]["remote_nodes_per_token"] > 0
 
 
-@pytest.mark.parametrize("args,field", [
-    (["experts"], "loads"),
-    (["experts", "--synthetic", "1", "--replicas", "100", "--gpus", "32"], "replicas"),
-    (["experts", "--synthetic", "1", "--experts", "64", "--replicas", "64", "--gpus", "8", "--groups", "6"], "groups"),
-])
+@pytest.mark.parametrize(
+    "args,field",
+    [
+        (["experts"], "loads"),
+        (["experts", "--synthetic", "1", "--replicas", "100", "--gpus", "32"], "replicas"),
+        (
+            ["experts", "--synthetic", "1", "--experts", "64", "--replicas", "64", "--gpus", "8", "--groups", "6"],
+            "groups",
+        ),
+    ],
+)
 def test_experts_bad_input_exit_2(args, field, capsys):
     code, _, err = run(args, capsys)
     assert code == 2 and err.startswith(f"error: {field}:") and err.count("\n") == 1
 
 
 def test_whatif_prices_the_motivating_story(capsys):
-    code, out, _ = run(["cluster", "whatif", "--gpus", "64", "--gpu", "h100-sxm", "--hours", "47", "--spot",
-                        "--preempt-at", "47h", "--checkpoint", "none", "--checkpoint", "1h", "--checkpoint", "optimal",
-                        "--price", "3.0", "--json"], capsys)
+    code, out, _ = run(
+        [
+            "cluster",
+            "whatif",
+            "--gpus",
+            "64",
+            "--gpu",
+            "h100-sxm",
+            "--hours",
+            "47",
+            "--spot",
+            "--preempt-at",
+            "47h",
+            "--checkpoint",
+            "none",
+            "--checkpoint",
+            "1h",
+            "--checkpoint",
+            "optimal",
+            "--price",
+            "3.0",
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0
     by = {p["checkpoint"]: p for p in json.loads(out)["policies"]}
     assert by["none"]["lost_usd"] == pytest.approx(64 * (47 + 10 / 60) * 3.0)  # about $9,000 (+ the 10 min restart)
@@ -358,30 +572,65 @@ def test_cluster_sim_reads_node_models_and_a_reclaim_trace_and_skips_jobs_it_can
     nodes = tmp_path / "nodes.csv"
     nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,1,1,8,A100\nn1,1,1,2,T4\n")
     pods = tmp_path / "pods.csv"
-    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
-                    "deletion_time,scheduled_time\n"
-                    "p0,1,1,2,1000,T4,LS,Running,0,100,0\n"
-                    "p1,1,1,1,1000,H100,LS,Running,0,100,0\n"
-                    "p2,1,1,4,1000,T4,LS,Running,0,100,0\n")
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+        "deletion_time,scheduled_time\n"
+        "p0,1,1,2,1000,T4,LS,Running,0,100,0\n"
+        "p1,1,1,1,1000,H100,LS,Running,0,100,0\n"
+        "p2,1,1,4,1000,T4,LS,Running,0,100,0\n"
+    )
     reclaims = tmp_path / "reclaims.csv"
     reclaims.write_text("time_s,gpus\n50,1\n")
-    code, out, _ = run(["cluster", "sim", "--trace", str(pods), "--nodes-file", str(nodes), "--reclaims",
-                        str(reclaims), "--node-mtbf", "none", "--json"], capsys)
+    code, out, _ = run(
+        [
+            "cluster",
+            "sim",
+            "--trace",
+            str(pods),
+            "--nodes-file",
+            str(nodes),
+            "--reclaims",
+            str(reclaims),
+            "--node-mtbf",
+            "none",
+            "--json",
+        ],
+        capsys,
+    )
     doc = json.loads(out)
     assert code == 0 and doc["finished"] == 1 and doc["reclaims"] == 0  # trace jobs are on-demand
     assert doc["skipped"] == {"needs GPU model H100, which no node has": 1, "needs more GPUs than the cluster has": 1}
     reclaims.write_text("time_s,gpus\n3600,64\n")
-    code, out, _ = run(["cluster", "sim", "--gpus", "256", "--jobs", "500", "--spot-reclaim-per-hour", "0",
-                        "--reclaims", str(reclaims), "--node-mtbf", "rsc1", "--json"], capsys)
+    code, out, _ = run(
+        [
+            "cluster",
+            "sim",
+            "--gpus",
+            "256",
+            "--jobs",
+            "500",
+            "--spot-reclaim-per-hour",
+            "0",
+            "--reclaims",
+            str(reclaims),
+            "--node-mtbf",
+            "rsc1",
+            "--json",
+        ],
+        capsys,
+    )
     doc = json.loads(out)
     assert code == 0 and doc["reclaims"] >= 1 and doc["gpu_hours"]["lost_reclaim"] > 0
 
 
-@pytest.mark.parametrize("args", [
-    ["train", "llama-3.1-405b", "--gpus", "1"],
-    ["serve", "llama-3.1-405b", "--gpu", "h100-sxm"],
-    ["search", "llama-3.1-405b", "--gpus", "8", "--seq-len", "8192", "--global-batch", "64"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["train", "llama-3.1-405b", "--gpus", "1"],
+        ["serve", "llama-3.1-405b", "--gpu", "h100-sxm"],
+        ["search", "llama-3.1-405b", "--gpus", "8", "--seq-len", "8192", "--global-batch", "64"],
+    ],
+)
 def test_a_plan_that_does_not_fit_exits_3_in_train_serve_and_search_alike(args, capsys):
     code, _, err = run(args, capsys)
     assert code == 3

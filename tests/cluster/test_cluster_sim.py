@@ -14,8 +14,8 @@ def erlang_c_wait(c: int, lam: float, mu: float) -> float:
     """Mean wait in queue of M/M/c (Erlang C)."""
     a = lam / mu
     rho = a / c
-    tail = a ** c / math.factorial(c) / (1 - rho)
-    p_wait = tail / (sum(a ** k / math.factorial(k) for k in range(c)) + tail)
+    tail = a**c / math.factorial(c) / (1 - rho)
+    p_wait = tail / (sum(a**k / math.factorial(k) for k in range(c)) + tail)
     return p_wait / (c * mu - lam)
 
 
@@ -56,11 +56,23 @@ def test_a_job_under_exponential_failures_wastes_what_daly_predicts():
 def test_gpu_hours_add_up_and_the_same_seed_repeats_the_run():
     def run(seed):
         rng = np.random.default_rng(3)
-        jobs = [Job(i, float(i * 50), float(rng.choice([0.5, 1, 2, 8, 16])), float(rng.exponential(3600)),
-                    tier=int(rng.integers(0, 3)), spot=bool(rng.random() < 0.3), checkpoint="daly", cost_s=30,
-                    restart_s=120) for i in range(400)]
-        cfg = ClusterConfig(nodes=4, gpus_per_node=8, policy="backfill", node_mtbf_s=30 * 86400,
-                            spot_reclaim_per_hour=0.2, seed=seed)
+        jobs = [
+            Job(
+                i,
+                float(i * 50),
+                float(rng.choice([0.5, 1, 2, 8, 16])),
+                float(rng.exponential(3600)),
+                tier=int(rng.integers(0, 3)),
+                spot=bool(rng.random() < 0.3),
+                checkpoint="daly",
+                cost_s=30,
+                restart_s=120,
+            )
+            for i in range(400)
+        ]
+        cfg = ClusterConfig(
+            nodes=4, gpus_per_node=8, policy="backfill", node_mtbf_s=30 * 86400, spot_reclaim_per_hour=0.2, seed=seed
+        )
         return jobs, ClusterSim(cfg, jobs).run().report()
 
     jobs, a = run(0)
@@ -85,6 +97,7 @@ def test_a_higher_tier_preempts_the_job_with_the_least_unsaved_work():
 
 def test_jobs_larger_than_the_cluster_are_refused():
     from gpuplan.errors import GpuplanError
+
     with pytest.raises(GpuplanError) as e:
         ClusterSim(ClusterConfig(nodes=2, gpus_per_node=8), [Job(0, 0.0, 32.0, 10.0)])
     assert e.value.field == "jobs"
@@ -92,9 +105,18 @@ def test_jobs_larger_than_the_cluster_are_refused():
 
 def test_the_utilisation_curve_integrates_to_the_busy_gpu_time_and_the_trace_has_every_run(tmp_path):
     from gpuplan.cluster.render import chrome_trace, utilisation_over_time, write_plot
+
     rng = np.random.default_rng(5)
-    jobs = [Job(i, float(i * 30), float(rng.choice([0.5, 1, 4, 16])), float(rng.exponential(1800)),
-                tier=int(rng.integers(0, 2))) for i in range(300)]
+    jobs = [
+        Job(
+            i,
+            float(i * 30),
+            float(rng.choice([0.5, 1, 4, 16])),
+            float(rng.exponential(1800)),
+            tier=int(rng.integers(0, 2)),
+        )
+        for i in range(300)
+    ]
     sim = ClusterSim(ClusterConfig(nodes=4, gpus_per_node=8, policy="backfill"), jobs).run()
     t, u = utilisation_over_time(sim, bins=100)
     width = t[1] - t[0]
@@ -137,10 +159,12 @@ def test_node_failures_come_at_the_configured_mean_rate_for_exponential_and_weib
 
 def test_jobs_naming_gpu_models_run_only_on_nodes_of_those_models():
     cfg = ClusterConfig(nodes=0, node_gpus=(8, 8, 2, 2), node_models=("A100", "A100", "T4", "T4"))
-    jobs = [Job(0, 0.0, 1.0, 100.0, gpu_models=frozenset({"T4"})),  # pack would pick a T4 node anyway...
-            Job(1, 0.0, 8.0, 100.0),
-            Job(2, 1.0, 4.0, 100.0, gpu_models=frozenset({"T4"})),  # ...more than one T4 node holds: a gang of both
-            Job(3, 1.0, 0.5, 100.0, gpu_models=frozenset({"A100"}))]  # the A100 node with room, not the emptier T4
+    jobs = [
+        Job(0, 0.0, 1.0, 100.0, gpu_models=frozenset({"T4"})),  # pack would pick a T4 node anyway...
+        Job(1, 0.0, 8.0, 100.0),
+        Job(2, 1.0, 4.0, 100.0, gpu_models=frozenset({"T4"})),  # ...more than one T4 node holds: a gang of both
+        Job(3, 1.0, 0.5, 100.0, gpu_models=frozenset({"A100"})),
+    ]  # the A100 node with room, not the emptier T4
     sim = ClusterSim(cfg, jobs).run()
     runs = {s[0]: s[2] for s in sim.segments}
     assert runs[0] in ((2,), (3,)) and runs[1] in ((0,), (1,))
@@ -159,9 +183,11 @@ def test_a_job_for_a_gpu_model_the_cluster_lacks_is_refused_with_the_reason():
 def test_a_reclaim_event_takes_back_spot_jobs_until_it_has_its_gpus():
     def run(seed):
         jobs = [Job(i, 0.0, 2.0, 1000.0, spot=i < 6) for i in range(8)]
-        cfg = ClusterConfig(nodes=2, gpus_per_node=8, reclaims=((100.0, 5.0), (5000.0, 100.0)), grace_s=0.0,
-                            preempt=False, seed=seed)
+        cfg = ClusterConfig(
+            nodes=2, gpus_per_node=8, reclaims=((100.0, 5.0), (5000.0, 100.0)), grace_s=0.0, preempt=False, seed=seed
+        )
         return ClusterSim(cfg, jobs).run()
+
     sim = run(0)
     first = sorted(s[0] for s in sim.segments if s[5] == "reclaim")
     assert len(first) == 3 and all(j < 6 for j in first)  # 3 spot jobs of 2 GPUs cover 5; on-demand untouched
@@ -197,10 +223,12 @@ def test_a_scheduling_policy_and_a_placement_plug_in():
     assert sim.segments[0][2] == (1,)  # pack would take node 0
 
 
-@pytest.mark.parametrize("placement,gang_nodes,small_node", [("pack", [2, 3, 5], 0), ("spread", [2, 3, 5], 1),
-                                                             ("topology", [5, 6, 7], 0)])
+@pytest.mark.parametrize(
+    "placement,gang_nodes,small_node", [("pack", [2, 3, 5], 0), ("spread", [2, 3, 5], 1), ("topology", [5, 6, 7], 0)]
+)
 def test_pack_fills_the_fullest_node_spread_the_emptiest_and_topology_keeps_a_gang_in_one_rack(
-        placement, gang_nodes, small_node):
+    placement, gang_nodes, small_node
+):
     # two racks of four 8-GPU nodes; nodes 0, 1 and 4 stay busy, 2 and 3 free up at t=10
     jobs = [Job(i, 0.0, 8.0, 10.0 if i in (2, 3) else 1000.0) for i in range(5)]
     jobs.append(Job(5, 20.0, 24.0, 100.0))  # a gang of three nodes: rack 0 has two free, rack 1 three
@@ -234,14 +262,24 @@ def test_every_job_finishes_under_each_policy_with_failures_reclaims_and_preempt
 
     def hung(*_):
         raise TimeoutError("the simulation did not finish in 20 s")
+
     signal.signal(signal.SIGALRM, hung)
     try:
         for ckpt, seed in (("none", 0), ("sigterm", 1), ("daly", 2)):
             signal.alarm(20)
             jobs = synthetic(150, 16, 1.1, seed, 0.5, checkpoint=ckpt, cost_s=60, restart_s=120)
-            cfg = ClusterConfig(nodes=2, gpus_per_node=8, nodes_per_rack=1, policy=policy, placement=placement,
-                                node_mtbf_s=86400.0, repair_s=1800, spot_reclaim_per_hour=0.2,
-                                reclaims=((5000.0, 8.0), (20000.0, 4.0)), seed=seed)
+            cfg = ClusterConfig(
+                nodes=2,
+                gpus_per_node=8,
+                nodes_per_rack=1,
+                policy=policy,
+                placement=placement,
+                node_mtbf_s=86400.0,
+                repair_s=1800,
+                spot_reclaim_per_hour=0.2,
+                reclaims=((5000.0, 8.0), (20000.0, 4.0)),
+                seed=seed,
+            )
             r = ClusterSim(cfg, jobs).run().report()
             assert r["finished"] == 150
             if policy == "fifo":

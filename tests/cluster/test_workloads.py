@@ -10,17 +10,19 @@ from gpuplan.errors import GpuplanError
 
 OPENB = Path(__file__).resolve().parents[3] / "shared" / "traces" / "openb-2023" / "openb_pod_list_default.csv"
 OPENB_NODES = OPENB.with_name("openb_node_list_gpu_node.csv")
-POD_HEADER = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
-              "scheduled_time\n")
+POD_HEADER = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+)
 
 
 def test_openb_rows_become_jobs_with_fractional_gpus_and_qos_tiers(tmp_path):
     f = tmp_path / "pods.csv"
-    f.write_text(POD_HEADER +
-                 "p0,12000,16384,1,1000,,LS,Running,0,100,10\n"
-                 "p1,6000,12288,1,460,,BE,Running,5,65,5\n"
-                 "p2,6000,12288,0,0,,BE,Running,6,60,6\n"
-                 "p3,6000,12288,8,1000,V100M32,Burstable,Succeeded,7,7,7\n")
+    f.write_text(
+        POD_HEADER + "p0,12000,16384,1,1000,,LS,Running,0,100,10\n"
+        "p1,6000,12288,1,460,,BE,Running,5,65,5\n"
+        "p2,6000,12288,0,0,,BE,Running,6,60,6\n"
+        "p3,6000,12288,8,1000,V100M32,Burstable,Succeeded,7,7,7\n"
+    )
     jobs, skipped = read_openb(f)
     assert [(j.arrival_s, j.gpus, j.work_s, j.tier) for j in jobs] == [(0, 1.0, 90, 1), (5, 0.46, 60, 0)]
     assert skipped == {"no GPU (CPU-only task)": 1, "no run time (deleted before it ran)": 1}
@@ -28,9 +30,7 @@ def test_openb_rows_become_jobs_with_fractional_gpus_and_qos_tiers(tmp_path):
 
 def test_openb_gpu_spec_names_the_models_a_task_accepts_and_the_node_list_each_nodes_model(tmp_path):
     f = tmp_path / "pods.csv"
-    f.write_text(POD_HEADER +
-                 "p0,1,1,2,1000,V100M16|V100M32,LS,Running,0,100,10\n"
-                 "p1,1,1,1,500,,BE,Running,0,100,10\n")
+    f.write_text(POD_HEADER + "p0,1,1,2,1000,V100M16|V100M32,LS,Running,0,100,10\np1,1,1,1,500,,BE,Running,0,100,10\n")
     jobs, _ = read_openb(f)
     assert jobs[0].gpu_models == {"V100M16", "V100M32"} and jobs[1].gpu_models is None
     n = tmp_path / "nodes.csv"
@@ -66,14 +66,32 @@ def test_the_real_openb_trace_imports_every_gpu_task():
 
 def test_philly_json_log(tmp_path):
     log = [
-        {"jobid": "a", "submitted_time": "2017-10-03 10:00:00", "status": "Pass", "attempts": [
-            {"start_time": "2017-10-03 10:05:00", "end_time": "2017-10-03 10:10:00",
-             "detail": [{"ip": "m1", "gpus": ["gpu0", "gpu1"]}]},
-            {"start_time": "2017-10-03 11:00:00", "end_time": "2017-10-03 12:00:00",
-             "detail": [{"ip": "m2", "gpus": ["gpu0", "gpu1", "gpu2", "gpu3"]}]}]},
+        {
+            "jobid": "a",
+            "submitted_time": "2017-10-03 10:00:00",
+            "status": "Pass",
+            "attempts": [
+                {
+                    "start_time": "2017-10-03 10:05:00",
+                    "end_time": "2017-10-03 10:10:00",
+                    "detail": [{"ip": "m1", "gpus": ["gpu0", "gpu1"]}],
+                },
+                {
+                    "start_time": "2017-10-03 11:00:00",
+                    "end_time": "2017-10-03 12:00:00",
+                    "detail": [{"ip": "m2", "gpus": ["gpu0", "gpu1", "gpu2", "gpu3"]}],
+                },
+            ],
+        },
         {"jobid": "b", "submitted_time": "2017-10-03 10:30:00", "status": "Killed", "attempts": []},
-        {"jobid": "c", "submitted_time": "2017-10-03 09:00:00", "status": "Running", "attempts": [
-            {"start_time": "2017-10-03 09:01:00", "end_time": None, "detail": [{"ip": "m3", "gpus": ["gpu0"]}]}]},
+        {
+            "jobid": "c",
+            "submitted_time": "2017-10-03 09:00:00",
+            "status": "Running",
+            "attempts": [
+                {"start_time": "2017-10-03 09:01:00", "end_time": None, "detail": [{"ip": "m3", "gpus": ["gpu0"]}]}
+            ],
+        },
     ]
     f = tmp_path / "cluster_job_log"
     f.write_text(json.dumps(log))
@@ -84,10 +102,12 @@ def test_philly_json_log(tmp_path):
 
 def test_helios_csv(tmp_path):
     f = tmp_path / "cluster_log.csv"
-    f.write_text("job_id,user,vc,jobname,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,duration,queue\n"
-                 "1,u1,vc1,train,8,64,1,COMPLETED,1000,1010,4610,3600,10\n"
-                 "2,u2,vc1,prep,0,4,1,COMPLETED,1005,1005,1105,100,0\n"
-                 "3,u1,vc2,eval,1,8,1,FAILED,1200,1300,1300,0,100\n")
+    f.write_text(
+        "job_id,user,vc,jobname,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,duration,queue\n"
+        "1,u1,vc1,train,8,64,1,COMPLETED,1000,1010,4610,3600,10\n"
+        "2,u2,vc1,prep,0,4,1,COMPLETED,1005,1005,1105,100,0\n"
+        "3,u1,vc2,eval,1,8,1,FAILED,1200,1300,1300,0,100\n"
+    )
     jobs, skipped = read_helios(f)
     assert [(j.arrival_s, j.gpus, j.work_s) for j in jobs] == [(0.0, 8.0, 3600.0)]
     assert skipped == {"no GPU (CPU job)": 1, "no run time": 1}

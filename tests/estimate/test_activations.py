@@ -19,17 +19,32 @@ from activation_oracle import saved_bytes  # noqa: E402
 from small_models import CONFIGS  # noqa: E402
 
 F32, BF16 = "fp32", "bf16"
-CASES = [(name, prec, attn) for name in ("llama", "qwen2", "mistral-mqa", "gpt2", "opt")
-         for prec in (F32, BF16) for attn in ("sdpa", "eager")]
-CASES += [("gemma2", F32, "eager"), ("gemma2", BF16, "eager"), ("bloom", F32, "eager"),
-          ("bloom", BF16, "eager"), ("falcon", F32, "eager"), ("deepseek-mla", F32, "eager"),
-          ("deepseek-mla", BF16, "eager")]
+CASES = [
+    (name, prec, attn)
+    for name in ("llama", "qwen2", "mistral-mqa", "gpt2", "opt")
+    for prec in (F32, BF16)
+    for attn in ("sdpa", "eager")
+]
+CASES += [
+    ("gemma2", F32, "eager"),
+    ("gemma2", BF16, "eager"),
+    ("bloom", F32, "eager"),
+    ("bloom", BF16, "eager"),
+    ("falcon", F32, "eager"),
+    ("deepseek-mla", F32, "eager"),
+    ("deepseek-mla", BF16, "eager"),
+]
 
 
 def predicted_saved_bytes(config, precision, attention, batch, seq):
     m = model_from_hf_config(config)
-    cfg = TrainingConfig(seq_len=seq, micro_batch=batch, precision=precision, profile="eager",
-                         attention="flash" if attention == "sdpa" else "eager")
+    cfg = TrainingConfig(
+        seq_len=seq,
+        micro_batch=batch,
+        precision=precision,
+        profile="eager",
+        attention="flash" if attention == "sdpa" else "eager",
+    )
     act = activation_breakdown(m, cfg, ParallelPlan())
     layers = sum(act.layer(m.is_moe_layer(i)) for i in range(m.num_layers))
     return act.embedding + layers + act.head + act.loss_saved

@@ -20,11 +20,27 @@ VALIDATION = Path(__file__).resolve().parents[2] / "src" / "gpuplan" / "catalog"
 def gpt_from_row(row) -> ModelSpec:
     """The GPT architecture of Megatron-LM papers: MHA, 4h GeLU MLP, LayerNorm, biases, dropout 0.1."""
     h, heads = int(row["hidden"]), int(row["heads"])
-    return ModelSpec(name=row["id"], model_type="gpt2", vocab_size=int(row["vocab"]), hidden_size=h,
-                     num_layers=int(row["layers"]), num_heads=heads, num_kv_heads=int(row["kv_heads"]),
-                     head_dim=h // heads, ffn_size=int(row["ffn"]), gated_mlp=False, activation="gelu",
-                     norm="layernorm", qkv_bias=True, o_bias=True, mlp_bias=True, tied_embeddings=True,
-                     position_embeddings=int(row["seq"]), dropout=0.1, attention_dropout=0.1)
+    return ModelSpec(
+        name=row["id"],
+        model_type="gpt2",
+        vocab_size=int(row["vocab"]),
+        hidden_size=h,
+        num_layers=int(row["layers"]),
+        num_heads=heads,
+        num_kv_heads=int(row["kv_heads"]),
+        head_dim=h // heads,
+        ffn_size=int(row["ffn"]),
+        gated_mlp=False,
+        activation="gelu",
+        norm="layernorm",
+        qkv_bias=True,
+        o_bias=True,
+        mlp_bias=True,
+        tied_embeddings=True,
+        position_embeddings=int(row["seq"]),
+        dropout=0.1,
+        attention_dropout=0.1,
+    )
 
 
 def korthikanti_rows():
@@ -37,10 +53,17 @@ def korthikanti_rows():
 def test_fused_profile_reproduces_korthikanti_memory(row):
     m = gpt_from_row(row)
     recompute = row["recompute"] or "none"
-    plan = ParallelPlan(tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]), vp=int(row["vp"] or 1),
-                        sp=row["sp"] == "yes")
-    cfg = TrainingConfig(seq_len=int(row["seq"]), micro_batch=int(row["mbs"]), precision="fp16",
-                         profile="fused", attention="eager", recompute=recompute)
+    plan = ParallelPlan(
+        tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]), vp=int(row["vp"] or 1), sp=row["sp"] == "yes"
+    )
+    cfg = TrainingConfig(
+        seq_len=int(row["seq"]),
+        micro_batch=int(row["mbs"]),
+        precision="fp16",
+        profile="fused",
+        attention="eager",
+        recompute=recompute,
+    )
     # Table 5's global batch sizes give m >= p micro-batches, so the first stage is full
     report = estimate_memory(m, cfg, plan, capacity=80 * GiB, microbatches=64)
     measured = float(row["gib"]) * GiB
@@ -68,14 +91,21 @@ def test_405b_bf16_with_8bit_adam_is_810_gb_each():
     assert t["weights"] == pytest.approx(810 * GB, rel=0.01)
     assert t["gradients"] == pytest.approx(810 * GB, rel=0.01)
     assert t["optimizer"] == pytest.approx(810 * GB, rel=0.02)  # + 1.6% blockwise scales
-    fp32_adam = estimate_memory(m, TrainingConfig(optimizer="adamw", master_weights=False), ParallelPlan(),
-                                capacity=80 * GiB).model_states_total["optimizer"]
+    fp32_adam = estimate_memory(
+        m, TrainingConfig(optimizer="adamw", master_weights=False), ParallelPlan(), capacity=80 * GiB
+    ).model_states_total["optimizer"]
     assert fp32_adam == pytest.approx(3.2 * TB, rel=0.02)
 
 
-@pytest.mark.parametrize("zero,sharded", [(0, ()), (1, ("optimizer", "master_weights")),
-                                          (2, ("optimizer", "master_weights", "gradients")),
-                                          (3, ("optimizer", "master_weights", "gradients", "weights"))])
+@pytest.mark.parametrize(
+    "zero,sharded",
+    [
+        (0, ()),
+        (1, ("optimizer", "master_weights")),
+        (2, ("optimizer", "master_weights", "gradients")),
+        (3, ("optimizer", "master_weights", "gradients", "weights")),
+    ],
+)
 def test_zero_stage_shards_its_states_over_data_parallel_ranks(llama70b, zero, sharded):
     cfg = TrainingConfig(seq_len=2048)
     base = estimate_memory(llama70b, cfg, ParallelPlan(dp=8, tp=8), capacity=80 * GiB).per_gpu
@@ -98,6 +128,7 @@ def test_micro_batches_in_flight_are_what_the_simulated_schedule_holds(schedule,
     # part of the activations, which is why the paper says its peak stays 1F1B's)
     from gpuplan.pipeline.schedules import build
     from gpuplan.pipeline.simulate import Costs, simulate
+
     for p, m in ((2, 4), (4, 8), (4, 16), (6, 24), (4, 2), (4, 3)):
         if schedule == "dualpipe" and m < 2 * p:
             continue
@@ -131,17 +162,22 @@ def test_optimizer_state_bytes_match_torch_after_a_step(optimizer, per_param):
     o = opt[optimizer](model.parameters())
     model(torch.randn(4, 64)).sum().backward()
     o.step()
-    state = sum(v.numel() * v.element_size() for s in o.state.values() for v in s.values()
-                if torch.is_tensor(v) and v.dim() > 0)
+    state = sum(
+        v.numel() * v.element_size() for s in o.state.values() for v in s.values() if torch.is_tensor(v) and v.dim() > 0
+    )
     n = sum(p.numel() for p in model.parameters())
     from gpuplan.estimate.memory import optimizer_bytes_per_param
-    assert state == optimizer_bytes_per_param(TrainingConfig(optimizer=optimizer, precision="fp32")) * n == per_param * n
+
+    assert (
+        state == optimizer_bytes_per_param(TrainingConfig(optimizer=optimizer, precision="fp32")) * n == per_param * n
+    )
 
 
 def test_adafactor_state_matches_torch_factored_moments():
     torch = pytest.importorskip("torch")
     from gpuplan.estimate.memory import _adafactor_bytes
     from gpuplan.estimate.params import Tensor
+
     w = torch.nn.Parameter(torch.randn(96, 64))
     b = torch.nn.Parameter(torch.randn(96))
     o = torch.optim.Adafactor([w, b])

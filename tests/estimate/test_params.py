@@ -36,8 +36,11 @@ def test_total_params_equal_transformers_on_meta(model_id):
 @pytest.mark.parametrize("model_id", ["llama-3.1-8b", "mixtral-8x7b", "deepseek-v3", "gpt2", "gemma-2-9b"])
 def test_per_layer_params_equal_transformers_blocks(model_id):
     hf = build_on_meta(dict(catalog.model_entry(model_id)["config"]))
-    blocks = next(mod for name, mod in hf.named_modules()
-                  if name.endswith(("layers", ".h")) and isinstance(mod, torch.nn.ModuleList))
+    blocks = next(
+        mod
+        for name, mod in hf.named_modules()
+        if name.endswith(("layers", ".h")) and isinstance(mod, torch.nn.ModuleList)
+    )
     expected = tuple(sum(p.numel() for p in block.parameters()) for block in blocks)
     assert count_params(catalog.model(model_id)).per_layer == expected
 

@@ -41,7 +41,7 @@ def eplb_gpu_loads(w, replicas, groups, nodes, gpus, keep_apart=False):
     whether every GPU's experts are distinct."""
     n_exp = len(w)
     size = n_exp // groups
-    group_load = [sum(w[g * size:(g + 1) * size]) for g in range(groups)]
+    group_load = [sum(w[g * size : (g + 1) * size]) for g in range(groups)]
     node_of = _balanced_packing(group_load, nodes)
     gpu_load, distinct = [], True
     for n in range(nodes):

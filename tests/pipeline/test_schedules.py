@@ -64,8 +64,14 @@ def test_zb_h2_leaves_only_the_warm_up_and_never_loses_to_zb_h1(p, extra, f, b, 
 
 
 @settings(max_examples=60, deadline=None)
-@given(half=st.integers(1, 5), extra=st.integers(0, 8), fb=st.floats(0.3, 2.0), w_frac=st.floats(0.1, 1.0),
-       ov_frac=st.floats(0.0, 1.0), v=st.booleans())
+@given(
+    half=st.integers(1, 5),
+    extra=st.integers(0, 8),
+    fb=st.floats(0.3, 2.0),
+    w_frac=st.floats(0.1, 1.0),
+    ov_frac=st.floats(0.0, 1.0),
+    v=st.booleans(),
+)
 def test_dualpipe_and_dualpipev_idle_pp_half_minus_1_times_fb_plus_b_minus_3w(half, extra, fb, w_frac, ov_frac, v):
     f = b = fb  # forward and input-gradient backward equal, as the formula assumes
     w = w_frac * f
@@ -132,9 +138,17 @@ def test_every_rank_runs_each_micro_batch_once_in_dependency_order():
                 assert e.start >= prev.end + (0.1 if prev.rank != e.rank else 0) - 1e-9
 
 
-@pytest.mark.parametrize("name,p,m,field", [("dualpipe", 3, 12, "stages"), ("dualpipe", 4, 6, "microbatches"),
-                                            ("dualpipev", 4, 7, "microbatches"), ("interleaved", 4, 6, "microbatches"),
-                                            ("nope", 4, 8, "schedule"), ("1f1b", 0, 8, "stages")])
+@pytest.mark.parametrize(
+    "name,p,m,field",
+    [
+        ("dualpipe", 3, 12, "stages"),
+        ("dualpipe", 4, 6, "microbatches"),
+        ("dualpipev", 4, 7, "microbatches"),
+        ("interleaved", 4, 6, "microbatches"),
+        ("nope", 4, 8, "schedule"),
+        ("1f1b", 0, 8, "stages"),
+    ],
+)
 def test_impossible_parameters_are_refused_naming_the_field(name, p, m, field):
     with pytest.raises(GpuplanError) as e:
         build(name, p, m, 2)

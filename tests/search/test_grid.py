@@ -23,6 +23,7 @@ CASES = [
 
 def _grid(name, gpus, base):
     from collections import Counter
+
     m, gpu = catalog.model(name), catalog.gpu("h100-sxm")
     layouts, _ = _layouts(m, gpu, gpus, base, 4, 1, Counter())
     return m, gpu, Grid(m, base, layouts, (1, 2, 4), (0, 1, 2, 3), RECOMPUTE_ORDER)
@@ -46,7 +47,11 @@ def test_peak_memory_matches_the_scalar_model_on_every_sampled_plan(name, gpus, 
         plan = grid.layouts[li].plan(int(grid.zero[zi]))
         cfg = grid.configs[mi][ri]
         scalar = estimate_memory(m, cfg, plan, gpu.memory_bytes, int(mb[li, mi]))  # every stage
-        assert peak[li, mi, zi, ri] == pytest.approx(scalar.per_gpu.total, rel=1e-9), (plan, cfg.micro_batch, cfg.recompute)
+        assert peak[li, mi, zi, ri] == pytest.approx(scalar.per_gpu.total, rel=1e-9), (
+            plan,
+            cfg.micro_batch,
+            cfg.recompute,
+        )
 
 
 @pytest.mark.parametrize("name,gpus,base", CASES[:3], ids=[c[0] for c in CASES[:3]])

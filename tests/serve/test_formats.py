@@ -11,8 +11,13 @@ H100 = catalog.gpu("h100-sxm")
 
 # File sizes on the Hugging Face model cards of TheBloke's conversions (GB = 10^9 bytes):
 # Llama-2-7B-GGUF, Llama-2-70B-GGUF, Llama-2-7B-AWQ (model.safetensors).
-PUBLISHED = [("llama-2-7b", "q4_k_m", 4.08e9), ("llama-2-7b", "q8_0", 7.16e9), ("llama-2-70b", "q4_k_m", 41.42e9),
-             ("llama-2-70b", "q8_0", 73.29e9), ("llama-2-7b", "int4-awq", 3.89e9)]
+PUBLISHED = [
+    ("llama-2-7b", "q4_k_m", 4.08e9),
+    ("llama-2-7b", "q8_0", 7.16e9),
+    ("llama-2-70b", "q4_k_m", 41.42e9),
+    ("llama-2-70b", "q8_0", 73.29e9),
+    ("llama-2-7b", "int4-awq", 3.89e9),
+]
 
 
 @pytest.mark.parametrize("model,fmt,size", PUBLISHED)

@@ -22,8 +22,9 @@ def test_published_serving_runs_are_predicted_within_15_percent_median():
 def test_max_throughput_fills_memory_and_beats_a_single_sequence():
     m = catalog.model("llama-3.1-8b")
     one = estimate_serving(ServeRequest(m, H100, weights="fp8", kv="fp8", input_len=1000, output_len=1000))
-    full = estimate_serving(ServeRequest(m, H100, weights="fp8", kv="fp8", input_len=1000, output_len=1000,
-                                         max_throughput=True))
+    full = estimate_serving(
+        ServeRequest(m, H100, weights="fp8", kv="fp8", input_len=1000, output_len=1000, max_throughput=True)
+    )
     assert full.point.concurrency == full.max_concurrency > 100
     assert full.point.output_tokens_per_s > 50 * one.point.output_tokens_per_s
     assert full.kv_needed <= full.memory.kv_pool
@@ -33,16 +34,21 @@ def test_costs_split_the_gpu_hour_between_input_and_output_tokens():
     m = catalog.model("llama-3.1-8b")
     e = estimate_serving(ServeRequest(m, H100, input_len=2048, output_len=256, concurrency=64, price_per_gpu_hour=3.0))
     per_s = 3.0 / 3600  # dollars per second of the one GPU
-    spent = (e.cost_per_million_input_tokens * e.point.input_tokens_per_s
-             + e.cost_per_million_output_tokens * e.point.output_tokens_per_s) / 1e6
+    spent = (
+        e.cost_per_million_input_tokens * e.point.input_tokens_per_s
+        + e.cost_per_million_output_tokens * e.point.output_tokens_per_s
+    ) / 1e6
     assert spent == pytest.approx(per_s)
 
 
 def test_too_many_sequences_name_the_concurrency_that_fits():
     m = catalog.model("llama-2-7b")  # MHA: 512 KiB of KV per token in fp16
     with pytest.raises(GpuplanError) as e:
-        estimate_serving(ServeRequest(m, catalog.gpu("a10g"), weights="fp16", kv="fp16", input_len=4000,
-                                      output_len=96, concurrency=64))
+        estimate_serving(
+            ServeRequest(
+                m, catalog.gpu("a10g"), weights="fp16", kv="fp16", input_len=4000, output_len=96, concurrency=64
+            )
+        )
     assert e.value.field == "concurrency" and "--concurrency" in str(e.value)
 
 
@@ -60,8 +66,11 @@ def test_a_context_beyond_the_model_maximum_is_refused():
 
 def test_paging_wastes_less_than_a_block_where_contiguous_reserves_the_maximum():
     m = catalog.model("llama-3.1-8b")
-    doc = to_dict(estimate_serving(ServeRequest(m, H100, input_len=1000, output_len=10, concurrency=8,
-                                                config=ServeConfig(block_size=16))))
+    doc = to_dict(
+        estimate_serving(
+            ServeRequest(m, H100, input_len=1000, output_len=10, concurrency=8, config=ServeConfig(block_size=16))
+        )
+    )
     p = doc["paging"]
     assert p["paged_bytes_per_sequence"] - doc["kv_bytes_per_sequence_per_gpu"] < 16 * doc["kv_bytes_per_token_per_gpu"]
     assert p["contiguous_waste_fraction"] > 0.99  # 1010 of 131072 tokens used
@@ -77,7 +86,17 @@ def test_prefix_cache_hits_shorten_time_to_first_token():
 
 def test_gpus_needed_meet_the_latency_target():
     m = catalog.model("llama-3.1-8b")
-    e = estimate_serving(ServeRequest(m, H100, weights="fp8", kv="fp8", input_len=1000, output_len=200,
-                                      target_tokens_per_s=100_000, tpot_slo_s=0.03))
+    e = estimate_serving(
+        ServeRequest(
+            m,
+            H100,
+            weights="fp8",
+            kv="fp8",
+            input_len=1000,
+            output_len=200,
+            target_tokens_per_s=100_000,
+            tpot_slo_s=0.03,
+        )
+    )
     best = max((p for p in e.curve if p.tpot_s <= 0.03), key=lambda p: p.output_tokens_per_s)
     assert e.gpus_needed == -(-100_000 // best.output_tokens_per_s)

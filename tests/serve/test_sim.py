@@ -20,7 +20,11 @@ def _run(rate, n=300, i="1024", o="128", seed=0, cfg=CFG, d=D):
 
 
 def test_the_same_seed_gives_the_same_run_and_another_seed_another():
-    a, b, c = _run(5, i="256-2048", o="exp:128"), _run(5, i="256-2048", o="exp:128"), _run(5, i="256-2048", o="exp:128", seed=1)
+    a, b, c = (
+        _run(5, i="256-2048", o="exp:128"),
+        _run(5, i="256-2048", o="exp:128"),
+        _run(5, i="256-2048", o="exp:128", seed=1),
+    )
     assert a.to_dict() == b.to_dict()
     assert a.to_dict() != c.to_dict()
 
@@ -44,8 +48,9 @@ def test_saturated_throughput_agrees_with_the_steady_state_model():
 
 
 def test_a_small_kv_pool_preempts_and_still_finishes_everything():
-    d = Deployment(catalog.model("llama-3.1-8b"), catalog.gpu("l4"), weight_format("fp8", catalog.gpu("l4")),
-                   kv_format("fp8"))
+    d = Deployment(
+        catalog.model("llama-3.1-8b"), catalog.gpu("l4"), weight_format("fp8", catalog.gpu("l4")), kv_format("fp8")
+    )
     r = _run(50, n=200, i="512", o="1024", d=d, cfg=ServeConfig(max_num_seqs=None))
     assert r.preemptions > 0 and np.isfinite(r.e2e_s).all()
 

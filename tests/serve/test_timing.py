@@ -44,8 +44,16 @@ def test_moe_decode_reads_only_the_experts_its_tokens_touch():
     m = sm.d.model
     rng = np.random.default_rng(0)
     for tokens in (1, 2, 4, 16):
-        hits = [len(set(np.concatenate([rng.choice(m.num_experts, m.experts_per_token, replace=False)
-                                        for _ in range(tokens)]))) for _ in range(4000)]
+        hits = [
+            len(
+                set(
+                    np.concatenate(
+                        [rng.choice(m.num_experts, m.experts_per_token, replace=False) for _ in range(tokens)]
+                    )
+                )
+            )
+            for _ in range(4000)
+        ]
         expected = m.num_experts * (1 - (1 - m.experts_per_token / m.num_experts) ** tokens)
         assert np.mean(hits) == pytest.approx(expected, rel=0.03)
     one, many = sm.decode_step(1, 128).seconds, sm.decode_step(64, 128).seconds

@@ -22,9 +22,25 @@ def torchrun_reference(tmp_path_factory) -> str:
     if TORCHRUN is None:
         pytest.skip("torchrun is not installed")
     d = tmp_path_factory.mktemp("torchrun-ref")
-    r = subprocess.run([TORCHRUN, "--nproc-per-node", "2", "--standalone", str(EXAMPLE), "--steps",
-                        str(TORCHRUN_STEPS), "--checkpoint-dir", str(d / "ckpt"), "--checkpoint-every", "20", "--quiet"],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            TORCHRUN,
+            "--nproc-per-node",
+            "2",
+            "--standalone",
+            str(EXAMPLE),
+            "--steps",
+            str(TORCHRUN_STEPS),
+            "--checkpoint-dir",
+            str(d / "ckpt"),
+            "--checkpoint-every",
+            "20",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     lines = [line for line in r.stdout.splitlines() if line.startswith("final_checksum=")]
     assert len(lines) == 1
@@ -39,6 +55,7 @@ def tiny():
     # main() calls torch.use_deterministic_algorithms, which imports inductor (~1 s): once here,
     # not in every forked child
     import torch._inductor.config  # noqa: F401
+
     return mod
 
 
@@ -56,8 +73,10 @@ def spawn_forked(tiny, argv, out: Path) -> int:
             # pytest replaces sys.stdout with its capture: write to the file itself
             sys.stdout = sys.stderr = os.fdopen(fd, "w", buffering=1)
             import logging
+
             logging.basicConfig(stream=sys.stderr, force=True)
             from gpuplan.errors import GpuplanError
+
             try:
                 code = tiny.main(argv)
             except GpuplanError as exc:
@@ -67,6 +86,7 @@ def spawn_forked(tiny, argv, out: Path) -> int:
             code = exc.code if isinstance(exc.code, int) else 1
         except BaseException:
             import traceback
+
             traceback.print_exc()
             code = 1
         finally:
@@ -75,8 +95,9 @@ def spawn_forked(tiny, argv, out: Path) -> int:
     return pid
 
 
-def wait_forked(pid: int, kill_after: float | None = None, sig=signal.SIGTERM, kill_when=None,
-                timeout: float = 300) -> int:
+def wait_forked(
+    pid: int, kill_after: float | None = None, sig=signal.SIGTERM, kill_when=None, timeout: float = 300
+) -> int:
     """Wait for a child of spawn_forked; send ``sig`` after ``kill_after`` seconds, or once
     ``kill_when()`` is true. Returns the exit status (negative: killed by that signal)."""
     t0 = time.monotonic()
@@ -104,15 +125,30 @@ _references: dict = {}
 def reference_for(tiny, tmp_path_factory):
     """The final checksum of an uninterrupted run of ``steps`` steps (seed 0), computed once per
     step count: checkpointing never changes the result, so every fault test compares with it."""
+
     def get(steps: int, seed: int = 0) -> str:
         if (steps, seed) not in _references:
             d = tmp_path_factory.mktemp(f"ref{steps}")
-            code = run_forked(tiny, ["--steps", str(steps), "--seed", str(seed), "--checkpoint-dir", str(d / "ckpt"),
-                                     "--checkpoint-every", str(steps), "--quiet"], d / "out")
+            code = run_forked(
+                tiny,
+                [
+                    "--steps",
+                    str(steps),
+                    "--seed",
+                    str(seed),
+                    "--checkpoint-dir",
+                    str(d / "ckpt"),
+                    "--checkpoint-every",
+                    str(steps),
+                    "--quiet",
+                ],
+                d / "out",
+            )
             assert code == 0, (d / "out").read_text()[-2000:]
             _references[(steps, seed)] = checksum(d / "out")
             assert _references[(steps, seed)]
         return _references[(steps, seed)]
+
     return get
 
 

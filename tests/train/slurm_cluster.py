@@ -78,20 +78,40 @@ class Cluster:
         for sub in ("state", "spool"):
             (d / sub).mkdir(parents=True, exist_ok=True)
         self.conf = d / "slurm.conf"
-        self.conf.write_text(CONF.format(host=self.host, d=d, ctld_port=_free_port(), d_port=_free_port(),
-                                         cpus=os.cpu_count() or 1, grace=grace_s))
+        self.conf.write_text(
+            CONF.format(
+                host=self.host,
+                d=d,
+                ctld_port=_free_port(),
+                d_port=_free_port(),
+                cpus=os.cpu_count() or 1,
+                grace=grace_s,
+            )
+        )
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
 
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> Cluster:
         run = Path("/run/munge")
         run.mkdir(parents=True, exist_ok=True)
         if subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode != 0:
             subprocess.run([_which("munged"), "--force"], check=True, capture_output=True)
-        self.procs.append(subprocess.Popen([_which("slurmctld"), "-D", "-i", "-f", str(self.conf)], env=self.env,
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+        self.procs.append(
+            subprocess.Popen(
+                [_which("slurmctld"), "-D", "-i", "-f", str(self.conf)],
+                env=self.env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+            )
+        )
         time.sleep(1.0)
-        self.procs.append(subprocess.Popen([_which("slurmd"), "-D", "-f", str(self.conf), "-N", self.host],
-                                           env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+        self.procs.append(
+            subprocess.Popen(
+                [_which("slurmd"), "-D", "-f", str(self.conf), "-N", self.host],
+                env=self.env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+            )
+        )
         self.wait_for(lambda: "idle" in self.sh("sinfo", "-h", "-o", "%t").stdout, 60, "the node to come up")
         return self
 

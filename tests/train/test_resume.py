@@ -40,8 +40,9 @@ def test_sigterm_at_8_random_points_then_resume_gives_the_same_checksum(tiny, tm
         if i % 4 == 3:  # while a checkpoint is being written
             code = run_forked(tiny, _args(ckpt), out, kill_when=lambda c=ckpt: any(c.glob(".tmp-*")))
         else:
-            code = run_forked(tiny, _args(ckpt, "--sync" if i % 2 else "--quiet"), out,
-                              kill_after=rng.uniform(0.01, 0.6))
+            code = run_forked(
+                tiny, _args(ckpt, "--sync" if i % 2 else "--quiet"), out, kill_after=rng.uniform(0.01, 0.6)
+            )
         # 75: stopped after a checkpoint; -SIGTERM: killed before the runtime installed its handler
         # (nothing trained yet); 0: finished first
         assert code in (0, 75, -signal.SIGTERM), out.read_text()[-800:]
@@ -50,6 +51,7 @@ def test_sigterm_at_8_random_points_then_resume_gives_the_same_checksum(tiny, tm
 
 def test_sigkill_during_saves_never_leaves_a_partial_checkpoint_taken_for_complete(tiny, tmp_path, reference):
     from gpuplan.train import CheckpointManager
+
     torch = pytest.importorskip("torch")
     rng = random.Random(11)
     ckpt = tmp_path / "ckpt"
@@ -57,6 +59,7 @@ def test_sigkill_during_saves_never_leaves_a_partial_checkpoint_taken_for_comple
     model = tiny.TinyGPT()
     opt = torch.optim.AdamW(model.parameters())
     from torch.distributed.checkpoint.state_dict import get_state_dict
+
     kills = 0
     while kills < 25:  # more in benchmarks/fault_campaign.py
         code = run_forked(tiny, args, tmp_path / "out", kill_after=rng.uniform(0.005, 0.15), sig=signal.SIGKILL)
@@ -79,9 +82,11 @@ def test_sigkill_during_saves_never_leaves_a_partial_checkpoint_taken_for_comple
 
 
 @pytest.mark.parametrize("mode", ["--sync", "--quiet"])
-def test_a_full_disk_is_reported_keeps_the_previous_checkpoint_and_loses_no_training(tiny, tmp_path, reference,
-                                                                                      monkeypatch, caplog, mode):
+def test_a_full_disk_is_reported_keeps_the_previous_checkpoint_and_loses_no_training(
+    tiny, tmp_path, reference, monkeypatch, caplog, mode
+):
     from torch.distributed.checkpoint import filesystem
+
     real = filesystem.FileSystemWriter.write_data
     calls = {"n": 0}
 
@@ -93,20 +98,24 @@ def test_a_full_disk_is_reported_keeps_the_previous_checkpoint_and_loses_no_trai
 
     monkeypatch.setattr(filesystem.FileSystemWriter, "write_data", full_disk)
     ckpt = tmp_path / "ckpt"
-    import io
     import contextlib
+    import io
+
     buf = io.StringIO()
     with caplog.at_level("ERROR", logger="gpuplan.train"), contextlib.redirect_stdout(buf):
         assert tiny.main(_args(ckpt, mode)) == 0
     assert "no space left on device" in caplog.text and "previous checkpoint (step 20) is intact" in caplog.text
     assert buf.getvalue().strip().splitlines()[-1] == reference  # training state was not lost
     from gpuplan.train import CheckpointManager
+
     assert [s for s, _ in CheckpointManager(ckpt).complete()] == [20, 10]
 
 
 def test_bad_checkpoint_directories_are_refused_or_fall_back_loudly(tiny, tmp_path, caplog):
     import json
+
     from gpuplan.train import CheckpointError
+
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(CheckpointError) as e:  # a path under a file cannot be a directory

@@ -52,8 +52,15 @@ def _script_env(tmp_path: Path, mode: str) -> dict:
     for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
-    return dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", SLURM_JOB_ID="7", SLURM_NNODES="1",
-                SLURM_JOB_NODELIST="localhost", FAKE_MODE=mode, FAKE_LOG=str(tmp_path / "log"))
+    return dict(
+        os.environ,
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+        SLURM_JOB_ID="7",
+        SLURM_NNODES="1",
+        SLURM_JOB_NODELIST="localhost",
+        FAKE_MODE=mode,
+        FAKE_LOG=str(tmp_path / "log"),
+    )
 
 
 def _script(tmp_path: Path, launcher: str) -> Path:
@@ -74,8 +81,9 @@ def _requeued(tmp_path: Path) -> bool:
 def test_the_script_requeues_on_exit_75_or_the_marker_and_not_on_a_crash(tmp_path, mode, code, requeue):
     script = _script(tmp_path, "torchrun")
     (tmp_path / "ckpt" / "requeue.marker").write_text("{}")  # an old one: removed before the trainer starts
-    r = subprocess.run(["bash", str(script)], env=_script_env(tmp_path, mode), capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        ["bash", str(script)], env=_script_env(tmp_path, mode), capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == code, r.stdout + r.stderr
     assert _requeued(tmp_path) == requeue
     assert not (tmp_path / "ckpt" / "requeue.marker").exists()
@@ -84,8 +92,13 @@ def test_the_script_requeues_on_exit_75_or_the_marker_and_not_on_a_crash(tmp_pat
 @pytest.mark.parametrize("launcher", ["torchrun", "python"])
 def test_the_time_limit_warning_is_forwarded_and_the_marker_requeues(tmp_path, launcher):
     script = _script(tmp_path, launcher)
-    p = subprocess.Popen(["bash", str(script)], env=_script_env(tmp_path, "wait"), stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
+    p = subprocess.Popen(
+        ["bash", str(script)],
+        env=_script_env(tmp_path, "wait"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     t0 = time.monotonic()
     while not (tmp_path / "log.started").exists():
         assert time.monotonic() - t0 < 30 and p.poll() is None
@@ -101,7 +114,8 @@ def test_the_time_limit_warning_is_forwarded_and_the_marker_requeues(tmp_path, l
 @pytest.mark.skipif(missing() is not None, reason=f"no real Slurm here: {missing()}")
 @pytest.mark.parametrize("launcher", ["python", "torchrun"])
 def test_preempted_then_warned_of_the_time_limit_requeued_twice_resumes_to_the_same_checksum(
-        tmp_path, launcher, reference_for, request):
+    tmp_path, launcher, reference_for, request
+):
     if launcher == "torchrun":
         if TORCHRUN is None:
             pytest.skip("torchrun is not installed")
@@ -112,12 +126,39 @@ def test_preempted_then_warned_of_the_time_limit_requeued_twice_resumes_to_the_s
         steps, seed, every = 400, 3, 50
         expected = reference_for(steps, seed=seed)
         shape = ["--launcher", "python", "--gpus-per-node", "0"]
-    example = ["examples/train_tiny.py", "--steps", str(steps), "--checkpoint-every", str(every), "--seed", str(seed),
-               "--quiet"]
+    example = [
+        "examples/train_tiny.py",
+        "--steps",
+        str(steps),
+        "--checkpoint-every",
+        str(every),
+        "--seed",
+        str(seed),
+        "--quiet",
+    ]
     ckpt = tmp_path / "ckpt"
     script = tmp_path / "low.sbatch"
-    subprocess.run([sys.executable, "-m", "gpuplan.cli", "slurm", *shape, "--partition", "low", "--job-name", "tiny",
-                    "--checkpoint-dir", str(ckpt), "--output", str(script), "--", *example], cwd=ROOT, check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuplan.cli",
+            "slurm",
+            *shape,
+            "--partition",
+            "low",
+            "--job-name",
+            "tiny",
+            "--checkpoint-dir",
+            str(ckpt),
+            "--output",
+            str(script),
+            "--",
+            *example,
+        ],
+        cwd=ROOT,
+        check=True,
+    )
 
     def newest() -> int:
         return max((int(p.parent.name[5:]) for p in ckpt.glob("step-*/COMPLETE")), default=0)
@@ -126,9 +167,14 @@ def test_preempted_then_warned_of_the_time_limit_requeued_twice_resumes_to_the_s
         c.wait_for(lambda: c.state(job) == "PENDING", 120, f"the job to wait in the queue after {what}")
         # the last run must be cleaned up (the node idle, not completing), or the next start's
         # credential is refused ("Job 1 already killed, do not launch batch job")
-        c.wait_for(lambda: c.sh("sinfo", "-h", "-o", "%t").stdout.strip() == "idle"
-                   and subprocess.run(["pgrep", "-f", rf"slurmstepd: \[{job}\."]).returncode != 0, 60,
-                   f"the job's last run to end after {what}")
+        c.wait_for(
+            lambda: (
+                c.sh("sinfo", "-h", "-o", "%t").stdout.strip() == "idle"
+                and subprocess.run(["pgrep", "-f", rf"slurmstepd: \[{job}\."]).returncode != 0
+            ),
+            60,
+            f"the job's last run to end after {what}",
+        )
         upd = c.sh("scontrol", "update", f"JobId={job}", "StartTime=now")  # BeginTime: skip the requeue delay
         assert upd.returncode == 0 or c.state(job) != "PENDING", upd.stderr
 
@@ -138,13 +184,19 @@ def test_preempted_then_warned_of_the_time_limit_requeued_twice_resumes_to_the_s
         low = c.submit("-c", cpus, "--chdir", str(ROOT), "--output", str(tmp_path / "low.out"), str(script))
         c.wait_for(lambda: newest() > 0, 180, "the low job's first checkpoint")
         high = c.submit("-p", "high", "-c", cpus, "--output", str(tmp_path / "high.out"), "--wrap", "sleep 3")
-        c.wait_for(lambda: c.state(low) in ("PENDING", "REQUEUED") and c.state(high) in ("RUNNING", "COMPLETED"),
-                   120, "the low job to be preempted and requeued")
+        c.wait_for(
+            lambda: c.state(low) in ("PENDING", "REQUEUED") and c.state(high) in ("RUNNING", "COMPLETED"),
+            120,
+            "the low job to be preempted and requeued",
+        )
         first_stop = newest()
         c.wait_for(lambda: c.state(high) == "COMPLETED", 120, "the high job")
         back_to_running(c, low, "the preemption")
-        c.wait_for(lambda: c.state(low) == "RUNNING" and newest() > first_stop, 180,
-                   "the low job to resume and checkpoint again")
+        c.wait_for(
+            lambda: c.state(low) == "RUNNING" and newest() > first_stop,
+            180,
+            "the low job to resume and checkpoint again",
+        )
         sig = c.sh("scancel", "--batch", "--signal=USR1", str(low))  # the time-limit warning
         assert sig.returncode == 0, sig.stderr
         c.wait_for(lambda: c.state(low) in ("PENDING", "REQUEUED"), 120, "the script to requeue the job")
@@ -162,6 +214,7 @@ def test_preempted_then_warned_of_the_time_limit_requeued_twice_resumes_to_the_s
 
 def _free_port() -> int:
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -21,8 +21,20 @@ STEPS = TORCHRUN_STEPS
 
 
 def _launch(ckpt: Path, out: Path) -> subprocess.Popen:
-    cmd = [TORCHRUN, "--nproc-per-node", "2", "--standalone", str(EXAMPLE), "--steps", str(STEPS),
-           "--checkpoint-dir", str(ckpt), "--checkpoint-every", "20", "--quiet"]
+    cmd = [
+        TORCHRUN,
+        "--nproc-per-node",
+        "2",
+        "--standalone",
+        str(EXAMPLE),
+        "--steps",
+        str(STEPS),
+        "--checkpoint-dir",
+        str(ckpt),
+        "--checkpoint-every",
+        "20",
+        "--quiet",
+    ]
     return subprocess.Popen(cmd, stdout=open(out, "w"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -46,7 +58,8 @@ def _newest(ckpt: Path) -> int:
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc to find the workers")
 def test_the_agent_terminated_signalled_or_killed_never_orphans_workers_and_the_run_resumes_exactly(
-        tmp_path, torchrun_reference):
+    tmp_path, torchrun_reference
+):
     ckpt, out = tmp_path / "ckpt", tmp_path / "out"
     last = 0
     for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGKILL):

@@ -3,8 +3,8 @@ in use exits 2 naming the holder (the first ends exactly as alone); a killed hol
 with it; --restart moves the old run aside so that its checkpoints never outrank the new run's."""
 
 import json
-import time
 import signal
+import time
 
 from tests.train.conftest import checksum, finish, run_forked, says, spawn_forked, wait_forked
 

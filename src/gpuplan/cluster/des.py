@@ -27,8 +27,7 @@ class Simulator:
         heapq.heappush(self._heap, (time_s, priority, self._seq, handler, args))
         self._seq += 1
 
-    def run(self, until: float = math.inf, check: Callable[[Simulator], None] | None = None,
-            every: int = 4096) -> None:
+    def run(self, until: float = math.inf, check: Callable[[Simulator], None] | None = None, every: int = 4096) -> None:
         """Run events in order until none is left (or past ``until``); ``check(self)`` is called
         every ``every`` events: it may report progress or raise to end a run that cannot end."""
         heap, push, pop = self._heap, heapq.heappush, heapq.heappop
@@ -42,7 +41,7 @@ class Simulator:
                 check(self)
             follow: Iterable[Event] | None = handler(self, *args)
             if follow:
-                for (ft, fp, fh, fa) in follow:
+                for ft, fp, fh, fa in follow:
                     push(heap, (ft, fp, self._seq, fh, fa))
                     self._seq += 1
 

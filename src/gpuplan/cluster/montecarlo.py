@@ -13,11 +13,21 @@ import numpy as np
 from gpuplan.errors import require
 
 
-def simulate_waste(work_s: float, interval_s: float, cost_s: float, mtbf_s: float, restart_s: float = 0.0,
-                   seeds: int = 200, seed: int = 0) -> np.ndarray:
+def simulate_waste(
+    work_s: float,
+    interval_s: float,
+    cost_s: float,
+    mtbf_s: float,
+    restart_s: float = 0.0,
+    seeds: int = 200,
+    seed: int = 0,
+) -> np.ndarray:
     """Waste fraction (1 - work / wall time) of each of ``seeds`` runs."""
-    require(work_s > 0 and interval_s > 0 and cost_s >= 0 and mtbf_s > 0 and restart_s >= 0, "interval",
-            "times must be positive")
+    require(
+        work_s > 0 and interval_s > 0 and cost_s >= 0 and mtbf_s > 0 and restart_s >= 0,
+        "interval",
+        "times must be positive",
+    )
     rng = np.random.default_rng(seed)
     segments = int(np.ceil(work_s / interval_s))
     need = interval_s + cost_s

@@ -42,6 +42,7 @@ class Policy:
     """Serve the queues in one scheduling pass. ``tiered``: one queue per tier, served highest
     tier first; otherwise one queue in arrival order. ``preempts``: whether a job that does not
     fit may preempt lower tiers (with ``ClusterConfig.preempt``)."""
+
     name = "custom"
     tiered = True
     preempts = True
@@ -90,6 +91,7 @@ class Placement:
     """Where a job goes. ``node``: one of ``candidates`` (node indices where it fits now) for a job
     that fits on one node; ``gang``: the order in which a gang takes the free whole nodes
     ``candidates``."""
+
     name = "custom"
 
     def node(self, sim: ClusterSim, job: Job, candidates: np.ndarray) -> int:

@@ -14,7 +14,14 @@ def chrome_trace(sim: ClusterSim, max_nodes: int = 512) -> dict:
     """One process per node (the first ``max_nodes``), one complete event per job run on it."""
     events = []
     for n in range(min(sim.cfg.nodes, max_nodes)):
-        events.append({"ph": "M", "name": "process_name", "pid": n, "args": {"name": f"node {n} (rack {n // sim.cfg.nodes_per_rack})"}})
+        events.append(
+            {
+                "ph": "M",
+                "name": "process_name",
+                "pid": n,
+                "args": {"name": f"node {n} (rack {n // sim.cfg.nodes_per_rack})"},
+            }
+        )
     lanes: dict[int, list[float]] = {}  # node -> end time of each lane (jobs sharing a node get lanes)
     for job, tier, nodes, start, end, outcome, gpus in sorted(sim.segments, key=lambda s: s[3]):
         for n in nodes:
@@ -26,9 +33,18 @@ def chrome_trace(sim: ClusterSim, max_nodes: int = 512) -> dict:
                 ends.append(end)
             else:
                 ends[lane] = end
-            events.append({"ph": "X", "name": f"job {job}", "cat": outcome, "pid": n, "tid": lane,
-                           "ts": start * 1e6, "dur": (end - start) * 1e6,
-                           "args": {"tier": tier, "gpus": gpus, "outcome": outcome, "gang_nodes": len(nodes)}})
+            events.append(
+                {
+                    "ph": "X",
+                    "name": f"job {job}",
+                    "cat": outcome,
+                    "pid": n,
+                    "tid": lane,
+                    "ts": start * 1e6,
+                    "dur": (end - start) * 1e6,
+                    "args": {"tier": tier, "gpus": gpus, "outcome": outcome, "gang_nodes": len(nodes)},
+                }
+            )
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
@@ -65,8 +81,10 @@ def write_plot(sim: ClusterSim, path: str | Path) -> None:
     a.set_ylabel("GPUs busy (%)")
     a.set_title("Utilisation over time")
     tiers = sorted({j.tier for j in sim.jobs})
-    waits = [[(j.first_start_s - j.arrival_s) / 60 for j in sim.jobs if j.tier == tier and j.state == "done"]
-             for tier in tiers]
+    waits = [
+        [(j.first_start_s - j.arrival_s) / 60 for j in sim.jobs if j.tier == tier and j.state == "done"]
+        for tier in tiers
+    ]
     b.boxplot(waits, showfliers=False)
     b.set_xticks(range(1, len(tiers) + 1), [f"tier {x}" for x in tiers])
     b.set_ylabel("queueing delay (min)")

@@ -109,19 +109,32 @@ class ClusterConfig:
 
     def __post_init__(self) -> None:
         if self.node_gpus is not None:
-            require(len(self.node_gpus) >= 1 and min(self.node_gpus) >= 1, "nodes",
-                    "every node needs at least one GPU")
+            require(len(self.node_gpus) >= 1 and min(self.node_gpus) >= 1, "nodes", "every node needs at least one GPU")
             self.nodes = len(self.node_gpus)
             self.gpus_per_node = max(self.node_gpus)
         require(self.nodes >= 1 and self.gpus_per_node >= 1, "nodes", "the cluster needs nodes with GPUs")
-        require(self.node_models is None or len(self.node_models) == self.nodes, "node_models",
-                f"needs one GPU model per node ({self.nodes}), got {len(self.node_models or ())}")
-        require(isinstance(self.policy, Policy) or self.policy in POLICIES, "policy",
-                f"unknown policy {self.policy!r}", f"use one of {', '.join(POLICIES)}, or pass a Policy")
-        require(isinstance(self.placement, Placement) or self.placement in PLACEMENTS, "placement",
-                f"unknown placement {self.placement!r}", f"use one of {', '.join(PLACEMENTS)}, or pass a Placement")
-        require(all(t >= 0 and g > 0 for t, g in self.reclaims), "reclaims",
-                "reclaim events need a non-negative time and a positive GPU count")
+        require(
+            self.node_models is None or len(self.node_models) == self.nodes,
+            "node_models",
+            f"needs one GPU model per node ({self.nodes}), got {len(self.node_models or ())}",
+        )
+        require(
+            isinstance(self.policy, Policy) or self.policy in POLICIES,
+            "policy",
+            f"unknown policy {self.policy!r}",
+            f"use one of {', '.join(POLICIES)}, or pass a Policy",
+        )
+        require(
+            isinstance(self.placement, Placement) or self.placement in PLACEMENTS,
+            "placement",
+            f"unknown placement {self.placement!r}",
+            f"use one of {', '.join(PLACEMENTS)}, or pass a Placement",
+        )
+        require(
+            all(t >= 0 and g > 0 for t, g in self.reclaims),
+            "reclaims",
+            "reclaim events need a non-negative time and a positive GPU count",
+        )
         for name in ("grace_s", "repair_s", "spot_reclaim_per_hour"):
             require(getattr(self, name) >= 0, name, "must not be negative")
         require(self.node_mtbf_s is None or self.node_mtbf_s > 0, "node_mtbf", "must be positive")
@@ -129,8 +142,17 @@ class ClusterConfig:
 
 @dataclass
 class Metrics:
-    gpu_s: dict = field(default_factory=lambda: {"useful": 0.0, "checkpoint": 0.0, "restart": 0.0, "lost_failure": 0.0,
-                                                 "lost_preemption": 0.0, "lost_reclaim": 0.0, "grace": 0.0})
+    gpu_s: dict = field(
+        default_factory=lambda: {
+            "useful": 0.0,
+            "checkpoint": 0.0,
+            "restart": 0.0,
+            "lost_failure": 0.0,
+            "lost_preemption": 0.0,
+            "lost_reclaim": 0.0,
+            "grace": 0.0,
+        }
+    )
     preemptions: int = 0
     failures: int = 0
     reclaims: int = 0
@@ -146,8 +168,11 @@ class ClusterSim:
         self.models = np.array(cfg.node_models) if cfg.node_models is not None else None
         self._masks: dict[frozenset, tuple[np.ndarray, int]] = {}
         for j in jobs:
-            require(j.gpus > 0 and j.work_s >= 0 and j.arrival_s >= 0, "jobs",
-                    f"job {j.id}: GPUs must be positive and times non-negative")
+            require(
+                j.gpus > 0 and j.work_s >= 0 and j.arrival_s >= 0,
+                "jobs",
+                f"job {j.id}: GPUs must be positive and times non-negative",
+            )
             require(j.gpus <= 1 or j.gpus == int(j.gpus), "jobs", f"job {j.id}: more than one GPU must be whole GPUs")
             why = self.never_fits(j)
             require(why is None, "jobs", f"job {j.id} {why[1] if why else ''}", "drop it or use a bigger cluster")
@@ -194,7 +219,10 @@ class ClusterSim:
         have = self.capacity.sum() if mask is None else self.capacity[mask].sum()
         if j.milli > have:
             models = "" if mask is None else f" of {'/'.join(sorted(j.gpu_models))}"
-            return "needs more GPUs than the cluster has", f"needs {j.gpus:g} GPUs, the cluster has {have // MILLI}{models}"
+            return (
+                "needs more GPUs than the cluster has",
+                f"needs {j.gpus:g} GPUs, the cluster has {have // MILLI}{models}",
+            )
         return None
 
     def _job_mtbf(self, j: Job) -> float | None:
@@ -229,14 +257,24 @@ class ClusterSim:
             stalled = sim.events - state["at"] > self.STALL_EVENTS or sim.now - state["t"] > stall_s
             if stalled or sim.events > self.MAX_EVENTS or sim.now > self.MAX_HORIZON_S:
                 raise GpuplanError(
-                    "jobs", f"{self.left:,} of {len(self.jobs):,} jobs unfinished after {sim.events:,} events "
-                            f"({sim.now / 86400:,.1f} simulated days"
-                            + (f"; none finished in the last {sim.events - state['at']:,} events, "
-                               f"{(sim.now - state['t']) / 86400:,.0f} days)" if stalled else ")"),
-                    (f"a failure every {self.cfg.node_mtbf_s / 86400:,.3g} days per node, " if self.cfg.node_mtbf_s
-                     else "") + f"{self.cfg.spot_reclaim_per_hour:g} spot reclaims per hour per job and the jobs' "
+                    "jobs",
+                    f"{self.left:,} of {len(self.jobs):,} jobs unfinished after {sim.events:,} events "
+                    f"({sim.now / 86400:,.1f} simulated days"
+                    + (
+                        f"; none finished in the last {sim.events - state['at']:,} events, "
+                        f"{(sim.now - state['t']) / 86400:,.0f} days)"
+                        if stalled
+                        else ")"
+                    ),
+                    (
+                        f"a failure every {self.cfg.node_mtbf_s / 86400:,.3g} days per node, "
+                        if self.cfg.node_mtbf_s
+                        else ""
+                    )
+                    + f"{self.cfg.spot_reclaim_per_hour:g} spot reclaims per hour per job and the jobs' "
                     "restarts leave no time for work: use a longer --node-mtbf, a shorter --restart or fewer "
-                    "reclaims (or fewer --jobs)")
+                    "reclaims (or fewer --jobs)",
+                )
 
         for j in self.jobs:
             self.sim.schedule(j.arrival_s, 1, self._arrive, j)
@@ -281,12 +319,22 @@ class ClusterSim:
         j.epoch += 1
         self.sim.schedule(self._finish_time(j, now), 2, self._finish, j, j.epoch)
         if j.spot and self.cfg.spot_reclaim_per_hour:
-            self.sim.schedule(now + self.rng.exponential(3600 / self.cfg.spot_reclaim_per_hour), 0, self._reclaim, j,
-                              j.epoch)
+            self.sim.schedule(
+                now + self.rng.exponential(3600 / self.cfg.spot_reclaim_per_hour), 0, self._reclaim, j, j.epoch
+            )
 
     def _release(self, j: Job, outcome: str) -> None:
-        self.segments.append((j.id, j.tier, tuple(n for n, _ in j.placed), self._run_start.pop(j.id, self.sim.now),
-                              self.sim.now, outcome, j.gpus))
+        self.segments.append(
+            (
+                j.id,
+                j.tier,
+                tuple(n for n, _ in j.placed),
+                self._run_start.pop(j.id, self.sim.now),
+                self.sim.now,
+                outcome,
+                j.gpus,
+            )
+        )
         for n, milli in j.placed:
             if self.up[n]:
                 self.free[n] += milli
@@ -479,8 +527,9 @@ class ClusterSim:
         for n in np.nonzero(self.up if mask is None else self.up & mask)[0]:
             on = [self.jobs_by_id[i] for i in self.on_node[n]]
             coming = int(self.free[n]) + sum(v.milli_on(n) for v in on if v.state == "grace")
-            low = sorted((v for v in on if v.state == "running" and v.tier < j.tier),
-                         key=lambda v: self._unsaved(v) * v.gpus)
+            low = sorted(
+                (v for v in on if v.state == "running" and v.tier < j.tier), key=lambda v: self._unsaved(v) * v.gpus
+            )
             if j.milli <= cap:
                 if self.capacity[n] < j.milli:
                     continue
@@ -531,8 +580,9 @@ class ClusterSim:
     def report(self) -> dict:
         cfg, jobs = self.cfg, self.jobs
         gpus = int(self.capacity.sum()) // MILLI
-        span = max(self.end_s, max((j.arrival_s for j in jobs), default=0.0)) - min((j.arrival_s for j in jobs),
-                                                                                   default=0.0)
+        span = max(self.end_s, max((j.arrival_s for j in jobs), default=0.0)) - min(
+            (j.arrival_s for j in jobs), default=0.0
+        )
         done = [j for j in jobs if j.state == "done"]
         by_tier: dict = {}
         for j in done:
@@ -543,14 +593,27 @@ class ClusterSim:
         hours = {k: v / 3600 for k, v in self.m.gpu_s.items()}
         lost = sum(v for k, v in hours.items() if k != "useful")
         return {
-            "gpus": gpus, "jobs": len(jobs), "finished": len(done), "makespan_s": span,
+            "gpus": gpus,
+            "jobs": len(jobs),
+            "finished": len(done),
+            "makespan_s": span,
             "utilisation": self.busy_gpu_s / (gpus * span) if span else 0.0,
             "goodput": self.m.gpu_s["useful"] / (gpus * span) if span else 0.0,
-            "gpu_hours": hours, "gpu_hours_lost": lost, "usd_lost": lost * cfg.price_per_gpu_hour,
+            "gpu_hours": hours,
+            "gpu_hours_lost": lost,
+            "usd_lost": lost * cfg.price_per_gpu_hour,
             "usd_lost_by_cause": {k: v * cfg.price_per_gpu_hour for k, v in hours.items() if k != "useful"},
-            "preemptions": self.m.preemptions, "failures": self.m.failures, "reclaims": self.m.reclaims,
+            "preemptions": self.m.preemptions,
+            "failures": self.m.failures,
+            "reclaims": self.m.reclaims,
             "events": self.sim.events,
-            "tiers": {str(t): {"jobs": v["jobs"], "mean_wait_s": float(np.mean(v["wait"])),
-                               "p99_wait_s": float(np.percentile(v["wait"], 99)),
-                               "mean_jct_s": float(np.mean(v["jct"]))} for t, v in sorted(by_tier.items())},
+            "tiers": {
+                str(t): {
+                    "jobs": v["jobs"],
+                    "mean_wait_s": float(np.mean(v["wait"])),
+                    "p99_wait_s": float(np.percentile(v["wait"], 99)),
+                    "mean_jct_s": float(np.mean(v["jct"])),
+                }
+                for t, v in sorted(by_tier.items())
+            },
         }

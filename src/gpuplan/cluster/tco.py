@@ -47,8 +47,15 @@ class TCOInput:
         require(self.gpus >= 1, "gpus", f"must be at least 1, got {self.gpus}")
         require(0 < self.utilisation <= 1, "utilisation", f"must be in (0, 1], got {self.utilisation}")
         require(self.months >= 1, "months", "must be at least 1")
-        for name in ("on_demand_per_gpu_hour", "capex", "tdp_w", "pue", "usd_per_kwh", "staff_per_month",
-                     "colo_per_month"):
+        for name in (
+            "on_demand_per_gpu_hour",
+            "capex",
+            "tdp_w",
+            "pue",
+            "usd_per_kwh",
+            "staff_per_month",
+            "colo_per_month",
+        ):
             require(getattr(self, name) >= 0, name, "must not be negative")
 
 
@@ -59,9 +66,13 @@ def tco(x: TCOInput) -> dict:
     if x.spot_per_gpu_hour is not None:
         tau = daly_interval(x.checkpoint_cost_s, x.spot_mtbf_s)
         waste = expected_waste_fraction(tau, x.checkpoint_cost_s, x.spot_mtbf_s, x.restart_s)
-        require(waste < 0.99, "spot_mtbf", f"with a preemption every {x.spot_mtbf_s:g} s, checkpoints of "
-                f"{x.checkpoint_cost_s:g} s and restarts of {x.restart_s:g} s, spot capacity does no work",
-                "use a longer --spot-mtbf or a faster --checkpoint-cost")
+        require(
+            waste < 0.99,
+            "spot_mtbf",
+            f"with a preemption every {x.spot_mtbf_s:g} s, checkpoints of "
+            f"{x.checkpoint_cost_s:g} s and restarts of {x.restart_s:g} s, spot capacity does no work",
+            "use a longer --spot-mtbf or a faster --checkpoint-cost",
+        )
         spot = useful_h / (1 - waste) * x.spot_per_gpu_hour
     busy_kw = x.gpus * x.tdp_w * x.node_overhead / 1000 * x.pue
     kwh = busy_kw * HOURS_PER_MONTH * (x.utilisation + (1 - x.utilisation) * x.idle_power)
@@ -77,6 +88,11 @@ def tco(x: TCOInput) -> dict:
             if breakeven[k] is None and (k == "on_demand" or spot is not None) and cum["owned"] <= cum[k]:
                 breakeven[k] = month
         rows.append({"month": month, **{k: v for k, v in cum.items() if k != "spot" or spot is not None}})
-    return {"gpus": x.gpus, "useful_gpu_hours_per_month": useful_h, "monthly": {
-        "on_demand": on_demand, "spot": spot, "owned_running": owned_monthly, "owned_capex": x.capex},
-        "spot_waste_fraction": waste, "breakeven_month": breakeven, "cumulative": rows}
+    return {
+        "gpus": x.gpus,
+        "useful_gpu_hours_per_month": useful_h,
+        "monthly": {"on_demand": on_demand, "spot": spot, "owned_running": owned_monthly, "owned_capex": x.capex},
+        "spot_waste_fraction": waste,
+        "breakeven_month": breakeven,
+        "cumulative": rows,
+    }

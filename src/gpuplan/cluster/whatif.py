@@ -43,16 +43,30 @@ class PolicyLoss:
         return self.gpus * self.checkpoint_overhead_s / HOUR
 
     def to_dict(self) -> dict:
-        return {"checkpoint": self.checkpoint, "interval_s": self.interval_s, "lost_work_s": self.lost_work_s,
-                "checkpoint_overhead_s": self.checkpoint_overhead_s, "restart_s": self.restart_s,
-                "lost_gpu_hours": self.lost_gpu_hours, "lost_usd": self.lost_usd,
-                "overhead_gpu_hours": self.overhead_gpu_hours,
-                "overhead_usd": self.overhead_gpu_hours * self.price_per_gpu_hour,
-                "total_usd": (self.lost_gpu_hours + self.overhead_gpu_hours) * self.price_per_gpu_hour}
+        return {
+            "checkpoint": self.checkpoint,
+            "interval_s": self.interval_s,
+            "lost_work_s": self.lost_work_s,
+            "checkpoint_overhead_s": self.checkpoint_overhead_s,
+            "restart_s": self.restart_s,
+            "lost_gpu_hours": self.lost_gpu_hours,
+            "lost_usd": self.lost_usd,
+            "overhead_gpu_hours": self.overhead_gpu_hours,
+            "overhead_usd": self.overhead_gpu_hours * self.price_per_gpu_hour,
+            "total_usd": (self.lost_gpu_hours + self.overhead_gpu_hours) * self.price_per_gpu_hour,
+        }
 
 
-def loss(policy: str, *, gpus: int, preempt_at_s: float, cost_s: float, restart_s: float, price: float,
-         mtbf_s: float | None = None) -> PolicyLoss:
+def loss(
+    policy: str,
+    *,
+    gpus: int,
+    preempt_at_s: float,
+    cost_s: float,
+    restart_s: float,
+    price: float,
+    mtbf_s: float | None = None,
+) -> PolicyLoss:
     require(gpus >= 1, "gpus", f"must be at least 1, got {gpus}")
     require(preempt_at_s >= 0, "preempt_at", "must not be negative")
     require(cost_s > 0, "cost", "checkpoint cost must be positive")
@@ -61,17 +75,21 @@ def loss(policy: str, *, gpus: int, preempt_at_s: float, cost_s: float, restart_
     if policy == "none":
         return PolicyLoss("none", None, preempt_at_s, 0.0, restart_s, gpus, price)
     if policy == "optimal":
-        require(mtbf_s is not None and mtbf_s > 0, "mtbf", "the optimal interval needs a mean time between preemptions",
-                "pass --mtbf, e.g. --mtbf 24h")
+        require(
+            mtbf_s is not None and mtbf_s > 0,
+            "mtbf",
+            "the optimal interval needs a mean time between preemptions",
+            "pass --mtbf, e.g. --mtbf 24h",
+        )
         tau = daly_interval(cost_s, mtbf_s)  # type: ignore[arg-type]  # required above
     else:
         tau = policy_interval(policy)
     n = math.floor(preempt_at_s / (tau + cost_s))  # checkpoints completed before the preemption
     done = n * (tau + cost_s)
-    return PolicyLoss(policy, tau, preempt_at_s - done, n * cost_s, restart_s,
-                      gpus, price)
+    return PolicyLoss(policy, tau, preempt_at_s - done, n * cost_s, restart_s, gpus, price)
 
 
 def policy_interval(policy: str) -> float:
     from gpuplan.units import parse_duration
+
     return parse_duration(policy, "checkpoint")

@@ -39,9 +39,19 @@ from gpuplan.cluster.sim import Job
 from gpuplan.errors import GpuplanError, require
 
 
-def synthetic(n: int, gpus: int, load: float = 0.8, seed: int = 0, spot_share: float = 0.3,
-              tier_mix: tuple[float, ...] = (0.5, 0.4, 0.1), checkpoint: str = "daly", cost_s: float = 60.0,
-              restart_s: float = 300.0, mean_s: float = 3600.0, sigma: float = 1.0) -> list[Job]:
+def synthetic(
+    n: int,
+    gpus: int,
+    load: float = 0.8,
+    seed: int = 0,
+    spot_share: float = 0.3,
+    tier_mix: tuple[float, ...] = (0.5, 0.4, 0.1),
+    checkpoint: str = "daly",
+    cost_s: float = 60.0,
+    restart_s: float = 300.0,
+    mean_s: float = 3600.0,
+    sigma: float = 1.0,
+) -> list[Job]:
     """Poisson arrivals at ``load`` of ``gpus``; sizes from a production-like mix (half single-GPU,
     a few 64-GPU gangs); lognormal durations of median ``mean_s``; spot only in the lowest tier."""
     require(n >= 1 and gpus >= 1, "jobs", "need at least one job and one GPU")
@@ -57,8 +67,20 @@ def synthetic(n: int, gpus: int, load: float = 0.8, seed: int = 0, spot_share: f
     arrival = np.cumsum(rng.exponential(1 / rate, size=n))
     tier = rng.choice(len(tier_mix), p=tier_mix, size=n)
     spot = (rng.random(n) < spot_share) & (tier == 0)
-    return [Job(i, float(arrival[i]), float(size[i]), float(dur[i]), int(tier[i]), bool(spot[i]), checkpoint=checkpoint,
-                cost_s=cost_s, restart_s=restart_s) for i in range(n)]
+    return [
+        Job(
+            i,
+            float(arrival[i]),
+            float(size[i]),
+            float(dur[i]),
+            int(tier[i]),
+            bool(spot[i]),
+            checkpoint=checkpoint,
+            cost_s=cost_s,
+            restart_s=restart_s,
+        )
+        for i in range(n)
+    ]
 
 
 def _rows(path: Path, field: str = "trace") -> tuple[list[str], list[list[str]]]:
@@ -70,10 +92,15 @@ def _rows(path: Path, field: str = "trace") -> tuple[list[str], list[list[str]]]
     try:
         rows = list(csv.reader(text.splitlines()))
     except csv.Error as exc:
-        raise GpuplanError(field, f"{path}: not a CSV file ({exc})", "pass a comma-separated file with a header") \
-            from None
-    require(len(rows) >= 1 and any(c.strip() for c in rows[0]), field, f"{path} is empty",
-            "pass a CSV file with a header row")
+        raise GpuplanError(
+            field, f"{path}: not a CSV file ({exc})", "pass a comma-separated file with a header"
+        ) from None
+    require(
+        len(rows) >= 1 and any(c.strip() for c in rows[0]),
+        field,
+        f"{path} is empty",
+        "pass a CSV file with a header row",
+    )
     return [h.strip() for h in rows[0]], rows[1:]
 
 
@@ -84,13 +111,24 @@ def _numbered(rows: list[list[str]]):
 
 def _col(header: list[str], name: str, path: Path, field: str = "trace") -> int:
     if name not in header:
-        raise GpuplanError(field, f"{path} line 1: no column {name!r} in the header",
-                           f"expected columns like {header[:6]}")
+        raise GpuplanError(
+            field, f"{path} line 1: no column {name!r} in the header", f"expected columns like {header[:6]}"
+        )
     return header.index(name)
 
 
-def _field(row: list[str], index: int, name: str, cast, path: Path, line: int, default=None, field: str = "trace",
-           lo: float = 0.0, hi: float = 1e12):
+def _field(
+    row: list[str],
+    index: int,
+    name: str,
+    cast,
+    path: Path,
+    line: int,
+    default=None,
+    field: str = "trace",
+    lo: float = 0.0,
+    hi: float = 1e12,
+):
     """One cell as a finite number in [lo, hi]; a bad one is an error naming its line and column."""
     text = row[index].strip() if index < len(row) else None
     if (text is None or text == "") and default is not None:
@@ -98,20 +136,28 @@ def _field(row: list[str], index: int, name: str, cast, path: Path, line: int, d
     try:
         value = cast(text)
     except (TypeError, ValueError):
-        raise GpuplanError(field, f"{path} line {line}, column {name}: cannot read "
-                                  f"{'a missing value' if text is None else repr(text)} as a number",
-                           "fix or remove that row") from None
+        raise GpuplanError(
+            field,
+            f"{path} line {line}, column {name}: cannot read "
+            f"{'a missing value' if text is None else repr(text)} as a number",
+            "fix or remove that row",
+        ) from None
     if not (math.isfinite(value) and lo <= value <= hi):
-        raise GpuplanError(field, f"{path} line {line}, column {name}: {text} is out of range [{lo:g}, {hi:g}]",
-                           "fix or remove that row")
+        raise GpuplanError(
+            field,
+            f"{path} line {line}, column {name}: {text} is out of range [{lo:g}, {hi:g}]",
+            "fix or remove that row",
+        )
     return value
 
 
 def read_openb(path: str | Path) -> tuple[list[Job], Counter]:
     path = Path(path)
     header, rows = _rows(path)
-    c = {k: _col(header, k, path) for k in ("num_gpu", "gpu_milli", "qos", "creation_time", "deletion_time",
-                                            "scheduled_time")}
+    c = {
+        k: _col(header, k, path)
+        for k in ("num_gpu", "gpu_milli", "qos", "creation_time", "deletion_time", "scheduled_time")
+    }
     spec = header.index("gpu_spec") if "gpu_spec" in header else None
     jobs, skipped = [], Counter()
     for line, r in _numbered(rows):
@@ -127,11 +173,13 @@ def read_openb(path: str | Path) -> tuple[list[Job], Counter]:
             skipped["no run time (deleted before it ran)"] += 1
             continue
         gpus = milli / 1000 if n_gpu == 1 and 0 < milli < 1000 else float(n_gpu)
-        models = frozenset(m.strip() for m in r[spec].split("|") if m.strip()) if spec is not None and spec < len(r) \
+        models = (
+            frozenset(m.strip() for m in r[spec].split("|") if m.strip())
+            if spec is not None and spec < len(r)
             else frozenset()
+        )
         qos = r[c["qos"]].strip() if c["qos"] < len(r) else ""
-        jobs.append(Job(len(jobs), created, gpus, end - start, tier=1 if qos == "LS" else 0,
-                        gpu_models=models or None))
+        jobs.append(Job(len(jobs), created, gpus, end - start, tier=1 if qos == "LS" else 0, gpu_models=models or None))
     return jobs, skipped
 
 
@@ -143,11 +191,17 @@ def read_philly(path: str | Path) -> tuple[list[Job], Counter]:
     try:
         log = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise GpuplanError("trace", f"{path} line {exc.lineno}, column {exc.colno}: not Philly's JSON job log "
-                                    f"({exc.msg})", "pass cluster_job_log (a JSON list of jobs)") from None
+        raise GpuplanError(
+            "trace",
+            f"{path} line {exc.lineno}, column {exc.colno}: not Philly's JSON job log ({exc.msg})",
+            "pass cluster_job_log (a JSON list of jobs)",
+        ) from None
     if not isinstance(log, list):
-        raise GpuplanError("trace", f"{path} holds a JSON {type(log).__name__}, not a list of jobs",
-                           "pass cluster_job_log (a JSON list of jobs)")
+        raise GpuplanError(
+            "trace",
+            f"{path} holds a JSON {type(log).__name__}, not a list of jobs",
+            "pass cluster_job_log (a JSON list of jobs)",
+        )
     fmt = "%Y-%m-%d %H:%M:%S"
     jobs, skipped, t0 = [], Counter(), None
     for i, j in enumerate(log):
@@ -166,8 +220,9 @@ def read_philly(path: str | Path) -> tuple[list[Job], Counter]:
             gpus = sum(len(d.get("gpus", [])) for d in attempts[-1].get("detail", []))
             submitted = datetime.strptime(j["submitted_time"], fmt)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-            raise GpuplanError("trace", f"{path} job {i} ({j.get('jobid', '?')}): cannot read it ({exc})",
-                               "fix or remove that job") from None
+            raise GpuplanError(
+                "trace", f"{path} job {i} ({j.get('jobid', '?')}): cannot read it ({exc})", "fix or remove that job"
+            ) from None
         if gpus == 0:
             skipped["no GPU"] += 1
             continue
@@ -214,8 +269,12 @@ def read_openb_nodes(path: str | Path) -> tuple[tuple[int, ...], tuple[str, ...]
         else:
             gpus.append(g)
             models.append(r[mcol].strip() if mcol < len(r) else "")
-    require(len(gpus) > 0, "nodes_file", f"{path} lists no node with GPUs",
-            "pass openb_node_list_gpu_node.csv (sn,cpu_milli,memory_mib,gpu,model), or drop --nodes-file")
+    require(
+        len(gpus) > 0,
+        "nodes_file",
+        f"{path} lists no node with GPUs",
+        "pass openb_node_list_gpu_node.csv (sn,cpu_milli,memory_mib,gpu,model), or drop --nodes-file",
+    )
     return tuple(gpus), tuple(models), skipped
 
 
@@ -229,8 +288,9 @@ def read_reclaims(path: str | Path) -> tuple[tuple[float, float], ...]:
         t = _field(r, ct, "time_s", float, path, line, field="reclaims")
         g = _field(r, cg, "gpus", float, path, line, field="reclaims", hi=1e7)
         if g <= 0:
-            raise GpuplanError("reclaims", f"{path} line {line}: a reclaim needs gpus > 0, got {g:g}",
-                               "fix or remove that row")
+            raise GpuplanError(
+                "reclaims", f"{path} line {line}: a reclaim needs gpus > 0, got {g:g}", "fix or remove that row"
+            )
         out.append((t, g))
     return tuple(sorted(out))
 

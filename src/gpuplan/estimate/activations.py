@@ -68,7 +68,8 @@ def _mlp_saved(m: ModelSpec, a: int, profile: str, ffn: int) -> float:
     if profile == "fused":
         return 2 * a * ffn  # activation input + fc2 input (Korthikanti: 8sbh + 8sbh at ffn = 4h)
     per_act = {
-        "gelu": 2, "gelu_tanh": 2,  # F.gelu saves its input; fc2 saves the output
+        "gelu": 2,
+        "gelu_tanh": 2,  # F.gelu saves its input; fc2 saves the output
         "relu": 1,  # relu saves its output, the same tensor fc2 saves
         "bloom_gelu": 2,  # BLOOM's GeLUFunction saves its input
         "gelu_new": 5,  # 0.5*x*(1+tanh(c*(x+0.044715x^3))) in python ops: x, tanh, 0.5x, 1+tanh, output
@@ -121,8 +122,9 @@ def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) 
     rep_div = t if sp else 1
     drop = 2 * h if m.dropout > 0 else 0  # masks after attention and after the MLP
 
-    norms = (m.pre_norms_per_layer * _norm_saved(m, a, profile, True)
-             + m.post_norms_per_layer * _norm_saved(m, a, profile, False))
+    norms = m.pre_norms_per_layer * _norm_saved(m, a, profile, True) + m.post_norms_per_layer * _norm_saved(
+        m, a, profile, False
+    )
     attn, scores = _attention_saved(m, cfg, a, cfg.seq_len)
     if cfg.recompute == "selective":  # recompute the attention core: drop the s^2 tensors
         scores = 0.0
@@ -134,8 +136,10 @@ def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) 
     moe = 0.0
     if m.is_moe:
         k = m.experts_per_token
-        routed = (k * (2 * a * h + _mlp_saved(m, a, profile, m.moe_ffn_size))  # dispatched in/out + expert MLP
-                  + FP32 * m.num_experts)  # router probabilities
+        routed = (
+            k * (2 * a * h + _mlp_saved(m, a, profile, m.moe_ffn_size))  # dispatched in/out + expert MLP
+            + FP32 * m.num_experts
+        )  # router probabilities
         shared = _mlp_saved(m, a, profile, m.shared_expert_ffn_size) if m.shared_expert_ffn_size else 0.0
         moe = replicated / rep_div + (attn + scores + routed + shared) / t
 
@@ -155,6 +159,11 @@ def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) 
     if profile == "eager" and m.rotary:  # cos and sin tables, shared by all layers and the batch
         rotary = 2 * a * cfg.seq_len * (m.qk_rope_head_dim if m.is_mla else m.head_dim)
     return ActivationBreakdown(
-        dense_layer=dense * tokens, moe_layer=moe * tokens, layer_checkpoint=checkpoint * tokens,
-        embedding=embedding * tokens + rotary, head=head * tokens,
-        loss_saved=loss_saved * tokens, loss_transient=loss_transient * tokens)
+        dense_layer=dense * tokens,
+        moe_layer=moe * tokens,
+        layer_checkpoint=checkpoint * tokens,
+        embedding=embedding * tokens + rotary,
+        head=head * tokens,
+        loss_saved=loss_saved * tokens,
+        loss_transient=loss_transient * tokens,
+    )

@@ -29,6 +29,7 @@ COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "p2p"
 @dataclass(frozen=True)
 class Group:
     """One parallel group as placed on the machine."""
+
     dim: str
     size: int
     stride: int

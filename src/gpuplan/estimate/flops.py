@@ -84,9 +84,14 @@ def training_flops(m: ModelSpec, seq_len: int, recompute: str = "none", causal: 
         recompute_flops = attn
     else:
         recompute_flops = 0.0
-    return Flops(forward_per_token=matmul + attn, matmul_forward_per_token=matmul,
-                 attention_forward_per_token=attn, recompute_per_token=recompute_flops,
-                 seq_len=seq_len, causal=causal)
+    return Flops(
+        forward_per_token=matmul + attn,
+        matmul_forward_per_token=matmul,
+        attention_forward_per_token=attn,
+        recompute_per_token=recompute_flops,
+        seq_len=seq_len,
+        causal=causal,
+    )
 
 
 def six_nd(m: ModelSpec, tokens: float) -> float:

@@ -130,8 +130,9 @@ def microbatches_in_flight(stage: int, pp: int, vp: int, microbatches: int, sche
     return float(schedules.in_flight(schedules.get(schedule).in_flight, stage, pp, vp, microbatches))
 
 
-def _stage_tensors(m: ModelSpec, pp: int, stage: int, layer_ids: range, head: int | None = None
-                   ) -> list[tuple[Tensor, int]]:
+def _stage_tensors(
+    m: ModelSpec, pp: int, stage: int, layer_ids: range, head: int | None = None
+) -> list[tuple[Tensor, int]]:
     """(tensor, count) pairs held by one stage, before parallel splitting; ``head``: the stage
     holding the output head (default the last; ZB-V's is the first)."""
     head = pp - 1 if head is None else head
@@ -158,6 +159,7 @@ def _activations(m: ModelSpec, cfg: TrainingConfig, tp: int, cp: int, ep: int, s
 @dataclass(frozen=True)
 class StageParams:
     """Parameters one GPU of a stage holds after TP and EP (before ZeRO), and what depends on them."""
+
     dense: float
     expert: float
     adafactor_dense: float  # Adafactor state bytes (shape-dependent)
@@ -170,8 +172,9 @@ class StageParams:
 
 
 @functools.lru_cache(maxsize=4096)
-def stage_params(m: ModelSpec, pp: int, stage: int, first: int, n_layers: int, tp: int, ep: int,
-                 head: int | None = None) -> StageParams:
+def stage_params(
+    m: ModelSpec, pp: int, stage: int, first: int, n_layers: int, tp: int, ep: int, head: int | None = None
+) -> StageParams:
     layer_ids = range(first, first + n_layers)
     held = _stage_tensors(m, pp, stage, layer_ids, head)
 
@@ -187,10 +190,17 @@ def stage_params(m: ModelSpec, pp: int, stage: int, first: int, n_layers: int, t
         adafactor_dense=sum(_adafactor_bytes(t, tp) * c for t, c in held if not t.expert),
         adafactor_expert=sum(_adafactor_bytes(t, tp) / ep * c for t, c in held if t.expert),
         biggest_layer=max((sum(per_gpu(t) for t in layer_tensors(m, f)) for f in kinds), default=0.0),
-        n_dense=n_layers - n_moe, n_moe=n_moe,
-        gemm=sum(per_gpu(t) * n for moe, n in ((False, n_layers - n_moe), (True, n_moe)) if n
-                 for t in layer_tensors(m, moe) if fp8_gemm(t)),
-        biggest_gemm=max((sum(per_gpu(t) for t in layer_tensors(m, f) if fp8_gemm(t)) for f in kinds), default=0.0))
+        n_dense=n_layers - n_moe,
+        n_moe=n_moe,
+        gemm=sum(
+            per_gpu(t) * n
+            for moe, n in ((False, n_layers - n_moe), (True, n_moe))
+            if n
+            for t in layer_tensors(m, moe)
+            if fp8_gemm(t)
+        ),
+        biggest_gemm=max((sum(per_gpu(t) for t in layer_tensors(m, f) if fp8_gemm(t)) for f in kinds), default=0.0),
+    )
 
 
 def fp8_gemm(t: Tensor) -> bool:
@@ -210,8 +220,14 @@ def _per_gpu(t: Tensor, plan: ParallelPlan) -> float:
     return n
 
 
-def estimate_memory(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, capacity: float,
-                    microbatches: int = 1, all_stages: bool = True) -> MemoryReport:
+def estimate_memory(
+    m: ModelSpec,
+    cfg: TrainingConfig,
+    plan: ParallelPlan,
+    capacity: float,
+    microbatches: int = 1,
+    all_stages: bool = True,
+) -> MemoryReport:
     """Memory of every pipeline stage. ``all_stages=False`` (the search) computes only the stages
     that can be the most loaded (``candidate_stages``)."""
     act = _activations(m, cfg, plan.tp, plan.cp, plan.ep, plan.sp)
@@ -244,8 +260,11 @@ def estimate_memory(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, capac
         master = cfg.master_bytes * sharded(1)
         if cfg.optimizer == "adafactor":
             opt_dense, opt_expert = copies * sp_.adafactor_dense, copies * sp_.adafactor_expert
-            optimizer = (opt_dense / plan.zero_group + opt_expert / plan.expert_zero_group) if z >= 1 \
+            optimizer = (
+                (opt_dense / plan.zero_group + opt_expert / plan.expert_zero_group)
+                if z >= 1
                 else opt_dense + opt_expert
+            )
         else:
             optimizer = opt_per_param * sharded(1)
 
@@ -279,18 +298,34 @@ def estimate_memory(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, capac
         allocated = weights + grads + master + optimizer + activations + sum(other.values())
         other["allocator_reserve"] = cfg.allocator_fraction * allocated
         other["cuda_context"] = cfg.cuda_context_bytes
-        stages.append(StageMemory(stage=stage, layers=n_layers, weights=weights, gradients=grads,
-                                  optimizer=optimizer, master_weights=master, activations=activations,
-                                  other=other, params=dense + expert, microbatches_in_flight=in_flight))
+        stages.append(
+            StageMemory(
+                stage=stage,
+                layers=n_layers,
+                weights=weights,
+                gradients=grads,
+                optimizer=optimizer,
+                master_weights=master,
+                activations=activations,
+                other=other,
+                params=dense + expert,
+                microbatches_in_flight=in_flight,
+            )
+        )
 
     params = count_params(m).total
     if cfg.optimizer == "adafactor":
         opt_total = sum(_adafactor_bytes(t, 1) * c for t, c in _stage_tensors(m, 1, 0, range(m.num_layers)))
     else:
         opt_total = opt_per_param * params
-    totals = {"weights": cfg.weight_bytes * params, "gradients": cfg.grad_bytes * params,
-              "optimizer": opt_total, "master_weights": cfg.master_bytes * params}
+    totals = {
+        "weights": cfg.weight_bytes * params,
+        "gradients": cfg.grad_bytes * params,
+        "optimizer": opt_total,
+        "master_weights": cfg.master_bytes * params,
+    }
     totals["total"] = sum(totals.values())
     worst = max(stages, key=lambda s: s.total)
-    return MemoryReport(per_gpu=worst, stages=tuple(stages), model_states_total=totals, activation=act,
-                        capacity=capacity)
+    return MemoryReport(
+        per_gpu=worst, stages=tuple(stages), model_states_total=totals, activation=act, capacity=capacity
+    )

@@ -38,8 +38,15 @@ def _linear(name: str, n_in: int, n_out: int, split: str, bias: bool, **kw) -> l
     if bias:
         # a column-parallel bias is split with its outputs; a row-parallel bias is added after the
         # all-reduce, so every rank holds all of it
-        out.append(Tensor(f"{name}.bias", (n_out,), "col" if split == "col" else "none",
-                          expert=kw.get("expert", False), matmul=False))
+        out.append(
+            Tensor(
+                f"{name}.bias",
+                (n_out,),
+                "col" if split == "col" else "none",
+                expert=kw.get("expert", False),
+                matmul=False,
+            )
+        )
     return out
 
 
@@ -66,8 +73,7 @@ def _attention(m: ModelSpec) -> list[Tensor]:
         t += _linear("attn.o_proj", m.num_heads * m.v_head_dim, h, "row", m.o_bias)
         return t
     kv = m.num_kv_heads * m.head_dim
-    t = (_linear("attn.qkv", h, m.q_size + 2 * kv, "col", m.qkv_bias)
-         + _linear("attn.o", m.q_size, h, "row", m.o_bias))
+    t = _linear("attn.qkv", h, m.q_size + 2 * kv, "col", m.qkv_bias) + _linear("attn.o", m.q_size, h, "row", m.o_bias)
     if m.qk_norm:  # one weight over head_dim, shared by all heads: every TP rank holds it
         t += _norm(m, "attn.q_norm", m.head_dim) + _norm(m, "attn.k_norm", m.head_dim)
     if m.attn_sinks:  # a logit per head, split with the heads
@@ -78,8 +84,9 @@ def _attention(m: ModelSpec) -> list[Tensor]:
 def _mlp(m: ModelSpec, name: str, width: int, bias: bool, expert: bool = False) -> list[Tensor]:
     h = m.hidden_size
     up = 2 * width if m.gated_mlp else width  # gate and up projections fused
-    return (_linear(f"{name}.up", h, up, "col", bias, expert=expert)
-            + _linear(f"{name}.down", width, h, "row", bias, expert=expert))
+    return _linear(f"{name}.up", h, up, "col", bias, expert=expert) + _linear(
+        f"{name}.down", width, h, "row", bias, expert=expert
+    )
 
 
 def _moe(m: ModelSpec) -> list[Tensor]:
@@ -172,6 +179,10 @@ def count_params(m: ModelSpec) -> ParamCounts:
     tied_head = m.vocab_size * (m.embed_proj_dim or m.hidden_size) if m.tied_embeddings else 0
     matmul_active = round(n_dense * matmul(dense) + n_moe * matmul(moe) + matmul(emb) + matmul(head) + tied_head)
     return ParamCounts(
-        total=total, active=total - inactive,
+        total=total,
+        active=total - inactive,
         embedding=_sum(emb, lambda t: t.name in ("embed.tokens", "embed.positions")),
-        lm_head=_sum(head, lambda t: t.name == "lm_head"), per_layer=per_layer, matmul_active=matmul_active)
+        lm_head=_sum(head, lambda t: t.name == "lm_head"),
+        per_layer=per_layer,
+        matmul_active=matmul_active,
+    )

@@ -39,6 +39,7 @@ DIMS = ("tp", "cp", "ep", "pp", "dp")
 @dataclass
 class CommLine:
     """One dimension's communication over a step, on the critical stage."""
+
     bytes_per_gpu: float = 0.0  # bytes each GPU sends
     time: float = 0.0  # seconds if nothing overlapped
     exposed: float = 0.0  # seconds on the critical path
@@ -48,7 +49,9 @@ class CommLine:
     def hidden(self) -> float:
         return self.time - self.exposed
 
-    def add(self, kind: str, size: float, group: Group, gpu: GPUSpec, count: float, exposed: float | None = None) -> float:
+    def add(
+        self, kind: str, size: float, group: Group, gpu: GPUSpec, count: float, exposed: float | None = None
+    ) -> float:
         """Record ``count`` collectives of ``size`` bytes; returns the seconds of one."""
         t = collective_time(kind, size, group, gpu)
         sent = bytes_sent_per_rank(kind, size, group.size) * count
@@ -62,6 +65,7 @@ class CommLine:
 @dataclass(frozen=True)
 class StageTime:
     """One micro-batch on one pipeline stage: kernel seconds and exposed communication."""
+
     stage: int
     layers: int
     fwd: float
@@ -103,16 +107,35 @@ class StepTime:
 
 
 def _shape(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) -> LayerShape:
-    return LayerShape(tokens=cfg.micro_batch * cfg.seq_len // plan.cp, seq=cfg.seq_len, micro_batch=cfg.micro_batch,
-                      tp=plan.tp, cp=plan.cp, ep=plan.ep, sp=plan.sp and plan.tp > 1, dtype=cfg.compute_dtype,
-                      act_bytes=cfg.activation_bytes, attention=cfg.attention,
-                      attention_kernel=cfg.attention_kernel,
-                      expert_imbalance=cfg.expert_imbalance if plan.ep > 1 else 1.0)
+    return LayerShape(
+        tokens=cfg.micro_batch * cfg.seq_len // plan.cp,
+        seq=cfg.seq_len,
+        micro_batch=cfg.micro_batch,
+        tp=plan.tp,
+        cp=plan.cp,
+        ep=plan.ep,
+        sp=plan.sp and plan.tp > 1,
+        dtype=cfg.compute_dtype,
+        act_bytes=cfg.activation_bytes,
+        attention=cfg.attention,
+        attention_kernel=cfg.attention_kernel,
+        expert_imbalance=cfg.expert_imbalance if plan.ep > 1 else 1.0,
+    )
 
 
-def _layer_comm(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpec, groups: dict[str, Group],
-                shape: LayerShape, ops: OpTimes, moe: bool, comm: dict[str, CommLine], count: float,
-                dualpipe: bool) -> dict[str, float]:
+def _layer_comm(
+    m: ModelSpec,
+    cfg: TrainingConfig,
+    plan: ParallelPlan,
+    gpu: GPUSpec,
+    groups: dict[str, Group],
+    shape: LayerShape,
+    ops: OpTimes,
+    moe: bool,
+    comm: dict[str, CommLine],
+    count: float,
+    dualpipe: bool,
+) -> dict[str, float]:
     """Exposed communication seconds of one layer and micro-batch by dimension (forward, backward
     and recompute together); records ``count`` copies (layers x micro-batches) into ``comm``."""
     a, h, T = cfg.activation_bytes, m.hidden_size, shape.tokens
@@ -217,8 +240,9 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
         if key not in seen:
             # what a stage's time depends on, so plans that differ elsewhere share the work
             z3 = groups["dp_cp"] if plan.zero == 3 and plan.zero_group > 1 else None
-            seen[key] = _stage(m, cfg, _stage_plan(plan), gpu, (groups["tp"], groups["cp"], groups["ep"], z3),
-                               shape, mb, dualpipe, key)
+            seen[key] = _stage(
+                m, cfg, _stage_plan(plan), gpu, (groups["tp"], groups["cp"], groups["ep"], z3), shape, mb, dualpipe, key
+            )
         st, c, kinds = seen[key]
         stages.append(dataclasses.replace(st, stage=stage, comm=dict(st.comm)))  # copies: ``seen`` is cached
         stage_comm.append(c)
@@ -235,7 +259,9 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
     inp = [tot - f_ - w_ for tot, f_, w_ in zip(totals, fwd, wgt)]
     bubble = pipeline_bubble(plan.schedule, plan.vp, mb, fwd, inp, wgt)
     # a private copy: stage results are cached and shared between plans
-    crit_comm = {d: CommLine(c.bytes_per_gpu, c.time, c.exposed, dict(c.collectives)) for d, c in stage_comm[crit].items()}
+    crit_comm = {
+        d: CommLine(c.bytes_per_gpu, c.time, c.exposed, dict(c.collectives)) for d, c in stage_comm[crit].items()
+    }
 
     # pipeline point-to-point: one activation (or gradient) per micro-batch and chunk boundary;
     # Megatron's blocking send/recv puts each on the path
@@ -294,10 +320,19 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
 
     flops = training_flops(m, cfg.seq_len, cfg.recompute)
     tokens = cfg.seq_len * cfg.micro_batch * mb * plan.dp
-    return StepTime(step_s=step, breakdown=breakdown, comm=crit_comm, stages=tuple(stages), critical_stage=crit,
-                    microbatches=mb, model_flops_per_step=flops.model_per_token * tokens,
-                    hardware_flops_per_step=flops.hardware_per_token * tokens, gpus=plan.world_size,
-                    peak_flops=gpu.peak(cfg.compute_dtype), ops=dict(stage_ops[crit]))
+    return StepTime(
+        step_s=step,
+        breakdown=breakdown,
+        comm=crit_comm,
+        stages=tuple(stages),
+        critical_stage=crit,
+        microbatches=mb,
+        model_flops_per_step=flops.model_per_token * tokens,
+        hardware_flops_per_step=flops.hardware_per_token * tokens,
+        gpus=plan.world_size,
+        peak_flops=gpu.peak(cfg.compute_dtype),
+        ops=dict(stage_ops[crit]),
+    )
 
 
 def overlap_contention(comm: dict[str, CommLine], gpu: GPUSpec) -> float:
@@ -323,8 +358,17 @@ def _stage_plan(plan: ParallelPlan) -> ParallelPlan:
 
 
 @functools.lru_cache(maxsize=1 << 14)
-def _stage(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpec, group_list: tuple,
-           shape: LayerShape, mb: int, dualpipe: bool, key: tuple) -> tuple[StageTime, dict, dict]:
+def _stage(
+    m: ModelSpec,
+    cfg: TrainingConfig,
+    plan: ParallelPlan,
+    gpu: GPUSpec,
+    group_list: tuple,
+    shape: LayerShape,
+    mb: int,
+    dualpipe: bool,
+    key: tuple,
+) -> tuple[StageTime, dict, dict]:
     """One micro-batch on a stage of ``n_layers`` (``n_moe`` of them MoE), first and/or last."""
     n_layers, n_moe, is_first, is_last = key
     tp_g, cp_g, ep_g, z3 = group_list

@@ -35,9 +35,18 @@ def training_days(total_flops: float, gpus: int, achieved_flops_per_gpu: float) 
     return total_flops / (gpus * achieved_flops_per_gpu) / DAY
 
 
-def training_time(*, model_flops_per_token: float, hardware_flops_per_token: float, tokens: float,
-                  tokens_per_step: float, gpus: int, peak_flops: float, mfu: float | None = None,
-                  step_s: float | None = None, price_per_gpu_hour: float | None) -> TrainingTime:
+def training_time(
+    *,
+    model_flops_per_token: float,
+    hardware_flops_per_token: float,
+    tokens: float,
+    tokens_per_step: float,
+    gpus: int,
+    peak_flops: float,
+    mfu: float | None = None,
+    step_s: float | None = None,
+    price_per_gpu_hour: float | None,
+) -> TrainingTime:
     """Time and cost from either an MFU or a step time (exactly one of them)."""
     if step_s is None:
         assert mfu is not None, "training_time needs an MFU or a step time"
@@ -48,7 +57,13 @@ def training_time(*, model_flops_per_token: float, hardware_flops_per_token: flo
     total_s = step_s * steps
     gpu_hours = gpus * total_s / HOUR
     return TrainingTime(
-        step_s=step_s, total_s=total_s, steps=steps, tokens_per_step=tokens_per_step,
-        tokens_per_s_per_gpu=tokens_per_step / step_s / gpus, mfu=mfu,
-        hfu=mfu * hardware_flops_per_token / model_flops_per_token, gpu_hours=gpu_hours,
-        cost_usd=None if price_per_gpu_hour is None else gpu_hours * price_per_gpu_hour)
+        step_s=step_s,
+        total_s=total_s,
+        steps=steps,
+        tokens_per_step=tokens_per_step,
+        tokens_per_s_per_gpu=tokens_per_step / step_s / gpus,
+        mfu=mfu,
+        hfu=mfu * hardware_flops_per_token / model_flops_per_token,
+        gpu_hours=gpu_hours,
+        cost_usd=None if price_per_gpu_hour is None else gpu_hours * price_per_gpu_hour,
+    )

@@ -90,7 +90,7 @@ def suggest_fixes(req: TrainRequest, limit: int = 5) -> tuple[Suggestion, ...]:
     p, c = req.plan, req.config
     candidates: list[tuple[str, TrainRequest]] = []
     order = ["none", "selective", "full"]
-    for r in order[order.index(c.recompute) + 1:]:
+    for r in order[order.index(c.recompute) + 1 :]:
         try:  # the framework may not have this recompute
             candidates.append((f"--recompute {r}", replace(req, config=replace(c, recompute=r))))
         except GpuplanError:
@@ -98,8 +98,9 @@ def suggest_fixes(req: TrainRequest, limit: int = 5) -> tuple[Suggestion, ...]:
     for z in range(p.zero + 1, 4):
         candidates.append((f"--zero {z}", replace(req, plan=replace(p, zero=z))))
     if c.micro_batch > 1:
-        candidates.append(("--micro-batch 1", replace(req, config=replace(c, micro_batch=1,
-                                                                         global_batch=req.global_batch))))
+        candidates.append(
+            ("--micro-batch 1", replace(req, config=replace(c, micro_batch=1, global_batch=req.global_batch)))
+        )
     if c.optimizer == "adamw":
         candidates.append(("--optimizer adamw8bit", replace(req, config=replace(c, optimizer="adamw8bit"))))
     if p.dp % 2 == 0:
@@ -126,17 +127,23 @@ def suggest_fixes(req: TrainRequest, limit: int = 5) -> tuple[Suggestion, ...]:
         return tuple(fitting[:limit])
     # No single change fits: the fewest GPUs with a plan that does, checked with the full estimate
     from gpuplan.search.plans import smallest_fitting_plan
+
     found = smallest_fitting_plan(req.model, req.gpu, p.world_size, replace(c, global_batch=req.global_batch))
-    pool = sorted(out, key=lambda s: s.total_bytes)[:limit - 1]
+    pool = sorted(out, key=lambda s: s.total_bytes)[: limit - 1]
     if found is not None:
         plan, config = found
-        mem = estimate_memory(req.model, config, plan, req.gpu.memory_bytes,
-                              req.global_batch // (config.micro_batch * plan.dp))
-        flags = (f"--gpus {plan.world_size} --tp {plan.tp} --pp {plan.pp}" + (f" --cp {plan.cp}" if plan.cp > 1 else "")
-                 + (f" --ep {plan.ep}" if plan.ep > 1 else "") + (f" --zero {plan.zero}" if plan.zero else "")
-                 + (f" --recompute {config.recompute}" if config.recompute != c.recompute else "")
-                 + (f" --micro-batch {config.micro_batch}" if config.micro_batch != c.micro_batch else "")
-                 + (f" --schedule {plan.schedule}" if plan.schedule != p.schedule else ""))
+        mem = estimate_memory(
+            req.model, config, plan, req.gpu.memory_bytes, req.global_batch // (config.micro_batch * plan.dp)
+        )
+        flags = (
+            f"--gpus {plan.world_size} --tp {plan.tp} --pp {plan.pp}"
+            + (f" --cp {plan.cp}" if plan.cp > 1 else "")
+            + (f" --ep {plan.ep}" if plan.ep > 1 else "")
+            + (f" --zero {plan.zero}" if plan.zero else "")
+            + (f" --recompute {config.recompute}" if config.recompute != c.recompute else "")
+            + (f" --micro-batch {config.micro_batch}" if config.micro_batch != c.micro_batch else "")
+            + (f" --schedule {plan.schedule}" if plan.schedule != p.schedule else "")
+        )
         pool = [Suggestion(flags, mem.per_gpu.total, mem.fits)] + pool
     return tuple(pool[:limit])
 
@@ -151,14 +158,28 @@ def estimate_training(req: TrainRequest) -> TrainEstimate:
     step = step_time(m, c, req.plan, req.gpu, req.microbatches)
     tokens_per_step = req.global_batch * c.seq_len
     time = training_time(
-        model_flops_per_token=flops.model_per_token, hardware_flops_per_token=flops.hardware_per_token,
-        tokens=req.tokens if req.tokens else tokens_per_step, tokens_per_step=tokens_per_step,
-        gpus=req.plan.world_size, peak_flops=req.gpu.peak(c.compute_dtype), mfu=req.mfu,
-        step_s=None if req.mfu is not None else step.step_s, price_per_gpu_hour=req.price_per_gpu_hour)
+        model_flops_per_token=flops.model_per_token,
+        hardware_flops_per_token=flops.hardware_per_token,
+        tokens=req.tokens if req.tokens else tokens_per_step,
+        tokens_per_step=tokens_per_step,
+        gpus=req.plan.world_size,
+        peak_flops=req.gpu.peak(c.compute_dtype),
+        mfu=req.mfu,
+        step_s=None if req.mfu is not None else step.step_s,
+        price_per_gpu_hour=req.price_per_gpu_hour,
+    )
     suggestions = () if memory.fits else suggest_fixes(req)
     band = None if req.mfu is not None else error_band(req.gpu.id, c, req.plan, step.step_s)
-    return TrainEstimate(request=req, params=count_params(m), memory=memory, flops=flops, time=time,
-                         suggestions=suggestions, step=step, band=band)
+    return TrainEstimate(
+        request=req,
+        params=count_params(m),
+        memory=memory,
+        flops=flops,
+        time=time,
+        suggestions=suggestions,
+        step=step,
+        band=band,
+    )
 
 
 def to_dict(est: TrainEstimate) -> dict:
@@ -168,37 +189,85 @@ def to_dict(est: TrainEstimate) -> dict:
     tokens = req.tokens if req.tokens else tokens_per_step
 
     def stage_dict(s):
-        return {"stage": s.stage, "layers": s.layers, "weights": s.weights, "gradients": s.gradients,
-                "optimizer": s.optimizer, "master_weights": s.master_weights, "activations": s.activations,
-                "other": s.other_total, "other_breakdown": dict(s.other), "total": s.total,
-                "microbatches_in_flight": s.microbatches_in_flight, "params": s.params}
+        return {
+            "stage": s.stage,
+            "layers": s.layers,
+            "weights": s.weights,
+            "gradients": s.gradients,
+            "optimizer": s.optimizer,
+            "master_weights": s.master_weights,
+            "activations": s.activations,
+            "other": s.other_total,
+            "other_breakdown": dict(s.other),
+            "total": s.total,
+            "microbatches_in_flight": s.microbatches_in_flight,
+            "params": s.params,
+        }
 
     fw = get_framework(req.config.framework)
     return {
         "framework": fw.name,
-        "framework_profile": {"source": fw.source, "kernels": req.config.profile, "attention": req.config.attention,
-                              "selective_recompute": fw.selective_semantics, "fp8_recipe": fw.fp8_recipe},
-        "model": {"name": req.model.name, "model_type": req.model.model_type,
-                  "params_total": est.params.total, "params_active": est.params.active,
-                  "params_embedding": est.params.embedding, "params_lm_head": est.params.lm_head,
-                  "params_per_layer": list(est.params.per_layer), "notes": list(req.model.notes)},
-        "gpu": {"id": req.gpu.id, "name": req.gpu.name, "count": req.plan.world_size,
-                "peak_flops": req.gpu.peak(req.config.compute_dtype), "compute_dtype": req.config.compute_dtype},
-        "plan": {**dataclasses.asdict(req.plan), "world_size": req.plan.world_size,
-                 "stage_layers": stage_layers(req.model, req.plan),
-                 "global_batch": req.global_batch, "microbatches": req.microbatches},
+        "framework_profile": {
+            "source": fw.source,
+            "kernels": req.config.profile,
+            "attention": req.config.attention,
+            "selective_recompute": fw.selective_semantics,
+            "fp8_recipe": fw.fp8_recipe,
+        },
+        "model": {
+            "name": req.model.name,
+            "model_type": req.model.model_type,
+            "params_total": est.params.total,
+            "params_active": est.params.active,
+            "params_embedding": est.params.embedding,
+            "params_lm_head": est.params.lm_head,
+            "params_per_layer": list(est.params.per_layer),
+            "notes": list(req.model.notes),
+        },
+        "gpu": {
+            "id": req.gpu.id,
+            "name": req.gpu.name,
+            "count": req.plan.world_size,
+            "peak_flops": req.gpu.peak(req.config.compute_dtype),
+            "compute_dtype": req.config.compute_dtype,
+        },
+        "plan": {
+            **dataclasses.asdict(req.plan),
+            "world_size": req.plan.world_size,
+            "stage_layers": stage_layers(req.model, req.plan),
+            "global_batch": req.global_batch,
+            "microbatches": req.microbatches,
+        },
         "training": {**dataclasses.asdict(req.config), "tokens": tokens},
-        "memory": {"per_gpu": stage_dict(mem.per_gpu), "most_loaded_stage": mem.per_gpu.stage,
-                   "stages": [stage_dict(s) for s in mem.stages],
-                   "model_states_total": mem.model_states_total["total"],
-                   "model_states_total_breakdown": mem.model_states_total,
-                   "gpu_capacity": mem.capacity, "fits": mem.fits, "headroom": mem.headroom},
-        "flops": {"per_token": f.model_per_token, "per_token_forward": f.forward_per_token,
-                  "per_token_hardware": f.hardware_per_token, "per_step": f.model_per_token * tokens_per_step,
-                  "total": f.model_per_token * tokens, "hardware_total": f.hardware_per_token * tokens,
-                  "six_nd_total": six_nd(req.model, tokens), "attention": "causal"},
-        "time": None if t is None else {"step_s": t.step_s, "total_s": t.total_s, "days": t.days, "steps": t.steps,
-                                        "step_s_range": None if est.band is None else est.band["step_s_range"]},
+        "memory": {
+            "per_gpu": stage_dict(mem.per_gpu),
+            "most_loaded_stage": mem.per_gpu.stage,
+            "stages": [stage_dict(s) for s in mem.stages],
+            "model_states_total": mem.model_states_total["total"],
+            "model_states_total_breakdown": mem.model_states_total,
+            "gpu_capacity": mem.capacity,
+            "fits": mem.fits,
+            "headroom": mem.headroom,
+        },
+        "flops": {
+            "per_token": f.model_per_token,
+            "per_token_forward": f.forward_per_token,
+            "per_token_hardware": f.hardware_per_token,
+            "per_step": f.model_per_token * tokens_per_step,
+            "total": f.model_per_token * tokens,
+            "hardware_total": f.hardware_per_token * tokens,
+            "six_nd_total": six_nd(req.model, tokens),
+            "attention": "causal",
+        },
+        "time": None
+        if t is None
+        else {
+            "step_s": t.step_s,
+            "total_s": t.total_s,
+            "days": t.days,
+            "steps": t.steps,
+            "step_s_range": None if est.band is None else est.band["step_s_range"],
+        },
         "calibration": est.band,
         "gpu_hours": None if t is None else t.gpu_hours,
         "cost_usd": None if t is None else t.cost_usd,
@@ -215,14 +284,36 @@ def to_dict(est: TrainEstimate) -> dict:
 def performance_dict(st: StepTime, gpu) -> dict:
     """The performance model's prediction: step time, its breakdown and every dimension's traffic."""
     return {
-        "step_s": st.step_s, "mfu": st.mfu, "hfu": st.hfu, "microbatches": st.microbatches,
-        "breakdown_s": dict(st.breakdown), "critical_stage": st.critical_stage,
+        "step_s": st.step_s,
+        "mfu": st.mfu,
+        "hfu": st.hfu,
+        "microbatches": st.microbatches,
+        "breakdown_s": dict(st.breakdown),
+        "critical_stage": st.critical_stage,
         "kernels_s": dict(st.ops),
-        "comm": {d: {"bytes_per_gpu": c.bytes_per_gpu, "time_s": c.time, "exposed_s": c.exposed,
-                     "hidden_s": c.hidden, "collectives_bytes": dict(c.collectives)}
-                 for d, c in st.comm.items() if c.bytes_per_gpu},
-        "stages": [{"stage": s.stage, "layers": s.layers, "fwd_s": s.fwd, "bwd_input_s": s.bwd_input,
-                    "bwd_weight_s": s.bwd_weight, "recompute_s": s.recompute, "comm_exposed_s": dict(s.comm),
-                    "microbatch_s": s.total} for s in st.stages],
+        "comm": {
+            d: {
+                "bytes_per_gpu": c.bytes_per_gpu,
+                "time_s": c.time,
+                "exposed_s": c.exposed,
+                "hidden_s": c.hidden,
+                "collectives_bytes": dict(c.collectives),
+            }
+            for d, c in st.comm.items()
+            if c.bytes_per_gpu
+        },
+        "stages": [
+            {
+                "stage": s.stage,
+                "layers": s.layers,
+                "fwd_s": s.fwd,
+                "bwd_input_s": s.bwd_input,
+                "bwd_weight_s": s.bwd_weight,
+                "recompute_s": s.recompute,
+                "comm_exposed_s": dict(s.comm),
+                "microbatch_s": s.total,
+            }
+            for s in st.stages
+        ],
         "efficiency": {"name": gpu.efficiency.name, "assumed": gpu.efficiency.assumed},
     }

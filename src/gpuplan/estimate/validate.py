@@ -35,13 +35,13 @@ LLAMA3_405B_PARAMS = 405_853_388_800  # N in the llama3 formula (shared validati
 
 def megatron_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> float:
     """FLOPs per step with full recompute (Narayanan et al. 2021, eq. 3, appendix)."""
-    return 96 * batch * seq * layers * hidden ** 2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
+    return 96 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
 
 
 def megatron_model_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> float:
     """Model FLOPs per step, no recompute: 72·B·s·L·h²·(1 + s/6h + V/12Lh) (Megatron-Core's
     num_floating_point_operations for a GeLU 4h MLP, full attention; shared README, ``megatron``)."""
-    return 72 * batch * seq * layers * hidden ** 2 * (1 + seq / (6 * hidden) + vocab / (12 * layers * hidden))
+    return 72 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (12 * layers * hidden))
 
 
 def llama3_flops(batch: int, seq: int, layers: int, hidden: int) -> float:
@@ -53,6 +53,7 @@ def llama3_flops(batch: int, seq: int, layers: int, hidden: int) -> float:
 @dataclass(frozen=True)
 class Source:
     """How one source's runs ran: the framework, its kernels and overlap, the architecture."""
+
     prefix: str  # the start of the CSV's ``source`` column
     framework: str  # words, for the report
     arch: str
@@ -74,19 +75,36 @@ SOURCES = (
     # distributed optimizer, --overlap-grad-reduce --overlap-param-gather --tp-comm-overlap, sequence
     # parallel, bf16 with fp32 gradient reduction (arguments.py: bf16 sets
     # accumulate_allreduce_grads_in_fp32), no dropout, no recompute.
-    Source("Megatron-Core r0.8", "Megatron-Core r0.8 + TransformerEngine", "gpt", "megatron",
-           dict(attention="flash", tp_overlap=True), sp=True),
+    Source(
+        "Megatron-Core r0.8",
+        "Megatron-Core r0.8 + TransformerEngine",
+        "gpt",
+        "megatron",
+        dict(attention="flash", tp_overlap=True),
+        sp=True,
+    ),
     # Llama 3 paper, section 3.3: 4D parallelism (TP with SP, CP, PP, FSDP of optimizer state and
     # gradients), bf16, FlashAttention. Its pipeline is interleaved 1F1B (section 3.3.2) drawn in
     # Fig. 6 with two stages per rank; the paper gives no other V, so V = 2. "We reduce one
     # Transformer layer each from the first and the last stages" (section 3.3.2): 7 / 8 x 14 / 7.
-    Source("Llama 3 paper", "Meta (Llama 3 paper, section 3.3)", "llama", "generic",
-           dict(attention="flash", tp_overlap=True), plan=dict(vp=2, first_stage_layers=7, last_stage_layers=7),
-           sp=True),
+    Source(
+        "Llama 3 paper",
+        "Meta (Llama 3 paper, section 3.3)",
+        "llama",
+        "generic",
+        dict(attention="flash", tp_overlap=True),
+        plan=dict(vp=2, first_stage_layers=7, last_stage_layers=7),
+        sp=True,
+    ),
     # llm-foundry: Composer + PyTorch FSDP FULL_SHARD, amp_bf16 (fp32 masters and reduction),
     # FlashAttention-2 (attn_impl flash: the flash_attn 2 package), eager PyTorch around it.
-    Source("llm-foundry", "llm-foundry (Composer, PyTorch FSDP)", "mpt", "generic",
-           dict(attention="flash", attention_kernel="fa2", profile="eager")),
+    Source(
+        "llm-foundry",
+        "llm-foundry (Composer, PyTorch FSDP)",
+        "mpt",
+        "generic",
+        dict(attention="flash", attention_kernel="fa2", profile="eager"),
+    ),
 )
 
 
@@ -94,8 +112,9 @@ def source_for(name: str) -> Source:
     for s in SOURCES:
         if name.startswith(s.prefix):
             return s
-    raise GpuplanError("source", f"no framework assumptions for source {name!r}",
-                       "add a Source to gpuplan.estimate.validate.SOURCES")
+    raise GpuplanError(
+        "source", f"no framework assumptions for source {name!r}", "add a Source to gpuplan.estimate.validate.SOURCES"
+    )
 
 
 def _model(arch: str, r: dict[str, str], dropout: float) -> ModelSpec:
@@ -103,14 +122,39 @@ def _model(arch: str, r: dict[str, str], dropout: float) -> ModelSpec:
     kv = int(r.get("kv_heads") or heads)
     if arch == "gpt":  # GPT-2/3 style: LayerNorm, GeLU 4h MLP, biases, learned positions
         p = dropout
-        cfg = {"model_type": "gpt2", "n_layer": L, "n_embd": h, "n_head": heads, "n_inner": ffn, "vocab_size": vocab,
-               "n_positions": seq, "resid_pdrop": p, "attn_pdrop": p, "embd_pdrop": p}
+        cfg = {
+            "model_type": "gpt2",
+            "n_layer": L,
+            "n_embd": h,
+            "n_head": heads,
+            "n_inner": ffn,
+            "vocab_size": vocab,
+            "n_positions": seq,
+            "resid_pdrop": p,
+            "attn_pdrop": p,
+            "embd_pdrop": p,
+        }
     elif arch == "llama":
-        cfg = {"model_type": "llama", "num_hidden_layers": L, "hidden_size": h, "num_attention_heads": heads,
-               "num_key_value_heads": kv, "intermediate_size": ffn, "vocab_size": vocab, "max_position_embeddings": seq}
+        cfg = {
+            "model_type": "llama",
+            "num_hidden_layers": L,
+            "hidden_size": h,
+            "num_attention_heads": heads,
+            "num_key_value_heads": kv,
+            "intermediate_size": ffn,
+            "vocab_size": vocab,
+            "max_position_embeddings": seq,
+        }
     elif arch == "mpt":
-        cfg = {"model_type": "mpt", "n_layers": L, "d_model": h, "n_heads": heads, "expansion_ratio": ffn / h,
-               "vocab_size": vocab, "max_seq_len": seq}
+        cfg = {
+            "model_type": "mpt",
+            "n_layers": L,
+            "d_model": h,
+            "n_heads": heads,
+            "expansion_ratio": ffn / h,
+            "vocab_size": vocab,
+            "max_seq_len": seq,
+        }
     else:
         raise GpuplanError("arch", f"row {r['id']}: unknown arch {arch!r}", "use gpt, llama or mpt")
     return model_from_hf_config(cfg, name=r["id"])
@@ -125,8 +169,11 @@ def _measured_step_s(r: dict[str, str], gbs: int, seq: int) -> float:
     if metric == "tokens_per_s_per_gpu":
         return gbs * seq / (gpus * value)
     if metric not in ("tflops_per_gpu", "mfu"):
-        raise GpuplanError("metric", f"row {r['id']}: unknown metric {metric!r}",
-                           "use step_s, tokens_per_s_per_gpu, tflops_per_gpu or mfu")
+        raise GpuplanError(
+            "metric",
+            f"row {r['id']}: unknown metric {metric!r}",
+            "use step_s, tokens_per_s_per_gpu, tflops_per_gpu or mfu",
+        )
     if formula == MEGATRON_FORMULA:
         flops = megatron_flops(gbs, seq, L, h, vocab)
     elif formula == "megatron":
@@ -134,8 +181,11 @@ def _measured_step_s(r: dict[str, str], gbs: int, seq: int) -> float:
     elif formula == "llama3":
         flops = llama3_flops(gbs, seq, L, h)
     else:
-        raise GpuplanError("flop_formula", f"row {r['id']}: unknown formula {formula!r}",
-                           f"add it to gpuplan.estimate.validate (known: {MEGATRON_FORMULA}, megatron, llama3)")
+        raise GpuplanError(
+            "flop_formula",
+            f"row {r['id']}: unknown formula {formula!r}",
+            f"add it to gpuplan.estimate.validate (known: {MEGATRON_FORMULA}, megatron, llama3)",
+        )
     per_gpu = value * 1e12 if metric == "tflops_per_gpu" else value * H100_BF16_PEAK
     return flops / (gpus * per_gpu)
 
@@ -183,8 +233,11 @@ def _rows(path: Path) -> list[Row]:
         for r in csv.DictReader(fh):
             src = source_for(r["source"])
             if r["arch"] != src.arch:
-                raise GpuplanError("arch", f"row {r['id']}: arch {r['arch']!r} but {src.prefix} runs {src.arch}",
-                                   "fix the row's arch or its source")
+                raise GpuplanError(
+                    "arch",
+                    f"row {r['id']}: arch {r['arch']!r} but {src.prefix} runs {src.arch}",
+                    "fix the row's arch or its source",
+                )
             model = _model(src.arch, r, src.dropout)
             seq = int(r["seq"])
             tp, pp, dp = int(r["tp"]), int(r["pp"]), int(r["dp"])
@@ -194,11 +247,30 @@ def _rows(path: Path) -> list[Row]:
             sp = (src.sp if src.sp is not None else r["sp"] == "yes") and tp > 1
             split = {k: src.plan[k] for k in ("first_stage_layers", "last_stage_layers") if k in src.plan and pp > 1}
             plan = ParallelPlan(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, zero=zero, sp=sp, **split)
-            config = TrainingConfig.for_framework(src.profile, seq_len=seq, micro_batch=mbs, global_batch=gbs,
-                                                  precision=r["precision"], recompute=r["recompute"] or "none",
-                                                  **src.config)
-            rows.append(Row(r["id"], r["source"], model, r["gpu"], plan, config, gbs // (mbs * dp),
-                            _measured_step_s(r, gbs, seq), r["metric"], float(r["value"]), src.framework))
+            config = TrainingConfig.for_framework(
+                src.profile,
+                seq_len=seq,
+                micro_batch=mbs,
+                global_batch=gbs,
+                precision=r["precision"],
+                recompute=r["recompute"] or "none",
+                **src.config,
+            )
+            rows.append(
+                Row(
+                    r["id"],
+                    r["source"],
+                    model,
+                    r["gpu"],
+                    plan,
+                    config,
+                    gbs // (mbs * dp),
+                    _measured_step_s(r, gbs, seq),
+                    r["metric"],
+                    float(r["value"]),
+                    src.framework,
+                )
+            )
     return rows
 
 
@@ -233,8 +305,12 @@ def validate_training(paths: tuple[Path, ...] = CSVS) -> list[Result]:
 
 def summary(results: list[Result]) -> dict[str, float]:
     errs = [abs(r.error) for r in results]
-    return {"rows": len(errs), "mean_abs_error": sum(errs) / len(errs), "max_abs_error": max(errs),
-            "mean_signed_error": sum(r.error for r in results) / len(errs)}
+    return {
+        "rows": len(errs),
+        "mean_abs_error": sum(errs) / len(errs),
+        "max_abs_error": max(errs),
+        "mean_signed_error": sum(r.error for r in results) / len(errs),
+    }
 
 
 def by_category(results: list[Result]) -> dict[tuple[str, str, str, str], dict[str, float]]:
@@ -265,8 +341,19 @@ def error_band(gpu: str, cfg: TrainingConfig, plan: ParallelPlan, step_s: float)
     doc: dict[str, Any] = {"category": dict(zip(("gpu_family", "precision", "context", "parallel"), key))}
     band = _bands().get(key)
     if band is None:
-        return {**doc, "calibrated": False, "runs": 0, "step_s_range": None,
-                "note": "no published run of this kind in the validation set: uncalibrated"}
-    return {**doc, "calibrated": True, "runs": int(band["rows"]), "mean_abs_error": band["mean_abs_error"],
-            "min_error": band["min_error"], "max_error": band["max_error"],
-            "step_s_range": [step_s / (1 + band["max_error"]), step_s / (1 + band["min_error"])]}
+        return {
+            **doc,
+            "calibrated": False,
+            "runs": 0,
+            "step_s_range": None,
+            "note": "no published run of this kind in the validation set: uncalibrated",
+        }
+    return {
+        **doc,
+        "calibrated": True,
+        "runs": int(band["rows"]),
+        "mean_abs_error": band["mean_abs_error"],
+        "min_error": band["min_error"],
+        "max_error": band["max_error"],
+        "step_s_range": [step_s / (1 + band["max_error"]), step_s / (1 + band["min_error"])],
+    }

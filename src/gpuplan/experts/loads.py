@@ -28,18 +28,29 @@ def read_loads(path: str | Path) -> np.ndarray:
                 rows = rows[1:]
         table = np.array([[float(x) for x in row] for row in rows], dtype=np.float64)
     except (ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
-        raise GpuplanError("loads", f"{p} is not a table of numbers ({exc})",
-                           "one row per layer, one number per expert") from None
-    require(table.ndim == 2 and table.shape[0] >= 1 and table.shape[1] >= 1, "loads",
-            f"{p} must have the same number of experts on every row")
+        raise GpuplanError(
+            "loads", f"{p} is not a table of numbers ({exc})", "one row per layer, one number per expert"
+        ) from None
+    require(
+        table.ndim == 2 and table.shape[0] >= 1 and table.shape[1] >= 1,
+        "loads",
+        f"{p} must have the same number of experts on every row",
+    )
     bad = np.argwhere(~np.isfinite(table) | (table < 0) | (table > 1e15))
     if len(bad):
         layer, expert = (int(x) for x in bad[0])
-        raise GpuplanError("loads", f"{p} row {layer + 1}, expert {expert + 1}: {table[layer, expert]!r} is not a load",
-                           "loads are token counts: use numbers from 0 to 1e15")
+        raise GpuplanError(
+            "loads",
+            f"{p} row {layer + 1}, expert {expert + 1}: {table[layer, expert]!r} is not a load",
+            "loads are token counts: use numbers from 0 to 1e15",
+        )
     empty = np.flatnonzero(table.sum(axis=1) <= 0)
-    require(not len(empty), "loads", f"{p} row {int(empty[0]) + 1 if len(empty) else 0} has no load at all",
-            "give each layer's token counts (at least one above 0), or drop the row")
+    require(
+        not len(empty),
+        "loads",
+        f"{p} row {int(empty[0]) + 1 if len(empty) else 0} has no load at all",
+        "give each layer's token counts (at least one above 0), or drop the row",
+    )
     return table
 
 

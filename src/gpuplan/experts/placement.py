@@ -54,8 +54,12 @@ def replicate(load: np.ndarray, slots: int, most: int) -> np.ndarray:
     """Replica counts (layers, experts) summing to ``slots``: each extra replica to the expert with
     the highest load per replica, at most ``most`` (the GPUs that can hold them apart)."""
     n_layers, n_exp = load.shape
-    require(slots <= n_exp * most, "replicas", f"{slots} replicas of {n_exp} experts would put two copies of an "
-            f"expert on one of {most} GPUs", f"use at most {n_exp * most} replicas")
+    require(
+        slots <= n_exp * most,
+        "replicas",
+        f"{slots} replicas of {n_exp} experts would put two copies of an expert on one of {most} GPUs",
+        f"use at most {n_exp * most} replicas",
+    )
     counts = np.ones((n_layers, n_exp), dtype=np.int64)
     rows = np.arange(n_layers)
     for _ in range(slots - n_exp):
@@ -187,23 +191,43 @@ def place(load, replicas: int, gpus: int, nodes: int = 1, groups: int = 1, polic
     """Place ``replicas`` expert slots of every layer's ``load`` (layers x experts) on ``gpus``."""
     load = np.asarray(load, dtype=np.float64)
     require(load.ndim == 2 and load.size > 0, "loads", f"must be a (layers x experts) table, got shape {load.shape}")
-    require(np.isfinite(load).all() and (load >= 0).all(), "loads", "must be finite and non-negative",
-            "fix the negative or missing entries")
+    require(
+        np.isfinite(load).all() and (load >= 0).all(),
+        "loads",
+        "must be finite and non-negative",
+        "fix the negative or missing entries",
+    )
     n_layers, n_exp = load.shape
     require(policy in POLICIES, "policy", f"unknown policy {policy!r}", f"use one of {', '.join(POLICIES)}")
-    require(gpus >= 1 and nodes >= 1 and gpus % nodes == 0, "gpus", f"{gpus} GPUs do not split over {nodes} nodes",
-            "use a GPU count that is a multiple of --nodes")
-    require(replicas >= n_exp, "replicas", f"{replicas} replicas cannot hold {n_exp} experts",
-            f"use --replicas {n_exp} or more")
-    require(replicas % gpus == 0, "replicas", f"{replicas} replicas do not fill {gpus} GPUs evenly",
-            f"use a multiple of {gpus}, e.g. {gpus * -(-replicas // gpus)}")
+    require(
+        gpus >= 1 and nodes >= 1 and gpus % nodes == 0,
+        "gpus",
+        f"{gpus} GPUs do not split over {nodes} nodes",
+        "use a GPU count that is a multiple of --nodes",
+    )
+    require(
+        replicas >= n_exp,
+        "replicas",
+        f"{replicas} replicas cannot hold {n_exp} experts",
+        f"use --replicas {n_exp} or more",
+    )
+    require(
+        replicas % gpus == 0,
+        "replicas",
+        f"{replicas} replicas do not fill {gpus} GPUs evenly",
+        f"use a multiple of {gpus}, e.g. {gpus * -(-replicas // gpus)}",
+    )
     require(replicas // gpus >= 1, "replicas", "every GPU needs at least one slot")
     per_gpu = replicas // gpus
     hier = policy == "hierarchical" and nodes > 1
     if hier:
         require(groups >= 1 and n_exp % groups == 0, "groups", f"{groups} groups do not divide {n_exp} experts")
-        require(groups % nodes == 0, "groups", f"{groups} expert groups do not spread over {nodes} nodes",
-                "use a group count that is a multiple of --nodes, or --policy global")
+        require(
+            groups % nodes == 0,
+            "groups",
+            f"{groups} expert groups do not spread over {nodes} nodes",
+            "use a group count that is a multiple of --nodes, or --policy global",
+        )
     phy2log = np.empty((n_layers, replicas), dtype=np.int64)
     counts = np.zeros((n_layers, n_exp), dtype=np.int64)
     if hier:
@@ -216,7 +240,7 @@ def place(load, replicas: int, gpus: int, nodes: int = 1, groups: int = 1, polic
         slots_node = replicas // nodes
         require(slots_node >= e_per_node, "replicas", "each node needs a slot for each of its experts")
         for n in range(nodes):
-            groups_here = np.sort(np.argsort(node_of_group != n, axis=1, kind="stable")[:, :groups // nodes], axis=1)
+            groups_here = np.sort(np.argsort(node_of_group != n, axis=1, kind="stable")[:, : groups // nodes], axis=1)
             experts = (groups_here[:, :, None] * size + np.arange(size)).reshape(n_layers, -1)  # (L, e_per_node)
             sub = np.take_along_axis(load, experts, axis=1)
             c = replicate(sub, slots_node, g_per_node)
@@ -241,8 +265,9 @@ def place(load, replicas: int, gpus: int, nodes: int = 1, groups: int = 1, polic
     first = np.cumsum(counts, axis=1) - counts  # where each expert's run starts
     nth = np.arange(replicas)[None, :] - np.take_along_axis(first, experts_sorted, axis=1)
     log2phy[np.arange(n_layers)[:, None], experts_sorted, nth] = slots
-    return Placement(policy if hier or policy == "global" else "global", phy2log, log2phy, counts, gpu_load, node_load,
-                     gpus, nodes)
+    return Placement(
+        policy if hier or policy == "global" else "global", phy2log, log2phy, counts, gpu_load, node_load, gpus, nodes
+    )
 
 
 def _fill(phy2log, experts, ids, gpu, first_gpu, per_gpu) -> None:
@@ -251,7 +276,7 @@ def _fill(phy2log, experts, ids, gpu, first_gpu, per_gpu) -> None:
     local = np.take_along_axis(ids, order, axis=1)
     logical = np.take_along_axis(experts, local, axis=1)
     start = first_gpu * per_gpu
-    phy2log[:, start:start + logical.shape[1]] = logical
+    phy2log[:, start : start + logical.shape[1]] = logical
 
 
 def cross_node_traffic(p: Placement, top_k: int) -> dict:
@@ -262,5 +287,8 @@ def cross_node_traffic(p: Placement, top_k: int) -> dict:
     share = p.node_load / np.maximum(p.node_load.sum(axis=1, keepdims=True), 1e-300)
     touched = (1 - (1 - share) ** top_k).sum(axis=1)  # expected nodes hit per token
     remote = touched * (n - 1) / n
-    return {"remote_nodes_per_token": float(remote.mean()), "remote_nodes_per_token_by_layer": remote.tolist(),
-            "remote_copies_per_token_without_dedup": top_k * (n - 1) / n}
+    return {
+        "remote_nodes_per_token": float(remote.mean()),
+        "remote_nodes_per_token_by_layer": remote.tolist(),
+        "remote_copies_per_token_without_dedup": top_k * (n - 1) / n,
+    }

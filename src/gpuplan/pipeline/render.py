@@ -27,18 +27,42 @@ def chrome_trace(t: Timeline, unit_s: float = 1e-3) -> dict:
         events.append({"ph": "M", "name": "thread_name", "pid": r, "tid": 1, "args": {"name": "communication"}})
     for e in t.events:
         label = " + ".join(op.label() for op in e.action.ops)
-        events.append({"ph": "X", "name": label, "cat": e.action.kind, "pid": e.rank, "tid": 0, "ts": e.start * us,
-                       "dur": (e.end - e.start) * us,
-                       "args": {"ops": [dict(kind=o.kind, microbatch=o.mb, stage=o.stage, stream=o.stream)
-                                        for o in e.action.ops]}})
+        events.append(
+            {
+                "ph": "X",
+                "name": label,
+                "cat": e.action.kind,
+                "pid": e.rank,
+                "tid": 0,
+                "ts": e.start * us,
+                "dur": (e.end - e.start) * us,
+                "args": {
+                    "ops": [dict(kind=o.kind, microbatch=o.mb, stage=o.stage, stream=o.stream) for o in e.action.ops]
+                },
+            }
+        )
     for i, x in enumerate(t.transfers):
-        events.append({"ph": "X", "name": f"send {x.label}", "cat": "p2p", "pid": x.src, "tid": 1, "ts": x.start * us,
-                       "dur": max(x.end - x.start, 0.0) * us, "args": {"to": x.dst}})
+        events.append(
+            {
+                "ph": "X",
+                "name": f"send {x.label}",
+                "cat": "p2p",
+                "pid": x.src,
+                "tid": 1,
+                "ts": x.start * us,
+                "dur": max(x.end - x.start, 0.0) * us,
+                "args": {"to": x.dst},
+            }
+        )
         events.append({"ph": "s", "name": "p2p", "cat": "p2p", "id": i, "pid": x.src, "tid": 1, "ts": x.start * us})
-        events.append({"ph": "f", "bp": "e", "name": "p2p", "cat": "p2p", "id": i, "pid": x.dst, "tid": 0,
-                       "ts": x.end * us})
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"schedule": t.schedule.name, "makespan": t.makespan_s, "bubble_fraction": t.bubble_fraction}}
+        events.append(
+            {"ph": "f", "bp": "e", "name": "p2p", "cat": "p2p", "id": i, "pid": x.dst, "tid": 0, "ts": x.end * us}
+        )
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {"schedule": t.schedule.name, "makespan": t.makespan_s, "bubble_fraction": t.bubble_fraction},
+    }
 
 
 def write_trace(t: Timeline, path: Path, unit_s: float = 1e-3) -> None:
@@ -67,16 +91,31 @@ def write_plot(t: Timeline, path: Path) -> None:
         for e in t.events:
             if (e.end - e.start) / t.makespan_s * width >= 0.12:
                 label = "/".join(str(o.mb) for o in e.action.ops)
-                ax.text((e.start + e.end) / 2, p - 1 - e.rank + 0.5, label, ha="center", va="center", fontsize=6,
-                        color="white")
+                ax.text(
+                    (e.start + e.end) / 2,
+                    p - 1 - e.rank + 0.5,
+                    label,
+                    ha="center",
+                    va="center",
+                    fontsize=6,
+                    color="white",
+                )
     ax.set_yticks([p - 1 - r + 0.5 for r in range(p)], [f"rank {r}" for r in range(p)])
     ax.set_xlim(0, t.makespan_s)
     ax.set_xlabel("time")
-    ax.set_title(f"{t.schedule.name}: {p} ranks, {t.schedule.microbatches} micro-batches, "
-                 f"bubble {t.bubble_fraction:.1%}")
+    ax.set_title(
+        f"{t.schedule.name}: {p} ranks, {t.schedule.microbatches} micro-batches, bubble {t.bubble_fraction:.1%}"
+    )
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
-    ax.legend(handles, ["F", "B (input)", "W (weight)", "full backward", "F&B overlapped"], loc="upper center",
-              bbox_to_anchor=(0.5, -0.35), ncol=5, fontsize=7, frameon=False)
+    ax.legend(
+        handles,
+        ["F", "B (input)", "W (weight)", "full backward", "F&B overlapped"],
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.35),
+        ncol=5,
+        fontsize=7,
+        frameon=False,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

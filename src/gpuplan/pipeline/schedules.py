@@ -46,6 +46,7 @@ SCHEDULES = tuple(s.name for s in registry.REGISTRY)
 @dataclass(frozen=True)
 class Op:
     """One unit of work of one micro-batch on one virtual stage."""
+
     kind: str  # F, B, W, BW
     mb: int
     stage: int
@@ -62,6 +63,7 @@ class Op:
 @dataclass(frozen=True)
 class Action:
     """What a rank runs next: one op, or two overlapped (F of one chunk with a backward of another)."""
+
     ops: tuple[Op, ...]
 
     @property
@@ -91,11 +93,19 @@ def _check(p: int, m: int, name: str | None = None) -> None:
     require(isinstance(m, int) and m >= 1, "microbatches", f"must be a positive integer, got {m!r}")
     if name is not None:  # the registered schedule's needs
         spec = registry.get(name)
-        require(not spec.even_ranks or (p >= 2 and p % 2 == 0), "stages",
-                f"{name} needs an even number of ranks, got {p}", "use an even --stages")
+        require(
+            not spec.even_ranks or (p >= 2 and p % 2 == 0),
+            "stages",
+            f"{name} needs an even number of ranks, got {p}",
+            "use an even --stages",
+        )
         problem = spec.microbatch_problem(p, m)
-        fix = (f"use a multiple of {p}" if spec.microbatches_per_group
-               else f"use --microbatches {spec.min_microbatches(p)} or more" + (" (even)" if spec.even_microbatches else ""))
+        fix = (
+            f"use a multiple of {p}"
+            if spec.microbatches_per_group
+            else f"use --microbatches {spec.min_microbatches(p)} or more"
+            + (" (even)" if spec.even_microbatches else "")
+        )
         require(problem is None, "microbatches", f"{name} {problem}", fix)
 
 

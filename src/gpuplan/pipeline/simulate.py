@@ -94,12 +94,20 @@ class Timeline:
 
     def to_dict(self) -> dict:
         s = self.schedule
-        return {"schedule": s.name, "stages": s.ranks, "microbatches": s.microbatches, "virtual_stages": s.stages,
-                "streams": s.streams, "makespan_s": self.makespan_s, "busy_s": list(self.busy_s),
-                "idle_s": list(self.idle_s), "bubble_fraction": self.bubble_fraction,
-                "peak_activations": list(self.peak_activations), "peak_activation_bytes": (
-                    list(self.peak_activation_bytes) if self.peak_activation_bytes else None),
-                "parameter_copies": [s.param_copies] * s.ranks}
+        return {
+            "schedule": s.name,
+            "stages": s.ranks,
+            "microbatches": s.microbatches,
+            "virtual_stages": s.stages,
+            "streams": s.streams,
+            "makespan_s": self.makespan_s,
+            "busy_s": list(self.busy_s),
+            "idle_s": list(self.idle_s),
+            "bubble_fraction": self.bubble_fraction,
+            "peak_activations": list(self.peak_activations),
+            "peak_activation_bytes": (list(self.peak_activation_bytes) if self.peak_activation_bytes else None),
+            "parameter_copies": [s.param_copies] * s.ranks,
+        }
 
 
 def _deps(op: Op, last_stage: int) -> list[tuple]:
@@ -118,6 +126,7 @@ KINDS = ("F", "B", "W", "BW", "FB")
 class Compiled:
     """A schedule as arrays over its actions, in levels a vectorised pass can run one at a time:
     every action's inputs and its rank's previous action lie in earlier levels."""
+
     rank: np.ndarray
     kind: np.ndarray  # index into KINDS
     prev: np.ndarray  # the rank's previous action (n: none)
@@ -215,12 +224,26 @@ def simulate(s: Schedule, costs: Costs, activation_bytes_per_microbatch: float |
             d = c.deps[idx, j]
             if d < len(end) and c.cross[idx, j]:
                 src = int(c.rank[d])
-                transfers.append(Transfer(src, r, float(end[d]), float(end[d]) + costs.p2p_s,
-                                          ("act " if a.kind == "F" else "grad ") + a.ops[-1].label()))
+                transfers.append(
+                    Transfer(
+                        src,
+                        r,
+                        float(end[d]),
+                        float(end[d]) + costs.p2p_s,
+                        ("act " if a.kind == "F" else "grad ") + a.ops[-1].label(),
+                    )
+                )
     makespan = float(end.max())
     busy = np.bincount(c.rank, weights=end - start, minlength=s.ranks)
-    return Timeline(s, tuple(events), tuple(transfers), makespan, tuple(float(x) for x in busy), _peaks(s, events),
-                    activation_bytes_per_microbatch)
+    return Timeline(
+        s,
+        tuple(events),
+        tuple(transfers),
+        makespan,
+        tuple(float(x) for x in busy),
+        _peaks(s, events),
+        activation_bytes_per_microbatch,
+    )
 
 
 def _peaks(s: Schedule, events: list[Event]) -> tuple[float, ...]:

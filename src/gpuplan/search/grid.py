@@ -45,16 +45,26 @@ class Layout:
     last_stage_layers: int | None = None
 
     def plan(self, zero: int) -> ParallelPlan:
-        return ParallelPlan(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep, zero=zero, vp=self.vp,
-                            schedule=self.schedule, first_stage_layers=self.first_stage_layers,
-                            last_stage_layers=self.last_stage_layers)
+        return ParallelPlan(
+            dp=self.dp,
+            tp=self.tp,
+            pp=self.pp,
+            cp=self.cp,
+            ep=self.ep,
+            zero=zero,
+            vp=self.vp,
+            schedule=self.schedule,
+            first_stage_layers=self.first_stage_layers,
+            last_stage_layers=self.last_stage_layers,
+        )
 
 
 class Grid:
     """Per-(layout, candidate stage) rows; the (mbs, zero, rec) axes are broadcast."""
 
-    def __init__(self, m: ModelSpec, base: TrainingConfig, layouts: list[Layout], micro_batches, zero_stages,
-                 rec_order):
+    def __init__(
+        self, m: ModelSpec, base: TrainingConfig, layouts: list[Layout], micro_batches, zero_stages, rec_order
+    ):
         self.m, self.base, self.layouts = m, base, layouts
         self.mbs = np.array(micro_batches, dtype=np.int64)
         self.zero = np.array(zero_stages, dtype=np.int64)
@@ -68,8 +78,10 @@ class Grid:
                 rows.append((li, s, first, n))
         self.starts = np.array(starts, dtype=np.int64)
         self.row_layout = np.array([r[0] for r in rows], dtype=np.int64)
-        col = {name: np.array([getattr(layouts[r[0]], name) for r in rows], dtype=np.int64)
-               for name in ("tp", "cp", "pp", "dp", "ep", "vp")}
+        col = {
+            name: np.array([getattr(layouts[r[0]], name) for r in rows], dtype=np.int64)
+            for name in ("tp", "cp", "pp", "dp", "ep", "vp")
+        }
         self.col = col
         self.stage = np.array([r[1] for r in rows], dtype=np.int64)
         self.n_layers = np.array([r[3] for r in rows], dtype=np.int64)
@@ -82,11 +94,24 @@ class Grid:
         self.bidirectional = np.array([s.bidirectional for s in specs], dtype=bool)
         self.chunks = np.array([s.chunks(layouts[r[0]].vp) for s, r in zip(specs, rows)], dtype=np.int64)
         heads = np.array([head_stage(layouts[r[0]].schedule, layouts[r[0]].pp) for r in rows], dtype=np.int64)
-        params = [stage_params(m, layouts[li].pp, s, first, n, layouts[li].tp, layouts[li].ep, int(h))
-                  for (li, s, first, n), h in zip(rows, heads)]
-        self.params = {k: np.array([getattr(p, k) for p in params], dtype=np.float64)
-                       for k in ("dense", "expert", "adafactor_dense", "adafactor_expert", "biggest_layer", "n_dense",
-                                 "n_moe", "gemm", "biggest_gemm")}
+        params = [
+            stage_params(m, layouts[li].pp, s, first, n, layouts[li].tp, layouts[li].ep, int(h))
+            for (li, s, first, n), h in zip(rows, heads)
+        ]
+        self.params = {
+            k: np.array([getattr(p, k) for p in params], dtype=np.float64)
+            for k in (
+                "dense",
+                "expert",
+                "adafactor_dense",
+                "adafactor_expert",
+                "biggest_layer",
+                "n_dense",
+                "n_moe",
+                "gemm",
+                "biggest_gemm",
+            )
+        }
         self.first_stage = self.stage == 0
         self.last_stage = self.stage == heads  # the stage holding the head (ZB-V: the first)
         # activation and kernel-time tables keyed by the shape a stage sees: (tp, cp, ep)
@@ -139,8 +164,11 @@ class Grid:
             states = states + np.where(z >= 1, od / zg + oe / ezg, od + oe)
         else:
             states = states + optimizer_bytes_per_param(cfg) * sharded(1)
-        gather = np.where((z == 3) & (self.n_layers[:, None] > 0),
-                          p["biggest_layer"][:, None] * (2 * cfg.weight_bytes + cfg.grad_bytes), 0.0)
+        gather = np.where(
+            (z == 3) & (self.n_layers[:, None] > 0),
+            p["biggest_layer"][:, None] * (2 * cfg.weight_bytes + cfg.grad_bytes),
+            0.0,
+        )
         buckets = np.where(zg > 1, cfg.comm_bucket_bytes, 0.0)
         # FP8 copies of the GEMM weights: every block held, or the two gathered under ZeRO-3
         fp8 = cfg.fp8_copy_bytes * np.where(z == 3, 2 * p["biggest_gemm"][:, None], copies * p["gemm"][:, None])
@@ -149,10 +177,14 @@ class Grid:
         act = {k: v[self.shape_key] for k, v in self._activation_table().items()}  # (rows, M, R)
         full = np.array([r == "full" for r in self.rec])[None, None, :]
         n_d, n_m = p["n_dense"][:, None, None], p["n_moe"][:, None, None]
-        kept = np.where(full, act["layer_checkpoint"] * self.n_layers[:, None, None],
-                        n_d * act["dense_layer"] + n_m * act["moe_layer"])
-        working = np.where(full, np.maximum(np.where(n_d > 0, act["dense_layer"], 0.0),
-                                            np.where(n_m > 0, act["moe_layer"], 0.0)), 0.0)
+        kept = np.where(
+            full,
+            act["layer_checkpoint"] * self.n_layers[:, None, None],
+            n_d * act["dense_layer"] + n_m * act["moe_layer"],
+        )
+        working = np.where(
+            full, np.maximum(np.where(n_d > 0, act["dense_layer"], 0.0), np.where(n_m > 0, act["moe_layer"], 0.0)), 0.0
+        )
         first, last = self.first_stage[:, None, None], self.last_stage[:, None, None]
         per_mb = kept + np.where(first, act["embedding"], 0.0) + np.where(last, act["head"], 0.0)
         flight = self._in_flight(mb[self.row_layout])[:, :, None]
@@ -198,12 +230,16 @@ class Grid:
                     ends_last[i, j, k] = h.fwd + h.bwd
         key = self.shape_key
         n_d, n_m = self.params["n_dense"][:, None, None], self.params["n_moe"][:, None, None]
-        stage = (n_d * dense_t[key] + n_m * moe_t[key] + np.where(self.first_stage[:, None, None], ends_first[key], 0.0)
-                 + np.where(self.last_stage[:, None, None], ends_last[key], 0.0))  # (rows, M, R)
+        stage = (
+            n_d * dense_t[key]
+            + n_m * moe_t[key]
+            + np.where(self.first_stage[:, None, None], ends_first[key], 0.0)
+            + np.where(self.last_stage[:, None, None], ends_last[key], 0.0)
+        )  # (rows, M, R)
         worst = np.maximum.reduceat(stage, self.starts, axis=0)  # (L, M, R)
         lkey = key[self.starts]
         n_moe = np.array([_moe_layers(m, 0, m.num_layers)] * len(self.layouts), dtype=np.float64)[:, None, None]
-        whole = ((m.num_layers - n_moe) * dense_t[lkey] + n_moe * moe_t[lkey] + ends_first[lkey] + ends_last[lkey])
+        whole = (m.num_layers - n_moe) * dense_t[lkey] + n_moe * moe_t[lkey] + ends_first[lkey] + ends_last[lkey]
         pp = np.array([lo.pp for lo in self.layouts])[:, None, None]
         vp = np.array([lo.vp for lo in self.layouts])[:, None, None]
         one_f = np.array([schedules.get(lo.schedule).flush_bubble_bound for lo in self.layouts])[:, None, None]

@@ -72,6 +72,7 @@ SEARCH_SCHEDULES = ("1f1b", "interleaved", "zb", "zb-v", "dualpipe")  # "interle
 class Constraints:
     """What the user fixes or bounds (Calculon-style): a TP fixed by the NVLink domain, a PP capped
     by the framework, only some schedules. Plans outside are counted as rejected, with the flag."""
+
     tp: int | None = None
     pp: int | None = None
     cp: int | None = None
@@ -89,12 +90,20 @@ class Constraints:
             require(value is None or value >= 1, name.replace("_", "-"), f"must be a positive integer, got {value}")
         for name in ("tp", "pp", "cp", "ep"):
             fixed, most = getattr(self, name), getattr(self, f"max_{name}")
-            require(fixed is None or most is None or fixed <= most, name,
-                    f"--{name} {fixed} is above --max-{name} {most}", "drop one of them")
+            require(
+                fixed is None or most is None or fixed <= most,
+                name,
+                f"--{name} {fixed} is above --max-{name} {most}",
+                "drop one of them",
+            )
         if self.schedules is not None:
             bad = [x for x in self.schedules if x not in SEARCH_SCHEDULES]
-            require(not bad and bool(self.schedules), "schedule", f"unknown schedule(s) {', '.join(bad) or '(none)'}",
-                    f"use some of {', '.join(SEARCH_SCHEDULES)}")
+            require(
+                not bad and bool(self.schedules),
+                "schedule",
+                f"unknown schedule(s) {', '.join(bad) or '(none)'}",
+                f"use some of {', '.join(SEARCH_SCHEDULES)}",
+            )
 
     def reason(self, lo: Layout) -> str | None:
         """Why a layout is outside the constraints (the flag that excludes it), or None."""
@@ -143,8 +152,11 @@ def _pow2_upto(n: int) -> list[int]:
 
 # the rules a (schedule, vp) pair must meet on its own: the search leaves out the pairs that break
 # them rather than counting them (they are not plans of this pipeline depth)
-_SCHEDULE_RULES = tuple(r for r in validity.RULES if r.reason in (
-    Reason.VP_WITHOUT_PP, Reason.VP_SCHEDULE, Reason.ODD_PP, Reason.VP_LAYERS, Reason.V_LAYERS))
+_SCHEDULE_RULES = tuple(
+    r
+    for r in validity.RULES
+    if r.reason in (Reason.VP_WITHOUT_PP, Reason.VP_SCHEDULE, Reason.ODD_PP, Reason.VP_LAYERS, Reason.V_LAYERS)
+)
 
 
 _SCHEDULE_ORDER = [s.train_name for s in schedules.training()]  # the registry's order: 1F1B, the simplest, first
@@ -166,28 +178,50 @@ def _schedules(m: ModelSpec, pp: int, max_vp: int, fw: Framework = FRAMEWORKS["g
     return out
 
 
-def search(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, *, top: int = 10,
-           objective: str = "throughput", micro_batches: tuple[int, ...] = (1, 2, 4, 8),
-           zero_stages: tuple[int, ...] = (0, 1, 2, 3), recompute: tuple[str, ...] = RECOMPUTE_ORDER,
-           max_vp: int = 4, price_per_gpu_hour: float | None = None, progress=None,
-           constraints: Constraints | None = None) -> SearchResult:
+def search(
+    m: ModelSpec,
+    gpu: GPUSpec,
+    gpus: int,
+    base: TrainingConfig,
+    *,
+    top: int = 10,
+    objective: str = "throughput",
+    micro_batches: tuple[int, ...] = (1, 2, 4, 8),
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3),
+    recompute: tuple[str, ...] = RECOMPUTE_ORDER,
+    max_vp: int = 4,
+    price_per_gpu_hour: float | None = None,
+    progress=None,
+    constraints: Constraints | None = None,
+) -> SearchResult:
     """Rank every valid plan of ``gpus`` GPUs for ``base`` (its global batch and sequence fixed).
 
     ``zero_stages``, ``recompute`` and ``constraints`` narrow the space; the plans they leave out
     are counted as rejected under the flag that excluded them."""
     require(gpus >= 1, "gpus", f"must be a positive integer, got {gpus}")
-    require(objective in OBJECTIVES, "objective", f"unknown objective {objective!r}", f"use one of {', '.join(OBJECTIVES)}")
+    require(
+        objective in OBJECTIVES, "objective", f"unknown objective {objective!r}", f"use one of {', '.join(OBJECTIVES)}"
+    )
     require(base.global_batch >= 1, "global_batch", "the search needs a global batch", "pass --global-batch")
     fw = get_framework(base.framework)
     # only what the framework runs: its recompute modes and ZeRO stages
     for z in zero_stages:
         require(z in (0, 1, 2, 3), "zero", f"unknown ZeRO stage {z}", "use some of 0, 1, 2, 3")
     for r in recompute:
-        require(r in RECOMPUTE_ORDER, "recompute", f"unknown recompute mode {r!r}", f"use some of {', '.join(RECOMPUTE_ORDER)}")
+        require(
+            r in RECOMPUTE_ORDER,
+            "recompute",
+            f"unknown recompute mode {r!r}",
+            f"use some of {', '.join(RECOMPUTE_ORDER)}",
+        )
     rec_order = [r for r in RECOMPUTE_ORDER if r in recompute and r in fw.recompute]
     zero_stages = tuple(z for z in zero_stages if z in fw.zero_stages)
-    require(bool(rec_order and zero_stages), "framework", f"the {fw.name} profile runs none of the recompute modes "
-            "or ZeRO stages asked for", "widen the search, or use another --framework")
+    require(
+        bool(rec_order and zero_stages),
+        "framework",
+        f"the {fw.name} profile runs none of the recompute modes or ZeRO stages asked for",
+        "widen the search, or use another --framework",
+    )
     # variants the framework runs but the caller left out, counted per plan enumerated below
     all_rec = [r for r in RECOMPUTE_ORDER if r in fw.recompute]
     left_out = len(fw.zero_stages) * len(all_rec) - len(zero_stages) * len(rec_order)
@@ -212,16 +246,23 @@ def search(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, *, top: 
     if not pools:
         raise _no_plan(m, gpu, gpus, base, rejected, considered, constraints)
     ranked, timed = _branch_and_bound(m, gpu, pools, top, progress)
-    return SearchResult(ranked=ranked, feasible=sum(len(f.layout) for f, _, _ in pools),
-                        rejected={str(k): n for k, n in rejected.items() if n},
-                        considered=considered, objective=objective, price_per_gpu_hour=price_per_gpu_hour,
-                        timed=timed, framework=base.framework)
+    return SearchResult(
+        ranked=ranked,
+        feasible=sum(len(f.layout) for f, _, _ in pools),
+        rejected={str(k): n for k, n in rejected.items() if n},
+        considered=considered,
+        objective=objective,
+        price_per_gpu_hour=price_per_gpu_hour,
+        timed=timed,
+        framework=base.framework,
+    )
 
 
 @dataclass
 class _Fits:
     """The plans of one GPU count that fit, as indices into ``grid`` (one per (layout, mbs, zero),
     with the lightest recompute that fits)."""
+
     grid: Grid
     mb: np.ndarray  # micro-batches per step by (layout, mbs)
     layout: np.ndarray
@@ -232,25 +273,39 @@ class _Fits:
     considered: int
 
 
-def _feasible(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, micro_batches, zero_stages, rec_order,
-              max_vp: int, rejected: Counter, constraints: Constraints | None = None) -> _Fits:
+def _feasible(
+    m: ModelSpec,
+    gpu: GPUSpec,
+    gpus: int,
+    base: TrainingConfig,
+    micro_batches,
+    zero_stages,
+    rec_order,
+    max_vp: int,
+    rejected: Counter,
+    constraints: Constraints | None = None,
+) -> _Fits:
     """Every plan of ``gpus`` GPUs, checked for memory at once; rejections counted by reason.
     Recompute only adds time and only saves memory, so each plan keeps the lightest recompute
     that fits; the heavier ones are counted as ``slower variant``."""
     n_zero, n_rec = len(zero_stages), len(rec_order)
-    layouts, considered = _layouts(m, gpu, gpus, base, max_vp, len(micro_batches) * n_zero * n_rec, rejected,
-                                   constraints)
+    layouts, considered = _layouts(
+        m, gpu, gpus, base, max_vp, len(micro_batches) * n_zero * n_rec, rejected, constraints
+    )
     grid = Grid(m, base, layouts, micro_batches, zero_stages, rec_order)
     empty = np.zeros(0, dtype=np.int64)
     if not layouts:
-        return _Fits(grid, np.zeros((0, len(micro_batches)), dtype=np.int64), empty, empty, empty, empty,
-                     np.zeros(0), considered)
+        return _Fits(
+            grid, np.zeros((0, len(micro_batches)), dtype=np.int64), empty, empty, empty, empty, np.zeros(0), considered
+        )
     mb, _ = grid.microbatches()
     col = {k: np.array([getattr(lo, k) for lo in layouts])[:, None] for k in ("dp", "pp", "vp", "schedule")}
     shape = (len(layouts), len(micro_batches))
-    x = validity.View(**{k: np.broadcast_to(v, shape) for k, v in col.items()},
-                      micro_batch=np.broadcast_to(np.array(micro_batches)[None, :], shape),
-                      global_batch=base.global_batch)
+    x = validity.View(
+        **{k: np.broadcast_to(v, shape) for k, v in col.items()},
+        micro_batch=np.broadcast_to(np.array(micro_batches)[None, :], shape),
+        global_batch=base.global_batch,
+    )
     codes = validity.reasons(validity.BATCH, x, m)  # the first batch rule each (layout, mbs) breaks
     _count(rejected, validity.BATCH, codes, n_zero * n_rec)
     valid = codes < 0
@@ -314,12 +369,15 @@ def _branch_and_bound(m: ModelSpec, gpu: GPUSpec, pools, top: int, progress) -> 
         cfg = fit.grid.configs[fit.mbs[j]][fit.rec[j]]
         mb = int(fit.mb[fit.layout[j], fit.mbs[j]])
         step = timed[(which[i], fit.layout[j], fit.mbs[j], plan.zero, fit.rec[j])]
-        out.append(Candidate(plan, cfg, mb, step, estimate_memory(m, cfg, plan, gpu.memory_bytes, mb, all_stages=False)))
+        out.append(
+            Candidate(plan, cfg, mb, step, estimate_memory(m, cfg, plan, gpu.memory_bytes, mb, all_stages=False))
+        )
     return tuple(out), len(timed)
 
 
-def enumerate_layouts(m: ModelSpec, gpu: GPUSpec, gpus: int, max_vp: int,
-                      fw: Framework = FRAMEWORKS["generic"]) -> list[Layout]:
+def enumerate_layouts(
+    m: ModelSpec, gpu: GPUSpec, gpus: int, max_vp: int, fw: Framework = FRAMEWORKS["generic"]
+) -> list[Layout]:
     """The search's space of (tp, cp, pp, dp, ep, schedule, vp) on ``gpus`` GPUs: tp within one
     scale-up domain, power-of-two cp, ep dividing the experts and dp x cp, and the schedules each
     depth can run under ``fw``; the model and sequence rules are not applied yet (``_layouts`` counts them)."""
@@ -341,8 +399,16 @@ def layout_view(layouts: list[Layout], seq_len: int) -> validity.View:
     return validity.View(**col, sp=True, seq_len=seq_len)
 
 
-def _layouts(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, max_vp: int, per_layout: int,
-             rejected: Counter, constraints: Constraints | None = None) -> tuple[list[Layout], int]:
+def _layouts(
+    m: ModelSpec,
+    gpu: GPUSpec,
+    gpus: int,
+    base: TrainingConfig,
+    max_vp: int,
+    per_layout: int,
+    rejected: Counter,
+    constraints: Constraints | None = None,
+) -> tuple[list[Layout], int]:
     """Every layout of ``gpus`` GPUs that the plan-validity rules and the framework accept
     (gpuplan.specs.validity, specs.framework); the others are counted as rejected by their first
     broken rule, ``per_layout`` plans each."""
@@ -382,24 +448,38 @@ def _count(rejected: Counter, rules: tuple[validity.Rule, ...], codes: np.ndarra
         rejected[rules[int(i)].reason] += int(n) * each
 
 
-def _fits_somehow(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig,
-                  constraints: Constraints | None = None) -> bool:
+def _fits_somehow(
+    m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, constraints: Constraints | None = None
+) -> bool:
     """Does any plan fit with every memory saver on (ZeRO-3, full recompute, micro-batch 1)?"""
     return len(_feasible(m, gpu, gpus, base, (1,), (3,), ["full"], 1, Counter(), constraints).layout) > 0
 
 
-def _no_plan(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, rejected: Counter, considered: int,
-             constraints: Constraints | None = None):
+def _no_plan(
+    m: ModelSpec,
+    gpu: GPUSpec,
+    gpus: int,
+    base: TrainingConfig,
+    rejected: Counter,
+    considered: int,
+    constraints: Constraints | None = None,
+):
     reasons = ", ".join(f"{n:,} {r}" for r, n in sorted(rejected.items(), key=lambda kv: -kv[1]) if n)
     constrained = constraints is not None and any("(--" in r for r in rejected)
     if not rejected.get(Reason.MEMORY) and constrained:
-        return GpuplanError("gpus", f"no parallel plan of {gpus} GPUs for {m.name} meets the constraints ({reasons})",
-                            "relax --tp/--pp/--cp/--ep/--dp, the --max-* bounds or --schedule")
+        return GpuplanError(
+            "gpus",
+            f"no parallel plan of {gpus} GPUs for {m.name} meets the constraints ({reasons})",
+            "relax --tp/--pp/--cp/--ep/--dp, the --max-* bounds or --schedule",
+        )
     if not rejected.get(Reason.MEMORY):
         # Suggest a count that really has a plan (the nearest below, then above), never the one that failed
         found = next((n for n in _nearby_counts(gpus, gpu.fast_domain) if _fits_somehow(m, gpu, n, base)), None)
-        return GpuplanError("gpus", f"no parallel plan uses {gpus} GPUs for {m.name} ({reasons})",
-                            f"use {found} GPUs" if found else "use a GPU count that tp x cp x pp x dp can make")
+        return GpuplanError(
+            "gpus",
+            f"no parallel plan uses {gpus} GPUs for {m.name} ({reasons})",
+            f"use {found} GPUs" if found else "use a GPU count that tp x cp x pp x dp can make",
+        )
     fixes = []
     for k in (2, 4, 8, 16, 32, 64, 128):
         if _fits_somehow(m, gpu, gpus * k, base, constraints):
@@ -414,30 +494,45 @@ def _no_plan(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, reject
     if base.optimizer == "adamw" and _fits_somehow(m, gpu, gpus, replace(base, optimizer="adamw8bit")):
         fixes.append("--optimizer adamw8bit")
     fix = "try " + " or ".join(fixes) if fixes else "use a GPU with more memory"
-    return DoesNotFit("gpus", f"no plan of {m.name} fits {gpus} x {gpu.name} "
-                              f"({considered} plans considered, even with ZeRO-3 and full recompute)", fix)
+    return DoesNotFit(
+        "gpus",
+        f"no plan of {m.name} fits {gpus} x {gpu.name} "
+        f"({considered} plans considered, even with ZeRO-3 and full recompute)",
+        fix,
+    )
 
 
 def _nearby_counts(gpus: int, node: int) -> list[int]:
     """GPU counts near ``gpus`` that parallel plans usually make: whole nodes and powers of two,
     the nearest first, below before above."""
-    below = sorted({2 ** k for k in range(0, 40) if 2 ** k < gpus} | {node * k for k in range(1, 65) if node * k < gpus},
-                   reverse=True)
-    above = sorted({2 ** k for k in range(0, 40) if 2 ** k > gpus} | {node * k for k in range(1, 65) if node * k > gpus})
+    below = sorted(
+        {2**k for k in range(0, 40) if 2**k < gpus} | {node * k for k in range(1, 65) if node * k < gpus}, reverse=True
+    )
+    above = sorted({2**k for k in range(0, 40) if 2**k > gpus} | {node * k for k in range(1, 65) if node * k > gpus})
     return (below[:6] + above[:6])[:12]
 
 
-def smallest_fitting_plan(m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig,
-                          factors: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
-                          ) -> tuple[ParallelPlan, TrainingConfig] | None:
+def smallest_fitting_plan(
+    m: ModelSpec,
+    gpu: GPUSpec,
+    gpus: int,
+    base: TrainingConfig,
+    factors: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128),
+) -> tuple[ParallelPlan, TrainingConfig] | None:
     """The plan with the fewest GPUs (``gpus`` times a factor) that fits, lightest memory savers
     first (recompute, then ZeRO stage, then the smallest tp x pp); its memory is checked again
     with the full estimate, so what is suggested really fits. None: nothing up to 128x fits."""
     for k in factors:
         fit = _feasible(m, gpu, gpus * k, base, (1,), (0, 1, 2, 3), list(RECOMPUTE_ORDER), 1, Counter())
-        order = sorted(range(len(fit.layout)), key=lambda i: (
-            int(fit.rec[i]), int(fit.zero[i]), fit.grid.layouts[fit.layout[i]].tp * fit.grid.layouts[fit.layout[i]].pp,
-            _SCHEDULE_ORDER.index(schedules.get(fit.grid.layouts[fit.layout[i]].schedule).train_name)))
+        order = sorted(
+            range(len(fit.layout)),
+            key=lambda i: (
+                int(fit.rec[i]),
+                int(fit.zero[i]),
+                fit.grid.layouts[fit.layout[i]].tp * fit.grid.layouts[fit.layout[i]].pp,
+                _SCHEDULE_ORDER.index(schedules.get(fit.grid.layouts[fit.layout[i]].schedule).train_name),
+            ),
+        )
         for i in order[:20]:
             plan = fit.grid.layouts[fit.layout[i]].plan(int(fit.grid.zero[fit.zero[i]]))
             config = replace(base, micro_batch=int(fit.grid.mbs[fit.mbs[i]]), recompute=fit.grid.rec[fit.rec[i]])

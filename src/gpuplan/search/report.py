@@ -9,8 +9,14 @@ from gpuplan.specs.model import ModelSpec
 
 
 def plan_request(c, m: ModelSpec, gpu: GPUSpec, price: float | None) -> TrainRequest:
-    return TrainRequest(model=m, gpu=gpu, plan=c.plan, config=c.config, price_per_gpu_hour=price,
-                        price_source="catalog" if price is not None else "")
+    return TrainRequest(
+        model=m,
+        gpu=gpu,
+        plan=c.plan,
+        config=c.config,
+        price_per_gpu_hour=price,
+        price_source="catalog" if price is not None else "",
+    )
 
 
 def to_dict(result: SearchResult, m: ModelSpec, gpu: GPUSpec) -> dict:
@@ -20,5 +26,12 @@ def to_dict(result: SearchResult, m: ModelSpec, gpu: GPUSpec) -> dict:
         doc["rank"] = rank
         doc["tokens_per_s"] = c.tokens_per_s
         plans.append(doc)
-    return {"framework": result.framework, "objective": result.objective, "considered": result.considered, "feasible": result.feasible,
-            "timed": result.timed, "rejected": result.rejected, "plans": plans}
+    return {
+        "framework": result.framework,
+        "objective": result.objective,
+        "considered": result.considered,
+        "feasible": result.feasible,
+        "timed": result.timed,
+        "rejected": result.rejected,
+        "plans": plans,
+    }

@@ -77,34 +77,82 @@ class WeightFormat:
         ``matrices`` checkpoint tensors stacked along its rows (q, k, v: 3; gate and up: 2)."""
         if not self.block:
             return self.bits
-        return (self.bits + self.scale_bits * math.ceil(n_in / self.block) / n_in
-                + matrices * self.tensor_scale_bits / (n_in * n_out))
+        return (
+            self.bits
+            + self.scale_bits * math.ceil(n_in / self.block) / n_in
+            + matrices * self.tensor_scale_bits / (n_in * n_out)
+        )
 
 
 _Q4_K, _Q6_K, _Q8_0 = 4.5, 6.5625, 8.5
-WEIGHT_FORMATS: dict[str, WeightFormat] = {f.name: f for f in (
-    WeightFormat("bf16", 16, "bf16", False, description="16-bit brain float"),
-    WeightFormat("fp16", 16, "fp16", False, description="16-bit float"),
-    WeightFormat("fp8", 8, "fp8", False, description="fp8 e4m3 W8A8 on fp8 tensor cores"),
-    WeightFormat("fp8-wo", 8, "fp16", True, description="fp8 weights, 16-bit compute (Marlin W8A16)"),
-    WeightFormat("int8", 8 + 16 / 4096, "int8", False, description="int8 W8A8 (SmoothQuant), per-channel scales"),
-    WeightFormat("int4-awq", 4 + 20 / 128, "fp16", True, description="4-bit AWQ, group 128, weight-only"),
-    WeightFormat("int4-gptq", 4 + 20 / 128, "fp16", True, description="4-bit GPTQ, group 128, weight-only"),
-    WeightFormat("nf4", 4 + 8 / 64 + 32 / (64 * 256), "bf16", True, description="bitsandbytes NF4, double quant"),
-    WeightFormat("q4_k_m", _Q4_K, "fp16", True, head_bits=_Q6_K, embed_bits=_Q4_K, q6_share=0.5,
-                 description="GGUF Q4_K_M"),
-    WeightFormat("q8_0", _Q8_0, "fp16", True, head_bits=_Q8_0, embed_bits=_Q8_0, description="GGUF Q8_0"),
-    WeightFormat("nvfp4", 4, "fp4", False, block=16, scale_bits=8, tensor_scale_bits=32, block_scaled_compute=True,
-                 vendor="nvidia", description="NVFP4 W4A4: 16-value blocks, FP8 E4M3 scales + FP32 per tensor"),
-    WeightFormat("mxfp4", 4, "fp4", False, block=32, scale_bits=8, block_scaled_compute=True,
-                 description="MXFP4 W4A4: 32-value blocks, E8M0 scales"),
-    WeightFormat("mxfp4-wo", 4, "bf16", True, block=32, scale_bits=8,
-                 description="MXFP4 weights dequantised to bf16 in the kernel (pre-Blackwell)"),
-    WeightFormat("mxfp4-experts", 4, "bf16", True, block=32, scale_bits=8, experts_only=True,
-                 description="gpt-oss checkpoint: MoE experts MXFP4, the rest bf16"),
-    WeightFormat("mxfp8", 8, "fp8", False, block=32, scale_bits=8, block_scaled_compute=True,
-                 description="MXFP8 W8A8: 32-value blocks, E8M0 scales"),
-)}
+WEIGHT_FORMATS: dict[str, WeightFormat] = {
+    f.name: f
+    for f in (
+        WeightFormat("bf16", 16, "bf16", False, description="16-bit brain float"),
+        WeightFormat("fp16", 16, "fp16", False, description="16-bit float"),
+        WeightFormat("fp8", 8, "fp8", False, description="fp8 e4m3 W8A8 on fp8 tensor cores"),
+        WeightFormat("fp8-wo", 8, "fp16", True, description="fp8 weights, 16-bit compute (Marlin W8A16)"),
+        WeightFormat("int8", 8 + 16 / 4096, "int8", False, description="int8 W8A8 (SmoothQuant), per-channel scales"),
+        WeightFormat("int4-awq", 4 + 20 / 128, "fp16", True, description="4-bit AWQ, group 128, weight-only"),
+        WeightFormat("int4-gptq", 4 + 20 / 128, "fp16", True, description="4-bit GPTQ, group 128, weight-only"),
+        WeightFormat("nf4", 4 + 8 / 64 + 32 / (64 * 256), "bf16", True, description="bitsandbytes NF4, double quant"),
+        WeightFormat(
+            "q4_k_m", _Q4_K, "fp16", True, head_bits=_Q6_K, embed_bits=_Q4_K, q6_share=0.5, description="GGUF Q4_K_M"
+        ),
+        WeightFormat("q8_0", _Q8_0, "fp16", True, head_bits=_Q8_0, embed_bits=_Q8_0, description="GGUF Q8_0"),
+        WeightFormat(
+            "nvfp4",
+            4,
+            "fp4",
+            False,
+            block=16,
+            scale_bits=8,
+            tensor_scale_bits=32,
+            block_scaled_compute=True,
+            vendor="nvidia",
+            description="NVFP4 W4A4: 16-value blocks, FP8 E4M3 scales + FP32 per tensor",
+        ),
+        WeightFormat(
+            "mxfp4",
+            4,
+            "fp4",
+            False,
+            block=32,
+            scale_bits=8,
+            block_scaled_compute=True,
+            description="MXFP4 W4A4: 32-value blocks, E8M0 scales",
+        ),
+        WeightFormat(
+            "mxfp4-wo",
+            4,
+            "bf16",
+            True,
+            block=32,
+            scale_bits=8,
+            description="MXFP4 weights dequantised to bf16 in the kernel (pre-Blackwell)",
+        ),
+        WeightFormat(
+            "mxfp4-experts",
+            4,
+            "bf16",
+            True,
+            block=32,
+            scale_bits=8,
+            experts_only=True,
+            description="gpt-oss checkpoint: MoE experts MXFP4, the rest bf16",
+        ),
+        WeightFormat(
+            "mxfp8",
+            8,
+            "fp8",
+            False,
+            block=32,
+            scale_bits=8,
+            block_scaled_compute=True,
+            description="MXFP8 W8A8: 32-value blocks, E8M0 scales",
+        ),
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -116,10 +164,16 @@ class KVFormat:
     vendor: str = ""
 
 
-KV_FORMATS: dict[str, KVFormat] = {f.name: f for f in (
-    KVFormat("bf16", 2.0), KVFormat("fp16", 2.0), KVFormat("fp8", 1.0), KVFormat("int8", 1.0, 4.0),
-    KVFormat("nvfp4", 0.5 + 1 / 16, needs="fp4", vendor="nvidia"),
-)}
+KV_FORMATS: dict[str, KVFormat] = {
+    f.name: f
+    for f in (
+        KVFormat("bf16", 2.0),
+        KVFormat("fp16", 2.0),
+        KVFormat("fp8", 1.0),
+        KVFormat("int8", 1.0, 4.0),
+        KVFormat("nvfp4", 0.5 + 1 / 16, needs="fp4", vendor="nvidia"),
+    )
+}
 
 
 def weight_format(name: str, gpu: GPUSpec) -> WeightFormat:
@@ -128,20 +182,30 @@ def weight_format(name: str, gpu: GPUSpec) -> WeightFormat:
     if fmt is None:
         raise GpuplanError("weights", f"unknown weight format {name!r}", f"use one of {', '.join(WEIGHT_FORMATS)}")
     if fmt.vendor and gpu.vendor != fmt.vendor:
-        raise GpuplanError("weights", f"{fmt.name} is an {fmt.vendor.upper()} format; {gpu.name} cannot run it",
-                           "use --weights mxfp4 (the OCP format) or fp8")
+        raise GpuplanError(
+            "weights",
+            f"{fmt.name} is an {fmt.vendor.upper()} format; {gpu.name} cannot run it",
+            "use --weights mxfp4 (the OCP format) or fp8",
+        )
     if fmt.block_scaled_compute and "fp4" not in gpu.peak_flops:
         # block-scale (MX/NVFP4) tensor cores came with the generation that added FP4: Blackwell, CDNA 4
-        raise GpuplanError("weights", f"{gpu.name} has no block-scaled (MX/NVFP4) tensor cores for --weights "
-                           f"{fmt.name}; they need NVIDIA Blackwell or AMD CDNA 4 (MI355X)",
-                           "use --weights mxfp4-wo (MXFP4 weights dequantised to 16 bits, as vLLM runs them there), "
-                           "fp8 or int4-awq")
+        raise GpuplanError(
+            "weights",
+            f"{gpu.name} has no block-scaled (MX/NVFP4) tensor cores for --weights "
+            f"{fmt.name}; they need NVIDIA Blackwell or AMD CDNA 4 (MI355X)",
+            "use --weights mxfp4-wo (MXFP4 weights dequantised to 16 bits, as vLLM runs them there), fp8 or int4-awq",
+        )
     if fmt.compute not in gpu.peak_flops:
-        fallback = {"fp8": "fp8-wo (fp8 weights dequantised to 16 bits, as vLLM's Marlin kernels run fp8 "
-                           "checkpoints on GPUs without fp8 tensor cores)",
-                    "int8": "int4-awq or fp16"}.get(fmt.compute, "fp16")
-        raise GpuplanError("weights", f"{gpu.name} has no {fmt.compute} tensor cores for --weights {fmt.name}",
-                           f"use --weights {fallback}")
+        fallback = {
+            "fp8": "fp8-wo (fp8 weights dequantised to 16 bits, as vLLM's Marlin kernels run fp8 "
+            "checkpoints on GPUs without fp8 tensor cores)",
+            "int8": "int4-awq or fp16",
+        }.get(fmt.compute, "fp16")
+        raise GpuplanError(
+            "weights",
+            f"{gpu.name} has no {fmt.compute} tensor cores for --weights {fmt.name}",
+            f"use --weights {fallback}",
+        )
     return fmt
 
 
@@ -151,6 +215,7 @@ def kv_format(name: str, gpu: GPUSpec | None = None) -> KVFormat:
     if fmt is None:
         raise GpuplanError("kv", f"unknown KV-cache format {name!r}", f"use one of {', '.join(KV_FORMATS)}")
     if gpu is not None and fmt.needs and (fmt.needs not in gpu.peak_flops or (fmt.vendor and gpu.vendor != fmt.vendor)):
-        raise GpuplanError("kv", f"{gpu.name} cannot run a {fmt.name} KV cache (it needs NVIDIA Blackwell)",
-                           "use --kv fp8")
+        raise GpuplanError(
+            "kv", f"{gpu.name} cannot run a {fmt.name} KV cache (it needs NVIDIA Blackwell)", "use --kv fp8"
+        )
     return fmt

@@ -26,8 +26,11 @@ def kv_heads_per_gpu(m: ModelSpec, tp: int) -> int:
     if m.is_mla:
         return 1  # one latent "head", replicated on every TP rank
     if m.num_kv_heads % tp and tp % m.num_kv_heads:
-        raise GpuplanError("tp", f"tp={tp} neither divides nor is a multiple of the {m.num_kv_heads} KV heads of {m.name}",
-                           f"use a tp that divides {m.num_kv_heads} or a multiple of it")
+        raise GpuplanError(
+            "tp",
+            f"tp={tp} neither divides nor is a multiple of the {m.num_kv_heads} KV heads of {m.name}",
+            f"use a tp that divides {m.num_kv_heads} or a multiple of it",
+        )
     return max(1, m.num_kv_heads // tp)
 
 

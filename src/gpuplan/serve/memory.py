@@ -31,6 +31,7 @@ BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 @dataclass(frozen=True)
 class ServeConfig:
     """Engine settings (vLLM names)."""
+
     gpu_memory_utilization: float = 0.9
     block_size: int = 16
     max_batched_tokens: int = 8192  # tokens per iteration (chunked prefill budget)
@@ -41,20 +42,32 @@ class ServeConfig:
     nccl_bytes: float = 0.25 * GiB  # NCCL and custom all-reduce buffers, with tp or pp > 1
 
     def __post_init__(self) -> None:
-        require(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization",
-                f"must be in (0, 1], got {self.gpu_memory_utilization}")
-        require(isinstance(self.block_size, int) and self.block_size >= 1, "block_size",
-                f"must be a positive integer, got {self.block_size!r}")
+        require(
+            0 < self.gpu_memory_utilization <= 1,
+            "gpu_memory_utilization",
+            f"must be in (0, 1], got {self.gpu_memory_utilization}",
+        )
+        require(
+            isinstance(self.block_size, int) and self.block_size >= 1,
+            "block_size",
+            f"must be a positive integer, got {self.block_size!r}",
+        )
         # the block sizes vLLM's paged attention kernels take (CacheConfig.block_size)
-        require(self.block_size in BLOCK_SIZES, "block_size",
-                f"vLLM pages KV in blocks of {', '.join(map(str, BLOCK_SIZES))} tokens, not {self.block_size}",
-                "use --block-size 16 (the default) or another of those")
+        require(
+            self.block_size in BLOCK_SIZES,
+            "block_size",
+            f"vLLM pages KV in blocks of {', '.join(map(str, BLOCK_SIZES))} tokens, not {self.block_size}",
+            "use --block-size 16 (the default) or another of those",
+        )
         require(self.max_batched_tokens >= 1, "max_batched_tokens", "must be positive")
         require(self.max_num_seqs is None or self.max_num_seqs >= 1, "max_num_seqs", "must be positive")
         # vLLM refuses this too (SchedulerConfig): a budget below the sequences it may run starves decoders
-        require(self.max_num_seqs is None or self.max_batched_tokens >= self.max_num_seqs, "max_batched_tokens",
-                f"{self.max_batched_tokens} tokens per iteration is fewer than --max-num-seqs {self.max_num_seqs}",
-                f"use --max-batched-tokens >= {self.max_num_seqs} (vLLM's default is 8192) or a smaller --max-num-seqs")
+        require(
+            self.max_num_seqs is None or self.max_batched_tokens >= self.max_num_seqs,
+            "max_batched_tokens",
+            f"{self.max_batched_tokens} tokens per iteration is fewer than --max-num-seqs {self.max_num_seqs}",
+            f"use --max-batched-tokens >= {self.max_num_seqs} (vLLM's default is 8192) or a smaller --max-num-seqs",
+        )
         for name in ("context_bytes", "cuda_graph_bytes", "nccl_bytes"):
             require(getattr(self, name) >= 0, name, "must not be negative")
 
@@ -62,6 +75,7 @@ class ServeConfig:
 @dataclass(frozen=True)
 class ServeMemory:
     """Bytes on the most loaded GPU of the group."""
+
     capacity: float
     budget: float  # capacity x utilization
     weights: float
@@ -103,8 +117,16 @@ def serve_memory(d: Deployment, cfg: ServeConfig) -> ServeMemory:
     act = activation_peak(d, cfg)
     budget = d.gpu.memory_bytes * cfg.gpu_memory_utilization
     block = cfg.block_size * layers * kv_bytes_per_token_layer(d.model, d.kv, d.tp)
-    return ServeMemory(capacity=d.gpu.memory_bytes, budget=budget, weights=weights, activations=act, other=other,
-                       kv_pool=budget - weights - act - other, kv_block_bytes=block, layers=layers)
+    return ServeMemory(
+        capacity=d.gpu.memory_bytes,
+        budget=budget,
+        weights=weights,
+        activations=act,
+        other=other,
+        kv_pool=budget - weights - act - other,
+        kv_block_bytes=block,
+        layers=layers,
+    )
 
 
 def blocks_per_sequence(d: Deployment, cfg: ServeConfig, context: float) -> float:

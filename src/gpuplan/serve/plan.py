@@ -65,25 +65,37 @@ class ServeRequest:
         require(isinstance(self.input_len, int) and self.input_len >= 1, "input_len", "must be a positive integer")
         require(isinstance(self.output_len, int) and self.output_len >= 1, "output_len", "must be a positive integer")
         require(self.concurrency is None or self.concurrency >= 1, "concurrency", "must be a positive integer")
-        require(not (self.concurrency and self.max_throughput), "concurrency",
-                "--concurrency and --max-throughput are exclusive", "pass one of them")
+        require(
+            not (self.concurrency and self.max_throughput),
+            "concurrency",
+            "--concurrency and --max-throughput are exclusive",
+            "pass one of them",
+        )
         require(0 <= self.prefix_hit_rate < 1, "prefix_hit_rate", f"must be in [0, 1), got {self.prefix_hit_rate}")
         require(not (self.ngram and self.draft_model), "draft", "pick a draft model or n-gram speculation, not both")
         # A draft proposes token ids the target verifies: both must share one vocabulary
-        require(self.draft_model is None or self.draft_model.vocab_size == self.model.vocab_size, "draft_model",
-                f"{getattr(self.draft_model, 'name', '')} has a vocabulary of {getattr(self.draft_model, 'vocab_size', 0):,}"
-                f" tokens, {self.model.name} of {self.model.vocab_size:,}",
-                "use a draft model of the same family (same tokenizer)")
+        require(
+            self.draft_model is None or self.draft_model.vocab_size == self.model.vocab_size,
+            "draft_model",
+            f"{getattr(self.draft_model, 'name', '')} has a vocabulary of {getattr(self.draft_model, 'vocab_size', 0):,}"
+            f" tokens, {self.model.name} of {self.model.vocab_size:,}",
+            "use a draft model of the same family (same tokenizer)",
+        )
         # The SLOs pick the batch size that serves a target: without a target they would be ignored
-        require((self.tpot_slo_s is None and self.ttft_slo_s is None) or bool(self.target_tokens_per_s)
-                or bool(self.target_requests_per_s), "tpot_slo" if self.tpot_slo_s is not None else "ttft_slo",
-                "a latency target needs a throughput to serve",
-                "add --target-rps or --target-tokens-per-s (or use serve-sim --itl-slo/--ttft-slo to find the rate)")
+        require(
+            (self.tpot_slo_s is None and self.ttft_slo_s is None)
+            or bool(self.target_tokens_per_s)
+            or bool(self.target_requests_per_s),
+            "tpot_slo" if self.tpot_slo_s is not None else "ttft_slo",
+            "a latency target needs a throughput to serve",
+            "add --target-rps or --target-tokens-per-s (or use serve-sim --itl-slo/--ttft-slo to find the rate)",
+        )
 
 
 @dataclass(frozen=True)
 class Point:
     """Steady state at one concurrency."""
+
     concurrency: int
     decoding: float  # sequences decoding each iteration
     iteration_s: float
@@ -127,8 +139,9 @@ class ServeEstimate:
         return p * self.deployment.gpus / HOUR * (1 - self.point.decode_share) / self.point.input_tokens_per_s * MILLION
 
 
-def steady_state(sm: StepModel, cfg: ServeConfig, concurrency: int, input_len: int, output_len: int,
-                 hit: float = 0.0) -> Point:
+def steady_state(
+    sm: StepModel, cfg: ServeConfig, concurrency: int, input_len: int, output_len: int, hit: float = 0.0
+) -> Point:
     fresh = input_len * (1 - hit)  # prompt tokens the prefix cache does not cover
     per_token_prefill = fresh / output_len  # prompt tokens to prefill per output token
     budget = cfg.max_batched_tokens
@@ -139,8 +152,13 @@ def steady_state(sm: StepModel, cfg: ServeConfig, concurrency: int, input_len: i
     pctx = input_len * hit + fresh / 2
 
     def mixed(decoding: float, prefill: float) -> Iteration:
-        return sm.iteration(decode=decoding, prefill=prefill, decode_context=ctx, prefill_context=pctx,
-                            prefill_seqs=prefill / max(fresh, 1))
+        return sm.iteration(
+            decode=decoding,
+            prefill=prefill,
+            decode_context=ctx,
+            prefill_context=pctx,
+            prefill_seqs=prefill / max(fresh, 1),
+        )
 
     full = mixed(d, d * per_token_prefill)
     seen = mixed(d, (d - 1) * per_token_prefill) if d > 1 else sm.decode_step(d, ctx)
@@ -150,12 +168,24 @@ def steady_state(sm: StepModel, cfg: ServeConfig, concurrency: int, input_len: i
     ttft, done = 0.0, 0.0
     while done < fresh:
         n = min(chunk, fresh - done)
-        ttft += sm.iteration(decode=d - 1, prefill=n, decode_context=ctx, prefill_context=input_len * hit + done + n / 2,
-                             prefill_seqs=1 if done + n >= fresh else 0).seconds
+        ttft += sm.iteration(
+            decode=d - 1,
+            prefill=n,
+            decode_context=ctx,
+            prefill_context=input_len * hit + done + n / 2,
+            prefill_seqs=1 if done + n >= fresh else 0,
+        ).seconds
         done += n
-    return Point(concurrency=concurrency, decoding=d, iteration_s=full.seconds, tpot_s=seen.seconds, ttft_s=ttft,
-                 output_tokens_per_s=d / full.seconds, input_tokens_per_s=d * input_len / output_len / full.seconds,
-                 decode_share=min(1.0, alone / full.seconds))
+    return Point(
+        concurrency=concurrency,
+        decoding=d,
+        iteration_s=full.seconds,
+        tpot_s=seen.seconds,
+        ttft_s=ttft,
+        output_tokens_per_s=d / full.seconds,
+        input_tokens_per_s=d * input_len / output_len / full.seconds,
+        decode_share=min(1.0, alone / full.seconds),
+    )
 
 
 def compute_bound_batch(d: Deployment) -> float:
@@ -173,9 +203,15 @@ def _smallest_fix(req: ServeRequest, cfg: ServeConfig) -> str:
     length = req.input_len + req.output_len
 
     def fewest(fmt: str) -> tuple[int, int] | None:
-        layouts = sorted(((tp, pp) for tp in (1, 2, 4, 8, 16, 32, 64, 72) for pp in (1, 2, 4, 8, 16)
-                          if tp <= gpu.fast_domain and m.num_heads % tp == 0 and pp <= m.num_layers),
-                         key=lambda x: (x[0] * x[1], x[1]))
+        layouts = sorted(
+            (
+                (tp, pp)
+                for tp in (1, 2, 4, 8, 16, 32, 64, 72)
+                for pp in (1, 2, 4, 8, 16)
+                if tp <= gpu.fast_domain and m.num_heads % tp == 0 and pp <= m.num_layers
+            ),
+            key=lambda x: (x[0] * x[1], x[1]),
+        )
         for tp, pp in layouts:
             try:
                 d = Deployment(m, gpu, weight_format(fmt, gpu), kv_format(req.kv, gpu), tp, pp)
@@ -190,8 +226,11 @@ def _smallest_fix(req: ServeRequest, cfg: ServeConfig) -> str:
         found = fewest(fmt)
         if found:
             tp, pp = found
-            flags = ([f"--weights {fmt}"] if fmt != req.weights else []) + ([f"--tp {tp}"] if tp > 1 else []) + \
-                ([f"--pp {pp}"] if pp > 1 else [])
+            flags = (
+                ([f"--weights {fmt}"] if fmt != req.weights else [])
+                + ([f"--tp {tp}"] if tp > 1 else [])
+                + ([f"--pp {pp}"] if pp > 1 else [])
+            )
             fixes.append(" ".join(flags) + f" ({tp * pp} GPUs)")
         if len(fixes) == 2:
             break
@@ -204,31 +243,50 @@ def estimate_serving(req: ServeRequest) -> ServeEstimate:
     limit = cfg.max_model_len or m.max_position_embeddings
     length = req.input_len + req.output_len
     if length > limit:
-        raise GpuplanError("input_len", f"input + output = {length} tokens is longer than {m.name}'s maximum context "
-                                        f"of {limit}", f"use --input-len + --output-len <= {limit}")
+        raise GpuplanError(
+            "input_len",
+            f"input + output = {length} tokens is longer than {m.name}'s maximum context of {limit}",
+            f"use --input-len + --output-len <= {limit}",
+        )
     mem = serve_memory(d, cfg)
     draft = None
     if req.draft_model is not None:
         dd = Deployment(req.draft_model, gpu, d.weights, d.kv, req.tp, 1)
         draft = step_model(dd)
         extra = serve_memory(dd, cfg).weights
-        mem = ServeMemory(mem.capacity, mem.budget, mem.weights + extra, mem.activations, mem.other,
-                          mem.kv_pool - extra, mem.kv_block_bytes, mem.layers)
+        mem = ServeMemory(
+            mem.capacity,
+            mem.budget,
+            mem.weights + extra,
+            mem.activations,
+            mem.other,
+            mem.kv_pool - extra,
+            mem.kv_block_bytes,
+            mem.layers,
+        )
     conc_max = max_concurrency(mem, d, cfg, length)
     if conc_max < 1:
-        short = mem.kv_pool if mem.kv_pool < 0 else mem.kv_pool - blocks_per_sequence(d, cfg, length) * mem.kv_block_bytes
-        raise DoesNotFit("memory", f"{m.name} in {req.weights} on {d.gpus} x {gpu.name} (tp={req.tp}, pp={req.pp}) "
-                                     f"has no room for one {length}-token sequence: short by {-short / GiB:.2f} GiB per GPU",
-                           _smallest_fix(req, cfg))
+        short = (
+            mem.kv_pool if mem.kv_pool < 0 else mem.kv_pool - blocks_per_sequence(d, cfg, length) * mem.kv_block_bytes
+        )
+        raise DoesNotFit(
+            "memory",
+            f"{m.name} in {req.weights} on {d.gpus} x {gpu.name} (tp={req.tp}, pp={req.pp}) "
+            f"has no room for one {length}-token sequence: short by {-short / GiB:.2f} GiB per GPU",
+            _smallest_fix(req, cfg),
+        )
     if req.max_throughput:
         conc = conc_max if not cfg.max_num_seqs else min(conc_max, cfg.max_num_seqs)
     else:
         conc = req.concurrency or 1
         if conc > conc_max:
             need = conc * blocks_per_sequence(d, cfg, length) * mem.kv_block_bytes
-            raise DoesNotFit("concurrency", f"{conc} sequences of {length} tokens need {need / GiB:.1f} GiB of KV "
-                                              f"per GPU; the pool holds {mem.kv_pool / GiB:.1f} GiB ({conc_max} sequences)",
-                               f"use --concurrency {conc_max}, --kv fp8, or a larger --tp")
+            raise DoesNotFit(
+                "concurrency",
+                f"{conc} sequences of {length} tokens need {need / GiB:.1f} GiB of KV "
+                f"per GPU; the pool holds {mem.kv_pool / GiB:.1f} GiB ({conc_max} sequences)",
+                f"use --concurrency {conc_max}, --kv fp8, or a larger --tp",
+            )
     sm = step_model(d)
     hit = req.prefix_hit_rate
     point = steady_state(sm, cfg, conc, req.input_len, req.output_len, hit)
@@ -246,27 +304,53 @@ def estimate_serving(req: ServeRequest) -> ServeEstimate:
     offload = blocks_per_sequence(d, cfg, length) * mem.kv_block_bytes / gpu.host_bytes_per_s
 
     gpus_needed = None
-    target = req.target_tokens_per_s or (req.target_requests_per_s * req.output_len if req.target_requests_per_s else None)
+    target = req.target_tokens_per_s or (
+        req.target_requests_per_s * req.output_len if req.target_requests_per_s else None
+    )
     if target:
-        ok = [p for p in curve + [point] if (req.tpot_slo_s is None or p.tpot_s <= req.tpot_slo_s)
-              and (req.ttft_slo_s is None or p.ttft_s <= req.ttft_slo_s)]
+        ok = [
+            p
+            for p in curve + [point]
+            if (req.tpot_slo_s is None or p.tpot_s <= req.tpot_slo_s)
+            and (req.ttft_slo_s is None or p.ttft_s <= req.ttft_slo_s)
+        ]
         if not ok:
-            raise GpuplanError("tpot_slo", "no batch size meets the latency target, not even one sequence",
-                               "relax --tpot-slo/--ttft-slo, or use more --tp or a faster GPU")
+            raise GpuplanError(
+                "tpot_slo",
+                "no batch size meets the latency target, not even one sequence",
+                "relax --tpot-slo/--ttft-slo, or use more --tp or a faster GPU",
+            )
         best = max(ok, key=lambda p: p.output_tokens_per_s)
         gpus_needed = math.ceil(target / best.output_tokens_per_s) * d.gpus
 
     return ServeEstimate(
-        request=req, deployment=d, memory=mem, kv_needed=kv_needed, max_concurrency=conc_max,
-        max_context_at_concurrency=max_context(mem, d, cfg, conc, limit), model_max_len=limit, point=point,
-        decode_step=sm.decode_step(1, req.input_len), prefill=sm.prefill(req.input_len * (1 - hit), cfg.max_batched_tokens),
-        curve=tuple(curve), compute_bound_batch=compute_bound_batch(d), speculation=spec, offload_s=offload,
-        gpus_needed=gpus_needed)
+        request=req,
+        deployment=d,
+        memory=mem,
+        kv_needed=kv_needed,
+        max_concurrency=conc_max,
+        max_context_at_concurrency=max_context(mem, d, cfg, conc, limit),
+        model_max_len=limit,
+        point=point,
+        decode_step=sm.decode_step(1, req.input_len),
+        prefill=sm.prefill(req.input_len * (1 - hit), cfg.max_batched_tokens),
+        curve=tuple(curve),
+        compute_bound_batch=compute_bound_batch(d),
+        speculation=spec,
+        offload_s=offload,
+        gpus_needed=gpus_needed,
+    )
 
 
 def _point(p: Point) -> dict:
-    return {"concurrency": p.concurrency, "decoding": p.decoding, "iteration_s": p.iteration_s, "tpot_s": p.tpot_s,
-            "ttft_s": p.ttft_s, "output_tokens_per_s": p.output_tokens_per_s}
+    return {
+        "concurrency": p.concurrency,
+        "decoding": p.decoding,
+        "iteration_s": p.iteration_s,
+        "tpot_s": p.tpot_s,
+        "ttft_s": p.ttft_s,
+        "output_tokens_per_s": p.output_tokens_per_s,
+    }
 
 
 def to_dict(e: ServeEstimate) -> dict:
@@ -277,13 +361,29 @@ def to_dict(e: ServeEstimate) -> dict:
     contiguous = kv_bytes_per_sequence(m, d.kv, e.model_max_len, d.tp) * mem.layers / m.num_layers
     exact = kv_bytes_per_sequence(m, d.kv, length, d.tp) * mem.layers / m.num_layers
     out = {
-        "model": m.name, "model_notes": list(m.notes), "gpu": d.gpu.id, "tp": d.tp, "pp": d.pp, "gpus": d.gpus,
-        "weights": d.weights.name, "kv": d.kv.name, "input_len": r.input_len, "output_len": r.output_len,
+        "model": m.name,
+        "model_notes": list(m.notes),
+        "gpu": d.gpu.id,
+        "tp": d.tp,
+        "pp": d.pp,
+        "gpus": d.gpus,
+        "weights": d.weights.name,
+        "kv": d.kv.name,
+        "input_len": r.input_len,
+        "output_len": r.output_len,
         "memory": {
-            "per_gpu": {"weights": mem.weights, "kv_cache": e.kv_needed, "activations": mem.activations,
-                        "other": mem.other, "total": mem.weights + e.kv_needed + mem.activations + mem.other},
-            "kv_pool": max(0.0, mem.kv_pool), "budget": mem.budget, "capacity": mem.capacity,
-            "gpu_memory_utilization": cfg.gpu_memory_utilization, "block_size": cfg.block_size,
+            "per_gpu": {
+                "weights": mem.weights,
+                "kv_cache": e.kv_needed,
+                "activations": mem.activations,
+                "other": mem.other,
+                "total": mem.weights + e.kv_needed + mem.activations + mem.other,
+            },
+            "kv_pool": max(0.0, mem.kv_pool),
+            "budget": mem.budget,
+            "capacity": mem.capacity,
+            "gpu_memory_utilization": cfg.gpu_memory_utilization,
+            "block_size": cfg.block_size,
             "fits": e.kv_needed <= mem.kv_pool,
         },
         "kv_bytes_per_token": kv_bytes_per_token(m, d.kv),
@@ -292,30 +392,46 @@ def to_dict(e: ServeEstimate) -> dict:
         "max_concurrency": e.max_concurrency,
         "max_context_at_concurrency": e.max_context_at_concurrency,
         "concurrency": p.concurrency,
-        "paging": {"paged_bytes_per_sequence": paged, "paged_waste_fraction": 1 - exact / paged if paged else 0.0,
-                   "contiguous_bytes_per_sequence": contiguous,
-                   "contiguous_max_concurrency": int(max(0.0, mem.kv_pool) // contiguous) if contiguous else 0,
-                   "contiguous_waste_fraction": 1 - exact / contiguous if contiguous else 0.0},
-        "ttft_s": p.ttft_s, "tpot_s": p.tpot_s, "e2e_s": p.ttft_s + (r.output_len - 1) * p.tpot_s,
-        "output_tokens_per_s": p.output_tokens_per_s, "input_tokens_per_s": p.input_tokens_per_s,
+        "paging": {
+            "paged_bytes_per_sequence": paged,
+            "paged_waste_fraction": 1 - exact / paged if paged else 0.0,
+            "contiguous_bytes_per_sequence": contiguous,
+            "contiguous_max_concurrency": int(max(0.0, mem.kv_pool) // contiguous) if contiguous else 0,
+            "contiguous_waste_fraction": 1 - exact / contiguous if contiguous else 0.0,
+        },
+        "ttft_s": p.ttft_s,
+        "tpot_s": p.tpot_s,
+        "e2e_s": p.ttft_s + (r.output_len - 1) * p.tpot_s,
+        "output_tokens_per_s": p.output_tokens_per_s,
+        "input_tokens_per_s": p.input_tokens_per_s,
         "output_tokens_per_s_per_gpu": p.output_tokens_per_s / d.gpus,
-        "decode_step_s": e.decode_step.seconds, "decode_step_parts_s": e.decode_step.parts,
-        "prefill_s": e.prefill.seconds, "prefill_parts_s": e.prefill.parts,
+        "decode_step_s": e.decode_step.seconds,
+        "decode_step_parts_s": e.decode_step.parts,
+        "prefill_s": e.prefill.seconds,
+        "prefill_parts_s": e.prefill.parts,
         "compute_bound_batch": e.compute_bound_batch,
         "throughput_curve": [_point(c) for c in e.curve],
         "price_per_gpu_hour": r.price_per_gpu_hour,
         "cost_per_million_input_tokens": e.cost_per_million_input_tokens,
         "cost_per_million_output_tokens": e.cost_per_million_output_tokens,
         "prefix_hit_rate": r.prefix_hit_rate,
-        "kv_offload": {"bytes_per_sequence_per_gpu": paged, "host_link_bytes_per_s": d.gpu.host_bytes_per_s,
-                       "swap_in_s": e.offload_s},
+        "kv_offload": {
+            "bytes_per_sequence_per_gpu": paged,
+            "host_link_bytes_per_s": d.gpu.host_bytes_per_s,
+            "swap_in_s": e.offload_s,
+        },
     }
     if e.speculation is not None:
         s = e.speculation
-        out["speculative"] = {"method": s.method, "draft_len": s.draft_len, "acceptance": s.acceptance,
-                              "expected_tokens_per_pass": s.expected_tokens, "speedup": s.speedup,
-                              "stops_paying_at_batch": s.break_even_batch,
-                              "curve": [{"batch": b, "speedup": x} for b, x in s.curve]}
+        out["speculative"] = {
+            "method": s.method,
+            "draft_len": s.draft_len,
+            "acceptance": s.acceptance,
+            "expected_tokens_per_pass": s.expected_tokens,
+            "speedup": s.speedup,
+            "stops_paying_at_batch": s.break_even_batch,
+            "curve": [{"batch": b, "speedup": x} for b, x in s.curve],
+        }
     if e.gpus_needed is not None:
         out["gpus_needed"] = e.gpus_needed
     return out

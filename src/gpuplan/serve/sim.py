@@ -35,6 +35,7 @@ from gpuplan.serve.timing import Deployment, step_model
 @dataclass(frozen=True)
 class Lengths:
     """A length distribution: ``2048`` (fixed), ``512-4096`` (uniform) or ``exp:512`` (exponential mean)."""
+
     kind: str
     a: float
     b: float = 0.0
@@ -52,8 +53,12 @@ class Lengths:
                 out = cls("fixed", float(s))
         except ValueError:
             raise GpuplanError(field, f"cannot read {text!r} as a length", "write 2048, 512-4096 or exp:512") from None
-        require(math.isfinite(out.a) and math.isfinite(out.b) and out.a >= 1 and (out.kind != "uniform" or out.b >= out.a),
-                field, f"lengths must be at least 1 (and lo <= hi), got {text!r}", "write 2048, 512-4096 or exp:512")
+        require(
+            math.isfinite(out.a) and math.isfinite(out.b) and out.a >= 1 and (out.kind != "uniform" or out.b >= out.a),
+            field,
+            f"lengths must be at least 1 (and lo <= hi), got {text!r}",
+            "write 2048, 512-4096 or exp:512",
+        )
         require(out.max <= 1e8, field, f"{text!r} is longer than any model's context", "use at most 100M tokens")
         return out
 
@@ -93,8 +98,12 @@ class Workload:
         header = [h.strip() for h in rows[0]] if rows else []
         need = ("arrival_s", "input_len", "output_len")
         missing = [c for c in need if c not in header]
-        require(not missing, "trace", f"{path} line 1: no column {', '.join(missing)} in the header",
-                "give a CSV with the header arrival_s,input_len,output_len")
+        require(
+            not missing,
+            "trace",
+            f"{path} line 1: no column {', '.join(missing)} in the header",
+            "give a CSV with the header arrival_s,input_len,output_len",
+        )
         cols = [header.index(c) for c in need]
         a, i, o = [], [], []
         for line, row in enumerate(rows[1:], start=2):
@@ -106,13 +115,20 @@ class Workload:
                 try:
                     v = float(text) if name == "arrival_s" else int(text)
                 except (TypeError, ValueError):
-                    raise GpuplanError("trace", f"{path} line {line}, column {name}: cannot read "
-                                                f"{'a missing value' if text is None else repr(text)}"
-                                                f" as {'seconds' if name == 'arrival_s' else 'a whole number of tokens'}",
-                                       "fix or remove that row") from None
+                    raise GpuplanError(
+                        "trace",
+                        f"{path} line {line}, column {name}: cannot read "
+                        f"{'a missing value' if text is None else repr(text)}"
+                        f" as {'seconds' if name == 'arrival_s' else 'a whole number of tokens'}",
+                        "fix or remove that row",
+                    ) from None
                 ok = math.isfinite(v) and v >= 0 if name == "arrival_s" else 1 <= v <= 10**8
-                require(ok, "trace", f"{path} line {line}, column {name}: {text} is out of range",
-                        "arrival_s must be >= 0 seconds, lengths from 1 token")
+                require(
+                    ok,
+                    "trace",
+                    f"{path} line {line}, column {name}: {text} is out of range",
+                    "arrival_s must be >= 0 seconds, lengths from 1 token",
+                )
                 vals.append(v)
             a.append(vals[0])
             i.append(vals[1])
@@ -143,16 +159,27 @@ class SimResult:
             order = np.argsort(x)
             x, w = x[order], w[order]
             cum = np.cumsum(w) / w.sum()
-            return {f"p{q}": float(x[min(len(x) - 1, np.searchsorted(cum, q / 100))]) for q in (50, 90, 99)} | \
-                {"mean": float((x * w).sum() / w.sum())}
-        return {"ttft_s": pct(self.ttft_s), "itl_s": pct(self.itl_s, self.itl_weight) if len(self.itl_s) else {},
-                "e2e_s": pct(self.e2e_s)}
+            return {f"p{q}": float(x[min(len(x) - 1, np.searchsorted(cum, q / 100))]) for q in (50, 90, 99)} | {
+                "mean": float((x * w).sum() / w.sum())
+            }
+
+        return {
+            "ttft_s": pct(self.ttft_s),
+            "itl_s": pct(self.itl_s, self.itl_weight) if len(self.itl_s) else {},
+            "e2e_s": pct(self.e2e_s),
+        }
 
     def to_dict(self) -> dict:
-        return {"rate": self.rate, "requests": self.requests, "makespan_s": self.makespan_s,
-                "output_tokens_per_s": self.output_tokens / self.makespan_s if self.makespan_s else 0.0,
-                "requests_per_s": self.requests / self.makespan_s if self.makespan_s else 0.0,
-                "preemptions": self.preemptions, "iterations": self.iterations, **self.percentiles()}
+        return {
+            "rate": self.rate,
+            "requests": self.requests,
+            "makespan_s": self.makespan_s,
+            "output_tokens_per_s": self.output_tokens / self.makespan_s if self.makespan_s else 0.0,
+            "requests_per_s": self.requests / self.makespan_s if self.makespan_s else 0.0,
+            "preemptions": self.preemptions,
+            "iterations": self.iterations,
+            **self.percentiles(),
+        }
 
 
 # Iterations a simulation may take (about 30 us each): beyond it the run ends with an error naming
@@ -160,8 +187,9 @@ class SimResult:
 MAX_ITERATIONS = 1_000_000
 
 
-def simulate(d: Deployment, cfg: ServeConfig, w: Workload, rate: float = 0.0,
-             max_iterations: int = MAX_ITERATIONS) -> SimResult:
+def simulate(
+    d: Deployment, cfg: ServeConfig, w: Workload, rate: float = 0.0, max_iterations: int = MAX_ITERATIONS
+) -> SimResult:
     """Run the requests of ``w`` through one replica until all finish.
 
     State lives in numpy arrays over requests; the running set is an array of request ids in
@@ -176,15 +204,21 @@ def simulate(d: Deployment, cfg: ServeConfig, w: Workload, rate: float = 0.0,
     n = len(w.arrival_s)
     longest = int((w.input_len + w.output_len).max())
     if math.ceil(longest / bs) > free:
-        raise GpuplanError("input_len", f"a {longest}-token request needs {math.ceil(longest / bs)} KV blocks; the pool "
-                                        f"has {free}", "use shorter requests, --kv fp8, or a larger --tp")
+        raise GpuplanError(
+            "input_len",
+            f"a {longest}-token request needs {math.ceil(longest / bs)} KV blocks; the pool has {free}",
+            "use shorter requests, --kv fp8, or a larger --tp",
+        )
     arrival, prompt, out = w.arrival_s, w.input_len.astype(np.int64), w.output_len.astype(np.int64)
     # every iteration handles at most the budget: a lower bound of the iterations, checked before running
     least = int(prompt.sum() + out.sum()) // cfg.max_batched_tokens
     if least > max_iterations // 10:
-        raise GpuplanError("max_batched_tokens", f"{n:,} requests at {cfg.max_batched_tokens:,} tokens per iteration "
-                                                 f"take at least {least:,} engine iterations",
-                           "raise --max-batched-tokens (vLLM's default is 8192) or simulate fewer --requests")
+        raise GpuplanError(
+            "max_batched_tokens",
+            f"{n:,} requests at {cfg.max_batched_tokens:,} tokens per iteration "
+            f"take at least {least:,} engine iterations",
+            "raise --max-batched-tokens (vLLM's default is 8192) or simulate fewer --requests",
+        )
     computed = np.zeros(n, dtype=np.int64)  # tokens whose KV is in the cache
     generated = np.zeros(n, dtype=np.int64)
     target = prompt.copy()  # tokens to prefill (the prompt, plus generated tokens after a preemption)
@@ -271,15 +305,19 @@ def simulate(d: Deployment, cfg: ServeConfig, w: Workload, rate: float = 0.0,
                     tk = np.full(len(ids), steps, dtype=np.int64)
             it = sm.iteration(decode=n_dec, decode_context=dec_ctx + (steps - 1) / 2)
         else:
-            it = sm.iteration(decode=n_dec, prefill=pre_tok, decode_context=dec_ctx, prefill_context=pre_ctx,
-                              prefill_seqs=pre_done)
+            it = sm.iteration(
+                decode=n_dec, prefill=pre_tok, decode_context=dec_ctx, prefill_context=pre_ctx, prefill_seqs=pre_done
+            )
         dt = it.seconds
         now += steps * dt
         iterations += steps
         if iterations > max_iterations:
-            raise GpuplanError("requests", f"the simulation passed {max_iterations:,} engine iterations with "
-                                           f"{n - done:,} of {n:,} requests unfinished",
-                               "simulate fewer --requests, or a rate the engine can keep up with")
+            raise GpuplanError(
+                "requests",
+                f"the simulation passed {max_iterations:,} engine iterations with "
+                f"{n - done:,} of {n:,} requests unfinished",
+                "simulate fewer --requests, or a rate the engine can keep up with",
+            )
         computed[ids] += tk
         emits = dec | (computed[ids] >= target[ids])  # decoders, and prompts whose last chunk ran
         e = ids[emits]
@@ -303,22 +341,42 @@ def simulate(d: Deployment, cfg: ServeConfig, w: Workload, rate: float = 0.0,
             done += len(gone)
             running = running[~fin]
     itl = np.concatenate(gaps) if gaps else np.zeros(0)
-    return SimResult(rate=rate, requests=n, makespan_s=float(np.nanmax(finish) - arrival[0]), ttft_s=first - arrival,
-                     e2e_s=finish - arrival, itl_s=itl, itl_weight=np.ones(len(itl)),
-                     output_tokens=int(out.sum()), preemptions=preemptions, iterations=iterations)
+    return SimResult(
+        rate=rate,
+        requests=n,
+        makespan_s=float(np.nanmax(finish) - arrival[0]),
+        ttft_s=first - arrival,
+        e2e_s=finish - arrival,
+        itl_s=itl,
+        itl_weight=np.ones(len(itl)),
+        output_tokens=int(out.sum()),
+        preemptions=preemptions,
+        iterations=iterations,
+    )
 
 
 def meets(result: SimResult, ttft_slo_s: float | None, itl_slo_s: float | None) -> bool:
     p = result.percentiles()
-    return ((ttft_slo_s is None or p["ttft_s"]["p99"] <= ttft_slo_s)
-            and (itl_slo_s is None or not p["itl_s"] or p["itl_s"]["p99"] <= itl_slo_s))
+    return (ttft_slo_s is None or p["ttft_s"]["p99"] <= ttft_slo_s) and (
+        itl_slo_s is None or not p["itl_s"] or p["itl_s"]["p99"] <= itl_slo_s
+    )
 
 
-def max_rate(d: Deployment, cfg: ServeConfig, n: int, input_len: Lengths, output_len: Lengths, seed: int,
-             ttft_slo_s: float | None, itl_slo_s: float | None, steps: int = 10,
-             progress=None) -> tuple[float, SimResult | None]:
+def max_rate(
+    d: Deployment,
+    cfg: ServeConfig,
+    n: int,
+    input_len: Lengths,
+    output_len: Lengths,
+    seed: int,
+    ttft_slo_s: float | None,
+    itl_slo_s: float | None,
+    steps: int = 10,
+    progress=None,
+) -> tuple[float, SimResult | None]:
     """The highest Poisson rate whose p99 TTFT and ITL meet the SLO (bisection on a log scale).
     ``progress()`` is called after each simulation (at most about 14 + ``steps``)."""
+
     def run(rate: float) -> SimResult:
         r = simulate(d, cfg, Workload.poisson(rate, n, input_len, output_len, seed), rate)
         if progress:

@@ -46,14 +46,16 @@ class Speculation:
 def speedup(target: StepModel, draft: StepModel | None, batch: float, context: float, k: int, alpha: float) -> float:
     plain = target.decode_step(batch, context).seconds
     # the k drafted positions go through like a prompt chunk that reads the cache once per sequence
-    verify = target.iteration(decode=batch, prefill=batch * k, decode_context=context, prefill_context=context,
-                              prefill_seqs=batch * k).seconds
+    verify = target.iteration(
+        decode=batch, prefill=batch * k, decode_context=context, prefill_context=context, prefill_seqs=batch * k
+    ).seconds
     propose = k * draft.decode_step(batch, context).seconds if draft is not None else 0.0
     return expected_tokens(alpha, k) * plain / (propose + verify)
 
 
-def speculation(target: StepModel, draft: StepModel | None, batch: int, context: float, k: int, alpha: float,
-                max_batch: int) -> Speculation:
+def speculation(
+    target: StepModel, draft: StepModel | None, batch: int, context: float, k: int, alpha: float, max_batch: int
+) -> Speculation:
     curve, stop, b = [], None, 1
     while b <= max(max_batch, 1):
         s = speedup(target, draft, b, context, k, alpha)
@@ -61,5 +63,12 @@ def speculation(target: StepModel, draft: StepModel | None, batch: int, context:
         if stop is None and s < 1:
             stop = b
         b *= 2
-    return Speculation("draft" if draft is not None else "ngram", k, alpha, expected_tokens(alpha, k),
-                       speedup(target, draft, batch, context, k, alpha), stop, tuple(curve))
+    return Speculation(
+        "draft" if draft is not None else "ngram",
+        k,
+        alpha,
+        expected_tokens(alpha, k),
+        speedup(target, draft, batch, context, k, alpha),
+        stop,
+        tuple(curve),
+    )

@@ -46,6 +46,7 @@ DEQUANT_OPS = {True: 4.0, False: 2.0}  # CUDA-core instructions per weight: sub-
 @dataclass(frozen=True)
 class Deployment:
     """One model replica: a model on tp x pp GPUs in a weight and a KV-cache format."""
+
     model: ModelSpec
     gpu: GPUSpec
     weights: WeightFormat
@@ -57,11 +58,19 @@ class Deployment:
         m = self.model
         require(isinstance(self.tp, int) and self.tp >= 1, "tp", f"must be a positive integer, got {self.tp!r}")
         require(isinstance(self.pp, int) and self.pp >= 1, "pp", f"must be a positive integer, got {self.pp!r}")
-        require(m.num_heads % self.tp == 0, "tp", f"tp={self.tp} does not divide the {m.num_heads} attention heads of "
-                f"{m.name}", f"use a tp that divides {m.num_heads}")
+        require(
+            m.num_heads % self.tp == 0,
+            "tp",
+            f"tp={self.tp} does not divide the {m.num_heads} attention heads of {m.name}",
+            f"use a tp that divides {m.num_heads}",
+        )
         kv_heads_per_gpu(m, self.tp)
-        require(self.pp <= m.num_layers, "pp", f"pp={self.pp} is more than the {m.num_layers} layers",
-                f"use --pp {m.num_layers} or fewer")
+        require(
+            self.pp <= m.num_layers,
+            "pp",
+            f"pp={self.pp} is more than the {m.num_layers} layers",
+            f"use --pp {m.num_layers} or fewer",
+        )
 
     @property
     def gpus(self) -> int:
@@ -70,8 +79,11 @@ class Deployment:
     @property
     def dtype16(self) -> str:
         """The 16-bit dtype of what stays unquantised."""
-        return self.weights.compute if self.weights.compute in ("bf16", "fp16") else \
-            ("bf16" if "bf16" in self.gpu.peak_flops else "fp16")
+        return (
+            self.weights.compute
+            if self.weights.compute in ("bf16", "fp16")
+            else ("bf16" if "bf16" in self.gpu.peak_flops else "fp16")
+        )
 
 
 @dataclass(frozen=True)
@@ -151,8 +163,14 @@ class StepModel:
         return self._gemm_cache[key]
 
     # -- one iteration --------------------------------------------------------------------------
-    def iteration(self, decode: float, prefill: float = 0.0, decode_context: float = 0.0,
-                  prefill_context: float = 0.0, prefill_seqs: float = 0.0) -> Iteration:
+    def iteration(
+        self,
+        decode: float,
+        prefill: float = 0.0,
+        decode_context: float = 0.0,
+        prefill_context: float = 0.0,
+        prefill_seqs: float = 0.0,
+    ) -> Iteration:
         """``decode`` sequences each add one token at ``decode_context`` tokens of context;
         ``prefill`` prompt tokens (of ``prefill_seqs`` prompts that finish here) attend to
         ``prefill_context`` tokens on average (half the prompt for whole prompts)."""
@@ -225,8 +243,9 @@ class StepModel:
         parts: dict[str, float] = {}
         while done < tokens:
             n = min(chunk, tokens - done)
-            it = self.iteration(decode=0, prefill=n, prefill_context=done + n / 2,
-                                prefill_seqs=1 if done + n >= tokens else 0)
+            it = self.iteration(
+                decode=0, prefill=n, prefill_context=done + n / 2, prefill_seqs=1 if done + n >= tokens else 0
+            )
             total += it.seconds
             for k, v in it.parts.items():
                 parts[k] = parts.get(k, 0.0) + v

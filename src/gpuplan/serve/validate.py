@@ -60,9 +60,18 @@ def load_rows(path: Path = CSV) -> list[ServeRow]:
     for r, model, _ in rows:
         cfg = ServeConfig(gpu_memory_utilization=float(fractions.get(r["source"], 0.9)))
         conc = r["batch_or_concurrency"]
-        req = ServeRequest(model=model, gpu=catalog.gpu(r["gpu"]), tp=int(r["tp"]), weights=r["precision"],
-                           kv=r["kv_precision"], input_len=int(r["input_len"]), output_len=int(r["output_len"]),
-                           concurrency=None if conc == "max" else int(conc), max_throughput=conc == "max", config=cfg)
+        req = ServeRequest(
+            model=model,
+            gpu=catalog.gpu(r["gpu"]),
+            tp=int(r["tp"]),
+            weights=r["precision"],
+            kv=r["kv_precision"],
+            input_len=int(r["input_len"]),
+            output_len=int(r["output_len"]),
+            concurrency=None if conc == "max" else int(conc),
+            max_throughput=conc == "max",
+            config=cfg,
+        )
         out.append(ServeRow(r["id"], r["source"], req, r["metric"], float(r["value"])))
     return out
 
@@ -84,5 +93,10 @@ def validate_serving(path: Path = CSV) -> list[ServeCheck]:
 
 def summary(checks: list[ServeCheck]) -> dict:
     errors = [abs(c.error) for c in checks]
-    return {"rows": len(checks), "median_abs_error": statistics.median(errors), "mean_abs_error": statistics.fmean(errors),
-            "max_abs_error": max(errors), "mean_signed_error": statistics.fmean(c.error for c in checks)}
+    return {
+        "rows": len(checks),
+        "median_abs_error": statistics.median(errors),
+        "mean_abs_error": statistics.fmean(errors),
+        "max_abs_error": max(errors),
+        "mean_signed_error": statistics.fmean(c.error for c in checks),
+    }

@@ -17,6 +17,7 @@ class Efficiency:
 
     Each comes from a published measurement or is marked assumed (catalog/efficiency/*.toml).
     """
+
     name: str
     gemm: dict[str, float]  # best achievable matmul rate per dtype over the dense peak (MAMF)
     tiles: tuple[tuple[int, int, float], ...]  # (tile M, tile N, relative throughput) cuBLAS picks from
@@ -54,8 +55,12 @@ class Efficiency:
         require(self.step_overhead_s >= 0, "efficiency.step_overhead_s", f"must be >= 0, got {self.step_overhead_s}")
 
     def __hash__(self) -> int:  # every field: a changed efficiency must never hit a cached result
-        return hash(tuple(tuple(sorted(v.items())) if isinstance(v, dict) else v
-                          for v in (getattr(self, f.name) for f in dataclasses.fields(self))))
+        return hash(
+            tuple(
+                tuple(sorted(v.items())) if isinstance(v, dict) else v
+                for v in (getattr(self, f.name) for f in dataclasses.fields(self))
+            )
+        )
 
     def attention_fractions(self, kernel: str) -> tuple[float, float]:
         """(forward, backward) rate over peak of a flash kernel: ``fa3`` the GPU's best fused kernel
@@ -68,19 +73,28 @@ class Efficiency:
         return self.gemm.get(dtype, min(self.gemm.values()))
 
     @classmethod
-    def from_catalog(cls, data: dict) -> "Efficiency":
+    def from_catalog(cls, data: dict) -> Efficiency:
         net = data["network"]
         return cls(
-            name=data["name"], gemm={k: v for k, v in data["gemm"].items() if k not in ("tiles", "sustained", "tile_k_fill")},
+            name=data["name"],
+            gemm={k: v for k, v in data["gemm"].items() if k not in ("tiles", "sustained", "tile_k_fill")},
             tiles=tuple((int(m), int(n), float(r)) for m, n, r in data["gemm"]["tiles"]),
-            flash_fwd=data["attention"]["flash_fwd"], flash_bwd=data["attention"]["flash_bwd"],
-            seq_half=data["attention"]["seq_half"], hbm=data["memory"]["hbm"],
-            fa2_fwd=data["attention"].get("fa2_fwd", 0.0), fa2_bwd=data["attention"].get("fa2_bwd", 0.0),
-            intra_bus=net["intra_bus"], inter_bus=net["inter_bus"],
-            intra_latency_s=net["intra_latency_us"] * 1e-6, inter_latency_s=net["inter_latency_us"] * 1e-6,
-            kernel_overhead_s=data["kernel"]["overhead_us"] * 1e-6, sustained=data["gemm"].get("sustained", 1.0),
-            tile_k_fill=data["gemm"].get("tile_k_fill", 0.0), comm_sms=net.get("comm_sms", 0),
-            assumed=data.get("assumed", False))
+            flash_fwd=data["attention"]["flash_fwd"],
+            flash_bwd=data["attention"]["flash_bwd"],
+            seq_half=data["attention"]["seq_half"],
+            hbm=data["memory"]["hbm"],
+            fa2_fwd=data["attention"].get("fa2_fwd", 0.0),
+            fa2_bwd=data["attention"].get("fa2_bwd", 0.0),
+            intra_bus=net["intra_bus"],
+            inter_bus=net["inter_bus"],
+            intra_latency_s=net["intra_latency_us"] * 1e-6,
+            inter_latency_s=net["inter_latency_us"] * 1e-6,
+            kernel_overhead_s=data["kernel"]["overhead_us"] * 1e-6,
+            sustained=data["gemm"].get("sustained", 1.0),
+            tile_k_fill=data["gemm"].get("tile_k_fill", 0.0),
+            comm_sms=net.get("comm_sms", 0),
+            assumed=data.get("assumed", False),
+        )
 
 
 @dataclass(frozen=True)
@@ -106,8 +120,16 @@ class GPUSpec:
     date: str = field(default="", compare=False)
 
     def __hash__(self) -> int:  # the efficiency too: a recalibrated GPU must not hit a cached result
-        return hash((self.id, self.memory_bytes, self.hbm_bytes_per_s, tuple(sorted(self.peak_flops.items())),
-                     self.interconnect_bytes_per_s, self.efficiency))
+        return hash(
+            (
+                self.id,
+                self.memory_bytes,
+                self.hbm_bytes_per_s,
+                tuple(sorted(self.peak_flops.items())),
+                self.interconnect_bytes_per_s,
+                self.efficiency,
+            )
+        )
 
     def __post_init__(self) -> None:
         require(self.memory_bytes > 0, "memory_bytes", "must be positive")
@@ -141,19 +163,29 @@ class GPUSpec:
         """Dense peak FLOP/s for a compute dtype."""
         if dtype not in self.peak_flops:
             have = ", ".join(sorted(self.peak_flops))
-            raise GpuplanError("precision", f"{self.name} has no {dtype} tensor cores",
-                               f"choose one of: {have}")
+            raise GpuplanError("precision", f"{self.name} has no {dtype} tensor cores", f"choose one of: {have}")
         return self.peak_flops[dtype]
 
     @classmethod
-    def from_catalog(cls, gpu_id: str, data: dict, efficiency: Efficiency | None = None) -> "GPUSpec":
+    def from_catalog(cls, gpu_id: str, data: dict, efficiency: Efficiency | None = None) -> GPUSpec:
         return cls(
-            id=gpu_id, name=data["name"], memory_bytes=float(data["memory_bytes"]),
+            id=gpu_id,
+            name=data["name"],
+            memory_bytes=float(data["memory_bytes"]),
             hbm_bytes_per_s=data["hbm_gbps"] * GB,
             peak_flops={k: v * TFLOP for k, v in data["tflops"].items()},
-            interconnect=data["interconnect"], interconnect_bytes_per_s=data["interconnect_gbps"] * GB,
-            pcie_bytes_per_s=data["pcie_gbps"] * GB, gpus_per_node=data["gpus_per_node"],
-            tdp_w=data["tdp_w"], sm_count=data.get("sm_count", 0), nvlink_domain=data.get("nvlink_domain", 0),
-            vendor=data.get("vendor", "nvidia"), nics_per_node=data.get("nics_per_node", 0),
-            nic_bytes_per_s=data.get("nic_gbit", 0) * 1e9 / 8, c2c_bytes_per_s=data.get("c2c_gbps", 0) * GB,
-            efficiency=efficiency, source=data["source"], date=data["date"])
+            interconnect=data["interconnect"],
+            interconnect_bytes_per_s=data["interconnect_gbps"] * GB,
+            pcie_bytes_per_s=data["pcie_gbps"] * GB,
+            gpus_per_node=data["gpus_per_node"],
+            tdp_w=data["tdp_w"],
+            sm_count=data.get("sm_count", 0),
+            nvlink_domain=data.get("nvlink_domain", 0),
+            vendor=data.get("vendor", "nvidia"),
+            nics_per_node=data.get("nics_per_node", 0),
+            nic_bytes_per_s=data.get("nic_gbit", 0) * 1e9 / 8,
+            c2c_bytes_per_s=data.get("c2c_gbps", 0) * GB,
+            efficiency=efficiency,
+            source=data["source"],
+            date=data["date"],
+        )

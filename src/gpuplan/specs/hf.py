@@ -37,8 +37,11 @@ class _Config:
                 break
         else:
             if default is _MISSING:
-                raise GpuplanError(f"{self.where}: {keys[0]}", "is missing",
-                                   "add it to config.json (see the model's Hugging Face config)")
+                raise GpuplanError(
+                    f"{self.where}: {keys[0]}",
+                    "is missing",
+                    "add it to config.json (see the model's Hugging Face config)",
+                )
             return default
         if kind is bool:
             ok = isinstance(value, bool)
@@ -50,21 +53,27 @@ class _Config:
         else:
             ok = isinstance(value, kind)
         if not ok:
-            raise GpuplanError(f"{self.where}: {keys[0]}",
-                               f"must be {kind.__name__}, got {value!r}")
+            raise GpuplanError(f"{self.where}: {keys[0]}", f"must be {kind.__name__}, got {value!r}")
         # Sizes, counts and rates in a config are never negative (nor astronomically large)
         if kind in (int, float) and not (0 <= value <= 1e12):
-            raise GpuplanError(f"{self.where}: {keys[0]}", f"must be between 0 and 1e12, got {value!r}",
-                               "fix the value in config.json")
+            raise GpuplanError(
+                f"{self.where}: {keys[0]}", f"must be between 0 and 1e12, got {value!r}", "fix the value in config.json"
+            )
         return value
 
 
 def _act(name: str, where: str) -> str:
-    table = {"silu": "silu", "swiglu": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
-             "gelu_new": "gelu_new", "gelu_fast": "gelu_new", "relu": "relu"}
+    table = {
+        "silu": "silu",
+        "swiglu": "silu",
+        "gelu": "gelu",
+        "gelu_pytorch_tanh": "gelu_tanh",
+        "gelu_new": "gelu_new",
+        "gelu_fast": "gelu_new",
+        "relu": "relu",
+    }
     if name not in table:
-        raise GpuplanError(f"{where}: hidden_act", f"unsupported activation {name!r}",
-                           f"use one of {sorted(table)}")
+        raise GpuplanError(f"{where}: hidden_act", f"unsupported activation {name!r}", f"use one of {sorted(table)}")
     return table[name]
 
 
@@ -161,29 +170,80 @@ def _phi3_layout(c: _Config, layers: int) -> Callable[[int], bool] | None:
 FAMILIES: dict[str, _Family] = {
     "llama": _Family(),
     "mistral": _Family(sliding=_mistral_layout),
-    "mixtral": _Family(sliding=_mistral_layout, experts=("num_local_experts", 8), top_k=2,
-                       expert_ffn="intermediate_size"),
+    "mixtral": _Family(
+        sliding=_mistral_layout, experts=("num_local_experts", 8), top_k=2, expert_ffn="intermediate_size"
+    ),
     "qwen2": _Family(qkv_bias=True, sliding=_qwen_layout),
     "qwen3": _Family(head_dim=128, qk_norm=True, sliding=_qwen_layout, window=4096),
-    "qwen3_moe": _Family(qk_norm=True, sliding=_qwen_layout, window=4096, experts=("num_experts", 128), top_k=8,
-                         expert_ffn_default=768, moe_rule="qwen3_moe"),
-    "gemma2": _Family(head_dim=256, tied=True, act="gelu_pytorch_tanh", gemma=True, window=4096,
-                      sliding=_gemma2_layout, softcap=True),
-    "gemma3_text": _Family(head_dim=256, tied=True, act="gelu_pytorch_tanh", gemma=True, qk_norm=True, vocab=262_208,
-                           window=4096, sliding=_gemma3_layout),
+    "qwen3_moe": _Family(
+        qk_norm=True,
+        sliding=_qwen_layout,
+        window=4096,
+        experts=("num_experts", 128),
+        top_k=8,
+        expert_ffn_default=768,
+        moe_rule="qwen3_moe",
+    ),
+    "gemma2": _Family(
+        head_dim=256, tied=True, act="gelu_pytorch_tanh", gemma=True, window=4096, sliding=_gemma2_layout, softcap=True
+    ),
+    "gemma3_text": _Family(
+        head_dim=256,
+        tied=True,
+        act="gelu_pytorch_tanh",
+        gemma=True,
+        qk_norm=True,
+        vocab=262_208,
+        window=4096,
+        sliding=_gemma3_layout,
+    ),
     "phi3": _Family(sliding=_phi3_layout),
-    "gpt_oss": _Family(head_dim=64, attention_bias=True, sinks=True, window=128, sliding=_gpt_oss_layout,
-                       experts=("num_local_experts", 128), top_k=4, expert_ffn="intermediate_size",
-                       router_bias=True, expert_bias=True),
-    "llama4_text": _Family(head_dim=128, vocab=202_048, window=8192, sliding=_llama4_layout, chunked=True,
-                           experts=("num_local_experts", 16), top_k=1, expert_ffn="intermediate_size",
-                           shared="one", moe_rule="llama4", dense_ffn="intermediate_size_mlp"),
-    "glm4_moe": _Family(bias="qkv", qk_norm="use_qk_norm", experts=("n_routed_experts", 128), top_k=8,
-                        expert_ffn_default=1408, shared="n_shared_experts", moe_rule="deepseek", first_dense_default=1),
-    "deepseek_v2": _Family(mla=True, experts=("n_routed_experts", 64), expert_ffn_default=1407,
-                           shared="n_shared_experts", shared_default=2, moe_rule="deepseek"),
-    "deepseek_v3": _Family(mla=True, experts=("n_routed_experts", None), shared="n_shared_experts",
-                           moe_rule="deepseek"),
+    "gpt_oss": _Family(
+        head_dim=64,
+        attention_bias=True,
+        sinks=True,
+        window=128,
+        sliding=_gpt_oss_layout,
+        experts=("num_local_experts", 128),
+        top_k=4,
+        expert_ffn="intermediate_size",
+        router_bias=True,
+        expert_bias=True,
+    ),
+    "llama4_text": _Family(
+        head_dim=128,
+        vocab=202_048,
+        window=8192,
+        sliding=_llama4_layout,
+        chunked=True,
+        experts=("num_local_experts", 16),
+        top_k=1,
+        expert_ffn="intermediate_size",
+        shared="one",
+        moe_rule="llama4",
+        dense_ffn="intermediate_size_mlp",
+    ),
+    "glm4_moe": _Family(
+        bias="qkv",
+        qk_norm="use_qk_norm",
+        experts=("n_routed_experts", 128),
+        top_k=8,
+        expert_ffn_default=1408,
+        shared="n_shared_experts",
+        moe_rule="deepseek",
+        first_dense_default=1,
+    ),
+    "deepseek_v2": _Family(
+        mla=True,
+        experts=("n_routed_experts", 64),
+        expert_ffn_default=1407,
+        shared="n_shared_experts",
+        shared_default=2,
+        moe_rule="deepseek",
+    ),
+    "deepseek_v3": _Family(
+        mla=True, experts=("n_routed_experts", None), shared="n_shared_experts", moe_rule="deepseek"
+    ),
 }
 # multimodal configs whose text model has its own model_type (used when text_config omits it)
 NESTED_TEXT = {"llama4": "llama4_text", "gemma3": "gemma3_text", "mistral3": "mistral"}
@@ -196,26 +256,33 @@ def _layer_flags(c: _Config, f: _Family, layers: int) -> tuple[int | None, int]:
         return None, 0  # Qwen2/3 configuration: sliding_window is dropped without use_sliding_window
     types = c.data.get("layer_types")
     if types is not None:
-        if (not isinstance(types, list) or len(types) != layers
-                or any(t not in LAYER_TYPES for t in types)):
-            raise GpuplanError(f"{c.where}: layer_types", f"must list one of {LAYER_TYPES} per layer ({layers})",
-                               "fix layer_types or leave it out")
+        if not isinstance(types, list) or len(types) != layers or any(t not in LAYER_TYPES for t in types):
+            raise GpuplanError(
+                f"{c.where}: layer_types",
+                f"must list one of {LAYER_TYPES} per layer ({layers})",
+                "fix layer_types or leave it out",
+            )
         local = sum(t != "full_attention" for t in types)
     else:
         rule = f.sliding(c, layers) if f.sliding else None
         local = sum(rule(i) for i in range(layers)) if rule else 0
     if local and not window:
         if types is not None and f.window is None:
-            raise GpuplanError(f"{c.where}: sliding_window", "is missing but layer_types has local layers",
-                               "add sliding_window to config.json")
+            raise GpuplanError(
+                f"{c.where}: sliding_window",
+                "is missing but layer_types has local layers",
+                "add sliding_window to config.json",
+            )
         local = 0  # a null window: every layer attends globally (transformers builds full masks)
     return (window if local else None), local
 
 
 def _moe_layers(c: _Config, f: _Family, layers: int) -> dict[str, Any]:
     if f.moe_rule == "deepseek":  # DeepseekV3DecoderLayer: MoE from first_k_dense_replace on
-        return dict(first_dense_layers=c.get("first_k_dense_replace", default=f.first_dense_default),
-                    moe_layer_freq=c.get("moe_layer_freq", default=1))
+        return dict(
+            first_dense_layers=c.get("first_k_dense_replace", default=f.first_dense_default),
+            moe_layer_freq=c.get("moe_layer_freq", default=1),
+        )
     if f.moe_rule == "qwen3_moe":  # Qwen3MoeDecoderLayer
         step = c.get("decoder_sparse_step", default=1)
         dense = c.get("mlp_only_layers", default=[], kind=list)
@@ -240,25 +307,37 @@ def _decoder(c: _Config, name: str, model_type: str) -> ModelSpec:
     dense_ffn = c.get(f.dense_ffn, default=16384 if f.dense_ffn == "intermediate_size_mlp" else _MISSING)
     window, local = _layer_flags(c, f, layers)
     kw: dict[str, Any] = dict(
-        name=name, model_type=model_type, vocab_size=c.get("vocab_size", default=f.vocab or _MISSING),
-        hidden_size=hidden, num_layers=layers, num_heads=heads,
+        name=name,
+        model_type=model_type,
+        vocab_size=c.get("vocab_size", default=f.vocab or _MISSING),
+        hidden_size=hidden,
+        num_layers=layers,
+        num_heads=heads,
         num_kv_heads=c.get("num_key_value_heads", default=heads),
         head_dim=c.get("head_dim", default=f.head_dim or (hidden // heads if heads else 0)),
-        ffn_size=dense_ffn, gated_mlp=True,
+        ffn_size=dense_ffn,
+        gated_mlp=True,
         activation=_act(c.get("hidden_act", "hidden_activation", default=f.act, kind=str), c.where),
-        qkv_bias=attention_bias or f.qkv_bias, o_bias=attention_bias and f.bias == "all",
+        qkv_bias=attention_bias or f.qkv_bias,
+        o_bias=attention_bias and f.bias == "all",
         mlp_bias=c.get("mlp_bias", default=False, kind=bool),
         tied_embeddings=c.get("tie_word_embeddings", default=f.tied, kind=bool),
         max_position_embeddings=c.get("max_position_embeddings", default=2048),
         attention_dropout=c.get("attention_dropout", default=0.0, kind=float),
-        sliding_window=window, num_sliding_layers=local, attention_chunked=f.chunked and local > 0,
-        qk_norm=qk_norm, attn_sinks=f.sinks)
+        sliding_window=window,
+        num_sliding_layers=local,
+        attention_chunked=f.chunked and local > 0,
+        qk_norm=qk_norm,
+        attn_sinks=f.sinks,
+    )
     if f.gemma:
         kw.update(norm="rmsnorm_gemma", pre_norms_per_layer=2, post_norms_per_layer=2)
         kw["activation"] = _act(c.get("hidden_activation", "hidden_act", default=f.act, kind=str), c.where)
     if f.softcap:
-        kw.update(attn_logit_softcap=c.get("attn_logit_softcapping", default=50.0, kind=float),
-                  final_logit_softcap=c.get("final_logit_softcapping", default=30.0, kind=float))
+        kw.update(
+            attn_logit_softcap=c.get("attn_logit_softcapping", default=50.0, kind=float),
+            final_logit_softcap=c.get("final_logit_softcapping", default=30.0, kind=float),
+        )
     if f.experts:
         key, default = f.experts
         experts = c.get(key, default=_MISSING if default is None else default)
@@ -268,10 +347,14 @@ def _decoder(c: _Config, name: str, model_type: str) -> ModelSpec:
             shared = expert_ffn * c.get("n_shared_experts", default=f.shared_default)
         elif f.shared == "one":
             shared = expert_ffn
-        kw.update(num_experts=experts, experts_per_token=c.get("num_experts_per_tok",
-                                                              default=_MISSING if f.top_k is None else f.top_k),
-                  moe_ffn_size=expert_ffn, shared_expert_ffn_size=shared, router_bias=f.router_bias,
-                  **_moe_layers(c, f, layers))
+        kw.update(
+            num_experts=experts,
+            experts_per_token=c.get("num_experts_per_tok", default=_MISSING if f.top_k is None else f.top_k),
+            moe_ffn_size=expert_ffn,
+            shared_expert_ffn_size=shared,
+            router_bias=f.router_bias,
+            **_moe_layers(c, f, layers),
+        )
         if f.expert_bias:
             kw["mlp_bias"] = True  # gpt-oss experts carry gate_up and down biases
     if f.mla:
@@ -282,8 +365,12 @@ def _decoder(c: _Config, name: str, model_type: str) -> ModelSpec:
         q_rank = c.data.get("q_lora_rank", 1536)
         if q_rank is not None:
             q_rank = c.get("q_lora_rank")
-        kw.update(q_lora_rank=q_rank or 0, kv_lora_rank=c.get("kv_lora_rank"),
-                  qk_rope_head_dim=c.get("qk_rope_head_dim", default=64), v_head_dim=c.get("v_head_dim", default=128))
+        kw.update(
+            q_lora_rank=q_rank or 0,
+            kv_lora_rank=c.get("kv_lora_rank"),
+            qk_rope_head_dim=c.get("qk_rope_head_dim", default=64),
+            v_head_dim=c.get("v_head_dim", default=128),
+        )
     notes = []
     mtp = c.data.get("num_nextn_predict_layers") or c.data.get("num_mtp_layers")
     if mtp:
@@ -295,16 +382,28 @@ def _gpt2(c: _Config, name: str) -> ModelSpec:
     hidden = c.get("n_embd", "hidden_size", default=768)
     heads = c.get("n_head", "num_attention_heads", default=12)
     return ModelSpec(
-        name=name, model_type="gpt2", vocab_size=c.get("vocab_size", default=50257), hidden_size=hidden,
-        num_layers=c.get("n_layer", "num_hidden_layers", default=12), num_heads=heads, num_kv_heads=heads,
-        head_dim=hidden // heads if heads else 0, ffn_size=c.get("n_inner", default=4 * hidden),
-        gated_mlp=False, activation=_act(c.get("activation_function", default="gelu_new", kind=str), c.where),
-        norm="layernorm", qkv_bias=True, o_bias=True, mlp_bias=True, rotary=False,
+        name=name,
+        model_type="gpt2",
+        vocab_size=c.get("vocab_size", default=50257),
+        hidden_size=hidden,
+        num_layers=c.get("n_layer", "num_hidden_layers", default=12),
+        num_heads=heads,
+        num_kv_heads=heads,
+        head_dim=hidden // heads if heads else 0,
+        ffn_size=c.get("n_inner", default=4 * hidden),
+        gated_mlp=False,
+        activation=_act(c.get("activation_function", default="gelu_new", kind=str), c.where),
+        norm="layernorm",
+        qkv_bias=True,
+        o_bias=True,
+        mlp_bias=True,
+        rotary=False,
         tied_embeddings=c.get("tie_word_embeddings", default=True, kind=bool),
         position_embeddings=c.get("n_positions", "max_position_embeddings", default=1024),
         max_position_embeddings=c.get("n_positions", "max_position_embeddings", default=1024),
         dropout=max(c.get("resid_pdrop", default=0.1, kind=float), c.get("embd_pdrop", default=0.1, kind=float)),
-        attention_dropout=c.get("attn_pdrop", default=0.1, kind=float))
+        attention_dropout=c.get("attn_pdrop", default=0.1, kind=float),
+    )
 
 
 def _mpt(c: _Config, name: str) -> ModelSpec:
@@ -314,19 +413,41 @@ def _mpt(c: _Config, name: str) -> ModelSpec:
     heads = c.get("n_heads", default=16)
     attn = c.data.get("attn_config") or {}
     if not isinstance(attn, dict):
-        raise GpuplanError(f"{c.where}: attn_config", f"must be an object, got {type(attn).__name__}",
-                           "give attn_config as a JSON object or leave it out")
-    kv = attn.get("kv_n_heads", heads) if attn.get("attn_type", "multihead_attention") != "multihead_attention" else heads
+        raise GpuplanError(
+            f"{c.where}: attn_config",
+            f"must be an object, got {type(attn).__name__}",
+            "give attn_config as a JSON object or leave it out",
+        )
+    kv = (
+        attn.get("kv_n_heads", heads)
+        if attn.get("attn_type", "multihead_attention") != "multihead_attention"
+        else heads
+    )
     bias = not c.get("no_bias", default=True, kind=bool)
     return ModelSpec(
-        name=name, model_type="mpt", vocab_size=c.get("vocab_size", default=50368), hidden_size=hidden,
-        num_layers=c.get("n_layers", default=24), num_heads=heads, num_kv_heads=kv,
-        head_dim=hidden // heads if heads else 0, ffn_size=int(c.get("expansion_ratio", default=4, kind=float) * hidden),
-        gated_mlp=False, activation="gelu", norm="layernorm", norm_bias=bias, qkv_bias=bias, o_bias=bias, mlp_bias=bias,
-        rotary=False, tied_embeddings=True, position_embeddings=0,
+        name=name,
+        model_type="mpt",
+        vocab_size=c.get("vocab_size", default=50368),
+        hidden_size=hidden,
+        num_layers=c.get("n_layers", default=24),
+        num_heads=heads,
+        num_kv_heads=kv,
+        head_dim=hidden // heads if heads else 0,
+        ffn_size=int(c.get("expansion_ratio", default=4, kind=float) * hidden),
+        gated_mlp=False,
+        activation="gelu",
+        norm="layernorm",
+        norm_bias=bias,
+        qkv_bias=bias,
+        o_bias=bias,
+        mlp_bias=bias,
+        rotary=False,
+        tied_embeddings=True,
+        position_embeddings=0,
         max_position_embeddings=c.get("max_seq_len", default=2048),
         dropout=c.get("resid_pdrop", default=0.0, kind=float),
-        attention_dropout=float(attn.get("attn_pdrop", 0.0)))
+        attention_dropout=float(attn.get("attn_pdrop", 0.0)),
+    )
 
 
 def _opt(c: _Config, name: str) -> ModelSpec:
@@ -335,32 +456,62 @@ def _opt(c: _Config, name: str) -> ModelSpec:
     proj = c.get("word_embed_proj_dim", default=hidden)
     bias = c.get("enable_bias", default=True, kind=bool)
     max_pos = c.get("max_position_embeddings", default=2048)
-    final = (c.get("do_layer_norm_before", default=True, kind=bool)
-             and not c.get("_remove_final_layer_norm", default=False, kind=bool))
+    final = c.get("do_layer_norm_before", default=True, kind=bool) and not c.get(
+        "_remove_final_layer_norm", default=False, kind=bool
+    )
     return ModelSpec(
-        name=name, model_type="opt", vocab_size=c.get("vocab_size", default=50272), hidden_size=hidden,
-        num_layers=c.get("num_hidden_layers", default=12), num_heads=heads, num_kv_heads=heads,
-        head_dim=hidden // heads if heads else 0, ffn_size=c.get("ffn_dim", default=3072), gated_mlp=False,
-        activation=_act(c.get("activation_function", default="relu", kind=str), c.where), norm="layernorm",
-        qkv_bias=bias, o_bias=bias, mlp_bias=bias, rotary=False,
+        name=name,
+        model_type="opt",
+        vocab_size=c.get("vocab_size", default=50272),
+        hidden_size=hidden,
+        num_layers=c.get("num_hidden_layers", default=12),
+        num_heads=heads,
+        num_kv_heads=heads,
+        head_dim=hidden // heads if heads else 0,
+        ffn_size=c.get("ffn_dim", default=3072),
+        gated_mlp=False,
+        activation=_act(c.get("activation_function", default="relu", kind=str), c.where),
+        norm="layernorm",
+        qkv_bias=bias,
+        o_bias=bias,
+        mlp_bias=bias,
+        rotary=False,
         tied_embeddings=c.get("tie_word_embeddings", default=True, kind=bool),
         position_embeddings=max_pos + 2,  # OPTLearnedPositionalEmbedding keeps an offset of 2 rows
-        embed_proj_dim=proj if proj != hidden else 0, final_norm=final, max_position_embeddings=max_pos,
-        dropout=c.get("dropout", default=0.1, kind=float), attention_dropout=c.get("attention_dropout", default=0.0, kind=float))
+        embed_proj_dim=proj if proj != hidden else 0,
+        final_norm=final,
+        max_position_embeddings=max_pos,
+        dropout=c.get("dropout", default=0.1, kind=float),
+        attention_dropout=c.get("attention_dropout", default=0.0, kind=float),
+    )
 
 
 def _bloom(c: _Config, name: str) -> ModelSpec:
     hidden = c.get("hidden_size", "n_embed", default=64)
     heads = c.get("n_head", "num_attention_heads", default=8)
     return ModelSpec(
-        name=name, model_type="bloom", vocab_size=c.get("vocab_size", default=250880), hidden_size=hidden,
-        num_layers=c.get("n_layer", "num_hidden_layers", default=2), num_heads=heads, num_kv_heads=heads,
-        head_dim=hidden // heads if heads else 0, ffn_size=4 * hidden, gated_mlp=False, activation="bloom_gelu",
-        norm="layernorm", qkv_bias=True, o_bias=True, mlp_bias=True, embedding_norm=True, rotary=False,
+        name=name,
+        model_type="bloom",
+        vocab_size=c.get("vocab_size", default=250880),
+        hidden_size=hidden,
+        num_layers=c.get("n_layer", "num_hidden_layers", default=2),
+        num_heads=heads,
+        num_kv_heads=heads,
+        head_dim=hidden // heads if heads else 0,
+        ffn_size=4 * hidden,
+        gated_mlp=False,
+        activation="bloom_gelu",
+        norm="layernorm",
+        qkv_bias=True,
+        o_bias=True,
+        mlp_bias=True,
+        embedding_norm=True,
+        rotary=False,
         tied_embeddings=c.get("tie_word_embeddings", default=True, kind=bool),
         max_position_embeddings=c.get("seq_length", default=2048),
         dropout=c.get("hidden_dropout", default=0.0, kind=float),
-        attention_dropout=c.get("attention_dropout", default=0.0, kind=float))
+        attention_dropout=c.get("attention_dropout", default=0.0, kind=float),
+    )
 
 
 def _gpt_neox(c: _Config, name: str) -> ModelSpec:
@@ -368,16 +519,27 @@ def _gpt_neox(c: _Config, name: str) -> ModelSpec:
     heads = c.get("num_attention_heads", default=64)
     bias = c.get("attention_bias", default=True, kind=bool)
     return ModelSpec(
-        name=name, model_type="gpt_neox", vocab_size=c.get("vocab_size", default=50432), hidden_size=hidden,
-        num_layers=c.get("num_hidden_layers", default=44), num_heads=heads, num_kv_heads=heads,
-        head_dim=hidden // heads if heads else 0, ffn_size=c.get("intermediate_size", default=24576),
-        gated_mlp=False, activation=_act(c.get("hidden_act", default="gelu", kind=str), c.where), norm="layernorm",
-        qkv_bias=bias, o_bias=bias, mlp_bias=True,
+        name=name,
+        model_type="gpt_neox",
+        vocab_size=c.get("vocab_size", default=50432),
+        hidden_size=hidden,
+        num_layers=c.get("num_hidden_layers", default=44),
+        num_heads=heads,
+        num_kv_heads=heads,
+        head_dim=hidden // heads if heads else 0,
+        ffn_size=c.get("intermediate_size", default=24576),
+        gated_mlp=False,
+        activation=_act(c.get("hidden_act", default="gelu", kind=str), c.where),
+        norm="layernorm",
+        qkv_bias=bias,
+        o_bias=bias,
+        mlp_bias=True,
         tied_embeddings=c.get("tie_word_embeddings", default=False, kind=bool),
         parallel_attn=c.get("use_parallel_residual", default=True, kind=bool),
         max_position_embeddings=c.get("max_position_embeddings", default=2048),
         dropout=c.get("hidden_dropout", default=0.0, kind=float),
-        attention_dropout=c.get("attention_dropout", default=0.0, kind=float))
+        attention_dropout=c.get("attention_dropout", default=0.0, kind=float),
+    )
 
 
 def _falcon(c: _Config, name: str) -> ModelSpec:
@@ -392,20 +554,38 @@ def _falcon(c: _Config, name: str) -> ModelSpec:
     norms = c.get("num_ln_in_parallel_attn", default=2) if new_arch else (1 if parallel else 2)
     bias = c.get("bias", default=False, kind=bool)
     return ModelSpec(
-        name=name, model_type="falcon", vocab_size=c.get("vocab_size", default=65024), hidden_size=hidden,
-        num_layers=c.get("num_hidden_layers", "n_layer", default=32), num_heads=heads, num_kv_heads=kv,
-        head_dim=hidden // heads if heads else 0, ffn_size=c.get("ffn_hidden_size", default=4 * hidden),
-        gated_mlp=False, activation="gelu", norm="layernorm", pre_norms_per_layer=norms,
-        qkv_bias=bias, o_bias=bias, mlp_bias=bias, parallel_attn=new_arch or parallel,
+        name=name,
+        model_type="falcon",
+        vocab_size=c.get("vocab_size", default=65024),
+        hidden_size=hidden,
+        num_layers=c.get("num_hidden_layers", "n_layer", default=32),
+        num_heads=heads,
+        num_kv_heads=kv,
+        head_dim=hidden // heads if heads else 0,
+        ffn_size=c.get("ffn_hidden_size", default=4 * hidden),
+        gated_mlp=False,
+        activation="gelu",
+        norm="layernorm",
+        pre_norms_per_layer=norms,
+        qkv_bias=bias,
+        o_bias=bias,
+        mlp_bias=bias,
+        parallel_attn=new_arch or parallel,
         rotary=not c.get("alibi", default=False, kind=bool),
         tied_embeddings=c.get("tie_word_embeddings", default=True, kind=bool),
         max_position_embeddings=c.get("max_position_embeddings", default=2048),
         dropout=c.get("hidden_dropout", default=0.0, kind=float),
-        attention_dropout=c.get("attention_dropout", default=0.0, kind=float))
+        attention_dropout=c.get("attention_dropout", default=0.0, kind=float),
+    )
 
 
 ADAPTERS: dict[str, Callable[[_Config, str], ModelSpec]] = {
-    "gpt2": _gpt2, "mpt": _mpt, "opt": _opt, "bloom": _bloom, "gpt_neox": _gpt_neox, "falcon": _falcon,
+    "gpt2": _gpt2,
+    "mpt": _mpt,
+    "opt": _opt,
+    "bloom": _bloom,
+    "gpt_neox": _gpt_neox,
+    "falcon": _falcon,
     **{t: functools.partial(_decoder, model_type=t) for t in FAMILIES},
 }
 
@@ -430,9 +610,12 @@ def model_from_hf_config(config: dict[str, Any], name: str = "custom", where: st
         config, where = text, f"{where}: text_config"
     model_type = config.get("model_type")
     if model_type not in ADAPTERS:
-        raise GpuplanError(f"{where}: model_type", f"unsupported model_type {model_type!r}",
-                           f"supported: {', '.join(sorted(ADAPTERS))} (and multimodal configs of "
-                           f"{', '.join(sorted(NESTED_TEXT))} through their text_config)")
+        raise GpuplanError(
+            f"{where}: model_type",
+            f"unsupported model_type {model_type!r}",
+            f"supported: {', '.join(sorted(ADAPTERS))} (and multimodal configs of "
+            f"{', '.join(sorted(NESTED_TEXT))} through their text_config)",
+        )
     spec = ADAPTERS[model_type](_Config(config, where), name)
     return dataclasses.replace(spec, notes=notes + spec.notes) if notes else spec
 
@@ -453,5 +636,7 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     try:
         data = json.loads(text, parse_constant=no_constant)
     except (json.JSONDecodeError, ValueError) as exc:
-        raise GpuplanError(str(path), f"is not valid JSON ({exc})", "pass a complete Hugging Face config.json") from None
+        raise GpuplanError(
+            str(path), f"is not valid JSON ({exc})", "pass a complete Hugging Face config.json"
+        ) from None
     return model_from_hf_config(data, name=path.parent.name or path.stem, where=str(path))

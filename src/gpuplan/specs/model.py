@@ -78,35 +78,55 @@ class ModelSpec:
     notes: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
-                     "head_dim", "ffn_size"):
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "ffn_size"):
             value = getattr(self, name)
-            require(isinstance(value, int) and value > 0, name,
-                    f"must be a positive integer, got {value!r}")
-        require(self.num_heads % self.num_kv_heads == 0, "num_key_value_heads",
-                f"{self.num_kv_heads} does not divide num_attention_heads={self.num_heads}",
-                "use a divisor of the number of attention heads")
+            require(isinstance(value, int) and value > 0, name, f"must be a positive integer, got {value!r}")
+        require(
+            self.num_heads % self.num_kv_heads == 0,
+            "num_key_value_heads",
+            f"{self.num_kv_heads} does not divide num_attention_heads={self.num_heads}",
+            "use a divisor of the number of attention heads",
+        )
         require(self.norm in NORMS, "norm", f"unknown norm {self.norm!r}", f"use one of {NORMS}")
-        require(self.activation in ACTIVATIONS, "activation", f"unknown activation {self.activation!r}",
-                f"use one of {ACTIVATIONS}")
+        require(
+            self.activation in ACTIVATIONS,
+            "activation",
+            f"unknown activation {self.activation!r}",
+            f"use one of {ACTIVATIONS}",
+        )
         for name in ("dropout", "attention_dropout"):
             value = getattr(self, name)
             require(0.0 <= value < 1.0, name, f"must be in [0, 1), got {value}")
         if self.num_experts:
-            require(0 < self.experts_per_token <= self.num_experts, "num_experts_per_tok",
-                    f"must be between 1 and num_experts={self.num_experts}, got {self.experts_per_token}")
+            require(
+                0 < self.experts_per_token <= self.num_experts,
+                "num_experts_per_tok",
+                f"must be between 1 and num_experts={self.num_experts}, got {self.experts_per_token}",
+            )
             require(self.moe_ffn_size > 0, "moe_intermediate_size", "must be positive for an MoE model")
-            require(0 <= self.first_dense_layers <= self.num_layers, "first_k_dense_replace",
-                    f"must be between 0 and num_hidden_layers={self.num_layers}")
+            require(
+                0 <= self.first_dense_layers <= self.num_layers,
+                "first_k_dense_replace",
+                f"must be between 0 and num_hidden_layers={self.num_layers}",
+            )
             require(self.moe_layer_freq >= 1, "moe_layer_freq", "must be at least 1")
         if self.is_mla:
-            require(self.qk_rope_head_dim > 0 and self.v_head_dim > 0, "qk_rope_head_dim",
-                    "MLA needs positive qk_rope_head_dim and v_head_dim")
+            require(
+                self.qk_rope_head_dim > 0 and self.v_head_dim > 0,
+                "qk_rope_head_dim",
+                "MLA needs positive qk_rope_head_dim and v_head_dim",
+            )
         if self.moe_layers is not None:
-            require(all(0 <= i < self.num_layers for i in self.moe_layers), "moe_layers",
-                    f"layer indices must be in [0, {self.num_layers})")
-        require(0 <= self.num_sliding_layers <= self.num_layers, "num_sliding_layers",
-                f"must be between 0 and {self.num_layers}")
+            require(
+                all(0 <= i < self.num_layers for i in self.moe_layers),
+                "moe_layers",
+                f"layer indices must be in [0, {self.num_layers})",
+            )
+        require(
+            0 <= self.num_sliding_layers <= self.num_layers,
+            "num_sliding_layers",
+            f"must be between 0 and {self.num_layers}",
+        )
 
     # --- derived shapes --------------------------------------------------------------------
     @property
@@ -141,8 +161,7 @@ class ModelSpec:
         every freq-th."""
         if self.moe_layers is not None:
             return self.is_moe and index in self.moe_layers
-        return (self.is_moe and index >= self.first_dense_layers
-                and index % self.moe_layer_freq == 0)
+        return self.is_moe and index >= self.first_dense_layers and index % self.moe_layer_freq == 0
 
     @property
     def num_moe_layers(self) -> int:

@@ -43,20 +43,29 @@ class ParallelPlan:
             value = getattr(self, name)
             require(isinstance(value, int) and value >= 1, name, f"must be a positive integer, got {value!r}")
         require(self.zero in (0, 1, 2, 3), "zero", f"must be 0, 1, 2 or 3, got {self.zero!r}")
-        require(self.schedule in SCHEDULES, "schedule", f"unknown schedule {self.schedule!r}",
-                f"use one of {', '.join(SCHEDULES)}")
+        require(
+            self.schedule in SCHEDULES,
+            "schedule",
+            f"unknown schedule {self.schedule!r}",
+            f"use one of {', '.join(SCHEDULES)}",
+        )
         validity.require(validity.STRUCTURE, validity.view(self))  # ep vs dp x cp, vp, DualPipe's even pp
         for name in ("first_stage_layers", "last_stage_layers"):
             value = getattr(self, name)
-            require(value is None or (isinstance(value, int) and value >= 1), name,
-                    f"must be a positive integer, got {value!r}", "a stage with no layer cannot run; leave it unset "
-                    "for an even split")
-            require(value is None or self.pp > 1, name, "an uneven split needs pipeline parallelism",
-                    "set --pp > 1")
+            require(
+                value is None or (isinstance(value, int) and value >= 1),
+                name,
+                f"must be a positive integer, got {value!r}",
+                "a stage with no layer cannot run; leave it unset for an even split",
+            )
+            require(value is None or self.pp > 1, name, "an uneven split needs pipeline parallelism", "set --pp > 1")
         dims = self.order.split("-")
-        require(sorted(dims) == ["cp", "dp", "pp", "tp"], "order",
-                f"rank order {self.order!r} must name tp, cp, dp and pp once each, innermost first",
-                "e.g. --rank-order tp-cp-dp-pp")
+        require(
+            sorted(dims) == ["cp", "dp", "pp", "tp"],
+            "order",
+            f"rank order {self.order!r} must name tp, cp, dp and pp once each, innermost first",
+            "e.g. --rank-order tp-cp-dp-pp",
+        )
 
     @property
     def chunks(self) -> int:

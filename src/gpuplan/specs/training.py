@@ -61,34 +61,70 @@ class TrainingConfig:
         defaults; ``overrides`` (fields given explicitly, None meaning not given) win."""
         fw = get_framework(framework)
         given = {k: v for k, v in overrides.items() if v is not None}
-        defaults = {"profile": fw.profile, "attention": fw.attention, "attention_kernel": fw.attention_kernel, "grad_fp32": fw.grad_fp32,
-                    "tp_overlap": fw.tp_overlap, "overlap_grad_reduce": fw.overlap_grad_reduce,
-                    "overlap_param_gather": fw.overlap_param_gather}
+        defaults = {
+            "profile": fw.profile,
+            "attention": fw.attention,
+            "attention_kernel": fw.attention_kernel,
+            "grad_fp32": fw.grad_fp32,
+            "tp_overlap": fw.tp_overlap,
+            "overlap_grad_reduce": fw.overlap_grad_reduce,
+            "overlap_param_gather": fw.overlap_param_gather,
+        }
         return cls(framework=framework, **{**defaults, **given})
 
     def __post_init__(self) -> None:
         for name in ("seq_len", "micro_batch"):
             value = getattr(self, name)
             require(isinstance(value, int) and value >= 1, name, f"must be a positive integer, got {value!r}")
-        require(isinstance(self.global_batch, int) and self.global_batch >= 0, "global_batch",
-                f"must be a positive integer, got {self.global_batch!r}")
-        require(self.precision in PRECISIONS, "precision", f"unknown precision {self.precision!r}",
-                f"use one of {', '.join(PRECISIONS)}")
-        require(self.optimizer in OPTIMIZERS, "optimizer", f"unknown optimizer {self.optimizer!r}",
-                f"use one of {', '.join(OPTIMIZERS)}")
-        require(self.attention_kernel in ATTENTION_KERNELS, "attention_kernel",
-                f"unknown attention kernel {self.attention_kernel!r}", f"use one of {', '.join(ATTENTION_KERNELS)}")
-        require(self.recompute in RECOMPUTE, "recompute", f"unknown recompute {self.recompute!r}",
-                f"use one of {', '.join(RECOMPUTE)}")
-        require(self.attention in ATTENTION, "attention", f"unknown attention {self.attention!r}",
-                f"use one of {', '.join(ATTENTION)}")
-        require(self.profile in PROFILES, "profile", f"unknown profile {self.profile!r}",
-                f"use one of {', '.join(PROFILES)}")
+        require(
+            isinstance(self.global_batch, int) and self.global_batch >= 0,
+            "global_batch",
+            f"must be a positive integer, got {self.global_batch!r}",
+        )
+        require(
+            self.precision in PRECISIONS,
+            "precision",
+            f"unknown precision {self.precision!r}",
+            f"use one of {', '.join(PRECISIONS)}",
+        )
+        require(
+            self.optimizer in OPTIMIZERS,
+            "optimizer",
+            f"unknown optimizer {self.optimizer!r}",
+            f"use one of {', '.join(OPTIMIZERS)}",
+        )
+        require(
+            self.attention_kernel in ATTENTION_KERNELS,
+            "attention_kernel",
+            f"unknown attention kernel {self.attention_kernel!r}",
+            f"use one of {', '.join(ATTENTION_KERNELS)}",
+        )
+        require(
+            self.recompute in RECOMPUTE,
+            "recompute",
+            f"unknown recompute {self.recompute!r}",
+            f"use one of {', '.join(RECOMPUTE)}",
+        )
+        require(
+            self.attention in ATTENTION,
+            "attention",
+            f"unknown attention {self.attention!r}",
+            f"use one of {', '.join(ATTENTION)}",
+        )
+        require(
+            self.profile in PROFILES,
+            "profile",
+            f"unknown profile {self.profile!r}",
+            f"use one of {', '.join(PROFILES)}",
+        )
         for name in ("cuda_context_bytes", "comm_bucket_bytes"):
             require(getattr(self, name) >= 0, name, "must not be negative")
         require(0 <= self.allocator_fraction < 1, "allocator_fraction", "must be in [0, 1)")
-        require(self.expert_imbalance >= 1, "expert_imbalance",
-                f"is the busiest GPU's load over the mean, so at least 1; got {self.expert_imbalance}")
+        require(
+            self.expert_imbalance >= 1,
+            "expert_imbalance",
+            f"is the busiest GPU's load over the mean, so at least 1; got {self.expert_imbalance}",
+        )
         check_config(get_framework(self.framework), recompute=self.recompute, tp_overlap=self.tp_overlap)
 
     @property
@@ -147,5 +183,3 @@ class TrainingConfig:
     @property
     def compute_dtype(self) -> str:
         return {"fp32": "tf32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8"}[self.precision]
-
-

@@ -126,13 +126,15 @@ def _fsync_dir(path: Path) -> None:
 
 def step_of(path: Path) -> int | None:
     """The step of a ``step-00000123`` directory (not of a quarantined or temporary one)."""
-    digits = path.name[len(PREFIX):]
+    digits = path.name[len(PREFIX) :]
     return int(digits) if path.name.startswith(PREFIX) and digits.isdigit() else None
 
 
 def complete(directory: Path) -> list[tuple[int, Path]]:
     """Committed checkpoints (those with a marker), newest first. Reads only: takes no lock."""
-    out = [(s, p) for p in Path(directory).glob(f"{PREFIX}*") if (s := step_of(p)) is not None and (p / MARKER).is_file()]
+    out = [
+        (s, p) for p in Path(directory).glob(f"{PREFIX}*") if (s := step_of(p)) is not None and (p / MARKER).is_file()
+    ]
     return sorted(out, reverse=True)
 
 
@@ -142,15 +144,16 @@ def quarantined(directory: Path) -> list[Path]:
 
 class CheckpointManager:
     def __init__(self, directory: str | Path, keep: int = 2, async_save: bool = True, config_hash: str = ""):
-        self.keep = validate.count("keep", keep, minimum=2,
-                                   fix="keep at least 2 checkpoints so that a damaged newest one has a fallback")
+        self.keep = validate.count(
+            "keep", keep, minimum=2, fix="keep at least 2 checkpoints so that a damaged newest one has a fallback"
+        )
         self.dir = Path(directory)
         self.async_save = bool(async_save) and hasattr(dcp, "async_save")
         self.config_hash = config_hash
         self.pending: Pending | None = None
-        self.committed: int | None = None   # newest step this run committed or resumed from
+        self.committed: int | None = None  # newest step this run committed or resumed from
         self.last_error: str | None = None  # why the last save failed (None once one succeeds)
-        self.failures = 0                   # saves failed in a row
+        self.failures = 0  # saves failed in a row
         self.last_bytes: int | None = None  # size of the last checkpoint: what the next one needs
         self._lock: DirectoryLock | None = None
         self._pool: ThreadPoolExecutor | None = None
@@ -170,8 +173,13 @@ class CheckpointManager:
             raise CheckpointError(*err)
 
     def _open(self) -> None:
-        not_writable = lambda why: CheckpointError("checkpoint_dir", f"{self.dir} is not writable ({why})",  # noqa: E731
-                                                   "pass a writable --checkpoint-dir")
+        def not_writable(why: str) -> CheckpointError:
+            return CheckpointError(
+                "checkpoint_dir",
+                f"{self.dir} is not writable ({why})",
+                "pass a writable --checkpoint-dir",
+            )
+
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -181,8 +189,11 @@ class CheckpointManager:
         try:
             self._lock = DirectoryLock(self.dir).acquire()
         except LockHeld as exc:
-            raise CheckpointError("checkpoint_dir", f"{self.dir} is in use by another trainer: {exc.holder}",
-                                  "wait for it to end or stop it, or pass another --checkpoint-dir") from None
+            raise CheckpointError(
+                "checkpoint_dir",
+                f"{self.dir} is in use by another trainer: {exc.holder}",
+                "wait for it to end or stop it, or pass another --checkpoint-dir",
+            ) from None
         except OSError as exc:
             raise not_writable(exc.strerror) from None
         # partial writes of a run that was killed: ours to remove now that we are the only writer
@@ -202,7 +213,7 @@ class CheckpointManager:
             self._lock.release()
             self._lock = None
 
-    def __enter__(self) -> "CheckpointManager":
+    def __enter__(self) -> CheckpointManager:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -290,8 +301,16 @@ class CheckpointManager:
         files = integrity.manifest(tmp)
         _fsync_tree(tmp)
         nbytes = sum(f["bytes"] for f in files.values())
-        marker = integrity.seal({"step": step, "config_hash": self.config_hash, "time": time.time(),
-                                 "digest": integrity.DIGEST, "bytes": nbytes, "files": files})
+        marker = integrity.seal(
+            {
+                "step": step,
+                "config_hash": self.config_hash,
+                "time": time.time(),
+                "digest": integrity.DIGEST,
+                "bytes": nbytes,
+                "files": files,
+            }
+        )
         with open(tmp / MARKER, "w") as f:
             json.dump(marker, f)
             f.flush()
@@ -334,8 +353,9 @@ class CheckpointManager:
         self.committed, self.last_error, self.failures = p.step, None, 0
         if _rank() == 0:
             self.last_bytes = nbytes or self.last_bytes
-            log.info("checkpoint step %d committed in %.3f s (%s)", p.step, time.perf_counter() - p.started,
-                     human(nbytes))
+            log.info(
+                "checkpoint step %d committed in %.3f s (%s)", p.step, time.perf_counter() - p.started, human(nbytes)
+            )
             self._check_space()
 
     def _failed(self, step: int, tmp: Path, what: str) -> None:
@@ -346,13 +366,18 @@ class CheckpointManager:
             return
         shutil.rmtree(tmp, ignore_errors=True)
         prev = self.complete()
-        log.error("checkpoint of step %d failed: %s in %s (%s free); %s%s; training goes on", step, what, self.dir,
-                  human(free_bytes(self.dir)),
-                  f"the previous checkpoint (step {prev[0][0]}) is intact" if prev else "no earlier checkpoint exists",
-                  f"; {self.failures} failed in a row" if self.failures > 1 else "")
+        log.error(
+            "checkpoint of step %d failed: %s in %s (%s free); %s%s; training goes on",
+            step,
+            what,
+            self.dir,
+            human(free_bytes(self.dir)),
+            f"the previous checkpoint (step {prev[0][0]}) is intact" if prev else "no earlier checkpoint exists",
+            f"; {self.failures} failed in a row" if self.failures > 1 else "",
+        )
 
     def _prune(self) -> None:
-        for _, p in self.complete()[self.keep:]:
+        for _, p in self.complete()[self.keep :]:
             shutil.rmtree(p, ignore_errors=True)
 
     # -- space ---------------------------------------------------------------------------------------
@@ -366,8 +391,15 @@ class CheckpointManager:
         for s, path in reversed(self.complete()[1:]):
             shutil.rmtree(path, ignore_errors=True)
             free = free_bytes(self.dir) or 0
-            log.warning("low on space in %s: removed step %d before writing step %d (%s free now, a checkpoint "
-                        "takes %s; the newest is kept)", self.dir, s, step, human(free), human(need))
+            log.warning(
+                "low on space in %s: removed step %d before writing step %d (%s free now, a checkpoint "
+                "takes %s; the newest is kept)",
+                self.dir,
+                s,
+                step,
+                human(free),
+                human(need),
+            )
             if free >= need * ROOM_MARGIN:
                 return
 
@@ -382,9 +414,14 @@ class CheckpointManager:
             self._space_warned = False
         elif not self._space_warned:
             self._space_warned = True
-            log.warning("%s has %s free (%s more in older checkpoints): not enough for one more checkpoint (%s); "
-                        "the next saves will fail until space is freed (training goes on)", self.dir, human(free),
-                        human(reclaimable), human(need))
+            log.warning(
+                "%s has %s free (%s more in older checkpoints): not enough for one more checkpoint (%s); "
+                "the next saves will fail until space is freed (training goes on)",
+                self.dir,
+                human(free),
+                human(reclaimable),
+                human(need),
+            )
 
     # -- runs ----------------------------------------------------------------------------------------
     def archive(self) -> Path | None:
@@ -406,11 +443,18 @@ class CheckpointManager:
                         os.rename(p, dest / p.name)
                     _fsync_dir(self.dir)
                 except OSError as exc:
-                    err = ("checkpoint_dir", f"could not move the previous run's checkpoints in {self.dir} aside "
-                                             f"({exc.strerror})", "free some space, or pass another --checkpoint-dir")
+                    err = (
+                        "checkpoint_dir",
+                        f"could not move the previous run's checkpoints in {self.dir} aside ({exc.strerror})",
+                        "free some space, or pass another --checkpoint-dir",
+                    )
                 else:
-                    log.warning("restart: moved the previous run's %d checkpoint(s) to %s (delete it when you no "
-                                "longer need them)", len(olds), dest)
+                    log.warning(
+                        "restart: moved the previous run's %d checkpoint(s) to %s (delete it when you no "
+                        "longer need them)",
+                        len(olds),
+                        dest,
+                    )
         dest, err = self._bcast((dest, err))
         if err:
             raise CheckpointError(*err)
@@ -435,8 +479,9 @@ class CheckpointManager:
     def _choose(self, problems: list[str]):
         """Rank 0: the newest checkpoint that passes its marker, config and checksums, quarantining
         those that do not. ("load", step, path) | ("config", field, message, fix) | None."""
-        for path in sorted((p for p in self.dir.glob(f"{PREFIX}*") if step_of(p) is not None and p.is_dir()),
-                           key=step_of, reverse=True):
+        for path in sorted(
+            (p for p in self.dir.glob(f"{PREFIX}*") if step_of(p) is not None and p.is_dir()), key=step_of, reverse=True
+        ):
             step = step_of(path)
             try:
                 try:
@@ -449,9 +494,13 @@ class CheckpointManager:
                     raise integrity.Damaged("marker", "corrupt marker (it does not describe this checkpoint)")
                 integrity.check_seal(marker)
                 if self.config_hash and marker.get("config_hash") not in ("", self.config_hash):
-                    return ("config", "checkpoint_dir",
-                            f"{path} was written by a different model or config (hash {marker.get('config_hash')}, "
-                            f"this run {self.config_hash})", "use another --checkpoint-dir, or --restart to start over")
+                    return (
+                        "config",
+                        "checkpoint_dir",
+                        f"{path} was written by a different model or config (hash {marker.get('config_hash')}, "
+                        f"this run {self.config_hash})",
+                        "use another --checkpoint-dir, or --restart to start over",
+                    )
                 integrity.verify(path, marker.get("files"))
             except integrity.Damaged as exc:
                 problems.append(self._quarantine(path, exc.reason, exc.detail))
@@ -494,12 +543,17 @@ class CheckpointManager:
             return step, extra
         problems = self._bcast(problems)
         if problems:
-            raise CheckpointError("checkpoint_dir", f"no checkpoint in {self.dir} could be loaded: {'; '.join(problems)}",
-                                  f"rename one back to {PREFIX}<step> to try it again, or pass --restart to start over "
-                                  f"(the damaged ones are kept)")
+            raise CheckpointError(
+                "checkpoint_dir",
+                f"no checkpoint in {self.dir} could be loaded: {'; '.join(problems)}",
+                f"rename one back to {PREFIX}<step> to try it again, or pass --restart to start over "
+                f"(the damaged ones are kept)",
+            )
         left = self._bcast([p.name for p in quarantined(self.dir)] if _rank() == 0 else None)
         if left:  # an earlier start quarantined every checkpoint: starting from 0 would lose the run
-            raise CheckpointError("checkpoint_dir", f"{self.dir} has no loadable checkpoint, only damaged ones "
-                                                    f"({', '.join(left)})",
-                                  f"rename one back to {PREFIX}<step> to try it again, or pass --restart to start over")
+            raise CheckpointError(
+                "checkpoint_dir",
+                f"{self.dir} has no loadable checkpoint, only damaged ones ({', '.join(left)})",
+                f"rename one back to {PREFIX}<step> to try it again, or pass --restart to start over",
+            )
         return None

@@ -30,7 +30,7 @@ class DirectoryLock:
         self.path = Path(directory) / LOCK
         self.fd: int | None = None
 
-    def acquire(self) -> "DirectoryLock":
+    def acquire(self) -> DirectoryLock:
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:

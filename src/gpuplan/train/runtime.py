@@ -95,6 +95,7 @@ def _rng_state() -> dict:
     out = {"python": random.getstate(), "torch": torch.get_rng_state()}
     try:
         import numpy as np
+
         out["numpy"] = np.random.get_state()
     except ImportError:
         pass
@@ -108,6 +109,7 @@ def _set_rng_state(s: dict) -> None:
     torch.set_rng_state(s["torch"])
     if "numpy" in s:
         import numpy as np
+
         np.random.set_state(s["numpy"])
     if "cuda" in s and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(s["cuda"])
@@ -141,18 +143,32 @@ def _slurm_requeued() -> bool:
 
 
 class Resilient:
-    def __init__(self, model, optimizer, scheduler=None, *, checkpoint_dir: str | Path, every_steps: int | None = None,
-                 every_seconds: float | None = None, mtbf_s: float | None = None, keep: int = 2,
-                 async_save: bool = True, config: dict | None = None, telemetry: str | Path | None = None,  # "-": stdout
-                 deadline_s: float = 25.0, restart: bool = False):
+    def __init__(
+        self,
+        model,
+        optimizer,
+        scheduler=None,
+        *,
+        checkpoint_dir: str | Path,
+        every_steps: int | None = None,
+        every_seconds: float | None = None,
+        mtbf_s: float | None = None,
+        keep: int = 2,
+        async_save: bool = True,
+        config: dict | None = None,
+        telemetry: str | Path | None = None,  # "-": stdout
+        deadline_s: float = 25.0,
+        restart: bool = False,
+    ):
         # every value checked now: a string or a float interval used to fail at the first step, and
         # 0 meant "never" without a word
         self.every_steps = validate.optional(validate.count, "every_steps", every_steps, fix=NO_SCHEDULE)
         self.every_seconds = validate.optional(validate.seconds, "every_seconds", every_seconds, fix=NO_SCHEDULE)
         self.mtbf_s = validate.optional(validate.seconds, "mtbf_s", mtbf_s, fix="the mean time between failures")
         self.deadline_s = validate.seconds("deadline_s", deadline_s)
-        self.keep = validate.count("keep", keep, minimum=2,
-                                   fix="keep at least 2 checkpoints so that a damaged newest one has a fallback")
+        self.keep = validate.count(
+            "keep", keep, minimum=2, fix="keep at least 2 checkpoints so that a damaged newest one has a fallback"
+        )
         self.async_save, self.restart = _flag("async_save", async_save), _flag("restart", restart)
         if config is not None and not isinstance(config, dict):
             raise GpuplanError("config", f"must be a dict, got {type(config).__name__}")
@@ -175,24 +191,29 @@ class Resilient:
         self._telemetry = None
 
     # -- context ----------------------------------------------------------------------------------------
-    def __enter__(self) -> "Resilient":
+    def __enter__(self) -> Resilient:
         signals.set_active(True)
         for sig in SIGNALS:  # signals.defer() may have recorded one already: it stays recorded
             self._old_handlers[sig] = signal.signal(sig, signals.record)
         if signals.under_torchrun():
             signals.watch_parent()
         try:
-            self.ckpt = CheckpointManager(self.checkpoint_dir, keep=self.keep, async_save=self.async_save,
-                                          config_hash=self.hash)
+            self.ckpt = CheckpointManager(
+                self.checkpoint_dir, keep=self.keep, async_save=self.async_save, config_hash=self.hash
+            )
             if self._rank() == 0:
                 requeue.clear(self.ckpt.dir)  # an old marker must not requeue a later crash
             if not any((self.every_steps, self.every_seconds, self.mtbf_s)) and self._rank() == 0:
-                log.warning("no checkpoint schedule: checkpoints only on SIGTERM/SIGUSR1/SIGINT; a crash loses "
-                            "everything since the start")
+                log.warning(
+                    "no checkpoint schedule: checkpoints only on SIGTERM/SIGUSR1/SIGINT; a crash loses "
+                    "everything since the start"
+                )
             restart = self.restart
             if restart and _slurm_requeued():  # the same command runs again after a requeue
-                log.warning("restart ignored: this is a requeue of the same Slurm job (SLURM_RESTART_COUNT=%s), "
-                            "resuming it", os.environ["SLURM_RESTART_COUNT"])
+                log.warning(
+                    "restart ignored: this is a requeue of the same Slurm job (SLURM_RESTART_COUNT=%s), resuming it",
+                    os.environ["SLURM_RESTART_COUNT"],
+                )
                 restart = False
             if restart:
                 self.ckpt.archive()
@@ -247,9 +268,14 @@ class Resilient:
         return {"model": msd, "optim": osd}
 
     def _extra(self) -> dict:
-        return {"step": self.step, "tokens": self.tokens, "data_position": self.data_position, "rng": _rng_state(),
-                "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
-                "config_hash": self.hash}
+        return {
+            "step": self.step,
+            "tokens": self.tokens,
+            "data_position": self.data_position,
+            "rng": _rng_state(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "config_hash": self.hash,
+        }
 
     def resume(self) -> int:
         state = self._state()
@@ -315,8 +341,12 @@ class Resilient:
             if self.mtbf_s and self._ckpt_cost is None:
                 self.ckpt.wait()
                 self._ckpt_cost = time.perf_counter() - t0
-                log.info("checkpoint cost %.3f s: Daly interval %.1f s for MTBF %.0f s", self._ckpt_cost,
-                         daly_interval(max(self._ckpt_cost, 1e-6), self.mtbf_s), self.mtbf_s)
+                log.info(
+                    "checkpoint cost %.3f s: Daly interval %.1f s for MTBF %.0f s",
+                    self._ckpt_cost,
+                    daly_interval(max(self._ckpt_cost, 1e-6), self.mtbf_s),
+                    self.mtbf_s,
+                )
             took = time.perf_counter() - t0
             self.stall.save(took)
             stall += took
@@ -329,10 +359,20 @@ class Resilient:
         if not self._telemetry:
             return
         peak, kind = _peak_memory()
-        self._telemetry.write(json.dumps({"step": self.step, "step_s": step_s, "tokens": tokens,
-                                          "tokens_per_s": tokens / step_s if step_s > 0 else 0.0,
-                                          "peak_memory_bytes": peak, "memory_kind": kind,
-                                          "checkpoint_stall_s": stall}) + "\n")
+        self._telemetry.write(
+            json.dumps(
+                {
+                    "step": self.step,
+                    "step_s": step_s,
+                    "tokens": tokens,
+                    "tokens_per_s": tokens / step_s if step_s > 0 else 0.0,
+                    "peak_memory_bytes": peak,
+                    "memory_kind": kind,
+                    "checkpoint_stall_s": stall,
+                }
+            )
+            + "\n"
+        )
         self._telemetry.flush()
 
     def _emergency_exit(self) -> None:
@@ -347,16 +387,22 @@ class Resilient:
         name = signal.Signals(signals.received() or signal.SIGTERM).name
         done = self.ckpt.committed
         if not trained:
-            what = (f"before training (its checkpoint of step {done} is current)" if done is not None
-                    else "before training: nothing to checkpoint")
+            what = (
+                f"before training (its checkpoint of step {done} is current)"
+                if done is not None
+                else "before training: nothing to checkpoint"
+            )
         elif done == self.step:
             what = f"after a checkpoint ({took:.2f} s)"
             if took > self.deadline_s:
                 log.warning("emergency checkpoint took %.1f s, past the %.0f s deadline", took, self.deadline_s)
         else:
             why = self.ckpt.last_error or "the checkpoint failed"
-            then = (f"a rerun resumes from step {done} ({self.step - done} steps lost)" if done is not None
-                    else "a rerun starts over from step 0")
+            then = (
+                f"a rerun resumes from step {done} ({self.step - done} steps lost)"
+                if done is not None
+                else "a rerun starts over from step 0"
+            )
             what = f"WITHOUT a checkpoint of this step ({why}); {then}"
         if self._rank() == 0:
             try:
