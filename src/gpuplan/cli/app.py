@@ -245,9 +245,9 @@ def train(
     attention_kernel: Annotated[
         str | None,
         typer.Option(
-            help="fa3 (FlashAttention-3 / cuDNN, TransformerEngine) "
-            "or fa2 (PyTorch SDPA, flash_attn 2) (default: the "
-            "framework's)."
+            help="fa3 (FlashAttention-3 / cuDNN, TransformerEngine), "
+            "fa2 (flash_attn 2, PyTorch SDPA's flash backend) or sdpa (what PyTorch >= 2.11 SDPA "
+            "picks: cuDNN on H100/B200, FlashAttention-2 elsewhere) (default: the framework's)."
         ),
     ] = None,
     profile: Annotated[

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from gpuplan.errors import GpuplanError, require
@@ -35,6 +36,11 @@ class Efficiency:
     # best fused kernel (flash_fwd/bwd: FlashAttention-3 or cuDNN on Hopper) is faster; 0: the same
     fa2_fwd: float = 0.0
     fa2_bwd: float = 0.0
+    # PyTorch SDPA's cuDNN backend by head dim: (head_dim, forward, backward) long-sequence rates
+    # over peak x sustained, measured (scripts/fit_attention.py). Where present, SDPA ("sdpa")
+    # runs it, as PyTorch >= 2.11 does on sm90/sm100 (sdp_utils.cpp check_prefer_cudnn_attention:
+    # the bundled cuDNN > 9.15); where absent, SDPA runs FlashAttention-2 (fa2_fwd/fa2_bwd)
+    sdpa_cudnn: tuple[tuple[int, float, float], ...] = ()
     # K-loop elements each output tile pays beyond its K (pipeline fill and epilogue of the mainloop)
     tile_k_fill: float = 0.0
     # SMs a running NCCL collective occupies (one thread block per channel): compute overlapped
@@ -62,10 +68,14 @@ class Efficiency:
             )
         )
 
-    def attention_fractions(self, kernel: str) -> tuple[float, float]:
+    def attention_fractions(self, kernel: str, head_dim: int = 128) -> tuple[float, float]:
         """(forward, backward) rate over peak of a flash kernel: ``fa3`` the GPU's best fused kernel
-        (FlashAttention-3 or cuDNN), ``fa2`` FlashAttention-2 (PyTorch SDPA's flash backend)."""
-        if kernel == "fa2" and self.fa2_fwd:
+        (FlashAttention-3 or cuDNN), ``fa2`` FlashAttention-2 (PyTorch SDPA's flash backend),
+        ``sdpa`` what PyTorch's scaled_dot_product_attention picks on this GPU (the measured cuDNN
+        table by head dim, interpolated in log2(head_dim) and held at its ends, else fa2)."""
+        if kernel == "sdpa" and self.sdpa_cudnn:
+            return _by_head_dim(self.sdpa_cudnn, head_dim)
+        if kernel in ("fa2", "sdpa") and self.fa2_fwd:
             return self.fa2_fwd, self.fa2_bwd or self.flash_bwd
         return self.flash_fwd, self.flash_bwd
 
@@ -93,8 +103,28 @@ class Efficiency:
             sustained=data["gemm"].get("sustained", 1.0),
             tile_k_fill=data["gemm"].get("tile_k_fill", 0.0),
             comm_sms=net.get("comm_sms", 0),
+            sdpa_cudnn=tuple(
+                (int(d), float(f), float(b))
+                for d, f, b in zip(
+                    data["attention"].get("sdpa_cudnn", {}).get("head_dim", []),
+                    data["attention"].get("sdpa_cudnn", {}).get("fwd", []),
+                    data["attention"].get("sdpa_cudnn", {}).get("bwd", []),
+                )
+            ),
             assumed=data.get("assumed", False),
         )
+
+
+def _by_head_dim(table: tuple[tuple[int, float, float], ...], head_dim: int) -> tuple[float, float]:
+    """(fwd, bwd) at ``head_dim``: linear in log2(head_dim) between the table's rows, held at its ends."""
+    rows = sorted(table)
+    if head_dim <= rows[0][0]:
+        return rows[0][1], rows[0][2]
+    for (d0, f0, b0), (d1, f1, b1) in zip(rows, rows[1:]):
+        if head_dim <= d1:
+            t = math.log2(head_dim / d0) / math.log2(d1 / d0)
+            return f0 + t * (f1 - f0), b0 + t * (b1 - b0)
+    return rows[-1][1], rows[-1][2]
 
 
 @dataclass(frozen=True)

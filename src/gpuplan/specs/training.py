@@ -16,7 +16,7 @@ PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 OPTIMIZERS = ("adamw", "adamw8bit", "sgd", "adafactor")
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("flash", "eager")
-ATTENTION_KERNELS = ("fa3", "fa2")
+ATTENTION_KERNELS = ("fa3", "fa2", "sdpa")
 PROFILES = ("fused", "eager")
 
 
@@ -54,6 +54,8 @@ class TrainingConfig:
     # The training framework (specs/framework.py): "generic" is gpuplan's defaults, every option
     # open. Build with ``for_framework`` to take a framework's defaults for the fields above.
     framework: str = "generic"
+    # torch.autocast over fp32 parameters and an fp32 residual stream (the framework's; hf)
+    autocast: bool = False
 
     @classmethod
     def for_framework(cls, framework: str = "generic", **overrides: Any) -> TrainingConfig:
@@ -69,6 +71,7 @@ class TrainingConfig:
             "tp_overlap": fw.tp_overlap,
             "overlap_grad_reduce": fw.overlap_grad_reduce,
             "overlap_param_gather": fw.overlap_param_gather,
+            "autocast": fw.autocast,
         }
         return cls(framework=framework, **{**defaults, **given})
 
