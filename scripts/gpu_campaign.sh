@@ -4,6 +4,7 @@
 # brings back at most 8 files). Run from the repository root:
 #   bash scripts/gpu_campaign.sh runs      # all kernel families, then the training runs below
 #   bash scripts/gpu_campaign.sh profile   # GEMMs again (CUDA graphs), profiler traces, torch.compile
+#   bash scripts/gpu_campaign.sh waves     # GEMM time across wave boundaries; eager elementwise kernels
 set -uo pipefail
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 R=${OUT:-/tmp/out}/results
@@ -45,6 +46,9 @@ profile)
   STEPS=10 train pythia-1.4b 2048 4 none --profile-trace
   STEPS=30 train llama-3.2-1b 4096 2 none --compile
   STEPS=30 train qwen3-0.6b 4096 4 none --compile
+  ;;
+waves)
+  timeout 300 python3 scripts/measure_gpu.py --out "$R/kernels" --only env,waves,eltwise 2>&1 | tail -5
   ;;
 esac
 tar -czf "${OUT:-/tmp/out}/results.tar.gz" -C "$(dirname "$R")" results && ls -la "${OUT:-/tmp/out}"

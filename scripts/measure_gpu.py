@@ -256,6 +256,44 @@ def bench_memory(quick: bool) -> list[dict]:
     return rows
 
 
+def bench_waves(quick: bool) -> list[dict]:
+    """bf16 GEMMs whose M steps across many tile-wave boundaries (132 SMs): a staircase in time
+    if a partly filled last wave costs a full wave, a straight line if the kernels balance the
+    tiles over the SMs (persistent / stream-K scheduling)."""
+    rows = []
+    for n in (4096, 8192) if not quick else (64,):
+        step = 256 if n == 4096 else 512
+        for m in range(1024, 16385, step) if not quick else (64, 128):
+            s = bench_gemm({"m": m, "n": n, "k": n}, "bf16")
+            rows.append({"m": m, "n": n, "k": n, "s": s, "tflops": 2.0 * m * n * n / s / 1e12})
+    return rows
+
+
+def bench_eltwise(quick: bool) -> list[dict]:
+    """The memory-bound kernels an eager autocast step is made of, each with the bytes it must move:
+    mixed-dtype products and sums with broadcasts, dtype casts, a transposed copy."""
+    tokens, h = (64, 64) if quick else (16384, 2048)
+    n = tokens * h
+    xb = torch.randn(tokens, h, device=DEV, dtype=torch.bfloat16)
+    xf = torch.randn(tokens, h, device=DEV)
+    wf = torch.randn(h, device=DEV)
+    rf = torch.randn(tokens, 1, device=DEV)
+    t4 = torch.randn(tokens // 128, 128, 16, h // 16, device=DEV, dtype=torch.bfloat16)
+    cases = {
+        "cast_bf16_to_fp32": (lambda _: xb.float(), 6 * n),
+        "cast_fp32_to_bf16": (lambda _: xf.to(torch.bfloat16), 6 * n),
+        "mul_fp32_by_row": (lambda _: xf * rf, 8 * n),
+        "mul_fp32_weight_by_bf16": (lambda _: wf * xb, 6 * n),
+        "add_fp32_bf16": (lambda _: xf + xb, 10 * n),
+        "add_fp32_fp32": (lambda _: xf + xf, 12 * n),
+        "mul_bf16_bf16": (lambda _: xb * xb, 6 * n),
+        "pow_fp32": (lambda _: xf.pow(2), 8 * n),
+        "mean_fp32": (lambda _: xf.mean(-1, keepdim=True), 4 * n),
+        "transpose_copy_bf16": (lambda _: t4.transpose(1, 2).contiguous(), 4 * n),
+    }
+    return [{"op": k, "bytes": b, "s": timeit(f, reps=20)} for k, (f, b) in cases.items()]
+
+
 def bench_launch() -> dict:
     x = torch.randn(16, device=DEV)
     for _ in range(100):
@@ -332,6 +370,10 @@ def main() -> None:
         save("attention", bench_attention(args.quick))
     if "memory" in only:
         save("memory", bench_memory(args.quick))
+    if "waves" in only:
+        save("waves", bench_waves(args.quick))
+    if "eltwise" in only:
+        save("eltwise", bench_eltwise(args.quick))
     if "launch" in only:
         save("launch", bench_launch())
 

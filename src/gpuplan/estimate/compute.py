@@ -46,7 +46,7 @@ def gemm_compute_time(gpu: GPUSpec, dtype: str, m: float, n: float, k: float, ba
     compute = math.inf
     for tm, tn, rel in e.tiles:
         tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
-        waves = math.ceil(tiles / sms)
+        waves = max(1.0, tiles / sms) if e.persistent_tiles else math.ceil(tiles / sms)
         compute = min(compute, waves * sms * 2.0 * tm * tn * (k + e.tile_k_fill) / (rate * rel))
     return compute
 

@@ -41,6 +41,11 @@ class Efficiency:
     # runs it, as PyTorch >= 2.11 does on sm90/sm100 (sdp_utils.cpp check_prefer_cudnn_attention:
     # the bundled cuDNN > 9.15); where absent, SDPA runs FlashAttention-2 (fa2_fwd/fa2_bwd)
     sdpa_cudnn: tuple[tuple[int, float, float], ...] = ()
+    # Tiles scheduled persistently over the SMs (CUTLASS 3 / cuBLAS's Hopper kernels: a fixed grid
+    # of CTAs walks the tile list, stream-K splits the last wave's work): a part-filled last wave
+    # costs its share, not a full wave. Measured on H100: no staircase across wave boundaries
+    # (measurements/h100-sxm-2026-11-23/kernels/waves.json)
+    persistent_tiles: bool = False
     # K-loop elements each output tile pays beyond its K (pipeline fill and epilogue of the mainloop)
     tile_k_fill: float = 0.0
     # SMs a running NCCL collective occupies (one thread block per channel): compute overlapped
@@ -87,7 +92,11 @@ class Efficiency:
         net = data["network"]
         return cls(
             name=data["name"],
-            gemm={k: v for k, v in data["gemm"].items() if k not in ("tiles", "sustained", "tile_k_fill")},
+            gemm={
+                k: v
+                for k, v in data["gemm"].items()
+                if k not in ("tiles", "sustained", "tile_k_fill", "persistent_tiles")
+            },
             tiles=tuple((int(m), int(n), float(r)) for m, n, r in data["gemm"]["tiles"]),
             flash_fwd=data["attention"]["flash_fwd"],
             flash_bwd=data["attention"]["flash_bwd"],
@@ -103,6 +112,7 @@ class Efficiency:
             sustained=data["gemm"].get("sustained", 1.0),
             tile_k_fill=data["gemm"].get("tile_k_fill", 0.0),
             comm_sms=net.get("comm_sms", 0),
+            persistent_tiles=data["gemm"].get("persistent_tiles", False),
             sdpa_cudnn=tuple(
                 (int(d), float(f), float(b))
                 for d, f, b in zip(
