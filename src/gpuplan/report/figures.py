@@ -21,7 +21,6 @@ def _layout(title: str, x: str, y: str, **extra: Any) -> dict[str, Any]:
         "xaxis": {"title": {"text": x}},
         "yaxis": {"title": {"text": y}},
         "margin": {"l": 70, "r": 20, "t": 50, "b": 60},
-        "legend": {"orientation": "h", "y": -0.2},
         "hovermode": "closest",
         "template": "plotly_white",
     }
@@ -224,7 +223,10 @@ def search_scatter(doc: dict) -> Figure:
                 "hovertemplate": "chosen: %{text}<extra></extra>",
             }
         )
-    return {"data": data, "layout": _layout("Plans: step time against cost", "step time (s)", f"cost ({unit})")}
+    return {
+        "data": data,
+        "layout": _layout("Plans: step time against cost", "step time (s)", f"cost per step ({unit})"),
+    }
 
 
 def serve_curve(doc: dict, slo: dict | None = None) -> Figure:

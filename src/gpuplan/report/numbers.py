@@ -50,7 +50,9 @@ def _usd(v: float) -> str:
 
 
 def _num(v: float) -> str:
-    return f"{v:,.4g}" if isinstance(v, float) else f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 1e4 and abs(v) < 1e15 else f"{v:,.4g}"
+    return f"{v:,}"
 
 
 def _text(v: Any) -> str:
@@ -80,8 +82,8 @@ SPECS: dict[str, Spec] = {
         ("HFU", "hfu", _pct),
         ("tokens/s per GPU", "tokens_per_s_per_gpu", _num),
         ("days", "time.days", _num),
-        ("GPU-hours", "gpu_hours", _num),
-        ("cost", "cost_usd", _usd),
+        ("GPU-hours (of --tokens, else of one step)", "gpu_hours", _num),
+        ("cost (of --tokens, else of one step)", "cost_usd", _usd),
     ],
     "search": [
         ("objective", "objective", _text),
@@ -92,7 +94,7 @@ SPECS: dict[str, Spec] = {
         ("best: MFU", "plans.0.mfu", _pct),
         ("best: tokens/s", "plans.0.tokens_per_s", _num),
         ("best: memory per GPU", "plans.0.memory.per_gpu.total", _gib),
-        ("best: cost", "plans.0.cost_usd", _usd),
+        ("best: cost per step", "plans.0.cost_usd", _usd),
     ],
     "serve": [
         ("model", "model", _text),
