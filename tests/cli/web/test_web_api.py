@@ -33,8 +33,8 @@ def test_a_form_answers_with_the_document_the_cli_prints(key, capsys):
 
 
 def test_the_command_line_holds_only_what_differs_from_the_defaults():
-    args = forms.argv("train", {"model": "llama-3.1-8b", "gpus": "8", "tp": "", "zero": "1"})
-    assert args == ["train", "llama-3.1-8b", "--gpus", "8", "--zero", "1"]
+    args = forms.argv("train", {"model": "llama-3.1-8b", "gpus": "16", "tp": "", "pp": "1", "zero": "1"})
+    assert args == ["train", "llama-3.1-8b", "--gpus", "16", "--zero", "1"]
     assert forms.argv("whatif", {"checkpoint": "none, 1h"}) == ["cluster", "whatif", "--checkpoint", "none",
                                                                "--checkpoint", "1h"]  # fmt: skip
     assert forms.argv("serve", {"model": "m", "max_throughput": "on"})[-1] == "--max-throughput"

@@ -15,6 +15,7 @@ class Field:
     label: str
     help: str
     default: str  # as the form shows it ("" for none)
+    cli_default: str = ""  # the command's own: a value equal to it is left off the command line
     checkbox: bool = False
     repeat: bool = False  # a flag given once per comma-separated value (cluster whatif --checkpoint)
     choices: tuple[str, ...] = ()
@@ -236,6 +237,7 @@ def fields(key: str) -> tuple[Field, ...]:
                 label=name.replace("_", " "),
                 help=(getattr(p, "help", None) or "").strip(),
                 default=form.defaults.get(name, _text(p.default if option else None)),
+                cli_default=_text(p.default if option else None),
                 checkbox=bool(getattr(p, "is_flag", False)),
                 repeat=bool(getattr(p, "multiple", False)),
                 choices=choices.get(name, ()),
@@ -259,7 +261,7 @@ def argv(key: str, query: dict[str, str]) -> list[str]:
         if f.flag is None:
             args.append(value)  # empty: the command says the argument is missing
             continue
-        if not value:
+        if not value or value == f.cli_default:
             continue
         if f.repeat:
             for part in value.split(","):
