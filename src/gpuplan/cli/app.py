@@ -8,6 +8,7 @@ smallest change found that does fit.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections import Counter
@@ -1781,9 +1782,16 @@ def ui(port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: any free po
 DEPRECATED = {"--tpot-slo": "--itl-slo", "--cost": "--checkpoint-cost"}
 
 
+@functools.cache
+def click_command():
+    """The click command typer builds from ``app``, built once: building it costs more than a
+    train estimate, and ``gpuplan ui`` runs a command per request."""
+    return typer.main.get_command(app)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app; bad input is one line and exit code 2, a plan that does not fit 3."""
-    command = typer.main.get_command(app)
+    command = click_command()
     args = sys.argv[1:] if argv is None else list(argv)
     head = args[: args.index("--")] if "--" in args else args  # slurm: what follows -- is the user's command
     # Said after an answer only, so that an error stays the single line on stderr

@@ -199,11 +199,9 @@ BY_KEY = {f.key: f for f in FORMS}
 
 
 def _command(path: tuple[str, ...]) -> Any:
-    import typer
+    from gpuplan.cli.app import click_command
 
-    from gpuplan.cli.app import app
-
-    cmd: Any = typer.main.get_command(app)
+    cmd: Any = click_command()
     for word in path:
         cmd = cmd.commands[word]
     return cmd

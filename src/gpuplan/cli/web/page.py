@@ -42,7 +42,7 @@ def index_html() -> str:
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>gpuplan</title><link rel="stylesheet" href="/static/ui.css">
-<script src="/static/plotly.min.js" defer></script><script src="/static/ui.js" defer></script></head>
+<script src="/static/plotly.min.js" id="plotly" async></script><script src="/static/ui.js" defer></script></head>
 <body><header><h1>gpuplan</h1><p>Plan LLM training and serving: memory, time and cost per GPU. The same numbers
 as <code>gpuplan ... --json</code>; the address bar holds the form, so a plan can be shared as a link.</p>
 <nav>{"".join(tabs)}</nav></header>

@@ -3,6 +3,13 @@
 "use strict";
 
 const sections = Array.from(document.querySelectorAll("section.command"));
+// plotly.js (4.6 MB) loads async: the forms work before it has been parsed, the figures wait for it
+const plotlyReady = new Promise((resolve, reject) => {
+  if (window.Plotly) return resolve();
+  const tag = document.getElementById("plotly");
+  tag.addEventListener("load", () => resolve());
+  tag.addEventListener("error", () => reject(new Error("plotly.js did not load")));
+});
 
 function open(cmd) {
   for (const s of sections) s.hidden = s.dataset.cmd !== cmd;
@@ -36,7 +43,7 @@ function showError(form, error) {
   }
 }
 
-function render(form, res) {
+async function render(form, res) {
   const out = document.getElementById(`results-${form.dataset.cmd}`);
   out.replaceChildren();
   if (res.error) showError(form, res.error);
@@ -51,16 +58,18 @@ function render(form, res) {
     warn.textContent = res.error.message;
     out.append(warn);
   }
-  res.figures.forEach((f, i) => {
+  const divs = res.figures.map((f, i) => {
     const div = document.createElement("div");
     div.className = "figure";
     div.id = `figure-${form.dataset.cmd}-${i}`;
     out.append(div);
-    Plotly.newPlot(div, f.data, f.layout, {responsive: true, displaylogo: false});
+    return div;
   });
   const table = document.createElement("div");
   table.innerHTML = res.numbers_html;  // built by the server from the JSON document, escaped there
   out.append(table);
+  await plotlyReady;
+  res.figures.forEach((f, i) => Plotly.newPlot(divs[i], f.data, f.layout, {responsive: true, displaylogo: false}));
 }
 
 async function submit(form) {
@@ -74,7 +83,7 @@ async function submit(form) {
     const r = await fetch(`/api/${cmd}?${q}`);
     const res = await r.json();
     form.querySelector(".form-error").textContent = "";
-    render(form, res);
+    await render(form, res);
   } catch (e) {
     form.querySelector(".form-error").textContent = `no answer from the gpuplan server (${e})`;
   }
@@ -107,3 +116,4 @@ if (form && [...params.keys()].some((k) => k !== "cmd")) {
 } else {
   document.body.dataset.state = "ready";
 }
+performance.mark("gpuplan-forms-ready");
