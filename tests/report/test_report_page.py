@@ -54,9 +54,9 @@ def test_a_plan_that_does_not_fit_still_writes_its_report_and_exits_3(tmp_path, 
     assert "Memory per GPU by pipeline stage" in (tmp_path / "r.html").read_text()
 
 
-def test_rows_skip_keys_another_mode_of_the_command_lacks():
-    assert [r.key for r in rows("serve", {"model": "m", "gpu": "g"})] == ["model", "gpu"]
-    assert [r.text for r in rows("unknown", {"a": 1.5, "b": [1]})] == ["1.5"]
+def test_rows_skip_keys_another_mode_of_the_command_lacks_and_show_its_own_numbers():
+    assert [r.key for r in rows("serve", {"model": "m", "gpu": "g", "speed": 2.0})] == ["model", "gpu", "speed"]
+    assert [r.text for r in rows("unknown", {"a": 1.5, "b": [1]})] == ["1.5"]  # scalars only
 
 
 def test_a_closing_script_tag_in_the_data_cannot_end_the_inline_script():

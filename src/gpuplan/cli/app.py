@@ -403,6 +403,7 @@ def train(
             microbatches=max(1, (global_batch or micro_batch * plan.dp) // (micro_batch * plan.dp)),
         )
         oest = estimate_offload_training(oreq)
+        _report(html, "train", od(oest))
         check_fits(oest)
         _emit_json(od(oest)) if json_out else render_train_offload(od(oest))
         return

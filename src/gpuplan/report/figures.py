@@ -575,6 +575,6 @@ def figures(command: str, doc: dict, slo: dict | None = None) -> list[Figure]:
     for build in BUILDERS.get(command, ()):
         try:
             out.append(build(doc, slo) if build is serve_curve else build(doc))
-        except (KeyError, TypeError, IndexError):
+        except (KeyError, TypeError, IndexError, AttributeError, ValueError):
             continue
     return out

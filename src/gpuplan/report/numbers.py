@@ -203,14 +203,18 @@ def _dynamic(command: str, doc: dict) -> Spec:
 def rows(command: str, doc: dict) -> list[Row]:
     """The table for ``command``; keys the document lacks (another mode of the command) are left
     out, and a document with no known spec shows its top-level scalars."""
-    spec = SPECS.get(command, []) + _dynamic(command, doc)
-    if not spec:
-        spec = [(k, k, _text) for k, v in doc.items() if isinstance(v, (int, float, str, bool)) or v is None]
     out = []
-    for label, key, fmt in spec:
+    for label, key, fmt in SPECS.get(command, []) + _dynamic(command, doc):
         try:
             value = lookup(doc, key)
         except (KeyError, IndexError, TypeError):
             continue
         out.append(Row(label, key, value, "-" if value is None else fmt(value)))
+    if len(out) < 5:  # another mode's document (offload): its top-level numbers as they are
+        shown = {r.key for r in out}
+        for k, v in doc.items():
+            if k not in shown and (isinstance(v, (int, float, str, bool)) or v is None):
+                out.append(
+                    Row(k.replace("_", " "), k, v, "-" if v is None else _num(v) if isinstance(v, float) else str(v))
+                )
     return out
