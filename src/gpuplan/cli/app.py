@@ -1783,7 +1783,7 @@ def ui(port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: any free po
 DEPRECATED = {"--tpot-slo": "--itl-slo", "--cost": "--checkpoint-cost"}
 
 
-@functools.cache
+@functools.lru_cache(maxsize=1)
 def click_command():
     """The click command typer builds from ``app``, built once: building it costs more than a
     train estimate, and ``gpuplan ui`` runs a command per request."""

@@ -36,7 +36,7 @@ pre { background: #f7f7f7; padding: 0.6rem; overflow: auto; max-height: 30rem; f
 """
 
 
-@functools.cache
+@functools.lru_cache(maxsize=1)
 def plotly_js() -> str:
     """plotly.js as plotly's wheel ships it: the page needs nothing from the network."""
     return (resources.files("plotly") / "package_data" / "plotly.min.js").read_text(encoding="utf-8")

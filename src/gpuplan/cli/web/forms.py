@@ -215,7 +215,7 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=32)  # one entry per form
 def fields(key: str) -> tuple[Field, ...]:
     """The form's fields, from the click parameters of its command."""
     from gpuplan import catalog

@@ -23,14 +23,14 @@ from gpuplan.cli.web.page import index_html
 STATIC = {"ui.js": "text/javascript", "ui.css": "text/css"}
 
 
-@functools.cache
+@functools.lru_cache(maxsize=len(STATIC) + 1)
 def _static(name: str) -> bytes:
     if name == "plotly.min.js":
         return (resources.files("plotly") / "package_data" / "plotly.min.js").read_bytes()
     return (resources.files("gpuplan.cli.web") / "static" / name).read_bytes()
 
 
-@functools.cache
+@functools.lru_cache(maxsize=1)
 def _index() -> bytes:
     return index_html().encode()
 
