@@ -48,16 +48,23 @@ def browser():
         b.close()
 
 
+@pytest.fixture(scope="module")
+def context(browser):
+    # one context: its HTTP cache keeps plotly.js (4.6 MB) between the tests' pages
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    yield ctx
+    ctx.close()
+
+
 @pytest.fixture
-def page(browser):
+def page(context):
     """A fresh page that records console errors and uncaught exceptions."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
     pg = context.new_page()
     pg.errors = []
     pg.on("console", lambda m: pg.errors.append(m.text) if m.type == "error" else None)
     pg.on("pageerror", lambda e: pg.errors.append(str(e)))
     yield pg
-    context.close()
+    pg.close()
 
 
 def _shot(pg, name, tmp_path):
@@ -87,8 +94,8 @@ def _cli_json(command_line, capsys):
 
 
 def test_the_page_loads_without_console_errors_and_paints(page, server, tmp_path):
-    page.goto(server + "/")
-    page.wait_for_function("document.body.dataset.state === 'ready'")
+    page.goto(server + "/")  # waits for the load event: plotly.js (async) included
+    page.wait_for_function("document.body.dataset.state === 'ready' && window.Plotly !== undefined")
     assert page.locator(".tab").count() == 9
     assert page.locator("#section-train").is_visible()
     paint = page.evaluate("performance.getEntriesByName('first-contentful-paint').map(e => e.startTime)")
@@ -98,7 +105,7 @@ def test_the_page_loads_without_console_errors_and_paints(page, server, tmp_path
 
 
 def test_a_train_form_renders_the_numbers_the_cli_prints(page, server, capsys, tmp_path):
-    page.goto(server + "/?cmd=train")
+    page.goto(server + "/?cmd=train", wait_until="domcontentloaded")
     page.wait_for_function("document.body.dataset.state === 'ready'")
     for name, value in {"gpus": "8", "tp": "2", "zero": "1", "tokens": "1B"}.items():
         page.fill(f"#train-{name}", value)
@@ -117,7 +124,7 @@ def test_a_train_form_renders_the_numbers_the_cli_prints(page, server, capsys, t
 
 
 def test_a_bad_value_shows_the_cli_message_beside_its_field(page, server, capsys):
-    page.goto(server + "/?cmd=whatif")
+    page.goto(server + "/?cmd=whatif", wait_until="domcontentloaded")
     page.wait_for_function("document.body.dataset.state === 'ready'")
     page.fill("#whatif-cost", "soon")
     page.click("#section-whatif button[type=submit]")
@@ -130,7 +137,9 @@ def test_a_bad_value_shows_the_cli_message_beside_its_field(page, server, capsys
 
 
 def test_a_shared_link_reopens_its_form_and_answer(page, server, capsys):
-    page.goto(server + "/?cmd=serve&model=llama-3.1-8b&concurrency=8&itl_slo=20ms&target_rps=4")
+    page.goto(
+        server + "/?cmd=serve&model=llama-3.1-8b&concurrency=8&itl_slo=20ms&target_rps=4", wait_until="domcontentloaded"
+    )
     page.wait_for_selector("#results-serve td[data-key]")
     assert page.input_value("#serve-concurrency") == "8"
     assert page.locator("#section-serve").is_visible()
