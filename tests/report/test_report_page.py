@@ -40,6 +40,7 @@ def test_the_report_shows_the_json_numbers_and_opens_offline(name, tmp_path, cap
     # self-contained: no script, style or picture from anywhere else
     assert not re.search(r'<(script|link|img)[^>]+(src|href)="', page)
     assert "Plotly.newPlot" in page and len(page) > 1_000_000  # plotly.js is inline
+    assert f'<p class="command">gpuplan {" ".join(COMMANDS[name])}</p>' in page  # how it was made
 
 
 def test_a_report_path_that_is_not_html_is_refused_before_any_work(tmp_path, capsys):

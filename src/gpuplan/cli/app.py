@@ -150,12 +150,17 @@ def _show(doc: dict, json_out: bool, renderer: str) -> None:
     getattr(render, renderer)(doc)
 
 
+_ARGS: list[str] = []  # the command line main() is running, for the header of an --html report
+
+
 def _report(path: str | None, command: str, doc: dict, slo: dict | None = None) -> None:
     """--html: the report of the document --json prints (gpuplan/report/)."""
     if path:
         from gpuplan.report.page import write_report
 
-        write_report(path, command, _strict(doc), slo=slo)
+        drop = {i for i, a in enumerate(_ARGS) if a == "--html"} | {i + 1 for i, a in enumerate(_ARGS) if a == "--html"}
+        argv = [a for i, a in enumerate(_ARGS) if i not in drop and not a.startswith("--html=") and a != "--json"]
+        write_report(path, command, _strict(doc), argv=argv or None, slo=slo)
 
 
 def _emit_json(doc) -> None:
@@ -1794,6 +1799,7 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app; bad input is one line and exit code 2, a plan that does not fit 3."""
     command = click_command()
     args = sys.argv[1:] if argv is None else list(argv)
+    _ARGS[:] = args
     head = args[: args.index("--")] if "--" in args else args  # slurm: what follows -- is the user's command
     # Said after an answer only, so that an error stays the single line on stderr
     notes = [

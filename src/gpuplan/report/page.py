@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import html
 import json
+import shlex
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,7 @@ def results(command: str, doc: dict, slo: dict | None = None) -> dict:
 def report_html(command: str, doc: dict, argv: list[str] | None = None, slo: dict | None = None) -> str:
     res = results(command, doc, slo)
     title = TITLES.get(command, command)
-    line = "gpuplan " + " ".join(argv) if argv else f"gpuplan {command}"
+    line = "gpuplan " + shlex.join(argv) if argv else f"gpuplan {command}"
     divs = "".join(f'<div class="figure" id="figure-{i}"></div>' for i in range(len(res["figures"])))
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
