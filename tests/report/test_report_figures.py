@@ -44,3 +44,9 @@ def test_a_pipeline_timeline_grows_with_its_ranks_and_names_its_time_unit():
 
 def test_a_figure_whose_keys_are_missing_is_left_out_rather_than_failing():
     assert figures("train", {"memory": {}}) == []
+
+
+def test_a_figure_with_a_nan_is_left_out_so_the_page_json_stays_valid():
+    doc = {"mtbf_s": float("nan"), "cost_s": 60.0, "restart_s": 0.0, "daly_s": 1.0, "young_s": 1.0,
+           "expected_waste_fraction": 0.1, "expected_waste_fraction_young": 0.1}  # fmt: skip
+    assert figures("checkpoint-interval", doc) == []

@@ -4,6 +4,7 @@ hover, zoom and pan come with it. Units are converted here, for display only (Gi
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from typing import Any
@@ -574,7 +575,9 @@ def figures(command: str, doc: dict, slo: dict | None = None) -> list[Figure]:
     out = []
     for build in BUILDERS.get(command, ()):
         try:
-            out.append(build(doc, slo) if build is serve_curve else build(doc))
+            fig = build(doc, slo) if build is serve_curve else build(doc)
+            json.dumps(fig, allow_nan=False)  # a NaN would break the page's JSON: no picture rather than none at all
         except (KeyError, TypeError, IndexError, AttributeError, ValueError):
             continue
+        out.append(fig)
     return out
