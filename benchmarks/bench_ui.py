@@ -44,7 +44,7 @@ def main() -> int:
 
     srv = make_server(0)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
-    warm()
+    warm().join()  # as a user finds it: started, not still warming up
     url = f"http://127.0.0.1:{srv.server_address[1]}/"
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import shlex
+import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
@@ -101,14 +102,14 @@ class Handler(BaseHTTPRequestHandler):
         pass  # the terminal shows the URL, not a line per request
 
 
-def warm() -> None:
+def warm() -> threading.Thread:
     """Build the page and import the planners before the first visitor, who then waits for an
     answer rather than for imports."""
     _index()
-    import threading
-
     # One small plan through the whole path, in the background: the first answer is then warm too
-    threading.Thread(target=runner.run, args=(["train", "llama-3.1-8b", "--zero", "2"],), daemon=True).start()
+    thread = threading.Thread(target=runner.run, args=(["train", "llama-3.1-8b", "--zero", "2"],), daemon=True)
+    thread.start()
+    return thread
 
 
 def make_server(port: int = 8000, host: str = "127.0.0.1") -> ThreadingHTTPServer:
