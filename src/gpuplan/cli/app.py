@@ -1578,6 +1578,7 @@ def models(json_out: JsonOpt = False) -> None:
                 "model_type": m.model_type,
                 "params_total": p.total,
                 "params_active": p.active,
+                "params_vision": p.vision,
                 "layers": m.num_layers,
                 "hidden_size": m.hidden_size,
                 "heads": m.num_heads,

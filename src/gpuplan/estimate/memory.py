@@ -20,7 +20,14 @@ import functools
 from dataclasses import dataclass, field
 
 from gpuplan.estimate.activations import ActivationBreakdown, activation_breakdown
-from gpuplan.estimate.params import Tensor, count_params, embedding_tensors, head_tensors, layer_tensors
+from gpuplan.estimate.params import (
+    Tensor,
+    count_params,
+    embedding_tensors,
+    head_tensors,
+    layer_tensors,
+    vision_tensors,
+)
 from gpuplan.pipeline.split import layers_per_stage, stage_layers  # noqa: F401 (layers_per_stage: re-export)
 from gpuplan.specs import schedules
 from gpuplan.specs.model import ModelSpec
@@ -143,6 +150,8 @@ def _stage_tensors(
     out += [(t, n_moe) for t in layer_tensors(m, True)] if n_moe else []
     if stage == 0:
         out += [(t, 1) for t in embedding_tensors(m)]
+        # a multimodal model's vision tower feeds the embeddings: the first stage holds it
+        out += [(t, 1) for t in vision_tensors(m)]
     if stage == head:
         out += [(t, 1) for t in head_tensors(m)]
         if m.tied_embeddings and head != 0:  # Megatron keeps a copy of the shared embedding on the last stage

@@ -222,6 +222,8 @@ def to_dict(est: TrainEstimate) -> dict:
             "params_embedding": est.params.embedding,
             "params_lm_head": est.params.lm_head,
             "params_per_layer": list(est.params.per_layer),
+            "params_vision": est.params.vision,
+            "vision": vision_dict(req.model),
             "notes": list(req.model.notes),
         },
         "gpu": {
@@ -278,6 +280,26 @@ def to_dict(est: TrainEstimate) -> dict:
         "suggestions": [dataclasses.asdict(s) for s in est.suggestions],
         "mfu_source": "--mfu" if req.mfu is not None else "predicted",
         "performance": None if est.step is None else performance_dict(est.step, req.gpu),
+    }
+
+
+def vision_dict(m: ModelSpec) -> dict | None:
+    """A multimodal model's vision tower: what the plan counts and what it leaves out."""
+    v = m.vision
+    if v is None:
+        return None
+    from gpuplan.specs.vision import COUNTED
+
+    return {
+        "model_type": v.model_type,
+        "params": v.params,
+        "projector_params": v.projector_params,
+        "layers": v.layers,
+        "hidden_size": v.hidden_size,
+        "stage": 0,
+        "tensor_parallel": "replicated",
+        "counted": list(COUNTED),
+        "ignored": list(v.ignored),
     }
 
 
