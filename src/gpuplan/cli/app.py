@@ -234,7 +234,9 @@ def train(
     ] = None,
     tokens: Annotated[str | None, typer.Option(help="Training tokens, e.g. 2T, 15.6e12, 300B.")] = None,
     recompute: Annotated[str, typer.Option(help="Activation recompute: none, selective, full.")] = "none",
-    precision: Annotated[str, typer.Option(help="bf16, fp16, fp32 or fp8.")] = "bf16",
+    precision: Annotated[
+        str, typer.Option(help="bf16, fp16, fp32, fp8, or mxfp8/nvfp4 (Blackwell block-scaled GEMMs).")
+    ] = "bf16",
     master_weights: Annotated[
         bool, typer.Option("--master-weights/--no-master-weights", help="Keep an fp32 master copy (mixed precision).")
     ] = True,
@@ -429,7 +431,9 @@ def search(
     global_batch: Annotated[
         str, typer.Option(help="Global batch: sequences (512) or tokens with a suffix (16M).")
     ] = "512",
-    precision: Annotated[str, typer.Option(help="bf16, fp16, fp32 or fp8.")] = "bf16",
+    precision: Annotated[
+        str, typer.Option(help="bf16, fp16, fp32, fp8, or mxfp8/nvfp4 (Blackwell block-scaled GEMMs).")
+    ] = "bf16",
     optimizer: Annotated[str, typer.Option(help="adamw, adamw8bit, sgd or adafactor.")] = "adamw",
     objective: Annotated[str, typer.Option(help="Rank by throughput or cost.")] = "throughput",
     top: Annotated[int, typer.Option(help="How many plans to show.")] = 5,

@@ -23,7 +23,7 @@ from gpuplan.errors import GpuplanError
 from gpuplan.specs.hf import model_from_hf_config
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
-from gpuplan.specs.training import TrainingConfig
+from gpuplan.specs.training import LOW_PRECISION, TrainingConfig
 
 DATA = Path(__file__).resolve().parent.parent / "catalog" / "validation"
 CSV = DATA / "training_runs.csv"
@@ -216,7 +216,8 @@ def category(gpu: str, cfg: TrainingConfig, plan: ParallelPlan) -> tuple[str, st
 
     eff = catalog.gpu(gpu).efficiency
     family = eff.name if eff is not None else gpu  # GPUs sharing an efficiency file share a calibration
-    precision = "fp8" if cfg.precision == "fp8" else "16-bit"
+    # MXFP8 and NVFP4 are their own kinds: no published run of them in the set, so uncalibrated
+    precision = cfg.precision if cfg.precision in LOW_PRECISION else "16-bit"
     context = "long (>= 32K)" if cfg.seq_len >= 32768 else "short (< 32K)"
     if plan.ep > 1:
         style = "moe"
