@@ -232,6 +232,7 @@ def to_dict(est: TrainEstimate) -> dict:
             "count": req.plan.world_size,
             "peak_flops": req.gpu.peak(req.config.compute_dtype),
             "compute_dtype": req.config.compute_dtype,
+            "network": network_dict(req.gpu),
         },
         "plan": {
             **dataclasses.asdict(req.plan),
@@ -280,6 +281,21 @@ def to_dict(est: TrainEstimate) -> dict:
         "suggestions": [dataclasses.asdict(s) for s in est.suggestions],
         "mfu_source": "--mfu" if req.mfu is not None else "predicted",
         "performance": None if est.step is None else performance_dict(est.step, req.gpu),
+    }
+
+
+def network_dict(gpu: GPUSpec) -> dict:
+    """The node and network facts the plan used (the catalog entry's, or a --cluster file's)."""
+    e = gpu.efficiency
+    return {
+        "gpus_per_node": gpu.gpus_per_node,
+        "scale_up_domain": gpu.fast_domain,
+        "interconnect": gpu.interconnect,
+        "intra_bytes_per_s": gpu.intra_bytes_per_s,
+        "inter_bytes_per_s": gpu.inter_bytes_per_s,
+        "nics_per_node": gpu.nics_per_node,
+        "intra_latency_s": None if e is None else e.intra_latency_s,
+        "inter_latency_s": None if e is None else e.inter_latency_s,
     }
 
 
