@@ -169,7 +169,7 @@ def estimate_training(req: TrainRequest) -> TrainEstimate:
         price_per_gpu_hour=req.price_per_gpu_hour,
     )
     suggestions = () if memory.fits else suggest_fixes(req)
-    band = None if req.mfu is not None else error_band(req.gpu.id, c, req.plan, step.step_s)
+    band = None if req.mfu is not None else error_band(req.gpu, c, req.plan, step.step_s)
     return TrainEstimate(
         request=req,
         params=count_params(m),
