@@ -95,6 +95,25 @@ def test_whole_model_and_vision_tower_equal_transformers(name):
     assert (counts.total, counts.vision) == (total, vision)
 
 
+@pytest.mark.parametrize(
+    "name, outer, text",
+    [
+        ("gemma3-siglip-head", None, False),  # Gemma3Config ties by default, whatever text_config says
+        ("qwen3-vl", None, True),  # Qwen3VLConfig does not, whatever text_config says
+        ("qwen3-vl", True, None),
+        ("llama4", True, None),  # Llama 4 follows its text_config
+        ("llama4", None, True),
+    ],
+)
+def test_tied_embeddings_are_read_where_transformers_reads_them(name, outer, text):
+    config = json.loads(json.dumps(SMALL[name]))
+    if outer is not None:
+        config["tie_word_embeddings"] = outer
+    if text is not None:
+        config["text_config"]["tie_word_embeddings"] = text
+    assert count_params(model_from_hf_config(config)).total == _counts(build_whole_on_meta(config))[0]
+
+
 def test_a_hub_config_json_with_flat_text_keys_is_read_whole():
     # Qwen2.5-VL-7B-Instruct's config.json as the Hub ships it: text keys beside vision_config
     path = DATA / "Qwen2.5-VL-7B-Instruct" / "config.json"

@@ -261,6 +261,9 @@ NESTED_TEXT = {
 # multimodal configs that may keep the text model's keys at the top level, beside vision_config
 # (the Hub's Qwen2.5-VL configs; Qwen2_5_VLConfig moves them into text_config)
 FLAT_TEXT = ("qwen2_5_vl",)
+# composite configs whose own tie_word_embeddings (default as given) ties the LM head, as
+# transformers builds them; Llama 4 and Mistral 3 follow their text_config's
+OUTER_TIE = {"gemma3": True, "qwen2_5_vl": False, "qwen3_vl": False}
 
 
 def _layer_flags(c: _Config, f: _Family, layers: int) -> tuple[int | None, int]:
@@ -616,12 +619,14 @@ def _split_multimodal(config: dict[str, Any], where: str) -> tuple[dict[str, Any
         raise GpuplanError(f"{where}: text_config", f"must be an object, got {type(text).__name__}")
     text = dict(text)
     text.setdefault("model_type", NESTED_TEXT.get(str(outer), outer))
-    # the composite config's tie_word_embeddings decides (PreTrainedModel ties by the top-level
-    # config; Qwen2_5_VLConfig also ties when its text config asks)
-    if "tie_word_embeddings" in config and config["tie_word_embeddings"] is not None:
-        text["tie_word_embeddings"] = bool(config["tie_word_embeddings"]) or bool(text.get("tie_word_embeddings"))
-    elif outer == "gemma3":
-        text.setdefault("tie_word_embeddings", True)  # Gemma3Config's default
+    if outer in OUTER_TIE:
+        # the composite config's tie_word_embeddings decides (its class default when absent);
+        # Qwen2_5_VLConfig also ties when its text config asks
+        tied = config.get("tie_word_embeddings")
+        tied = OUTER_TIE[outer] if tied is None else tied
+        if not isinstance(tied, bool):
+            raise GpuplanError(f"{where}: tie_word_embeddings", f"must be true or false, got {tied!r}")
+        text["tie_word_embeddings"] = tied or (outer == "qwen2_5_vl" and text.get("tie_word_embeddings") is True)
     return text, f"{where}: text_config", config
 
 
