@@ -183,7 +183,12 @@ class GPUSpec:
             return self.peak_flops[element]
         if dtype not in self.peak_flops:
             have = ", ".join(sorted(self.peak_flops))
-            raise GpuplanError("precision", f"{self.name} has no {dtype} tensor cores", f"choose one of: {have}")
+            usable = [p for p in ("bf16", "fp16", "fp8", "fp32") if p in self.peak_flops or p == "fp32"]
+            raise GpuplanError(
+                "precision",
+                f"{self.name} has no {dtype} tensor cores",
+                f"use --precision {' or '.join(usable[:2])} (its tensor-core dtypes: {have})",
+            )
         return self.peak_flops[dtype]
 
     @classmethod

@@ -658,8 +658,8 @@ def model_from_hf_config(config: dict[str, Any], name: str = "custom", where: st
     else:
         note = (
             f"{kind} vision tower counted ({tower.params:,} parameters: weights and training states on "
-            f"the first pipeline stage); its {', '.join(tower.ignored)} are not modelled (they depend "
-            "on images per sample)"
+            "the first pipeline stage); its activations, FLOPs and step time are not modelled (they "
+            "depend on images per sample)"
         )
     return dataclasses.replace(spec, vision=tower, notes=(note, *spec.notes))
 
