@@ -72,6 +72,10 @@ HtmlOpt = Annotated[
 ]
 # Options several commands share, declared once
 ModelArg = Annotated[str, typer.Argument(help="Catalog id (see `gpuplan models`) or a path to a config.json.")]
+ClusterOpt = Annotated[
+    str | None,
+    typer.Option(help="A cluster TOML file: its GPU, nodes, NVLink and NIC networks (replaces --gpu; see README)."),
+]
 GpuOpt = Annotated[str, typer.Option(help="GPU id (see `gpuplan gpus`) or a GPU TOML file in the catalog's schema.")]
 TpOpt = Annotated[int, typer.Option(help="Tensor-parallel degree.")]
 PpOpt = Annotated[int, typer.Option(help="Pipeline-parallel degree.")]
@@ -183,6 +187,21 @@ def _strict(x):
     return x
 
 
+def _hardware(gpu: str, cluster: str | None, gpus: int | None):
+    """(GPU, GPU count): a --cluster file's GPU with its nodes and networks (specs/cluster_file.py),
+    else the --gpu entry; the count defaults to the whole cluster (8 without one)."""
+    from gpuplan import catalog
+
+    if not cluster:
+        return catalog.gpu(gpu), 8 if gpus is None else gpus
+    from gpuplan.specs.cluster_file import read_cluster_file
+
+    found = read_cluster_file(cluster)
+    gpus = found.gpus if gpus is None else gpus
+    found.check_gpus(gpus)
+    return found.gpu, gpus
+
+
 def _calibrated(hw, calibration: str | None, allocator_fraction: float | None):
     """(GPU, profile, allocator reserve) with a --calibration profile applied: its efficiency for
     the GPU, its reserve unless --allocator-fraction was given (None: the config's default)."""
@@ -220,7 +239,10 @@ def _calibrated(hw, calibration: str | None, allocator_fraction: float | None):
 def train(
     model: ModelArg,
     gpu: GpuOpt = "h100-sxm",
-    gpus: Annotated[int, typer.Option(help="Number of GPUs (world size).")] = 8,
+    gpus: Annotated[
+        int | None, typer.Option(help="Number of GPUs (world size; default 8, or all of --cluster).")
+    ] = None,
+    cluster: ClusterOpt = None,
     tp: TpOpt = 1,
     pp: PpOpt = 1,
     dp: Annotated[int | None, typer.Option(help="Data-parallel degree (default: gpus / (tp*pp*cp)).")] = None,
@@ -254,7 +276,9 @@ def train(
     ] = None,
     tokens: Annotated[str | None, typer.Option(help="Training tokens, e.g. 2T, 15.6e12, 300B.")] = None,
     recompute: Annotated[str, typer.Option(help="Activation recompute: none, selective, full.")] = "none",
-    precision: Annotated[str, typer.Option(help="bf16, fp16, fp32 or fp8.")] = "bf16",
+    precision: Annotated[
+        str, typer.Option(help="bf16, fp16, fp32, fp8, or mxfp8/nvfp4 (Blackwell block-scaled GEMMs).")
+    ] = "bf16",
     master_weights: Annotated[
         bool, typer.Option("--master-weights/--no-master-weights", help="Keep an fp32 master copy (mixed precision).")
     ] = True,
@@ -333,7 +357,7 @@ def train(
     from gpuplan.units import GiB
 
     spec = catalog.model(model)
-    hw = catalog.gpu(gpu)
+    hw, gpus = _hardware(gpu, cluster, gpus)
     hw, prof, allocator_fraction = _calibrated(hw, calibration, allocator_fraction)
     if dp is None:
         if gpus % (tp * pp * cp):
@@ -448,12 +472,15 @@ def train(
 def search(
     model: ModelArg,
     gpu: GpuOpt = "h100-sxm",
-    gpus: Annotated[int, typer.Option(help="Number of GPUs.")] = 8,
+    gpus: Annotated[int | None, typer.Option(help="Number of GPUs (default 8, or all of --cluster).")] = None,
+    cluster: ClusterOpt = None,
     seq_len: Annotated[int, typer.Option(help="Sequence length in tokens.")] = 4096,
     global_batch: Annotated[
         str, typer.Option(help="Global batch: sequences (512) or tokens with a suffix (16M).")
     ] = "512",
-    precision: Annotated[str, typer.Option(help="bf16, fp16, fp32 or fp8.")] = "bf16",
+    precision: Annotated[
+        str, typer.Option(help="bf16, fp16, fp32, fp8, or mxfp8/nvfp4 (Blackwell block-scaled GEMMs).")
+    ] = "bf16",
     optimizer: Annotated[str, typer.Option(help="adamw, adamw8bit, sgd or adafactor.")] = "adamw",
     objective: Annotated[str, typer.Option(help="Rank by throughput or cost.")] = "throughput",
     top: Annotated[int, typer.Option(help="How many plans to show.")] = 5,
@@ -483,7 +510,8 @@ def search(
     from gpuplan.search.plans import search as run_search
     from gpuplan.specs.training import TrainingConfig
 
-    spec, hw = catalog.model(model), catalog.gpu(gpu)
+    spec = catalog.model(model)
+    hw, gpus = _hardware(gpu, cluster, gpus)
     hw, prof, reserve = _calibrated(hw, calibration, None)
     base = TrainingConfig.for_framework(
         framework,
@@ -1623,6 +1651,7 @@ def models(json_out: JsonOpt = False) -> None:
                 "model_type": m.model_type,
                 "params_total": p.total,
                 "params_active": p.active,
+                "params_vision": p.vision,
                 "layers": m.num_layers,
                 "hidden_size": m.hidden_size,
                 "heads": m.num_heads,

@@ -32,10 +32,14 @@ from gpuplan.estimate.memory import _local_shape
 from gpuplan.estimate.params import Tensor, layer_tensors
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
+from gpuplan.specs.training import BLOCK_SCALED, LOW_PRECISION
 
 
 def dtype_bytes(dtype: str) -> float:
-    return {"fp8": 1.0, "int8": 1.0, "bf16": 2.0, "fp16": 2.0, "tf32": 4.0, "fp32": 4.0}[dtype]
+    """Bytes per element; MXFP8 and NVFP4 with their block scales (specs/training.py BLOCK_SCALED)."""
+    return {"fp8": 1.0, "int8": 1.0, "bf16": 2.0, "fp16": 2.0, "tf32": 4.0, "fp32": 4.0}.get(dtype) or (
+        BLOCK_SCALED[dtype][0] + BLOCK_SCALED[dtype][1]
+    )
 
 
 def gemm_compute_time(gpu: GPUSpec, dtype: str, m: float, n: float, k: float, batch: float = 1) -> float:
@@ -87,19 +91,23 @@ def flash_time(
 
 
 def _high_precision(dtype: str) -> str:
-    """The dtype of what an FP8 recipe leaves in high precision (attention core, output layer)."""
-    return "bf16" if dtype == "fp8" else dtype
+    """The dtype of what an FP8 (or MXFP8/NVFP4) recipe leaves in high precision (attention core,
+    output layer, router)."""
+    return "bf16" if dtype in LOW_PRECISION else dtype
 
 
-def fp8_cast_times(gpu: GPUSpec, inputs: float, grads: float, act_bytes: float) -> tuple[float, float]:
+def fp8_cast_times(
+    gpu: GPUSpec, inputs: float, grads: float, act_bytes: float, quant_bytes: float = 1.0
+) -> tuple[float, float]:
     """(forward, backward) seconds of quantizing one FP8 GEMM's operands: the forward casts its
     input X (``inputs`` elements) and the backward the output gradient dY (``grads``), each read in
     BF16 and written as FP8 plus its FP8 transpose, which the other backward GEMM consumes
     (TransformerEngine's cast_transpose kernels; Micikevicius et al. 2022, "FP8 Formats for Deep
     Learning", section 4: per-tensor scaled casts around every GEMM). Weights are cast once per
     step and cached over the micro-batches (TE ``is_first_microbatch``), so are not counted here;
-    the per-step amax/scale update is one small kernel per tensor, inside the launch overhead."""
-    per = act_bytes + 2.0  # read the high-precision tensor; write FP8 and FP8 transposed
+    the per-step amax/scale update is one small kernel per tensor, inside the launch overhead.
+    MXFP8/NVFP4 casts write ``quant_bytes`` per element per copy, their block scales included."""
+    per = act_bytes + 2.0 * quant_bytes  # read the high-precision tensor; write it quantized and transposed
     return memory_time(gpu, inputs * per), memory_time(gpu, grads * per)
 
 
@@ -229,8 +237,8 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
             b=gemm_time(gpu, d, rows, n_in, n_out, experts),
             w=gemm_time(gpu, d, n_out, n_in, rows, experts),
         )
-        if d == "fp8":
-            fwd_c, bwd_c = fp8_cast_times(gpu, rows * n_in * experts, rows * n_out * experts, a)
+        if d in LOW_PRECISION:
+            fwd_c, bwd_c = fp8_cast_times(gpu, rows * n_in * experts, rows * n_out * experts, a, dtype_bytes(d))
             out.add("fp8_cast", fwd=fwd_c, b=bwd_c)
 
     # FP8 recipes run the attention core in BF16 (TransformerEngine's FP8 dot-product attention is

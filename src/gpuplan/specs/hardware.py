@@ -85,7 +85,10 @@ class Efficiency:
         return self.flash_fwd, self.flash_bwd
 
     def gemm_fraction(self, dtype: str) -> float:
-        return self.gemm.get(dtype, min(self.gemm.values()))
+        """The measured fraction for ``dtype`` (a block-scaled format: its element type's), else the
+        lowest measured one."""
+        element = {"mxfp8": "fp8", "nvfp4": "fp4"}.get(dtype, dtype)
+        return self.gemm.get(dtype, self.gemm.get(element, min(self.gemm.values())))
 
     @classmethod
     def from_catalog(cls, data: dict) -> Efficiency:
@@ -200,10 +203,32 @@ class GPUSpec:
         return max(self.gpus_per_node, self.nvlink_domain)
 
     def peak(self, dtype: str) -> float:
-        """Dense peak FLOP/s for a compute dtype."""
+        """Dense peak FLOP/s for a compute dtype. The block-scaled formats run at the rate of their
+        element type (MXFP8 at FP8's, NVFP4 at FP4's: NVIDIA Blackwell datasheets) and need the
+        block-scale tensor cores that came with FP4 (NVIDIA Blackwell, AMD CDNA 4); NVFP4 is
+        NVIDIA's own."""
+        if dtype in ("mxfp8", "nvfp4"):
+            element = "fp8" if dtype == "mxfp8" else "fp4"
+            if "fp4" not in self.peak_flops or element not in self.peak_flops:
+                raise GpuplanError(
+                    "precision",
+                    f"{self.name} has no block-scaled (MX/NVFP4) tensor cores for {dtype}; they need "
+                    "NVIDIA Blackwell (B200, B300, GB200) or AMD CDNA 4 (MI355X)",
+                    "use --precision fp8 (per-tensor scaled) where the GPU has fp8, else bf16",
+                )
+            if dtype == "nvfp4" and self.vendor != "nvidia":
+                raise GpuplanError(
+                    "precision", f"nvfp4 is an NVIDIA format; {self.name} cannot run it", "use --precision mxfp8"
+                )
+            return self.peak_flops[element]
         if dtype not in self.peak_flops:
             have = ", ".join(sorted(self.peak_flops))
-            raise GpuplanError("precision", f"{self.name} has no {dtype} tensor cores", f"choose one of: {have}")
+            usable = [p for p in ("bf16", "fp16", "fp8", "fp32") if p in self.peak_flops or p == "fp32"]
+            raise GpuplanError(
+                "precision",
+                f"{self.name} has no {dtype} tensor cores",
+                f"use --precision {' or '.join(usable[:2])} (its tensor-core dtypes: {have})",
+            )
         return self.peak_flops[dtype]
 
     @classmethod
