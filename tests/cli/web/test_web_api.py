@@ -58,8 +58,11 @@ def test_a_bad_value_gets_the_cli_message_beside_its_field(key, query, field, ca
 
 
 def test_the_forms_take_their_defaults_and_help_from_the_cli_options():
+    seq = next(f for f in forms.fields("train") if f.name == "seq_len")
+    assert seq.default == "4096" and seq.flag == "--seq-len"
+    # no default in the CLI (8, or the whole --cluster): the field is left blank, its help says so
     gpus = next(f for f in forms.fields("train") if f.name == "gpus")
-    assert gpus.default == "8" and gpus.flag == "--gpus" and "GPUs" in gpus.help
+    assert gpus.default == "" and gpus.flag == "--gpus" and "GPUs" in gpus.help
     model = next(f for f in forms.fields("serve") if f.name == "model")
     assert "llama-3.1-70b" in model.choices and model.flag is None
 
