@@ -59,3 +59,33 @@ def test_the_highest_rate_meeting_an_slo_meets_it_and_twice_that_does_not():
     rate, at = max_rate(D, CFG, 200, Lengths.parse("1024", "i"), Lengths.parse("128", "o"), 0, 0.5, None, steps=6)
     assert at.percentiles()["ttft_s"]["p99"] <= 0.5
     assert _run(2 * rate, n=200).percentiles()["ttft_s"]["p99"] > 0.5
+
+
+def _closed(clients, n, cfg, i="1024", o="128"):
+    w = Workload.closed(n, Lengths.parse(i, "i"), Lengths.parse(o, "o"))
+    return simulate(D, cfg, w, clients=clients)
+
+
+def test_a_closed_loop_never_has_more_requests_outstanding_than_clients():
+    r = _closed(40, 300, ServeConfig(max_num_seqs=16), i="64-2048", o="exp:100")
+    assert r.arrival_s is not None
+    ends = r.arrival_s + r.e2e_s
+    for t in ends:  # requests sent and not finished just after each finish
+        assert ((r.arrival_s <= t) & (ends > t)).sum() <= 40
+    assert (r.arrival_s[:40] == 0).all() and (r.arrival_s[40:] > 0).all()
+    assert r.queued_mean > 0 and r.clients == 40
+
+
+def test_a_closed_loop_beyond_the_seats_matches_the_queueing_estimate():
+    from gpuplan.serve.plan import ServeRequest, estimate_serving
+
+    cfg = ServeConfig(max_num_seqs=64)
+    r = _closed(256, 1500, cfg)
+    e = estimate_serving(
+        ServeRequest(D.model, G, weights="fp8", kv="fp8", input_len=1024, output_len=128, concurrency=256, config=cfg)
+    )
+    assert e.point.queued == 192
+    assert r.queued_mean == pytest.approx(192, rel=0.1)
+    d = r.to_dict()
+    assert d["output_tokens_per_s"] == pytest.approx(e.point.output_tokens_per_s, rel=0.15)
+    assert r.percentiles()["ttft_s"]["p50"] == pytest.approx(e.point.ttft_s, rel=0.15)

@@ -665,6 +665,7 @@ def serve(
     tp=at_least(1),
     pp=at_least(1),
     requests=at_least(1, 200_000),
+    concurrency=at_least(1, 10**7),
     seed=seed_rule,
     gpu_memory_utilization=between(0, 1, lo_open=True),
     block_size=at_least(1, 10**6),
@@ -683,6 +684,9 @@ def serve_sim(
     input_len: Annotated[str, typer.Option(help="Prompt length: 2048, 512-4096 (uniform) or exp:1024.")] = "2048",
     output_len: Annotated[str, typer.Option(help="Output length: 256, 64-512 (uniform) or exp:256.")] = "256",
     trace: Annotated[str | None, typer.Option(help="CSV trace: arrival_s,input_len,output_len.")] = None,
+    concurrency: Annotated[
+        int | None, typer.Option(help="Closed loop of N clients, each sending its next request when one finishes.")
+    ] = None,
     seed: Annotated[int, typer.Option(help="Random seed (arrivals and lengths).")] = 0,
     ttft_slo: Annotated[str | None, typer.Option(help="p99 TTFT target, e.g. 2s: find the highest rate.")] = None,
     itl_slo: Annotated[
@@ -732,7 +736,14 @@ def serve_sim(
             "a trace sets the arrivals itself: --rate and the SLO search do not apply",
             "drop --rate/--ttft-slo/--itl-slo, or drop --trace",
         )
-    if not trace and not rates and not (ttft or itl):
+    if concurrency is not None and (trace or rates or ttft or itl):
+        # a closed loop sets its own arrivals, as a trace or a rate would
+        raise GpuplanError(
+            "concurrency",
+            "a closed loop of --concurrency clients sets the arrivals itself",
+            "drop --rate/--trace/--ttft-slo/--itl-slo, or drop --concurrency",
+        )
+    if not trace and not rates and not (ttft or itl) and concurrency is None:
         raise GpuplanError(
             "rate", "give --rate, --trace, or an SLO (--ttft-slo/--itl-slo) to search the rate", "e.g. --rate 1,2,4,8"
         )
@@ -741,7 +752,11 @@ def serve_sim(
     from gpuplan.cli.render import progress
 
     with progress(json_out) as bar:
-        if workload is not None:
+        if concurrency is not None:
+            task = bar.add_task(f"simulating {concurrency:,} clients", total=1)
+            results.append(simulate(d, cfg, Workload.closed(requests, lin, lout, seed), clients=concurrency))
+            bar.update(task, completed=1)
+        elif workload is not None:
             task = bar.add_task("simulating the trace", total=1)
             results.append(simulate(d, cfg, workload))
             bar.update(task, completed=1)

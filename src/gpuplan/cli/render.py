@@ -354,7 +354,7 @@ def render_serve(est, doc: dict) -> None:
         "KV cache (these sequences)",
         per["kv_cache"],
         cap,
-        f"{doc['concurrency']} x {r.input_len + r.output_len} tokens, blocks of {r.config.block_size}",
+        f"{doc['running']} x {r.input_len + r.output_len} tokens, blocks of {r.config.block_size}",
     )
     _mem_row(table, "activations (peak)", per["activations"], cap, f"{r.config.max_batched_tokens} batched tokens")
     _mem_row(table, "other", per["other"], cap, "CUDA context, graphs, NCCL")
@@ -365,7 +365,7 @@ def render_serve(est, doc: dict) -> None:
     console.print(
         f"KV per token: {doc['kv_bytes_per_token'] / 1024:,.1f} KiB (whole model), "
         f"{doc['kv_bytes_per_token_per_gpu'] / 1024:,.1f} KiB per GPU; max concurrency {doc['max_concurrency']:,}; "
-        f"max context at concurrency {doc['concurrency']}: {doc['max_context_at_concurrency']:,} tokens"
+        f"max context at concurrency {doc['running']}: {doc['max_context_at_concurrency']:,} tokens"
     )
     console.print(
         f"paging wastes {pg['paged_waste_fraction']:.1%} of a sequence's blocks; contiguous pre-allocation of "
@@ -376,7 +376,14 @@ def render_serve(est, doc: dict) -> None:
     t = Table(title="Latency and throughput (steady state)")
     t.add_column("quantity")
     t.add_column("value", justify="right")
-    t.add_row("TTFT (prefill, no queueing)", fmt_duration(doc["ttft_s"]))
+    if doc["queued"]:
+        console.print(
+            f"[yellow]{doc['concurrency']:,} clients, {doc['running']:,} fit at once: {doc['queued']:,} wait in the "
+            f"queue, {fmt_duration(doc['queue_wait_s'])} each (included in TTFT)[/]"
+        )
+        t.add_row("TTFT (queue wait + prefill)", fmt_duration(doc["ttft_s"]))
+    else:
+        t.add_row("TTFT (prefill, no queueing)", fmt_duration(doc["ttft_s"]))
     t.add_row("TPOT (inter-token latency)", fmt_duration(doc["tpot_s"]))
     t.add_row("end-to-end per request", fmt_duration(doc["e2e_s"]))
     t.add_row("output tokens/s (replica)", f"{doc['output_tokens_per_s']:,.0f}")
@@ -450,7 +457,7 @@ def render_serve_sim(doc: dict) -> None:
     for r in runs:
         itl = r["itl_s"] or {"p50": 0.0, "p99": 0.0}
         table.add_row(
-            f"{r['rate']:,.2f}" if r["rate"] else "trace",
+            f"{r['clients']:,} clients" if r.get("clients") else (f"{r['rate']:,.2f}" if r["rate"] else "trace"),
             f"{r['requests']:,}",
             fmt_duration(r["ttft_s"]["p50"]),
             fmt_duration(r["ttft_s"]["p99"]),
@@ -462,6 +469,12 @@ def render_serve_sim(doc: dict) -> None:
             f"{r['preemptions']:,}",
         )
     console.print(table)
+    for r in runs:
+        if r.get("clients"):
+            console.print(
+                f"closed loop of {r['clients']:,} clients: on average {r['queued_mean']:,.1f} wait for a seat "
+                f"(TTFT includes the wait); {r['requests_per_s']:,.2f} requests/s"
+            )
     if doc.get("slo"):
         s = doc["slo"]
         goal = " and ".join(

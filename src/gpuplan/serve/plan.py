@@ -6,15 +6,20 @@ simulates request by request): every iteration each decoding sequence adds one t
 input/output prompt tokens per iteration for D decoding sequences (less the prefix-cache hits).
 The batched-token budget caps D at budget x output / (input + output). Output tokens/s = D / t_iter;
 the inter-token latency a user sees (TPOT) is an iteration with the other sequences' prefill
-chunks; TTFT is the prompt's own prefill in chunks beside D - 1 decodes (no queueing: serve-sim
-adds that). Max-throughput mode reserves every sequence's full input + output length up front,
+chunks; TTFT is the prompt's own prefill in chunks beside D - 1 decodes. Max-throughput mode reserves every sequence's full input + output length up front,
 as TensorRT-LLM's default GUARANTEED_NO_EVICT scheduler does.
+
+A concurrency above what the KV pool (or ``max_num_seqs``) holds is a closed loop of N clients, the
+way benchmark_serving.py / genai-perf run ``--concurrency N``: the engine runs at its capacity and
+the other requests wait in its queue (vLLM's ``waiting`` deque, TensorRT-LLM's pending requests).
+Little's law on the queue alone (Little 1961) gives the wait: N - running requests queue, and they
+leave it at the completion rate X, so each waits (N - running) / X, added to its TTFT.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpuplan.errors import DoesNotFit, GpuplanError, require
 from gpuplan.estimate.comm import efficiency
@@ -104,6 +109,12 @@ class Point:
     output_tokens_per_s: float
     input_tokens_per_s: float
     decode_share: float  # of the GPU time, the part decode would take alone (for $/token split)
+    queued: int = 0  # requests of the closed loop waiting for a slot
+    queue_wait_s: float = 0.0  # each one's wait, included in ttft_s
+
+    @property
+    def running(self) -> int:
+        return self.concurrency - self.queued
 
 
 @dataclass(frozen=True)
@@ -186,6 +197,17 @@ def steady_state(
         input_tokens_per_s=d * input_len / output_len / full.seconds,
         decode_share=min(1.0, alone / full.seconds),
     )
+
+
+def closed_loop(p: Point, clients: int, output_len: int) -> Point:
+    """``clients`` closed-loop clients against an engine that runs ``p.concurrency`` of them at once:
+    the rest queue, each for (clients - running) / X with X the completion rate in requests/s
+    (Little's law, L = X W, applied to the queue). Throughput stays the capacity's."""
+    if clients <= p.concurrency:
+        return p
+    queued = clients - p.concurrency
+    wait = queued / (p.output_tokens_per_s / output_len)
+    return replace(p, concurrency=clients, ttft_s=p.ttft_s + wait, queued=queued, queue_wait_s=wait)
 
 
 def compute_bound_batch(d: Deployment) -> float:
@@ -275,21 +297,12 @@ def estimate_serving(req: ServeRequest) -> ServeEstimate:
             f"has no room for one {length}-token sequence: short by {-short / GiB:.2f} GiB per GPU",
             _smallest_fix(req, cfg),
         )
-    if req.max_throughput:
-        conc = conc_max if not cfg.max_num_seqs else min(conc_max, cfg.max_num_seqs)
-    else:
-        conc = req.concurrency or 1
-        if conc > conc_max:
-            need = conc * blocks_per_sequence(d, cfg, length) * mem.kv_block_bytes
-            raise DoesNotFit(
-                "concurrency",
-                f"{conc} sequences of {length} tokens need {need / GiB:.1f} GiB of KV "
-                f"per GPU; the pool holds {mem.kv_pool / GiB:.1f} GiB ({conc_max} sequences)",
-                f"use --concurrency {conc_max}, --kv fp8, or a larger --tp",
-            )
+    seats = conc_max if not cfg.max_num_seqs else min(conc_max, cfg.max_num_seqs)
+    clients = seats if req.max_throughput else (req.concurrency or 1)
+    conc = min(clients, seats)  # running; the rest of a closed loop waits in the queue
     sm = step_model(d)
     hit = req.prefix_hit_rate
-    point = steady_state(sm, cfg, conc, req.input_len, req.output_len, hit)
+    point = closed_loop(steady_state(sm, cfg, conc, req.input_len, req.output_len, hit), clients, req.output_len)
     curve, b = [], 1
     while b < conc_max:
         curve.append(steady_state(sm, cfg, b, req.input_len, req.output_len, hit))
@@ -345,6 +358,9 @@ def estimate_serving(req: ServeRequest) -> ServeEstimate:
 def _point(p: Point) -> dict:
     return {
         "concurrency": p.concurrency,
+        "running": p.running,
+        "queued": p.queued,
+        "queue_wait_s": p.queue_wait_s,
         "decoding": p.decoding,
         "iteration_s": p.iteration_s,
         "tpot_s": p.tpot_s,
@@ -392,6 +408,9 @@ def to_dict(e: ServeEstimate) -> dict:
         "max_concurrency": e.max_concurrency,
         "max_context_at_concurrency": e.max_context_at_concurrency,
         "concurrency": p.concurrency,
+        "running": p.running,
+        "queued": p.queued,
+        "queue_wait_s": p.queue_wait_s,
         "paging": {
             "paged_bytes_per_sequence": paged,
             "paged_waste_fraction": 1 - exact / paged if paged else 0.0,

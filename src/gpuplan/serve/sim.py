@@ -11,7 +11,10 @@ admitted sequence is preempted, its blocks freed, and it waits to be recomputed 
 RECOMPUTE preemption). Sliding-window layers are treated as full layers here (a slight
 overestimate of their memory).
 
-Arrivals are Poisson at ``rate`` (or read from a trace), lengths fixed, uniform or exponential; a
+Arrivals are Poisson at ``rate`` (or read from a trace), or come from a closed loop of ``clients``
+(benchmark_serving.py ``--max-concurrency``, genai-perf ``--concurrency``): each client sends its
+next request the moment its last one finishes, so at most ``clients`` are in the engine or its
+queue, and whatever the KV pool or ``max_num_seqs`` cannot seat waits. Lengths fixed, uniform or exponential; a
 seed makes every run reproducible. Outputs: TTFT, inter-token latency (ITL) and end-to-end latency
 percentiles, throughput and preemptions; ``max_rate`` bisects for the highest rate whose p99s meet
 an SLO.
@@ -89,6 +92,13 @@ class Workload:
         return cls(arrivals, input_len.sample(rng, n), output_len.sample(rng, n))
 
     @classmethod
+    def closed(cls, n: int, input_len: Lengths, output_len: Lengths, seed: int = 0) -> Workload:
+        """``n`` requests for a closed loop: their arrival times are set by the simulation (zero here)."""
+        require(n >= 1, "requests", f"must be at least 1, got {n}")
+        rng = np.random.default_rng(seed)
+        return cls(np.zeros(n), input_len.sample(rng, n), output_len.sample(rng, n))
+
+    @classmethod
     def from_trace(cls, path: Path) -> Workload:
         """CSV with columns arrival_s, input_len, output_len (one request per row); a bad cell is
         an error naming its line and column."""
@@ -151,6 +161,9 @@ class SimResult:
     output_tokens: int
     preemptions: int
     iterations: int
+    clients: int | None = None  # closed loop of this many clients; None: open arrivals
+    queued_mean: float = 0.0  # requests waiting for a seat, averaged over time
+    arrival_s: np.ndarray | None = None  # when each request was sent (a closed loop sets them)
 
     def percentiles(self) -> dict:
         def pct(x, w=None):
@@ -178,6 +191,8 @@ class SimResult:
             "requests_per_s": self.requests / self.makespan_s if self.makespan_s else 0.0,
             "preemptions": self.preemptions,
             "iterations": self.iterations,
+            "clients": self.clients,
+            "queued_mean": self.queued_mean,
             **self.percentiles(),
         }
 
@@ -188,9 +203,15 @@ MAX_ITERATIONS = 1_000_000
 
 
 def simulate(
-    d: Deployment, cfg: ServeConfig, w: Workload, rate: float = 0.0, max_iterations: int = MAX_ITERATIONS
+    d: Deployment,
+    cfg: ServeConfig,
+    w: Workload,
+    rate: float = 0.0,
+    max_iterations: int = MAX_ITERATIONS,
+    clients: int | None = None,
 ) -> SimResult:
-    """Run the requests of ``w`` through one replica until all finish.
+    """Run the requests of ``w`` through one replica until all finish; with ``clients``, as a
+    closed loop (the first ``clients`` requests at time 0, each later one when another finishes).
 
     State lives in numpy arrays over requests; the running set is an array of request ids in
     admission order. Stretches where every running sequence decodes and nothing is waiting are
@@ -210,6 +231,12 @@ def simulate(
             "use shorter requests, --kv fp8, or a larger --tp",
         )
     arrival, prompt, out = w.arrival_s, w.input_len.astype(np.int64), w.output_len.astype(np.int64)
+    require(clients is None or clients >= 1, "concurrency", f"must be at least 1, got {clients}")
+    if clients is not None:  # arrivals are issued as requests finish
+        arrival = np.full(n, np.inf)
+        arrival[: min(clients, n)] = 0.0
+    issued = n if clients is None else min(clients, n)
+    queued_area = 0.0
     # every iteration handles at most the budget: a lower bound of the iterations, checked before running
     least = int(prompt.sum() + out.sum()) // cfg.max_batched_tokens
     if least > max_iterations // 10:
@@ -309,6 +336,7 @@ def simulate(
                 decode=n_dec, prefill=pre_tok, decode_context=dec_ctx, prefill_context=pre_ctx, prefill_seqs=pre_done
             )
         dt = it.seconds
+        queued_area += len(waiting) * steps * dt
         now += steps * dt
         iterations += steps
         if iterations > max_iterations:
@@ -340,6 +368,10 @@ def simulate(
             finish[gone] = now
             done += len(gone)
             running = running[~fin]
+            if issued < n:  # closed loop: each finished client sends its next request now
+                k = min(len(gone), n - issued)
+                arrival[issued : issued + k] = now
+                issued += k
     itl = np.concatenate(gaps) if gaps else np.zeros(0)
     return SimResult(
         rate=rate,
@@ -352,6 +384,9 @@ def simulate(
         output_tokens=int(out.sum()),
         preemptions=preemptions,
         iterations=iterations,
+        clients=clients,
+        queued_mean=queued_area / now if now else 0.0,
+        arrival_s=arrival,
     )
 
 
