@@ -29,3 +29,18 @@ def test_serve_sim_closed_loop_reports_the_clients_and_the_wait(capsys):
 def test_serve_sim_closed_loop_and_a_rate_are_exclusive(capsys):
     code, _, err = run(["serve-sim", "llama-3.1-8b", "--concurrency", "4", "--rate", "2"], capsys)
     assert code == 2 and "concurrency" in err and "Traceback" not in err
+
+
+def test_serve_engine_profile_sets_the_pool_rule_and_defaults(capsys):
+    base = ["serve", "llama-3.1-70b", "--weights", "fp8", "--kv", "fp8", "--max-throughput", "--json"]
+    code, out, _ = run([*base, "--engine", "trtllm"], capsys)
+    assert code == 0
+    trt = json.loads(out)
+    code, out, _ = run(base, capsys)
+    generic = json.loads(out)
+    assert trt["engine"]["name"] == "trtllm" and trt["engine"]["memory_rule"] == "free"
+    assert trt["memory"]["kv_pool"] > 4 * generic["memory"]["kv_pool"]
+    code, out, _ = run(["serve", "llama-3.1-8b", "--engine", "sglang"], capsys)
+    assert code == 0 and "engine sglang" in out
+    code, _, err = run(["serve", "llama-3.1-8b", "--engine", "tgi"], capsys)
+    assert code == 2 and "engine" in err and "vllm" in err

@@ -70,6 +70,12 @@ GpuOpt = Annotated[str, typer.Option(help="GPU id (see `gpuplan gpus`) or a GPU 
 TpOpt = Annotated[int, typer.Option(help="Tensor-parallel degree.")]
 PpOpt = Annotated[int, typer.Option(help="Pipeline-parallel degree.")]
 PriceOpt = Annotated[float | None, typer.Option(help="USD per GPU-hour (default: dated catalog price).")]
+EngineOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Serving engine profile: vllm, vllm-v0, sglang, trtllm (memory accounting, scheduler, host time)."
+    ),
+]
 CalibrationOpt = Annotated[
     str | None,
     typer.Option(
@@ -553,9 +559,16 @@ def serve(
     max_throughput: Annotated[
         bool, typer.Option("--max-throughput", help="As many sequences as memory allows (offline mode).")
     ] = False,
-    gpu_memory_utilization: Annotated[float, typer.Option(help="Fraction of GPU memory the engine may use.")] = 0.9,
-    block_size: Annotated[int, typer.Option(help="Tokens per KV-cache block (paging).")] = 16,
-    max_batched_tokens: Annotated[int, typer.Option(help="Tokens per iteration (chunked-prefill budget).")] = 8192,
+    engine: EngineOpt = None,
+    gpu_memory_utilization: Annotated[
+        float | None, typer.Option(help="Engine memory fraction (default 0.9, or the --engine's).")
+    ] = None,
+    block_size: Annotated[
+        int | None, typer.Option(help="Tokens per KV-cache block (default 16 or the engine's).")
+    ] = None,
+    max_batched_tokens: Annotated[
+        int | None, typer.Option(help="Tokens per iteration, chunked-prefill budget (default 8192 or the engine's).")
+    ] = None,
     max_num_seqs: Annotated[int | None, typer.Option(help="Cap on sequences per iteration.")] = None,
     max_model_len: Annotated[int | None, typer.Option(help="Longest context (default: the model's).")] = None,
     prefix_hit_rate: Annotated[float, typer.Option(help="Share of prompt tokens found in the prefix cache.")] = 0.0,
@@ -593,7 +606,7 @@ def serve(
 ) -> None:
     """Serving: does it fit, KV cache, max concurrency, TTFT/TPOT, tokens/s and $/M tokens."""
     from gpuplan import catalog
-    from gpuplan.serve.memory import ServeConfig
+    from gpuplan.serve.engines import engine_config
     from gpuplan.serve.plan import ServeRequest, estimate_serving, to_dict
 
     itl = inputs.duration(itl_slo, "itl_slo", max_s=86400) if itl_slo is not None else None
@@ -615,18 +628,14 @@ def serve(
             offload=offload or "auto",
             gpu_layers=gpu_layers,
             batch=concurrency,
-            gpu_memory_utilization=gpu_memory_utilization,
+            gpu_memory_utilization=gpu_memory_utilization if gpu_memory_utilization is not None else 0.9,
         )
         doc = od(plan_offload(oreq))
         _emit_json(doc) if json_out else render_serve_offload(doc)
         return
     price = _price(hw.id, price)
-    cfg = ServeConfig(
-        gpu_memory_utilization=gpu_memory_utilization,
-        block_size=block_size,
-        max_batched_tokens=max_batched_tokens,
-        max_num_seqs=max_num_seqs,
-        max_model_len=max_model_len,
+    cfg = engine_config(
+        engine, hw, tp, gpu_memory_utilization, block_size, max_batched_tokens, max_num_seqs, max_model_len
     )
     req = ServeRequest(
         model=catalog.model(model),
@@ -692,29 +701,34 @@ def serve_sim(
     itl_slo: Annotated[
         str | None, typer.Option("--itl-slo", "--tpot-slo", help="p99 inter-token latency (TPOT) target, e.g. 50ms.")
     ] = None,
-    gpu_memory_utilization: Annotated[float, typer.Option(help="Fraction of GPU memory the engine may use.")] = 0.9,
-    block_size: Annotated[int, typer.Option(help="Tokens per KV-cache block.")] = 16,
-    max_batched_tokens: Annotated[int, typer.Option(help="Tokens per iteration (chunked-prefill budget).")] = 8192,
-    max_num_seqs: Annotated[int | None, typer.Option(help="Cap on running sequences.")] = 256,
+    engine: EngineOpt = None,
+    gpu_memory_utilization: Annotated[
+        float | None, typer.Option(help="Engine memory fraction (default 0.9, or the --engine's).")
+    ] = None,
+    block_size: Annotated[
+        int | None, typer.Option(help="Tokens per KV-cache block (default 16 or the engine's).")
+    ] = None,
+    max_batched_tokens: Annotated[
+        int | None, typer.Option(help="Tokens per iteration, chunked-prefill budget (default 8192 or the engine's).")
+    ] = None,
+    max_num_seqs: Annotated[
+        int | None, typer.Option(help="Cap on running sequences (default 256, or the --engine's).")
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Discrete-event serving simulation: continuous batching, paged KV, chunked prefill, preemption."""
     from pathlib import Path
 
     from gpuplan import catalog
+    from gpuplan.serve.engines import engine_config
     from gpuplan.serve.formats import kv_format, weight_format
-    from gpuplan.serve.memory import ServeConfig
     from gpuplan.serve.sim import Lengths, Workload, max_rate, simulate
     from gpuplan.serve.timing import Deployment
 
     hw = catalog.gpu(gpu)
     d = Deployment(catalog.model(model), hw, weight_format(weights, hw), kv_format(kv, hw), tp, pp)
-    cfg = ServeConfig(
-        gpu_memory_utilization=gpu_memory_utilization,
-        block_size=block_size,
-        max_batched_tokens=max_batched_tokens,
-        max_num_seqs=max_num_seqs,
-    )
+    seats = max_num_seqs if max_num_seqs is not None or engine else 256  # without an engine: 256, as before
+    cfg = engine_config(engine, hw, tp, gpu_memory_utilization, block_size, max_batched_tokens, seats)
     lin, lout = Lengths.parse(input_len, "input_len"), Lengths.parse(output_len, "output_len")
     ttft = inputs.duration(ttft_slo, "ttft_slo", max_s=86400) if ttft_slo is not None else None
     itl = inputs.duration(itl_slo, "itl_slo", max_s=86400) if itl_slo is not None else None
@@ -774,6 +788,7 @@ def serve_sim(
         "pp": pp,
         "weights": weights,
         "kv": kv,
+        "engine": cfg.engine,
         "seed": seed,
         "runs": [r.to_dict() for r in results],
     }

@@ -343,6 +343,19 @@ def render_serve(est, doc: dict) -> None:
     )
     for note in r.model.notes:
         console.print(f"[dim]note: {note}[/]")
+    eng = doc["engine"]
+    if eng["name"] != "generic":
+        rule = {"total": "of total memory", "free": "of memory free after loading", "static": "of total (static)"}
+        console.print(
+            f"engine {eng['name']}: KV pool from {r.config.gpu_memory_utilization:.0%} "
+            f"{rule[eng['memory_rule']]}, {eng['max_batched_tokens']:,} tokens per iteration, "
+            + (
+                f"at most {eng['max_num_seqs']:,} sequences"
+                if eng["max_num_seqs"]
+                else "as many sequences as the pool holds"
+            )
+            + f"; host time: {eng['host_note']}"
+        )
     table = _mem_table(
         f"Memory per GPU (engine budget {r.config.gpu_memory_utilization:.0%} of {mem['capacity'] / GiB:,.2f} GiB)"
     )
@@ -436,7 +449,7 @@ def render_serve_validation(checks, summary) -> None:
 def render_serve_sim(doc: dict) -> None:
     table = Table(
         title=f"Serving simulation: {doc['model']} on {doc['tp'] * doc['pp']} x {doc['gpu']} "
-        f"({doc['weights']}, KV {doc['kv']}), seed {doc['seed']}"
+        f"({doc['weights']}, KV {doc['kv']}), engine {doc.get('engine', 'generic')}, seed {doc['seed']}"
     )
     for col in (
         "rate req/s",

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from gpuplan.errors import require
 from gpuplan.estimate.memory import layers_per_stage
+from gpuplan.serve.engines import engine
 from gpuplan.serve.kv import kv_bytes_per_token_layer
 from gpuplan.serve.timing import Deployment
 from gpuplan.serve.weights import weight_bytes_per_gpu
@@ -40,6 +41,7 @@ class ServeConfig:
     context_bytes: float = 0.5 * GiB  # CUDA context, cuBLAS workspaces
     cuda_graph_bytes: float = 0.5 * GiB  # captured decode graphs (vLLM logs 0.3-1 GiB for 7-70B models)
     nccl_bytes: float = 0.25 * GiB  # NCCL and custom all-reduce buffers, with tp or pp > 1
+    engine: str = "generic"  # engines.py: memory accounting and host time per iteration
 
     def __post_init__(self) -> None:
         require(
@@ -70,6 +72,7 @@ class ServeConfig:
         )
         for name in ("context_bytes", "cuda_graph_bytes", "nccl_bytes"):
             require(getattr(self, name) >= 0, name, "must not be negative")
+        engine(self.engine)  # a known profile, or a one-line error naming the choices
 
 
 @dataclass(frozen=True)
@@ -110,20 +113,33 @@ def activation_peak(d: Deployment, cfg: ServeConfig) -> float:
     return t * a * (2 * h + max(attn, mlp)) + seqs * m.vocab_size * LOGIT_BYTES * 2
 
 
+def kv_pool_bytes(
+    rule: str, total: float, fraction: float, weights: float, act: float, other: float, context: float
+) -> float:
+    """The KV pool under an engine's memory rule (engines.py, each rule's source there)."""
+    if rule == "free":  # TensorRT-LLM: a fraction of what is free after the profiled peak
+        return fraction * (total - weights - act - other)
+    if rule == "static":  # SGLang: weights and pool in the fraction; activations and graphs outside it
+        return total * fraction - weights - context
+    return total * fraction - weights - act - other  # vLLM: a fraction of the total, less the peak
+
+
 def serve_memory(d: Deployment, cfg: ServeConfig) -> ServeMemory:
     layers = max(layers_per_stage(d.model.num_layers, d.pp))
     weights = weight_bytes_per_gpu(d.model, d.weights, d.tp, d.pp)
     other = cfg.context_bytes + cfg.cuda_graph_bytes + (cfg.nccl_bytes if d.gpus > 1 else 0.0)
     act = activation_peak(d, cfg)
-    budget = d.gpu.memory_bytes * cfg.gpu_memory_utilization
+    total = d.gpu.memory_bytes
+    rule = engine(cfg.engine).memory_rule
+    pool = kv_pool_bytes(rule, total, cfg.gpu_memory_utilization, weights, act, other, cfg.context_bytes)
     block = cfg.block_size * layers * kv_bytes_per_token_layer(d.model, d.kv, d.tp)
     return ServeMemory(
-        capacity=d.gpu.memory_bytes,
-        budget=budget,
+        capacity=total,
+        budget=weights + act + other + pool if rule != "total" else total * cfg.gpu_memory_utilization,
         weights=weights,
         activations=act,
         other=other,
-        kv_pool=budget - weights - act - other,
+        kv_pool=pool,
         kv_block_bytes=block,
         layers=layers,
     )

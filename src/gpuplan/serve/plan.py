@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from gpuplan.errors import DoesNotFit, GpuplanError, require
 from gpuplan.estimate.comm import efficiency
+from gpuplan.serve.engines import engine
 from gpuplan.serve.formats import kv_format, weight_format
 from gpuplan.serve.kv import kv_bytes_per_sequence, kv_bytes_per_token
 from gpuplan.serve.memory import (
@@ -300,7 +301,7 @@ def estimate_serving(req: ServeRequest) -> ServeEstimate:
     seats = conc_max if not cfg.max_num_seqs else min(conc_max, cfg.max_num_seqs)
     clients = seats if req.max_throughput else (req.concurrency or 1)
     conc = min(clients, seats)  # running; the rest of a closed loop waits in the queue
-    sm = step_model(d)
+    sm = step_model(d, engine(cfg.engine))
     hit = req.prefix_hit_rate
     point = closed_loop(steady_state(sm, cfg, conc, req.input_len, req.output_len, hit), clients, req.output_len)
     curve, b = [], 1
@@ -387,6 +388,13 @@ def to_dict(e: ServeEstimate) -> dict:
         "kv": d.kv.name,
         "input_len": r.input_len,
         "output_len": r.output_len,
+        "engine": {
+            "name": cfg.engine,
+            "memory_rule": engine(cfg.engine).memory_rule,
+            "max_batched_tokens": cfg.max_batched_tokens,
+            "max_num_seqs": cfg.max_num_seqs,
+            "host_note": engine(cfg.engine).note,
+        },
         "memory": {
             "per_gpu": {
                 "weights": mem.weights,

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from gpuplan.errors import GpuplanError, require
+from gpuplan.serve.engines import engine
 from gpuplan.serve.memory import ServeConfig, serve_memory
 from gpuplan.serve.timing import Deployment, step_model
 
@@ -218,7 +219,7 @@ def simulate(
     run as one step of k iterations (k up to the next arrival, the next finish or the free blocks),
     each taking the iteration time at the stretch's middle context.
     """
-    sm = step_model(d)
+    sm = step_model(d, engine(cfg.engine))
     mem = serve_memory(d, cfg)
     free = int(mem.kv_pool // mem.kv_block_bytes) if mem.kv_pool > 0 else 0
     bs = cfg.block_size

@@ -18,6 +18,8 @@ prompts. Its time on one GPU of the tensor-parallel group, summed over pipeline 
 * Tensor parallelism: two all-reduces of the activations per layer (Megatron-LM, Shoeybi et al.
   2019), one for parallel attention+MLP blocks; pipeline parallelism: one send per stage boundary.
 * LM head on the sequences that sample this iteration, the logits gathered over TP, and sampling.
+* With an engine profile (engines.py): the host time (scheduling, input preparation, output
+  processing) the engine does not hide behind the GPU.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from gpuplan.errors import require
 from gpuplan.estimate.comm import collective_time, efficiency, place
 from gpuplan.estimate.compute import _local_gemm, flash_time, gemm_compute_time, memory_time
 from gpuplan.estimate.params import embedding_tensors, head_tensors, layer_tensors
+from gpuplan.serve.engines import Engine
 from gpuplan.serve.formats import KVFormat, WeightFormat
 from gpuplan.serve.kv import cached_tokens, kv_bytes_per_token_layer, kv_heads_per_gpu
 from gpuplan.serve.weights import tensor_bits
@@ -93,10 +96,12 @@ class Iteration:
 
 
 class StepModel:
-    """Iteration times of one deployment; GEMM times are cached by the number of token rows."""
+    """Iteration times of one deployment under one engine (None: GPU time alone); GEMM times are
+    cached by the number of token rows."""
 
-    def __init__(self, d: Deployment):
+    def __init__(self, d: Deployment, engine: Engine | None = None):
         self.d = d
+        self.engine = engine
         m, gpu = d.model, d.gpu
         self.eff = e = efficiency(gpu)
         self.hbm = gpu.hbm_bytes_per_s * e.hbm
@@ -232,6 +237,9 @@ class StepModel:
             head += collective_time("all-gather", sampled * vocab * a, self.tp_group, gpu)
         head += memory_time(gpu, sampled * vocab * 4 * 3, 3)  # fp32 logits: softmax, top-k/p, sample
         parts["head_and_sampling"] = head
+        gpu_s = sum(parts.values())
+        if self.engine is not None:
+            parts["host"] = self.engine.exposed_host_s(gpu_s, decode + prefill_seqs)
         return Iteration(sum(parts.values()), parts)
 
     def decode_step(self, batch: float, context: float) -> Iteration:
@@ -254,5 +262,5 @@ class StepModel:
 
 
 @functools.lru_cache(maxsize=64)  # keyed on the whole deployment (model, GPU with its efficiency, formats, tp, pp)
-def step_model(d: Deployment) -> StepModel:
-    return StepModel(d)
+def step_model(d: Deployment, engine: Engine | None = None) -> StepModel:
+    return StepModel(d, engine if engine is not None and engine.name != "generic" else None)

@@ -2,10 +2,11 @@
 
 How a row becomes a deployment, stated once for all rows:
 
-* ``batch_or_concurrency = max``: offline max-throughput mode (trtllm-bench), with the row's KV
-  fraction as ``gpu_memory_utilization`` when its note gives one (TensorRT-LLM's
-  ``kv_cache_free_gpu_mem_fraction``; 0.95 in the v0.17 tables) and gpuplan's defaults otherwise
-  (8192 batched tokens, TensorRT-LLM's default ``max_num_tokens``);
+* TensorRT-LLM rows run under the ``trtllm`` engine profile (engines.py: its KV pool is the row's
+  ``kv_cache_free_gpu_mem_fraction`` of the memory free after the weights and activations, 0.95 in
+  the v0.17 tables; 8192 batched tokens, its default ``max_num_tokens``); other rows under the
+  ``generic`` profile (FasterTransformer has no scheduler of its own: one sequence, no host time);
+* ``batch_or_concurrency = max``: offline max-throughput mode (trtllm-bench);
 * a number: that many sequences; ``prefill_ms`` is the prompt's prefill (TTFT without queueing),
   ``decode_ms_per_token`` one decode iteration at the prompt's context;
 * ``opt-13b-like`` (FasterTransformer's "GPT 13B": 40 layers, hidden 5120, 40 heads) is OPT-13B.
@@ -16,11 +17,11 @@ from __future__ import annotations
 import csv
 import re
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gpuplan import catalog
-from gpuplan.serve.memory import ServeConfig
+from gpuplan.serve.engines import engine_config
 from gpuplan.serve.plan import ServeRequest, estimate_serving
 
 CSV = Path(__file__).resolve().parent.parent / "catalog" / "validation" / "inference_runs.csv"
@@ -58,11 +59,17 @@ def load_rows(path: Path = CSV) -> list[ServeRow]:
     fractions = {r["source"]: f for r, _, f in rows if f}
     out = []
     for r, model, _ in rows:
-        cfg = ServeConfig(gpu_memory_utilization=float(fractions.get(r["source"], 0.9)))
+        gpu = catalog.gpu(r["gpu"])
+        name = "trtllm" if r["source"].startswith("TensorRT-LLM") else "generic"
+        stated = fractions.get(r["source"])
+        cfg = engine_config(name, gpu, int(r["tp"]), float(stated) if stated else None)
+        # trtllm-bench sets max_batch_size per row by its own heuristic, which the tables do not
+        # state: the batch is what the KV pool holds
+        cfg = replace(cfg, max_num_seqs=None)
         conc = r["batch_or_concurrency"]
         req = ServeRequest(
             model=model,
-            gpu=catalog.gpu(r["gpu"]),
+            gpu=gpu,
             tp=int(r["tp"]),
             weights=r["precision"],
             kv=r["kv_precision"],
