@@ -50,7 +50,10 @@ class Engine:
     host_fixed_s: float  # host seconds per iteration
     host_per_seq_s: float  # host seconds per sequence in the iteration
     block_size: int  # KV tokens per page
-    note: str  # where the host-time figures come from
+    note: str
+    custom_allreduce: bool = (
+        True  # one/two-shot all-reduce kernels within NVLink (allreduce.py)  # where the host-time figures come from
+    )
 
     def fraction(self, tp: int) -> float:
         """The default memory fraction (``gpu_memory_utilization`` / ``free_gpu_memory_fraction`` /
@@ -110,6 +113,7 @@ ENGINES = {
             host_per_seq_s=0.0,
             block_size=16,
             note="no host time: the GPU-side model alone",
+            custom_allreduce=False,  # NCCL only
         ),
         Engine(
             "vllm",

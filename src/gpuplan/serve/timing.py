@@ -16,7 +16,9 @@ prompts. Its time on one GPU of the tensor-parallel group, summed over pipeline 
   prefill runs FlashAttention over the prompt (compute.flash_time).
 * Norms, residual adds, rotary and activations: bytes over HBM bandwidth.
 * Tensor parallelism: two all-reduces of the activations per layer (Megatron-LM, Shoeybi et al.
-  2019), one for parallel attention+MLP blocks; pipeline parallelism: one send per stage boundary.
+  2019), one for parallel attention+MLP blocks, timed at their small sizes by allreduce.py (NCCL's
+  ring protocols, or the engine's one-/two-shot kernels); pipeline parallelism: one send per stage
+  boundary.
 * LM head on the sequences that sample this iteration, the logits gathered over TP, and sampling.
 * With an engine profile (engines.py): the host time (scheduling, input preparation, output
   processing) the engine does not hide behind the GPU.
@@ -32,6 +34,7 @@ from gpuplan.errors import require
 from gpuplan.estimate.comm import collective_time, efficiency, place
 from gpuplan.estimate.compute import _local_gemm, flash_time, gemm_compute_time, memory_time
 from gpuplan.estimate.params import embedding_tensors, head_tensors, layer_tensors
+from gpuplan.serve.allreduce import tp_allreduce
 from gpuplan.serve.engines import Engine
 from gpuplan.serve.formats import KVFormat, WeightFormat
 from gpuplan.serve.kv import cached_tokens, kv_bytes_per_token_layer, kv_heads_per_gpu
@@ -218,9 +221,11 @@ class StepModel:
 
         # communication: TP all-reduces per layer; PP sends between stages
         comm = 0.0
-        if d.tp > 1:
+        if d.tp > 1:  # latency-bound at decode sizes: NCCL's ring or the engine's custom kernel
             per_layer = 1 if m.parallel_attn else 2
-            comm += m.num_layers * per_layer * collective_time("all-reduce", rows * h * a, self.tp_group, gpu)
+            custom = self.engine is not None and self.engine.custom_allreduce
+            t_ar, _ = tp_allreduce(rows * h * a, self.tp_group, gpu, custom)
+            comm += m.num_layers * per_layer * t_ar
         if d.pp > 1:
             comm += (d.pp - 1) * collective_time("p2p", rows * h * a, self.pp_group, gpu)
         parts["communication"] = comm
