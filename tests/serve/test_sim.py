@@ -89,3 +89,34 @@ def test_a_closed_loop_beyond_the_seats_matches_the_queueing_estimate():
     d = r.to_dict()
     assert d["output_tokens_per_s"] == pytest.approx(e.point.output_tokens_per_s, rel=0.15)
     assert r.percentiles()["ttft_s"]["p50"] == pytest.approx(e.point.ttft_s, rel=0.15)
+
+
+@pytest.mark.parametrize(
+    "model, gpu, cfg, workload, clients",
+    [
+        ("llama-3.1-8b", "h100-sxm", CFG, ("poisson", 2, "64-2048", "exp:200"), None),  # low rate: long stretches
+        ("llama-3.1-8b", "h100-sxm", ServeConfig(max_num_seqs=32), ("poisson", 40, "64-2048", "exp:200"), None),
+        ("gemma-2-9b", "h100-sxm", ServeConfig(max_num_seqs=32), ("poisson", 3, "2000-6000", "exp:300"), None),
+        ("llama-3.2-1b", "l4", ServeConfig(gpu_memory_utilization=0.2), ("poisson", 8, "1000-3000", "exp:400"), None),
+        ("llama-3.1-8b", "h100-sxm", ServeConfig(max_num_seqs=16), ("closed", 0, "512", "64-256"), 40),
+        ("llama-3.1-8b", "h100-sxm", "vllm", ("poisson", 5, "64-2048", "exp:200"), None),  # with host time
+    ],
+)
+def test_bulk_decode_stretches_give_what_the_per_iteration_loop_gives(model, gpu, cfg, workload, clients):
+    from gpuplan.serve.engines import engine_config
+
+    g = catalog.gpu(gpu)
+    d = Deployment(catalog.model(model), g, weight_format("bf16", g), kv_format("bf16"))
+    cfg = engine_config(cfg, g) if isinstance(cfg, str) else cfg
+    kind, rate, i, o = workload
+    li, lo = Lengths.parse(i, "i"), Lengths.parse(o, "o")
+    w = Workload.closed(120, li, lo) if kind == "closed" else Workload.poisson(rate, 120, li, lo, seed=3)
+    fast = simulate(d, cfg, w, rate, clients=clients)
+    plain = simulate(d, cfg, w, rate, clients=clients, bulk=False)
+    assert (fast.iterations, fast.preemptions) == (plain.iterations, plain.preemptions)
+    for got, want in (
+        (fast.ttft_s, plain.ttft_s),
+        (fast.e2e_s, plain.e2e_s),
+        (np.sort(fast.itl_s), np.sort(plain.itl_s)),
+    ):
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)

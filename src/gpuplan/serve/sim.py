@@ -210,14 +210,16 @@ def simulate(
     rate: float = 0.0,
     max_iterations: int = MAX_ITERATIONS,
     clients: int | None = None,
+    bulk: bool = True,
 ) -> SimResult:
     """Run the requests of ``w`` through one replica until all finish; with ``clients``, as a
     closed loop (the first ``clients`` requests at time 0, each later one when another finishes).
 
     State lives in numpy arrays over requests; the running set is an array of request ids in
     admission order. Stretches where every running sequence decodes and nothing is waiting are
-    run as one step of k iterations (k up to the next arrival, the next finish or the free blocks),
-    each taking the iteration time at the stretch's middle context.
+    advanced as one step of k iterations (k up to the next arrival, the next finish or the free
+    blocks), each timed as its own iteration (StepModel.decode_times): the same result as the
+    plain per-iteration loop, which ``bulk=False`` runs.
     """
     sm = step_model(d, engine(cfg.engine))
     mem = serve_memory(d, cfg)
@@ -258,6 +260,7 @@ def simulate(
     running = np.zeros(0, dtype=np.int64)
     gaps: list[np.ndarray] = []
     now, nxt, done, preemptions, iterations = 0.0, 0, 0, 0, 0
+    last_dt = 0.0  # the last iteration's seconds
     max_seqs = cfg.max_num_seqs or n
     budget0 = cfg.max_batched_tokens
     while done < n:
@@ -272,9 +275,10 @@ def simulate(
             c, t, b = computed[running], target[running], blocks[running]
             full = np.where(c >= t, 1, t - c)
             before = np.cumsum(full) - full
-            take = np.clip(budget0 - before, 0, full)
+            take = np.minimum(np.maximum(budget0 - before, 0), full)  # np.clip, without its overhead
             want = np.maximum(0, -(-(c + take) // bs) - b)
-            if want.sum() <= free or len(running) <= 1:
+            wanted = int(want.sum())
+            if wanted <= free or len(running) <= 1:
                 break
             v = int(running[-1])  # out of blocks: preempt the newest and recompute it later
             running = running[:-1]
@@ -283,7 +287,7 @@ def simulate(
             target[v] = prompt[v] + generated[v]
             waiting.appendleft(v)
             preemptions += 1
-        free -= int(want.sum())
+        free -= wanted
         blocks[running] += want
         decoding = c >= t
         budget = budget0 - int(take.sum())
@@ -310,18 +314,23 @@ def simulate(
         ids, tk, dec = running[sel], take[sel], decoding[sel]
         pre = ~dec
         n_dec = int(dec.sum())
-        dec_ctx = float((computed[ids[dec]] + 1).mean()) if n_dec else 0.0
+        dec_ctx = float(computed[ids[dec]].sum()) / n_dec + 1 if n_dec else 0.0
         pre_tok = int(tk[pre].sum())
         pre_done = int(((computed[ids[pre]] + tk[pre]) >= target[ids[pre]]).sum())
         pre_ctx = float(((computed[ids[pre]] + tk[pre] / 2) * tk[pre]).sum() / pre_tok) if pre_tok else 0.0
 
-        steps = 1
-        if pre_tok == 0 and not waiting:
-            # a pure decode stretch: run k iterations at once
-            left = int((out[ids] - generated[ids]).min())
-            it = sm.iteration(decode=n_dec, decode_context=dec_ctx)
-            horizon = (arrival[nxt] - now) / it.seconds if nxt < n else math.inf
-            steps = max(1, left if horizon > left else int(horizon))
+        left = int((out[ids] - generated[ids]).min()) if bulk and pre_tok == 0 and not waiting else 1
+        # steps until the next arrival, guessed from the last iteration's time (only to size the
+        # stretch: a guess too short just ends it early, and a few steps are not worth it)
+        ahead = (arrival[nxt] - now) / last_dt if nxt < n and last_dt > 0 else math.inf
+        if left > 1 and ahead >= 2:
+            # a pure decode stretch: the k iterations until the next arrival, finish or block
+            # shortage, each timed as the per-iteration loop would time it, run at once
+            times = sm.decode_times(n_dec, dec_ctx, left if math.isinf(ahead) else min(left, int(ahead * 1.25) + 2))
+            steps = len(times)
+            if nxt < n:  # the loop admits an arrival before the first step starting after it
+                starts = now + np.cumsum(times) - times
+                steps = max(1, int(np.searchsorted(starts, arrival[nxt], side="left")))
             if steps > 1:  # blocks for the whole stretch
                 extra = np.maximum(0, -(-(computed[ids] + steps) // bs) - blocks[ids])
                 while steps > 1 and extra.sum() > free:
@@ -331,14 +340,16 @@ def simulate(
                     free -= int(extra.sum())
                     blocks[ids] += extra
                     tk = np.full(len(ids), steps, dtype=np.int64)
-            it = sm.iteration(decode=n_dec, decode_context=dec_ctx + (steps - 1) / 2)
+            times = times[:steps]
         else:
+            steps = 1
             it = sm.iteration(
                 decode=n_dec, prefill=pre_tok, decode_context=dec_ctx, prefill_context=pre_ctx, prefill_seqs=pre_done
             )
-        dt = it.seconds
-        queued_area += len(waiting) * steps * dt
-        now += steps * dt
+            times = np.array([it.seconds])
+        t0, last_dt = float(times[0]), float(times[-1])
+        queued_area += len(waiting) * t0  # a stretch runs only with nobody waiting
+        start, now = now, now + float(times.sum())
         iterations += steps
         if iterations > max_iterations:
             raise GpuplanError(
@@ -351,14 +362,12 @@ def simulate(
         emits = dec | (computed[ids] >= target[ids])  # decoders, and prompts whose last chunk ran
         e = ids[emits]
         fresh = generated[e] == 0
-        first[e[fresh]] = now - (steps - 1) * dt
+        first[e[fresh]] = start + t0
         old = e[~fresh]
         if len(old):
-            gaps.append(now - (steps - 1) * dt - last[old])  # the first token of this step
-            if steps > 1:
-                gaps.append(np.full(len(old) * (steps - 1), dt))
-        if steps > 1 and fresh.any():
-            gaps.append(np.full(int(fresh.sum()) * (steps - 1), dt))
+            gaps.append(start + t0 - last[old])  # the first token of this stretch
+        if steps > 1:  # every sequence's later tokens come one iteration apart
+            gaps.append(np.broadcast_to(times[1:], (len(e), steps - 1)).ravel())
         generated[e] += steps
         last[e] = now
         fin = generated[running] >= out[running]

@@ -30,6 +30,8 @@ import functools
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from gpuplan.errors import require
 from gpuplan.estimate.comm import collective_time, efficiency, place
 from gpuplan.estimate.compute import _local_gemm, flash_time, gemm_compute_time, memory_time
@@ -124,6 +126,8 @@ class StepModel:
         # CUDA-core instruction rate for dequantisation (FMA = 2 FLOPs)
         self.alu = gpu.peak_flops.get("fp32", gpu.peak(d.dtype16) / 16) / 2
         self._gemm_cache: dict[tuple[int, bool], tuple[float, float]] = {}
+        self._head_cache: dict[int, float] = {}
+        self._decode_lines: dict[float, tuple[float, float]] = {}
 
     # -- GEMMs ----------------------------------------------------------------------------------
     def _matmul(self, t, rows: float) -> tuple[float, float]:
@@ -169,6 +173,17 @@ class StepModel:
                     unpack += u
             self._gemm_cache[key] = (total, unpack)
         return self._gemm_cache[key]
+
+    def _head_gemm(self, sampled: int) -> float:
+        """Seconds of the LM head's GEMM over the ``sampled`` rows (cached by rows)."""
+        if sampled not in self._head_cache:
+            m = self.d.model
+            self._head_cache[sampled] = sum(
+                self._matmul(t, sampled)[0]
+                for t in head_tensors(m) + tuple(embedding_tensors(m))
+                if t.name == "lm_head" or (t.name == "embed.tokens" and m.tied_embeddings)
+            )
+        return self._head_cache[sampled]
 
     # -- one iteration --------------------------------------------------------------------------
     def iteration(
@@ -232,11 +247,7 @@ class StepModel:
 
         # embedding lookup, LM head on the sampled rows, logits gathered over TP, sampling
         sampled = max(1, math.ceil(decode + prefill_seqs))
-        head = memory_time(gpu, 2 * rows * h * a)
-        for t in head_tensors(m) + tuple(embedding_tensors(m)):
-            if t.name == "lm_head" or (t.name == "embed.tokens" and m.tied_embeddings):
-                s, _ = self._matmul(t, sampled)
-                head += s
+        head = memory_time(gpu, 2 * rows * h * a) + self._head_gemm(sampled)
         vocab = m.vocab_size
         if d.tp > 1:
             head += collective_time("all-gather", sampled * vocab * a, self.tp_group, gpu)
@@ -249,6 +260,30 @@ class StepModel:
 
     def decode_step(self, batch: float, context: float) -> Iteration:
         return self.iteration(decode=batch, decode_context=context)
+
+    def decode_times(self, batch: float, context: float, steps: int) -> np.ndarray:
+        """Seconds of ``steps`` consecutive decode-only iterations of ``batch`` sequences, the
+        first at ``context`` tokens, each one token longer: what ``decode_step`` gives for each,
+        computed at once. A decode step's GPU time is a + b x cached_tokens(context) (only the
+        attention term reads the context, and it is linear in the cached tokens), so two calls
+        give a and b for a batch; the engine's host time is added per step as ``iteration`` does."""
+        m = self.d.model
+        if batch not in self._decode_lines:
+            at0, at1 = (self.iteration(decode=batch, decode_context=c) for c in (0.0, 1024.0))  # any two
+            a = at0.seconds - at0.parts.get("host", 0.0)
+            b = (at1.seconds - at1.parts.get("host", 0.0) - a) / cached_tokens(m, 1024.0)
+            self._decode_lines[batch] = (a, b)
+        a, b = self._decode_lines[batch]
+        ctx = context + np.arange(steps, dtype=float)
+        window = (m.sliding_window or 0) - 1
+        held = (m.num_layers - m.num_sliding_layers) * ctx
+        if m.num_sliding_layers:
+            held = held + m.num_sliding_layers * np.minimum(ctx, window)
+        t = a + b * held
+        if self.engine is not None:
+            host = self.engine.host_s(batch)
+            t = t + (np.maximum(0.0, host - t) if self.engine.overlap else host)
+        return t
 
     def prefill(self, tokens: float, chunk: int) -> Iteration:
         """One prompt of ``tokens`` prefilled alone in chunks of at most ``chunk`` tokens."""
