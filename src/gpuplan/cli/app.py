@@ -70,6 +70,9 @@ GpuOpt = Annotated[str, typer.Option(help="GPU id (see `gpuplan gpus`) or a GPU 
 TpOpt = Annotated[int, typer.Option(help="Tensor-parallel degree.")]
 PpOpt = Annotated[int, typer.Option(help="Pipeline-parallel degree.")]
 PriceOpt = Annotated[float | None, typer.Option(help="USD per GPU-hour (default: dated catalog price).")]
+DpAttentionOpt = Annotated[
+    bool, typer.Option("--dp-attention", help="MLA models: attention data-parallel over the TP ranks (SGLang).")
+]
 EngineOpt = Annotated[
     str | None,
     typer.Option(
@@ -560,6 +563,7 @@ def serve(
         bool, typer.Option("--max-throughput", help="As many sequences as memory allows (offline mode).")
     ] = False,
     engine: EngineOpt = None,
+    dp_attention: DpAttentionOpt = False,
     gpu_memory_utilization: Annotated[
         float | None, typer.Option(help="Engine memory fraction (default 0.9, or the --engine's).")
     ] = None,
@@ -659,6 +663,7 @@ def serve(
         target_requests_per_s=target_rps,
         tpot_slo_s=itl,
         ttft_slo_s=ttft,
+        dp_attention=dp_attention,
     )
     est = estimate_serving(req)
     if json_out:
@@ -702,6 +707,7 @@ def serve_sim(
         str | None, typer.Option("--itl-slo", "--tpot-slo", help="p99 inter-token latency (TPOT) target, e.g. 50ms.")
     ] = None,
     engine: EngineOpt = None,
+    dp_attention: DpAttentionOpt = False,
     gpu_memory_utilization: Annotated[
         float | None, typer.Option(help="Engine memory fraction (default 0.9, or the --engine's).")
     ] = None,
@@ -726,7 +732,7 @@ def serve_sim(
     from gpuplan.serve.timing import Deployment
 
     hw = catalog.gpu(gpu)
-    d = Deployment(catalog.model(model), hw, weight_format(weights, hw), kv_format(kv, hw), tp, pp)
+    d = Deployment(catalog.model(model), hw, weight_format(weights, hw), kv_format(kv, hw), tp, pp, dp_attention)
     seats = max_num_seqs if max_num_seqs is not None or engine else 256  # without an engine: 256, as before
     cfg = engine_config(engine, hw, tp, gpu_memory_utilization, block_size, max_batched_tokens, seats)
     lin, lout = Lengths.parse(input_len, "input_len"), Lengths.parse(output_len, "output_len")

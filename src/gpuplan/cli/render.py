@@ -337,7 +337,8 @@ def render_serve(est, doc: dict) -> None:
     r, d = est.request, est.deployment
     mem = doc["memory"]
     console.print(
-        f"[bold]{r.model.name}[/] on {d.gpus} x {d.gpu.name} (tp={d.tp}, pp={d.pp}), weights {d.weights.name}, "
+        f"[bold]{r.model.name}[/] on {d.gpus} x {d.gpu.name} (tp={d.tp}, pp={d.pp}"
+        f"{', DP attention' if d.dp_attention else ''}), weights {d.weights.name}, "
         f"KV {d.kv.name}; {r.input_len} tokens in, {r.output_len} out, "
         f"{'max-throughput' if r.max_throughput else 'concurrency'} {doc['concurrency']}"
     )

@@ -87,6 +87,7 @@ class ServeMemory:
     kv_pool: float  # what is left for the KV cache (negative: does not fit)
     kv_block_bytes: float  # one block of block_size tokens over this GPU's layers
     layers: int  # layers on this GPU
+    kv_groups: int = 1  # GPUs whose pools hold different sequences (DP attention: the TP ranks)
 
     @property
     def total(self) -> float:
@@ -126,7 +127,7 @@ def kv_pool_bytes(
 
 def serve_memory(d: Deployment, cfg: ServeConfig) -> ServeMemory:
     layers = max(layers_per_stage(d.model.num_layers, d.pp))
-    weights = weight_bytes_per_gpu(d.model, d.weights, d.tp, d.pp)
+    weights = weight_bytes_per_gpu(d.model, d.weights, d.tp, d.pp, d.dp_attention)
     other = cfg.context_bytes + cfg.cuda_graph_bytes + (cfg.nccl_bytes if d.gpus > 1 else 0.0)
     act = activation_peak(d, cfg)
     total = d.gpu.memory_bytes
@@ -142,6 +143,7 @@ def serve_memory(d: Deployment, cfg: ServeConfig) -> ServeMemory:
         kv_pool=pool,
         kv_block_bytes=block,
         layers=layers,
+        kv_groups=d.kv_groups,
     )
 
 
@@ -162,7 +164,7 @@ def max_concurrency(mem: ServeMemory, d: Deployment, cfg: ServeConfig, context: 
     """Sequences of ``context`` tokens whose blocks fit in the pool at once."""
     if mem.kv_pool <= 0:
         return 0
-    return int(mem.kv_pool // (blocks_per_sequence(d, cfg, context) * mem.kv_block_bytes))
+    return int(mem.kv_pool // (blocks_per_sequence(d, cfg, context) * mem.kv_block_bytes)) * mem.kv_groups
 
 
 def max_context(mem: ServeMemory, d: Deployment, cfg: ServeConfig, concurrency: int, limit: int) -> int:
@@ -172,7 +174,8 @@ def max_context(mem: ServeMemory, d: Deployment, cfg: ServeConfig, concurrency: 
     lo, hi = 0, limit
     while lo < hi:  # blocks grow with the context: bisect
         mid = (lo + hi + 1) // 2
-        if concurrency * blocks_per_sequence(d, cfg, mid) * mem.kv_block_bytes <= mem.kv_pool:
+        per_rank = math.ceil(concurrency / mem.kv_groups)
+        if per_rank * blocks_per_sequence(d, cfg, mid) * mem.kv_block_bytes <= mem.kv_pool:
             lo = mid
         else:
             hi = mid - 1

@@ -66,6 +66,7 @@ class ServeRequest:
     target_requests_per_s: float | None = None
     tpot_slo_s: float | None = None
     ttft_slo_s: float | None = None
+    dp_attention: bool = False  # MLA models: attention data-parallel over the TP ranks (SGLang)
 
     def __post_init__(self) -> None:
         require(isinstance(self.input_len, int) and self.input_len >= 1, "input_len", "must be a positive integer")
@@ -262,7 +263,7 @@ def _smallest_fix(req: ServeRequest, cfg: ServeConfig) -> str:
 
 def estimate_serving(req: ServeRequest) -> ServeEstimate:
     m, gpu, cfg = req.model, req.gpu, req.config
-    d = Deployment(m, gpu, weight_format(req.weights, gpu), kv_format(req.kv, gpu), req.tp, req.pp)
+    d = Deployment(m, gpu, weight_format(req.weights, gpu), kv_format(req.kv, gpu), req.tp, req.pp, req.dp_attention)
     limit = cfg.max_model_len or m.max_position_embeddings
     length = req.input_len + req.output_len
     if length > limit:
@@ -286,6 +287,7 @@ def estimate_serving(req: ServeRequest) -> ServeEstimate:
             mem.kv_pool - extra,
             mem.kv_block_bytes,
             mem.layers,
+            mem.kv_groups,
         )
     conc_max = max_concurrency(mem, d, cfg, length)
     if conc_max < 1:
@@ -314,7 +316,7 @@ def estimate_serving(req: ServeRequest) -> ServeEstimate:
     if draft is not None or req.ngram:
         spec = speculation(sm, draft, conc, req.input_len + req.output_len / 2, req.draft_len, req.acceptance, conc_max)
 
-    kv_needed = conc * blocks_per_sequence(d, cfg, length) * mem.kv_block_bytes
+    kv_needed = math.ceil(conc / d.kv_groups) * blocks_per_sequence(d, cfg, length) * mem.kv_block_bytes
     offload = blocks_per_sequence(d, cfg, length) * mem.kv_block_bytes / gpu.host_bytes_per_s
 
     gpus_needed = None
@@ -383,6 +385,7 @@ def to_dict(e: ServeEstimate) -> dict:
         "gpu": d.gpu.id,
         "tp": d.tp,
         "pp": d.pp,
+        "dp_attention": d.dp_attention,
         "gpus": d.gpus,
         "weights": d.weights.name,
         "kv": d.kv.name,

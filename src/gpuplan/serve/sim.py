@@ -223,7 +223,9 @@ def simulate(
     """
     sm = step_model(d, engine(cfg.engine))
     mem = serve_memory(d, cfg)
-    free = int(mem.kv_pool // mem.kv_block_bytes) if mem.kv_pool > 0 else 0
+    # DP attention: the ranks' pools hold different sequences; one shared pool of all their blocks
+    # (requests spread evenly over the ranks)
+    free = int(mem.kv_pool // mem.kv_block_bytes) * mem.kv_groups if mem.kv_pool > 0 else 0
     bs = cfg.block_size
     n = len(w.arrival_s)
     longest = int((w.input_len + w.output_len).max())

@@ -40,7 +40,7 @@ from gpuplan.serve.allreduce import tp_allreduce
 from gpuplan.serve.engines import Engine
 from gpuplan.serve.formats import KVFormat, WeightFormat
 from gpuplan.serve.kv import cached_tokens, kv_bytes_per_token_layer, kv_heads_per_gpu
-from gpuplan.serve.weights import tensor_bits
+from gpuplan.serve.weights import tensor_bits, tensor_tp
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
@@ -61,9 +61,17 @@ class Deployment:
     kv: KVFormat
     tp: int = 1
     pp: int = 1
+    dp_attention: bool = False  # SGLang --enable-dp-attention: attention data-parallel over the TP ranks
 
     def __post_init__(self) -> None:
         m = self.model
+        # SGLang's DP attention is for MLA models (DeepSeek), whose latent KV TP cannot split
+        require(
+            not self.dp_attention or m.is_mla,
+            "dp_attention",
+            f"{m.name} has no multi-head latent attention: TP already splits its KV heads",
+            "drop --dp-attention, or serve an MLA model (DeepSeek-V2/V3, Kimi-K2)",
+        )
         require(isinstance(self.tp, int) and self.tp >= 1, "tp", f"must be a positive integer, got {self.tp!r}")
         require(isinstance(self.pp, int) and self.pp >= 1, "pp", f"must be a positive integer, got {self.pp!r}")
         require(
@@ -83,6 +91,12 @@ class Deployment:
     @property
     def gpus(self) -> int:
         return self.tp * self.pp
+
+    @property
+    def kv_groups(self) -> int:
+        """Ranks whose KV pools hold different sequences: each DP-attention rank caches only its
+        own requests' latent, where TP ranks all hold the same replicated latent."""
+        return self.tp if self.dp_attention else 1
 
     @property
     def dtype16(self) -> str:
@@ -118,7 +132,7 @@ class StepModel:
         groups = place(ParallelPlan(tp=d.tp, pp=d.pp), gpu)
         self.tp_group, self.pp_group = groups["tp"], groups["pp"]
         self.kv_token_layer = kv_bytes_per_token_layer(m, d.kv, d.tp)
-        self.heads = m.num_heads // d.tp
+        self.heads = m.num_heads // (1 if d.dp_attention else d.tp)  # query heads this GPU attends with
         if m.is_mla:  # absorbed MLA decode: scores over the latent + rotary key, values from the latent
             self.attn_dims = m.kv_lora_rank + m.qk_rope_head_dim + m.kv_lora_rank
         else:
@@ -133,7 +147,7 @@ class StepModel:
     def _matmul(self, t, rows: float) -> tuple[float, float]:
         """(seconds, of which exposed unpacking) of one weight's GEMM over ``rows`` tokens."""
         d, m, gpu = self.d, self.d.model, self.d.gpu
-        experts, n_out, n_in = _local_gemm(t, d.tp, 1)
+        experts, n_out, n_in = _local_gemm(t, tensor_tp(t, d.tp, d.dp_attention), 1)
         bits = tensor_bits(m, t, d.weights)
         quantised = bits < 16
         dtype = d.weights.compute if quantised else d.dtype16
@@ -166,9 +180,10 @@ class StepModel:
         key = (rows, moe)
         if key not in self._gemm_cache:
             total = unpack = 0.0
+            own = math.ceil(rows / self.d.kv_groups)  # with DP attention, this rank's own tokens
             for t in layer_tensors(self.d.model, moe):
                 if t.matmul and len(t.shape) >= 2:
-                    s, u = self._matmul(t, rows)
+                    s, u = self._matmul(t, own if self.d.dp_attention and t.name.startswith("attn.") else rows)
                     total += s
                     unpack += u
             self._gemm_cache[key] = (total, unpack)
@@ -213,13 +228,14 @@ class StepModel:
         # attention: decode reads the cache; prefill is a flash kernel over the prompt
         attn = 0.0
         if decode:
-            kv_bytes = decode * cached_tokens(m, decode_context) * self.kv_token_layer
-            flops = 2.0 * decode * self.heads * self.attn_dims * cached_tokens(m, decode_context)
+            mine = decode / d.kv_groups  # DP attention: each rank attends for its own sequences
+            kv_bytes = mine * cached_tokens(m, decode_context) * self.kv_token_layer
+            flops = 2.0 * mine * self.heads * self.attn_dims * cached_tokens(m, decode_context)
             rate = gpu.peak(d.dtype16) * self.eff.flash_fwd
             attn += max(kv_bytes / self.hbm, flops / rate) + m.num_layers * self.overhead
         if prefill:
             ctx = cached_tokens(m, prefill_context) / m.num_layers
-            flops = 2.0 * prefill * self.heads * self.attn_dims * ctx
+            flops = 2.0 * prefill / d.kv_groups * self.heads * self.attn_dims * ctx
             fwd, _ = flash_time(gpu, d.dtype16, flops, max(1.0, 2 * prefill_context))
             attn += m.num_layers * fwd
         parts["attention"] = attn
@@ -237,7 +253,9 @@ class StepModel:
         # communication: TP all-reduces per layer; PP sends between stages
         comm = 0.0
         if d.tp > 1:  # latency-bound at decode sizes: NCCL's ring or the engine's custom kernel
-            per_layer = 1 if m.parallel_attn else 2
+            # DP attention: no all-reduce after attention; the MLP/MoE's tokens are gathered from
+            # and scattered back to their ranks, the bytes and steps of about one all-reduce
+            per_layer = 1 if m.parallel_attn or d.dp_attention else 2
             custom = self.engine is not None and self.engine.custom_allreduce
             t_ar, _ = tp_allreduce(rows * h * a, self.tp_group, gpu, custom)
             comm += m.num_layers * per_layer * t_ar

@@ -1,0 +1,23 @@
+"""`serve` for today's serving shapes: DP attention for MLA models."""
+
+import json
+
+from cli_runner import run
+
+V3 = ["serve", "deepseek-v3", "--gpu", "h200", "--tp", "8", "--weights", "fp8", "--max-throughput", "--json"]
+
+
+def test_dp_attention_holds_more_sequences_of_an_mla_model(capsys):
+    code, out, _ = run(V3, capsys)
+    assert code == 0
+    tp = json.loads(out)
+    code, out, _ = run([*V3, "--dp-attention"], capsys)
+    assert code == 0
+    dp = json.loads(out)
+    assert dp["dp_attention"] is True and dp["max_concurrency"] > 4 * tp["max_concurrency"]
+    assert dp["memory"]["per_gpu"]["weights"] > tp["memory"]["per_gpu"]["weights"]
+
+
+def test_dp_attention_on_a_model_without_mla_is_refused_in_one_line(capsys):
+    code, _, err = run(["serve", "llama-3.1-8b", "--dp-attention"], capsys)
+    assert code == 2 and "dp_attention" in err and "Traceback" not in err
