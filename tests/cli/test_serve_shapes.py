@@ -1,4 +1,4 @@
-"""`serve` for today's serving shapes: DP attention for MLA models."""
+"""`serve` for today's serving shapes: DP attention for MLA models, disaggregated prefill/decode."""
 
 import json
 
@@ -21,3 +21,17 @@ def test_dp_attention_holds_more_sequences_of_an_mla_model(capsys):
 def test_dp_attention_on_a_model_without_mla_is_refused_in_one_line(capsys):
     code, _, err = run(["serve", "llama-3.1-8b", "--dp-attention"], capsys)
     assert code == 2 and "dp_attention" in err and "Traceback" not in err
+
+
+def test_disaggregated_pools_report_the_ratio_and_cost(capsys):
+    args = ["serve", "llama-3.1-70b", "--tp", "4", "--weights", "fp8", "--kv", "fp8", "--disaggregate"]
+    code, out, _ = run([*args, "--ttft-slo", "1s", "--itl-slo", "50ms", "--json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    n_p, n_d = map(int, doc["ratio_p_to_d"].split(":"))
+    assert doc["gpus"] == (n_p + n_d) * 4 and doc["cost_per_million_output_tokens"] > 0
+    assert doc["decode"]["itl_s"] <= 0.05 and doc["prefill"]["ttft_s"] <= 1.0 + 1e-9
+    code, out, _ = run([*args, "--ttft-slo", "1s", "--itl-slo", "50ms"], capsys)
+    assert code == 0 and "P:D" in out
+    code, _, err = run([*args, "--ttft-slo", "1s"], capsys)
+    assert code == 2 and "--itl-slo" in err

@@ -564,6 +564,12 @@ def serve(
     ] = False,
     engine: EngineOpt = None,
     dp_attention: DpAttentionOpt = False,
+    disaggregate: Annotated[
+        bool,
+        typer.Option(
+            "--disaggregate", help="Separate prefill and decode pools: P:D ratio under --ttft-slo and --itl-slo."
+        ),
+    ] = False,
     gpu_memory_utilization: Annotated[
         float | None, typer.Option(help="Engine memory fraction (default 0.9, or the --engine's).")
     ] = None,
@@ -661,10 +667,19 @@ def serve(
         acceptance=acceptance,
         target_tokens_per_s=target_tokens_per_s,
         target_requests_per_s=target_rps,
-        tpot_slo_s=itl,
-        ttft_slo_s=ttft,
+        tpot_slo_s=None if disaggregate else itl,
+        ttft_slo_s=None if disaggregate else ttft,
         dp_attention=dp_attention,
     )
+    if disaggregate:  # serve/disagg.py; the SLOs size the pools rather than a target
+        from gpuplan.cli.render_serve import render_disagg
+        from gpuplan.serve.disagg import plan_disaggregated, to_dict as dd
+
+        if ttft is None or itl is None:
+            raise GpuplanError("disaggregate", "the pools are sized by both targets", "add --ttft-slo and --itl-slo")
+        ddoc = dd(plan_disaggregated(req, ttft, itl))
+        _emit_json(ddoc) if json_out else render_disagg(ddoc)
+        return
     est = estimate_serving(req)
     if json_out:
         _emit_json(to_dict(est))
