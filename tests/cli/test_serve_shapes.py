@@ -35,3 +35,10 @@ def test_disaggregated_pools_report_the_ratio_and_cost(capsys):
     assert code == 0 and "P:D" in out
     code, _, err = run([*args, "--ttft-slo", "1s"], capsys)
     assert code == 2 and "--itl-slo" in err
+
+
+def test_validate_serving_kv_reports_the_held_out_rows(capsys):
+    code, out, _ = run(["validate", "serving-kv", "--json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["summary"]["rows"] == len(doc["rows"]) >= 7

@@ -1442,7 +1442,10 @@ def tco(
 @checked()
 def validate(
     kind: Annotated[
-        str, typer.Argument(help="training (step time), serving (throughput and latency) or offload.")
+        str,
+        typer.Argument(
+            help="training (step time), serving (throughput and latency), serving-kv (KV pools) or offload."
+        ),
     ] = "training",
     calibrated: Annotated[
         bool,
@@ -1481,6 +1484,14 @@ def validate(
 
         render_offload_validation(checks, off_summary(checks))
         return
+    if kind == "serving-kv":  # held out: KV pools against engines' startup logs
+        from gpuplan.cli.render_serve import render_kv_validation
+        from gpuplan.serve.validate_kv import summary as kv_summary, validate_kv_pools
+
+        kv_checks = validate_kv_pools()
+        kdoc = {"rows": [c.__dict__ | {"error": c.error} for c in kv_checks], "summary": kv_summary(kv_checks)}
+        _emit_json(kdoc) if json_out else render_kv_validation(kdoc)
+        return
     if kind == "serving":
         from gpuplan.serve.validate import summary as serve_summary, validate_serving
 
@@ -1508,7 +1519,7 @@ def validate(
         render_serve_validation(checks, serve_summary(checks))
         return
     if kind != "training":
-        raise GpuplanError("kind", f"unknown validation set {kind!r}", "use training, serving or offload")
+        raise GpuplanError("kind", f"unknown validation set {kind!r}", "use training, serving, serving-kv or offload")
     if calibrated:
         from gpuplan.estimate.calibrate import calibrated_validation
 

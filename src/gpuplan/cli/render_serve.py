@@ -46,3 +46,22 @@ def render_disagg(doc: dict) -> None:
     if doc["cost_per_million_output_tokens"] is not None:
         s.add_row("$ per M output tokens", f"{doc['cost_per_million_output_tokens']:,.4f}")
     console.print(s)
+
+
+def render_kv_validation(doc: dict) -> None:
+    t = Table(title="KV pool vs engine startup logs (held out)")
+    for col in ("run", "measured GiB", "predicted GiB", "error"):
+        t.add_column(col, justify="left" if col == "run" else "right")
+    for r in doc["rows"]:
+        err = (
+            f"{r['error']:+.1%}"
+            if r["error"] is not None
+            else ("refused by both" if r["refused"] else "gpuplan fits it")
+        )
+        t.add_row(r["id"], f"{r['measured_gib']:,.2f}", f"{r['predicted_gib']:,.2f}", err)
+    console.print(t)
+    s = doc["summary"]
+    console.print(
+        f"{s['rows']} runs: median |error| {s['median_abs_error']:.1%}, p90 {s['p90_abs_error']:.1%}, "
+        f"max {s['max_abs_error']:.1%}; engine refusals matched {s['refusals_matched']} of {s['refusals']}"
+    )

@@ -50,10 +50,11 @@ class Engine:
     host_fixed_s: float  # host seconds per iteration
     host_per_seq_s: float  # host seconds per sequence in the iteration
     block_size: int  # KV tokens per page
-    note: str
-    custom_allreduce: bool = (
-        True  # one/two-shot all-reduce kernels within NVLink (allreduce.py)  # where the host-time figures come from
-    )
+    note: str  # where the host-time figures come from
+    custom_allreduce: bool = True  # one/two-shot all-reduce kernels within NVLink (allreduce.py)
+    # bytes per logit the sampler's profiling run holds at its peak, for max_num_seqs sequences;
+    # generic: the fp32 logits and one working copy
+    sampler_bytes_per_logit: float = 8.0
 
     def fraction(self, tp: int) -> float:
         """The default memory fraction (``gpu_memory_utilization`` / ``free_gpu_memory_fraction`` /
@@ -127,6 +128,11 @@ ENGINES = {
             host_per_seq_s=5.5e-3 / 256,
             block_size=16,
             note="5-6 ms host gap per decode step at batch 256 (vLLM issue #10634, PR #11133)",
+            # vllm/v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p (V0's sampler sorts the same
+            # way), run by the profiling pass over max_num_seqs dummy requests with top-k and top-p
+            # set: bf16 logits from the head (2 B), their fp32 copy (4), the sorted values (4) and
+            # int64 indices (8), the softmax/cumsum of the sorted row (4) and a boolean mask (1)
+            sampler_bytes_per_logit=23.0,
         ),
         Engine(
             "vllm-v0",
@@ -140,6 +146,11 @@ ENGINES = {
             host_per_seq_s=0.0,
             block_size=16,
             note="about 4 ms GPU bubble per decode step (vLLM RFC #6854)",
+            # vllm/v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p (V0's sampler sorts the same
+            # way), run by the profiling pass over max_num_seqs dummy requests with top-k and top-p
+            # set: bf16 logits from the head (2 B), their fp32 copy (4), the sorted values (4) and
+            # int64 indices (8), the softmax/cumsum of the sorted row (4) and a boolean mask (1)
+            sampler_bytes_per_logit=23.0,
         ),
         Engine(
             "sglang",

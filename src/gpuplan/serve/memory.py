@@ -23,9 +23,6 @@ from gpuplan.serve.timing import Deployment
 from gpuplan.serve.weights import weight_bytes_per_gpu
 from gpuplan.units import GiB
 
-LOGIT_BYTES = 4  # the sampler works on fp32 logits
-
-
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 
 
@@ -101,7 +98,8 @@ class ServeMemory:
 def activation_peak(d: Deployment, cfg: ServeConfig) -> float:
     """Peak activations of a forward pass over ``max_batched_tokens`` tokens on one GPU: the
     residual stream and its normed copy, plus the widest intermediate (fused QKV and attention
-    output, or gate+up and the activated MLP), and fp32 logits for every sampled sequence."""
+    output, or gate+up and the activated MLP), and the sampler's logits for every sampled sequence
+    (fp32 logits and one working copy, or what the engine's sampler holds: engines.py)."""
     m = d.model
     t = cfg.max_batched_tokens
     a = 2.0
@@ -111,7 +109,7 @@ def activation_peak(d: Deployment, cfg: ServeConfig) -> float:
     if m.is_moe:  # each token's routed copies through its experts' MLPs
         mlp = max(mlp, m.experts_per_token * (h + (3 if m.gated_mlp else 2) * m.moe_ffn_size / d.tp))
     seqs = min(cfg.max_num_seqs or 256, t)  # vLLM profiles the sampler with max_num_seqs (default 256)
-    return t * a * (2 * h + max(attn, mlp)) + seqs * m.vocab_size * LOGIT_BYTES * 2
+    return t * a * (2 * h + max(attn, mlp)) + seqs * m.vocab_size * engine(cfg.engine).sampler_bytes_per_logit
 
 
 def kv_pool_bytes(
