@@ -42,3 +42,9 @@ def test_validate_serving_kv_reports_the_held_out_rows(capsys):
     assert code == 0
     doc = json.loads(out)
     assert doc["summary"]["rows"] == len(doc["rows"]) >= 7
+
+
+def test_disaggregate_refuses_flags_it_would_drop(capsys):
+    args = ["serve", "llama-3.1-8b", "--disaggregate", "--ttft-slo", "1s", "--itl-slo", "50ms", "--concurrency", "8"]
+    code, _, err = run(args, capsys)
+    assert code == 2 and "--concurrency" in err

@@ -677,6 +677,12 @@ def serve(
 
         if ttft is None or itl is None:
             raise GpuplanError("disaggregate", "the pools are sized by both targets", "add --ttft-slo and --itl-slo")
+        if concurrency or max_throughput or target_tokens_per_s or target_rps:  # they would be silently dropped
+            raise GpuplanError(
+                "disaggregate",
+                "the targets size the pools: --concurrency, --max-throughput and --target-* do not apply",
+                "drop them, or drop --disaggregate",
+            )
         ddoc = dd(plan_disaggregated(req, ttft, itl))
         _emit_json(ddoc) if json_out else render_disagg(ddoc)
         return
