@@ -357,9 +357,13 @@ def render_serve(est, doc: dict) -> None:
             )
             + f"; host time: {eng['host_note']}"
         )
-    table = _mem_table(
-        f"Memory per GPU (engine budget {r.config.gpu_memory_utilization:.0%} of {mem['capacity'] / GiB:,.2f} GiB)"
-    )
+    frac = f"{r.config.gpu_memory_utilization:.0%}"
+    budget = {  # each engine's rule for its memory fraction (serve/engines.py)
+        "total": f"engine budget {frac} of {mem['capacity'] / GiB:,.2f} GiB",
+        "free": f"KV pool {frac} of what is free of {mem['capacity'] / GiB:,.2f} GiB after loading",
+        "static": f"weights and KV pool in {frac} of {mem['capacity'] / GiB:,.2f} GiB",
+    }[eng["memory_rule"]]
+    table = _mem_table(f"Memory per GPU ({budget})")
     per = mem["per_gpu"]
     cap = mem["capacity"]
     _mem_row(table, "weights", per["weights"], cap, d.weights.description)

@@ -426,7 +426,7 @@ def to_dict(e: ServeEstimate) -> dict:
             "paged_bytes_per_sequence": paged,
             "paged_waste_fraction": 1 - exact / paged if paged else 0.0,
             "contiguous_bytes_per_sequence": contiguous,
-            "contiguous_max_concurrency": int(max(0.0, mem.kv_pool) // contiguous) if contiguous else 0,
+            "contiguous_max_concurrency": int(max(0.0, mem.kv_pool) // contiguous) * mem.kv_groups if contiguous else 0,
             "contiguous_waste_fraction": 1 - exact / contiguous if contiguous else 0.0,
         },
         "ttft_s": p.ttft_s,
