@@ -48,3 +48,8 @@ def test_disaggregate_refuses_flags_it_would_drop(capsys):
     args = ["serve", "llama-3.1-8b", "--disaggregate", "--ttft-slo", "1s", "--itl-slo", "50ms", "--concurrency", "8"]
     code, _, err = run(args, capsys)
     assert code == 2 and "--concurrency" in err
+
+
+def test_prefill_tp_without_disaggregate_is_refused(capsys):
+    code, _, err = run(["serve", "llama-3.1-8b", "--prefill-tp", "2"], capsys)
+    assert code == 2 and "--disaggregate" in err

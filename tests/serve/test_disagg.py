@@ -60,3 +60,16 @@ def test_a_target_no_instance_can_meet_is_refused_naming_it():
     with pytest.raises(GpuplanError) as e:
         plan_disaggregated(_req(input_len=100_000 // 2), ttft_slo_s=0.01, itl_slo_s=0.05)
     assert e.value.field == "ttft_slo"
+
+
+def test_a_wider_prefill_instance_sends_from_more_nics_and_counts_its_gpus():
+    req = ServeRequest(
+        catalog.model("llama-3.1-70b"), H100, tp=2, weights="fp8", kv="fp8", input_len=8192, output_len=256
+    )
+    same = plan_disaggregated(req, ttft_slo_s=3.0, itl_slo_s=0.05)
+    wide = plan_disaggregated(req, ttft_slo_s=3.0, itl_slo_s=0.05, prefill_tp=8)
+    assert (wide.prefill_gpus_per_instance, wide.gpus_per_instance) == (8, 2)
+    assert wide.gpus == wide.n_prefill * 8 + wide.n_decode * 2
+    assert wide.prefill.prefill_s < same.prefill.prefill_s / 2  # four times the GPUs on each prompt
+    # the decode side (2 GPUs) receives the larger shard either way: the transfer time is the same
+    assert wide.prefill.transfer_s == pytest.approx(same.prefill.transfer_s)

@@ -530,6 +530,7 @@ def search(
     input_len=at_least(1, 10**8),
     output_len=at_least(1, 10**8),
     concurrency=at_least(1, 10**7),
+    prefill_tp=at_least(1, 1024),
     gpu_memory_utilization=between(0, 1, lo_open=True),
     block_size=at_least(1, 10**6),
     max_batched_tokens=at_least(1, 10**9),
@@ -570,6 +571,7 @@ def serve(
             "--disaggregate", help="Separate prefill and decode pools: P:D ratio under --ttft-slo and --itl-slo."
         ),
     ] = False,
+    prefill_tp: Annotated[int | None, typer.Option(help="With --disaggregate: TP of the prefill instances.")] = None,
     gpu_memory_utilization: Annotated[
         float | None, typer.Option(help="Engine memory fraction (default 0.9, or the --engine's).")
     ] = None,
@@ -671,6 +673,8 @@ def serve(
         ttft_slo_s=None if disaggregate else ttft,
         dp_attention=dp_attention,
     )
+    if prefill_tp is not None and not disaggregate:
+        raise GpuplanError("prefill_tp", "only the disaggregated pools have a prefill instance", "add --disaggregate")
     if disaggregate:  # serve/disagg.py; the SLOs size the pools rather than a target
         from gpuplan.cli.render_serve import render_disagg
         from gpuplan.serve.disagg import plan_disaggregated, to_dict as dd
@@ -683,7 +687,7 @@ def serve(
                 "the targets size the pools: --concurrency, --max-throughput and --target-* do not apply",
                 "drop them, or drop --disaggregate",
             )
-        ddoc = dd(plan_disaggregated(req, ttft, itl))
+        ddoc = dd(plan_disaggregated(req, ttft, itl, prefill_tp))
         _emit_json(ddoc) if json_out else render_disagg(ddoc)
         return
     est = estimate_serving(req)

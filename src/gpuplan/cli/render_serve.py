@@ -11,8 +11,9 @@ from gpuplan.units import fmt_duration
 def render_disagg(doc: dict) -> None:
     p, d = doc["prefill"], doc["decode"]
     console.print(
-        f"[bold]{doc['model']}[/] disaggregated on {doc['gpu']}, {doc['gpus_per_instance']} GPU(s) per instance "
-        f"(tp={doc['tp']}, pp={doc['pp']}); {doc['input_len']} tokens in, {doc['output_len']} out; "
+        f"[bold]{doc['model']}[/] disaggregated on {doc['gpu']}: {doc['prefill_gpus_per_instance']} GPU(s) per "
+        f"prefill and {doc['gpus_per_instance']} per decode instance (decode tp={doc['tp']}, pp={doc['pp']}); "
+        f"{doc['input_len']} tokens in, {doc['output_len']} out; "
         f"targets: mean TTFT {fmt_duration(doc['ttft_slo_s'])}, ITL {fmt_duration(doc['itl_slo_s'])}"
     )
     t = Table(title=f"Pools (P:D = {doc['ratio_p_to_d']}, {doc['gpus']} GPUs)")

@@ -26,7 +26,7 @@ The colocated replica under the same targets (plan.py's steady state, with its p
 beside the decodes) is reported beside it, so the two can be compared per GPU and per $/M tokens;
 its TTFT has no queueing in it (plan.py's mean field), so the comparison flatters colocation.
 
-Limits: both pools use the same TP degree and engine; a prefill instance runs one prompt at a
+Limits: both pools run one engine (the prefill pool may have its own TP degree); a prefill instance runs one prompt at a
 time (prompts of a thousand tokens and more already fill the GPU; shorter ones would batch and
 serve more than 1/D); the M/D/1 TTFT is a mean, not a percentile.
 """
@@ -70,7 +70,8 @@ class DisaggPlan:
     request: ServeRequest
     ttft_slo_s: float
     itl_slo_s: float
-    gpus_per_instance: int
+    gpus_per_instance: int  # a decode instance
+    prefill_gpus_per_instance: int
     prefill: PrefillPool
     decode: DecodePool
     n_prefill: int
@@ -80,7 +81,7 @@ class DisaggPlan:
 
     @property
     def gpus(self) -> int:
-        return (self.n_prefill + self.n_decode) * self.gpus_per_instance
+        return self.n_prefill * self.prefill_gpus_per_instance + self.n_decode * self.gpus_per_instance
 
     @property
     def requests_per_s_per_gpu(self) -> float:
@@ -100,14 +101,23 @@ def md1_ttft(service_s: float, rate: float) -> float:
     return math.inf if rho >= 1 else service_s + rate * service_s**2 / (2 * (1 - rho))
 
 
-def kv_transfer_s(req: ServeRequest, d: Deployment) -> float:
-    """Seconds to send one prompt's KV (each GPU its TP shard over its NIC share)."""
-    per_gpu = kv_bytes_per_sequence(req.model, d.kv, req.input_len, d.tp) / d.pp
+def kv_transfer_s(req: ServeRequest, d: Deployment, p: Deployment | None = None) -> float:
+    """Seconds to move one prompt's KV from a prefill instance ``p`` (default: laid out as ``d``) to
+    a decode instance ``d``: each GPU sends or receives its TP shard through its NIC share, so the
+    side with fewer GPUs sets the time."""
+    p = p or d
     e = efficiency(d.gpu)
-    return per_gpu / (d.gpu.inter_bytes_per_s * e.inter_bus) + e.inter_latency_s
+    shard = max(
+        kv_bytes_per_sequence(req.model, x.kv, req.input_len, x.tp) / x.kv_groups / x.pp for x in (p, d)
+    )  # bytes through the busiest GPU's NIC
+    return shard / (d.gpu.inter_bytes_per_s * e.inter_bus) + e.inter_latency_s
 
 
-def plan_disaggregated(req: ServeRequest, ttft_slo_s: float, itl_slo_s: float) -> DisaggPlan:
+def plan_disaggregated(
+    req: ServeRequest, ttft_slo_s: float, itl_slo_s: float, prefill_tp: int | None = None
+) -> DisaggPlan:
+    """Pools for ``req`` (its TP/PP for the decode instances; ``prefill_tp`` for the prefill ones,
+    default the same: DistServe picks each phase's parallelism apart)."""
     require(ttft_slo_s > 0, "ttft_slo", "must be positive", "e.g. --ttft-slo 2s")
     require(itl_slo_s > 0, "itl_slo", "must be positive", "e.g. --itl-slo 50ms")
     m, gpu, cfg = req.model, req.gpu, req.config
@@ -143,8 +153,10 @@ def plan_disaggregated(req: ServeRequest, ttft_slo_s: float, itl_slo_s: float) -
     dec = DecodePool(lo, step, kv_max, lo / step / req.output_len)
 
     # prefill pool: the highest M/D/1 rate whose mean TTFT meets the target
-    service = sm.prefill(req.input_len * (1 - req.prefix_hit_rate), cfg.max_batched_tokens).seconds
-    transfer = kv_transfer_s(req, d)
+    pd = replace(d, tp=prefill_tp) if prefill_tp else d
+    prompt = req.input_len * (1 - req.prefix_hit_rate)  # tokens the prefix cache does not cover
+    service = step_model(pd, engine(cfg.engine)).prefill(prompt, cfg.max_batched_tokens).seconds
+    transfer = kv_transfer_s(req, d, pd)
     fixed = transfer + sm.decode_step(1, req.input_len).seconds  # the first token comes from a decode step
     if md1_ttft(service, 0.0) + fixed > ttft_slo_s:
         raise GpuplanError(
@@ -165,7 +177,10 @@ def plan_disaggregated(req: ServeRequest, ttft_slo_s: float, itl_slo_s: float) -
     # the ratio: the most requests/s per GPU over small pools
     best = max(
         ((n_p, n_d) for n_p in range(1, MAX_POOL + 1) for n_d in range(1, MAX_POOL + 1)),
-        key=lambda x: (min(x[0] * pre.rate_per_instance, x[1] * dec.rate_per_instance) / (x[0] + x[1]), -sum(x)),
+        key=lambda x: (
+            min(x[0] * pre.rate_per_instance, x[1] * dec.rate_per_instance) / (x[0] * pd.gpus + x[1] * d.gpus),
+            -sum(x),
+        ),
     )
     rate = min(best[0] * pre.rate_per_instance, best[1] * dec.rate_per_instance)
 
@@ -177,7 +192,7 @@ def plan_disaggregated(req: ServeRequest, ttft_slo_s: float, itl_slo_s: float) -
             colocated = max(p.output_tokens_per_s for p in ok) / req.output_len / d.gpus
     except GpuplanError:
         colocated = None
-    return DisaggPlan(req, ttft_slo_s, itl_slo_s, d.gpus, pre, dec, best[0], best[1], rate, colocated)
+    return DisaggPlan(req, ttft_slo_s, itl_slo_s, d.gpus, pd.gpus, pre, dec, best[0], best[1], rate, colocated)
 
 
 def to_dict(p: DisaggPlan) -> dict:
@@ -188,6 +203,7 @@ def to_dict(p: DisaggPlan) -> dict:
         "tp": r.tp,
         "pp": r.pp,
         "gpus_per_instance": p.gpus_per_instance,
+        "prefill_gpus_per_instance": p.prefill_gpus_per_instance,
         "input_len": r.input_len,
         "output_len": r.output_len,
         "ttft_slo_s": p.ttft_slo_s,
