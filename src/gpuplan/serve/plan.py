@@ -6,8 +6,9 @@ simulates request by request): every iteration each decoding sequence adds one t
 input/output prompt tokens per iteration for D decoding sequences (less the prefix-cache hits).
 The batched-token budget caps D at budget x output / (input + output). Output tokens/s = D / t_iter;
 the inter-token latency a user sees (TPOT) is an iteration with the other sequences' prefill
-chunks; TTFT is the prompt's own prefill in chunks beside D - 1 decodes. Max-throughput mode reserves every sequence's full input + output length up front,
-as TensorRT-LLM's default GUARANTEED_NO_EVICT scheduler does.
+chunks; TTFT is the prompt's own prefill in chunks beside D - 1 decodes. Max-throughput mode
+reserves every sequence's full input + output length up front, as TensorRT-LLM's default
+GUARANTEED_NO_EVICT scheduler does.
 
 A concurrency above what the KV pool (or ``max_num_seqs``) holds is a closed loop of N clients, the
 way benchmark_serving.py / genai-perf run ``--concurrency N``: the engine runs at its capacity and

@@ -14,10 +14,10 @@ overestimate of their memory).
 Arrivals are Poisson at ``rate`` (or read from a trace), or come from a closed loop of ``clients``
 (benchmark_serving.py ``--max-concurrency``, genai-perf ``--concurrency``): each client sends its
 next request the moment its last one finishes, so at most ``clients`` are in the engine or its
-queue, and whatever the KV pool or ``max_num_seqs`` cannot seat waits. Lengths fixed, uniform or exponential; a
-seed makes every run reproducible. Outputs: TTFT, inter-token latency (ITL) and end-to-end latency
-percentiles, throughput and preemptions; ``max_rate`` bisects for the highest rate whose p99s meet
-an SLO.
+queue, and whatever the KV pool or ``max_num_seqs`` cannot seat waits. Lengths fixed, uniform or
+exponential; a seed makes every run reproducible. Outputs: TTFT, inter-token latency (ITL) and
+end-to-end latency percentiles, throughput and preemptions; ``max_rate`` bisects for the highest
+rate whose p99s meet an SLO.
 """
 
 from __future__ import annotations
