@@ -1,5 +1,6 @@
 """Custom hardware: a GPU TOML in the catalog's schema, validated field by field."""
 
+import json
 import tomllib
 
 import pytest
@@ -96,3 +97,18 @@ def test_cli_train_on_a_toml_gpu(tmp_path, capsys):
         assert exc.code in (0, None)
     doc = json.loads(capsys.readouterr().out)
     assert doc["gpu"]["id"] == "my-h100"
+
+
+def test_cli_train_on_a_toml_gpu_predicts_its_step_time(tmp_path, capsys):
+    # no --mfu: the performance model and the calibration band read the file's efficiency, not a
+    # catalog entry of the file's name
+    from gpuplan.cli.app import main
+
+    path = tmp_path / "my-a6000.toml"
+    path.write_text((catalog.ROOT / "gpus" / "rtx-a6000.toml").read_text())
+    try:
+        main(["train", "llama-3.2-1b", "--gpu", str(path), "--gpus", "2", "--zero", "1", "--json"])
+    except SystemExit as exc:
+        assert exc.code in (0, None, 3)
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["time"]["step_s"] > 0 and doc["calibration"]["category"]["gpu_family"]

@@ -10,11 +10,13 @@ transformers = pytest.importorskip("transformers")
 
 
 def text_config(config: dict) -> dict:
-    """What transformers builds as the causal LM: a multimodal config's text_config (gpuplan plans the
-    text backbone and says the vision tower is not counted); TOML has no null, so a catalog
+    """What transformers builds as the causal LM: a multimodal config's text_config (its text
+    backbone; test_vision.py checks the whole model); TOML has no null, so a catalog
     ``q_lora_rank = 0`` is the config.json's null."""
     if "text_config" in config:
         config = dict(config["text_config"])
+    elif config.get("model_type") == "qwen2_5_vl":  # the Hub's flat layout: text keys at the top level
+        config = {k: v for k, v in config.items() if k != "vision_config"} | {"model_type": "qwen2_5_vl_text"}
     if config.get("q_lora_rank") == 0:
         config["q_lora_rank"] = None
     return config
@@ -26,9 +28,17 @@ def build_on_meta(config: dict):
         return transformers.AutoModelForCausalLM.from_config(cfg)
 
 
+def build_whole_on_meta(config: dict):
+    """A multimodal config's whole model: text backbone, vision tower and projector."""
+    cfg = transformers.AutoConfig.for_model(**config)
+    with torch.device("meta"):
+        return transformers.AutoModelForImageTextToText.from_config(cfg)
+
+
 @pytest.mark.parametrize("model_id", catalog.model_ids())
 def test_total_params_equal_transformers_on_meta(model_id):
-    hf = build_on_meta(dict(catalog.model_entry(model_id)["config"]))
+    config = dict(catalog.model_entry(model_id)["config"])
+    hf = build_whole_on_meta(config) if "vision_config" in config else build_on_meta(config)
     expected = sum(p.numel() for p in hf.parameters())
     assert count_params(catalog.model(model_id)).total == expected
 

@@ -36,14 +36,19 @@ def test_a_gemm_with_small_k_pays_each_tiles_pipeline_fill(h100):
     assert rate_small / rate_big == pytest.approx((small / (small + 256)) / (big / (big + 256)), rel=1e-6)
 
 
-def test_one_row_past_a_full_wave_costs_more_than_its_flops(h100):
-    # 132 SMs: 12 x 11 tiles of 256x128 fill one wave exactly; one more row spills into a second
-    # wave, which smaller tiles soften (as cuBLAS does) but cannot remove
+def test_one_row_past_a_full_wave_costs_a_whole_wave_on_a100_and_its_share_on_h100(h100):
+    # 108 SMs on A100: 12 x 9 tiles of 256x128 fill one wave exactly; one more row spills into a
+    # second wave, which smaller tiles soften (as cuBLAS does) but cannot remove
+    a100 = catalog.gpu("a100-sxm-80gb")
     k = 16384
+    rows, cols = 256 * 12, 128 * 9
+    over = gemm_time(a100, "bf16", rows + 1, cols, k) / gemm_time(a100, "bf16", rows, cols, k)
+    assert over > 1.3
+    # Hopper's persistent (stream-K) kernels spread the 12 extra tiles over the SMs: 143 / 132 of
+    # the time, as measured (no staircase across wave boundaries, kernels/waves.json)
     rows, cols = 256 * 12, 128 * 11
-    full = gemm_time(h100, "bf16", rows, cols, k)
-    over = gemm_time(h100, "bf16", rows + 1, cols, k)
-    assert over / full > 1.3
+    over = gemm_time(h100, "bf16", rows + 1, cols, k) / gemm_time(h100, "bf16", rows, cols, k)
+    assert over == pytest.approx(143 / 132, rel=0.01)
 
 
 def test_a_skinny_gemm_is_bound_by_memory(h100):
@@ -165,7 +170,7 @@ def test_a_recalibrated_gpu_never_reuses_a_cached_step_time(h100):
     cfg = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=64)
     plan = ParallelPlan(dp=8, tp=8, sp=True)
     base = _st("llama-3.1-8b", h100, plan, cfg, 8).step_s
-    slower = dataclasses.replace(h100, efficiency=dataclasses.replace(h100.efficiency, sustained=0.5))
+    slower = dataclasses.replace(h100, efficiency=dataclasses.replace(h100.efficiency, sustained=0.4))
     assert slower != h100 and hash(slower) != hash(h100)
     assert _st("llama-3.1-8b", slower, plan, cfg, 8).step_s > 1.3 * base
 

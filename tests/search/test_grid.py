@@ -8,7 +8,7 @@ from gpuplan.estimate.memory import estimate_memory
 from gpuplan.estimate.step_time import step_time
 from gpuplan.search.grid import Grid
 from gpuplan.search.plans import RECOMPUTE_ORDER, _layouts
-from gpuplan.specs.training import TrainingConfig
+from gpuplan.specs.training import BLOCK_SCALED, TrainingConfig
 
 CASES = [
     ("llama-3.1-8b", 16, TrainingConfig(seq_len=4096, global_batch=64)),
@@ -18,13 +18,15 @@ CASES = [
     ("llama-3.1-70b", 64, TrainingConfig(seq_len=8192, global_batch=512, precision="fp16", profile="eager")),
     ("qwen2.5-7b", 16, TrainingConfig(seq_len=4096, global_batch=64, precision="fp8")),  # TE's FP8 weight copies
     ("llama-3.2-1b", 16, TrainingConfig.for_framework("torchtitan", seq_len=4096, global_batch=64)),  # FSDP2 shards
+    # NVFP4 on B200: block-scaled copies and a per-tensor scale per (expert) weight matrix
+    ("mixtral-8x7b", 16, TrainingConfig(seq_len=4096, global_batch=64, precision="nvfp4")),
 ]
 
 
 def _grid(name, gpus, base):
     from collections import Counter
 
-    m, gpu = catalog.model(name), catalog.gpu("h100-sxm")
+    m, gpu = catalog.model(name), catalog.gpu("b200" if base.precision in BLOCK_SCALED else "h100-sxm")
     layouts, _ = _layouts(m, gpu, gpus, base, 4, 1, Counter())
     return m, gpu, Grid(m, base, layouts, (1, 2, 4), (0, 1, 2, 3), RECOMPUTE_ORDER)
 

@@ -8,6 +8,7 @@ smallest change found that does fit.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections import Counter
@@ -22,6 +23,7 @@ from gpuplan.cli.params import (
     between,
     checked,
     fraction,
+    html_file,
     out_file,
     plot as plot_path,
     price as price_rule,
@@ -64,8 +66,16 @@ def _root(
 
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print a machine-readable JSON document.")]
+HtmlOpt = Annotated[
+    str | None,
+    typer.Option("--html", help="Also write a self-contained HTML report here: pictures, numbers, the JSON inline."),
+]
 # Options several commands share, declared once
 ModelArg = Annotated[str, typer.Argument(help="Catalog id (see `gpuplan models`) or a path to a config.json.")]
+ClusterOpt = Annotated[
+    str | None,
+    typer.Option(help="A cluster TOML file: its GPU, nodes, NVLink and NIC networks (replaces --gpu; see README)."),
+]
 GpuOpt = Annotated[str, typer.Option(help="GPU id (see `gpuplan gpus`) or a GPU TOML file in the catalog's schema.")]
 TpOpt = Annotated[int, typer.Option(help="Tensor-parallel degree.")]
 PpOpt = Annotated[int, typer.Option(help="Pipeline-parallel degree.")]
@@ -153,6 +163,19 @@ def _show(doc: dict, json_out: bool, renderer: str) -> None:
     getattr(render, renderer)(doc)
 
 
+_ARGS: list[str] = []  # the command line main() is running, for the header of an --html report
+
+
+def _report(path: str | None, command: str, doc: dict, slo: dict | None = None) -> None:
+    """--html: the report of the document --json prints (gpuplan/report/)."""
+    if path:
+        from gpuplan.report.page import write_report
+
+        drop = {i for i, a in enumerate(_ARGS) if a == "--html"} | {i + 1 for i, a in enumerate(_ARGS) if a == "--html"}
+        argv = [a for i, a in enumerate(_ARGS) if i not in drop and not a.startswith("--html=") and a != "--json"]
+        write_report(path, command, _strict(doc), argv=argv or None, slo=slo)
+
+
 def _emit_json(doc) -> None:
     # Strict JSON: a NaN or an infinity left in a document is a bug upstream; it becomes null here
     # rather than a token other parsers reject.
@@ -171,6 +194,21 @@ def _strict(x):
     if isinstance(x, float):
         return (x + 0.0) if math.isfinite(x) else None
     return x
+
+
+def _hardware(gpu: str, cluster: str | None, gpus: int | None):
+    """(GPU, GPU count): a --cluster file's GPU with its nodes and networks (specs/cluster_file.py),
+    else the --gpu entry; the count defaults to the whole cluster (8 without one)."""
+    from gpuplan import catalog
+
+    if not cluster:
+        return catalog.gpu(gpu), 8 if gpus is None else gpus
+    from gpuplan.specs.cluster_file import read_cluster_file
+
+    found = read_cluster_file(cluster)
+    gpus = found.gpus if gpus is None else gpus
+    found.check_gpus(gpus)
+    return found.gpu, gpus
 
 
 def _calibrated(hw, calibration: str | None, allocator_fraction: float | None):
@@ -205,11 +243,15 @@ def _calibrated(hw, calibration: str | None, allocator_fraction: float | None):
     cuda_context_gib=between(0, 1024),
     allocator_fraction=between(0, 1),
     expert_imbalance=between(1, 1000),
+    html=html_file,
 )
 def train(
     model: ModelArg,
     gpu: GpuOpt = "h100-sxm",
-    gpus: Annotated[int, typer.Option(help="Number of GPUs (world size).")] = 8,
+    gpus: Annotated[
+        int | None, typer.Option(help="Number of GPUs (world size; default 8, or all of --cluster).")
+    ] = None,
+    cluster: ClusterOpt = None,
     tp: TpOpt = 1,
     pp: PpOpt = 1,
     dp: Annotated[int | None, typer.Option(help="Data-parallel degree (default: gpus / (tp*pp*cp)).")] = None,
@@ -243,7 +285,9 @@ def train(
     ] = None,
     tokens: Annotated[str | None, typer.Option(help="Training tokens, e.g. 2T, 15.6e12, 300B.")] = None,
     recompute: Annotated[str, typer.Option(help="Activation recompute: none, selective, full.")] = "none",
-    precision: Annotated[str, typer.Option(help="bf16, fp16, fp32 or fp8.")] = "bf16",
+    precision: Annotated[
+        str, typer.Option(help="bf16, fp16, fp32, fp8, or mxfp8/nvfp4 (Blackwell block-scaled GEMMs).")
+    ] = "bf16",
     master_weights: Annotated[
         bool, typer.Option("--master-weights/--no-master-weights", help="Keep an fp32 master copy (mixed precision).")
     ] = True,
@@ -254,9 +298,9 @@ def train(
     attention_kernel: Annotated[
         str | None,
         typer.Option(
-            help="fa3 (FlashAttention-3 / cuDNN, TransformerEngine) "
-            "or fa2 (PyTorch SDPA, flash_attn 2) (default: the "
-            "framework's)."
+            help="fa3 (FlashAttention-3 / cuDNN, TransformerEngine), "
+            "fa2 (flash_attn 2, PyTorch SDPA's flash backend) or sdpa (what PyTorch >= 2.11 SDPA "
+            "picks: cuDNN on H100/B200, FlashAttention-2 elsewhere) (default: the framework's)."
         ),
     ] = None,
     profile: Annotated[
@@ -311,6 +355,7 @@ def train(
     pcie_gbps: PcieOpt = None,
     disk_gbps: DiskGbpsOpt = None,
     host: HostOpt = None,
+    html: HtmlOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Will a training run fit, where every byte per GPU goes, its FLOPs, time and cost."""
@@ -321,7 +366,7 @@ def train(
     from gpuplan.units import GiB
 
     spec = catalog.model(model)
-    hw = catalog.gpu(gpu)
+    hw, gpus = _hardware(gpu, cluster, gpus)
     hw, prof, allocator_fraction = _calibrated(hw, calibration, allocator_fraction)
     if dp is None:
         if gpus % (tp * pp * cp):
@@ -396,6 +441,7 @@ def train(
             microbatches=max(1, (global_batch or micro_batch * plan.dp) // (micro_batch * plan.dp)),
         )
         oest = estimate_offload_training(oreq)
+        _report(html, "train", od(oest))
         check_fits(oest)
         _emit_json(od(oest)) if json_out else render_train_offload(od(oest))
         return
@@ -410,8 +456,10 @@ def train(
         price_source=price_source,
     )
     est = estimate_training(req)
+    doc = {**to_dict(est), "calibration_profile": prof.describe() if prof else None} if json_out or html else {}
+    _report(html, "train", doc)
     if json_out:
-        _emit_json({**to_dict(est), "calibration_profile": prof.describe() if prof else None})
+        _emit_json(doc)
     else:
         from gpuplan.cli.render import console, render_train
 
@@ -429,16 +477,19 @@ def train(
 
 
 @app.command()
-@checked(gpus=at_least(1, 10**7), seq_len=at_least(1, 10**8), top=at_least(1, 1000), price=price_rule)
+@checked(gpus=at_least(1, 10**7), seq_len=at_least(1, 10**8), top=at_least(1, 1000), price=price_rule, html=html_file)
 def search(
     model: ModelArg,
     gpu: GpuOpt = "h100-sxm",
-    gpus: Annotated[int, typer.Option(help="Number of GPUs.")] = 8,
+    gpus: Annotated[int | None, typer.Option(help="Number of GPUs (default 8, or all of --cluster).")] = None,
+    cluster: ClusterOpt = None,
     seq_len: Annotated[int, typer.Option(help="Sequence length in tokens.")] = 4096,
     global_batch: Annotated[
         str, typer.Option(help="Global batch: sequences (512) or tokens with a suffix (16M).")
     ] = "512",
-    precision: Annotated[str, typer.Option(help="bf16, fp16, fp32 or fp8.")] = "bf16",
+    precision: Annotated[
+        str, typer.Option(help="bf16, fp16, fp32, fp8, or mxfp8/nvfp4 (Blackwell block-scaled GEMMs).")
+    ] = "bf16",
     optimizer: Annotated[str, typer.Option(help="adamw, adamw8bit, sgd or adafactor.")] = "adamw",
     objective: Annotated[str, typer.Option(help="Rank by throughput or cost.")] = "throughput",
     top: Annotated[int, typer.Option(help="How many plans to show.")] = 5,
@@ -460,6 +511,7 @@ def search(
     zero: Annotated[str | None, typer.Option(help="Only these ZeRO stages, e.g. 1,3.")] = None,
     recompute: Annotated[str | None, typer.Option(help="Only these recompute modes, e.g. none,selective.")] = None,
     micro_batch: Annotated[str | None, typer.Option(help="Micro-batch sizes to try (default 1,2,4,8).")] = None,
+    html: HtmlOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Every valid parallel plan that fits, ranked; rejected plans counted by reason."""
@@ -467,7 +519,8 @@ def search(
     from gpuplan.search.plans import search as run_search
     from gpuplan.specs.training import TrainingConfig
 
-    spec, hw = catalog.model(model), catalog.gpu(gpu)
+    spec = catalog.model(model)
+    hw, gpus = _hardware(gpu, cluster, gpus)
     hw, prof, reserve = _calibrated(hw, calibration, None)
     base = TrainingConfig.for_framework(
         framework,
@@ -501,7 +554,9 @@ def search(
         result = run_search(spec, hw, gpus, base, top=top, objective=objective, price_per_gpu_hour=price, **narrow)
         from gpuplan.search.report import to_dict
 
-        _emit_json({**to_dict(result, spec, hw), "calibration_profile": prof.describe() if prof else None})
+        doc = {**to_dict(result, spec, hw), "calibration_profile": prof.describe() if prof else None}
+        _report(html, "search", doc)
+        _emit_json(doc)
         return
     from gpuplan.cli.render import console, progress, render_search
 
@@ -521,6 +576,10 @@ def search(
             **narrow,
         )
     render_search(result, spec, hw)
+    if html:
+        from gpuplan.search.report import to_dict
+
+        _report(html, "search", {**to_dict(result, spec, hw), "calibration_profile": prof.describe() if prof else None})
 
 
 @app.command()
@@ -542,6 +601,7 @@ def search(
     target_tokens_per_s=between(0, 1e12, lo_open=True),
     target_rps=between(0, 1e9, lo_open=True),
     price=price_rule,
+    html=html_file,
 )
 def serve(
     model: ModelArg,
@@ -614,6 +674,7 @@ def serve(
     pcie_gbps: PcieOpt = None,
     disk_gbps: DiskGbpsOpt = None,
     host: HostOpt = None,
+    html: HtmlOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Serving: does it fit, KV cache, max concurrency, TTFT/TPOT, tokens/s and $/M tokens."""
@@ -643,6 +704,7 @@ def serve(
             gpu_memory_utilization=gpu_memory_utilization if gpu_memory_utilization is not None else 0.9,
         )
         doc = od(plan_offload(oreq))
+        _report(html, "serve", doc)
         _emit_json(doc) if json_out else render_serve_offload(doc)
         return
     price = _price(hw.id, price)
@@ -687,10 +749,13 @@ def serve(
                 "the targets size the pools: --concurrency, --max-throughput and --target-* do not apply",
                 "drop them, or drop --disaggregate",
             )
+        if html:  # the report page has no view of the pools yet
+            raise GpuplanError("html", "the HTML report does not cover disaggregated pools", "drop --html, use --json")
         ddoc = dd(plan_disaggregated(req, ttft, itl, prefill_tp))
         _emit_json(ddoc) if json_out else render_disagg(ddoc)
         return
     est = estimate_serving(req)
+    _report(html, "serve", to_dict(est), slo={"tpot_s": itl, "ttft_s": ttft})
     if json_out:
         _emit_json(to_dict(est))
         return
@@ -710,6 +775,7 @@ def serve(
     block_size=at_least(1, 10**6),
     max_batched_tokens=at_least(1, 10**9),
     max_num_seqs=at_least(1, 10**7),
+    html=html_file,
 )
 def serve_sim(
     model: ModelArg,
@@ -745,6 +811,7 @@ def serve_sim(
     max_num_seqs: Annotated[
         int | None, typer.Option(help="Cap on running sequences (default 256, or the --engine's).")
     ] = None,
+    html: HtmlOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Discrete-event serving simulation: continuous batching, paged KV, chunked prefill, preemption."""
@@ -830,6 +897,7 @@ def serve_sim(
             "max_rate": best[0],
             "at_max_rate": best[1].to_dict() if best[1] else None,
         }
+    _report(html, "serve-sim", doc)
     _show(doc, json_out, "render_serve_sim")
 
 
@@ -842,6 +910,7 @@ def serve_sim(
     activation_gib=between(0, 1e6),
     trace=out_file,
     plot=plot_path,
+    html=html_file,
 )
 def pipeline(
     schedule: Annotated[
@@ -868,7 +937,8 @@ def pipeline(
         float | None, typer.Option(help="Activation GiB of one micro-batch on one stage.")
     ] = None,
     trace: Annotated[str | None, typer.Option(help="Write a Chrome trace JSON (Perfetto, chrome://tracing).")] = None,
-    plot: Annotated[str | None, typer.Option(help="Write a PNG timeline.")] = None,
+    plot: Annotated[str | None, typer.Option(help="Write a timeline picture (PNG, SVG, PDF).")] = None,
+    html: HtmlOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Simulate a pipeline schedule: per-rank idle time, bubble, makespan, activations in flight."""
@@ -921,7 +991,7 @@ def pipeline(
         if trace:
             write_trace(t, trace, unit_s)
         if plot:
-            write_plot(t, plot)
+            write_plot(t, plot, unit_s)
             bar.advance(task)
     doc = t.to_dict() | {
         "costs": {
@@ -930,12 +1000,14 @@ def pipeline(
             "w": costs.w,
             "overlap": costs.overlap,
             "p2p": p2p,
+            "unit_s": unit_s,
             "backward_convention": "b is the input-gradient backward; full = b + w",
         },
         "bubble_ratio": sum(t.idle_s) / sum(t.busy_s) if sum(t.busy_s) else 0.0,
         "trace": trace,
         "plot": plot,
     }
+    _report(html, "pipeline", doc)
     _show(doc, json_out, "render_pipeline")
 
 
@@ -1220,6 +1292,7 @@ def whatif(
     price=price_rule,
     trace_out=out_file,
     plot=plot_path,
+    html=html_file,
 )
 def cluster_sim(
     gpus: Annotated[int, typer.Option(help="GPUs in the cluster.")] = 1024,
@@ -1269,6 +1342,7 @@ def cluster_sim(
     price: Annotated[float, typer.Option(help="USD per GPU-hour, for the dollars lost.")] = 3.0,
     trace_out: Annotated[str | None, typer.Option(help="Write a Chrome trace of jobs on nodes.")] = None,
     plot: Annotated[str | None, typer.Option(help="Write a PNG: utilisation over time, queue delay by tier.")] = None,
+    html: HtmlOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Simulate a cluster running a job mix: utilisation, goodput, GPU-hours and $ lost by cause."""
@@ -1375,6 +1449,7 @@ def cluster_sim(
     report["skipped"] = dict(skipped) | dict(node_skips)
     report["trace"], report["plot"] = trace_out, plot
     report["policy"], report["placement"], report["checkpoint"] = policy, placement, checkpoint
+    _report(html, "cluster sim", report)
     _show(report, json_out, "render_cluster")
 
 
@@ -1650,6 +1725,7 @@ def models(json_out: JsonOpt = False) -> None:
                 "model_type": m.model_type,
                 "params_total": p.total,
                 "params_active": p.active,
+                "params_vision": p.vision,
                 "layers": m.num_layers,
                 "hidden_size": m.hidden_size,
                 "heads": m.num_heads,
@@ -1788,14 +1864,45 @@ def compare(
         render_compare(doc)
 
 
+@app.command()
+@checked(port=at_least(0, 65535))
+def ui(port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: any free port).")] = 8000) -> None:
+    """A local web page: a form per command, pictures, the same numbers as --json (cli/web/)."""
+    from gpuplan.cli.web.server import make_server, warm
+
+    try:
+        server = make_server(port)
+    except OSError as exc:
+        raise GpuplanError(
+            "port", f"cannot listen on 127.0.0.1:{port} ({exc.strerror})", "use another --port, or --port 0"
+        ) from None
+    warm()
+    sys.stdout.write(f"gpuplan ui: http://127.0.0.1:{server.server_address[1]}/  (Ctrl-C stops it)\n")
+    sys.stdout.flush()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
 # Old flag names that still work, and the name every command now shares
 DEPRECATED = {"--tpot-slo": "--itl-slo", "--cost": "--checkpoint-cost"}
 
 
+@functools.lru_cache(maxsize=1)
+def click_command():
+    """The click command typer builds from ``app``, built once: building it costs more than a
+    train estimate, and ``gpuplan ui`` runs a command per request."""
+    return typer.main.get_command(app)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app; bad input is one line and exit code 2, a plan that does not fit 3."""
-    command = typer.main.get_command(app)
+    command = click_command()
     args = sys.argv[1:] if argv is None else list(argv)
+    _ARGS[:] = args
     head = args[: args.index("--")] if "--" in args else args  # slurm: what follows -- is the user's command
     # Said after an answer only, so that an error stays the single line on stderr
     notes = [

@@ -64,3 +64,4 @@ price: Rule = inputs.price
 seed: Rule = inputs.seed
 plot: Rule = lambda v, f: inputs.output_path(v, f, suffixes=PLOT_SUFFIXES)  # noqa: E731
 out_file: Rule = inputs.output_path
+html_file: Rule = lambda v, f: inputs.output_path(v, f, suffixes=(".html", ".htm"))  # noqa: E731

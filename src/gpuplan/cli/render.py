@@ -69,6 +69,7 @@ def render_train(est) -> None:
     console.print(
         f"[bold]{m.name}[/] ({fmt_count(est.params.total)} params"
         + (f", {fmt_count(est.params.active)} active" if m.is_moe else "")
+        + (f", {fmt_count(est.params.vision)} of them vision" if est.params.vision else "")
         + f") on {p.world_size} x {req.gpu.name}: dp={p.dp} tp={p.tp} pp={p.pp} cp={p.cp} ep={p.ep}"
         + f" zero={p.zero}{' sp' if p.sp and p.tp > 1 else ''}{f' vp={p.vp}' if p.vp > 1 else ''}"
     )

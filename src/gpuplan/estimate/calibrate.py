@@ -559,3 +559,27 @@ def calibrated_validation(rows: tuple[Row, ...] | None = None) -> dict[str, dict
             "per_run": per_run,
         }
     return out
+
+
+def fit_attention_table(
+    rows: list[dict], peak_flops: float, sustained: float, backend: str = "cudnn", min_seq: int = 4096
+) -> tuple[tuple[int, float, float], ...]:
+    """(head_dim, forward, backward) long-sequence rates of one SDPA backend over
+    ``peak_flops x sustained``, from ``scripts/measure_gpu.py``'s attention rows (causal, at least
+    ``min_seq`` tokens: past the ramp ``seq_half`` models; the median over those lengths). The
+    kernels ran back to back, at the power-capped clock that ``sustained`` stands for; backward
+    FLOPs are 2.5x forward, FlashAttention's convention that ``flash_time`` uses."""
+    by_dim: dict[int, tuple[list[float], list[float]]] = {}
+    for r in rows:
+        if r.get("backend") != backend or not r.get("causal") or r["seq"] < min_seq or "fwd_s" not in r:
+            continue
+        f, b = by_dim.setdefault(int(r["d"]), ([], []))
+        f.append(r["flops_fwd"] / r["fwd_s"])
+        b.append(2.5 * r["flops_fwd"] / (r["fwd_bwd_s"] - r["fwd_s"]))
+    if not by_dim:
+        raise GpuplanError("attention", f"no causal {backend} rows of at least {min_seq} tokens")
+    scale = peak_flops * sustained
+    return tuple(
+        (d, round(float(np.median(f)) / scale, 3), round(float(np.median(b)) / scale, 3))
+        for d, (f, b) in sorted(by_dim.items())
+    )

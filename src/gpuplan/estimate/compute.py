@@ -11,7 +11,13 @@
   backward does 2.5x the forward FLOPs (it recomputes QK^T). Eager attention is two batched GEMMs
   and a softmax over s^2 scores (Megatron's fused scale-mask-softmax).
 * Memory-bound ops (norms, activations, rotary, residual adds, dropout, softmax, cross-entropy,
-  the optimizer step): bytes read and written over the achievable HBM bandwidth.
+  the optimizer step): bytes read and written over the achievable HBM bandwidth. The fused
+  profile counts one fused kernel per op (TransformerEngine, Apex); the eager profile counts each
+  PyTorch op that transformers' modeling code launches (``eager_norm_bytes`` and the rotary and
+  SwiGLU chains in ``layer_times``), and torch.autocast over fp32 parameters (the Hugging Face
+  Trainer) adds its casts of weights, GEMM inputs and weight gradients and an fp32 residual
+  stream. Measured on one H100 (measurements/h100-sxm-2026-11-23: profiler traces of eager
+  Hugging Face steps), these memory-bound kernels are 45-70% of a 0.5-1.4B model's GPU time.
 Every kernel also pays a fixed launch/tail gap (``kernel_overhead_s``).
 """
 
@@ -26,10 +32,14 @@ from gpuplan.estimate.memory import _local_shape
 from gpuplan.estimate.params import Tensor, layer_tensors
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
+from gpuplan.specs.training import BLOCK_SCALED, LOW_PRECISION
 
 
 def dtype_bytes(dtype: str) -> float:
-    return {"fp8": 1.0, "int8": 1.0, "bf16": 2.0, "fp16": 2.0, "tf32": 4.0, "fp32": 4.0}[dtype]
+    """Bytes per element; MXFP8 and NVFP4 with their block scales (specs/training.py BLOCK_SCALED)."""
+    return {"fp8": 1.0, "int8": 1.0, "bf16": 2.0, "fp16": 2.0, "tf32": 4.0, "fp32": 4.0}.get(dtype) or (
+        BLOCK_SCALED[dtype][0] + BLOCK_SCALED[dtype][1]
+    )
 
 
 def gemm_compute_time(gpu: GPUSpec, dtype: str, m: float, n: float, k: float, batch: float = 1) -> float:
@@ -40,7 +50,7 @@ def gemm_compute_time(gpu: GPUSpec, dtype: str, m: float, n: float, k: float, ba
     compute = math.inf
     for tm, tn, rel in e.tiles:
         tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
-        waves = math.ceil(tiles / sms)
+        waves = max(1.0, tiles / sms) if e.persistent_tiles else math.ceil(tiles / sms)
         compute = min(compute, waves * sms * 2.0 * tm * tn * (k + e.tile_k_fill) / (rate * rel))
     return compute
 
@@ -63,35 +73,90 @@ def memory_time(gpu: GPUSpec, nbytes: float, kernels: int = 1) -> float:
     return nbytes / (gpu.hbm_bytes_per_s * e.hbm) + kernels * e.kernel_overhead_s
 
 
-def flash_time(gpu: GPUSpec, dtype: str, flops_fwd: float, seq: float, kernel: str = "fa3") -> tuple[float, float]:
+def flash_time(
+    gpu: GPUSpec, dtype: str, flops_fwd: float, seq: float, kernel: str = "fa3", head_dim: int = 128
+) -> tuple[float, float]:
     """(forward, backward) seconds of a FlashAttention kernel doing ``flops_fwd`` forward FLOPs;
-    ``kernel`` fa3 (the GPU's best fused kernel) or fa2 (FlashAttention-2, as PyTorch SDPA runs it)."""
+    ``kernel`` fa3 (the GPU's best fused kernel), fa2 (FlashAttention-2) or sdpa (what PyTorch's
+    SDPA picks on this GPU: cuDNN by head dim where measured, else FlashAttention-2)."""
     if flops_fwd <= 0:
         return 0.0, 0.0
     e = gpu.efficiency
     ramp = seq / (seq + e.seq_half)
     peak = gpu.peak(dtype) * e.sustained
-    f_fwd, f_bwd = e.attention_fractions(kernel)
+    f_fwd, f_bwd = e.attention_fractions(kernel, head_dim)
     fwd = flops_fwd / (peak * f_fwd * ramp) + e.kernel_overhead_s
     bwd = 2.5 * flops_fwd / (peak * f_bwd * ramp) + e.kernel_overhead_s
     return fwd, bwd
 
 
 def _high_precision(dtype: str) -> str:
-    """The dtype of what an FP8 recipe leaves in high precision (attention core, output layer)."""
-    return "bf16" if dtype == "fp8" else dtype
+    """The dtype of what an FP8 (or MXFP8/NVFP4) recipe leaves in high precision (attention core,
+    output layer, router)."""
+    return "bf16" if dtype in LOW_PRECISION else dtype
 
 
-def fp8_cast_times(gpu: GPUSpec, inputs: float, grads: float, act_bytes: float) -> tuple[float, float]:
+def fp8_cast_times(
+    gpu: GPUSpec, inputs: float, grads: float, act_bytes: float, quant_bytes: float = 1.0
+) -> tuple[float, float]:
     """(forward, backward) seconds of quantizing one FP8 GEMM's operands: the forward casts its
     input X (``inputs`` elements) and the backward the output gradient dY (``grads``), each read in
     BF16 and written as FP8 plus its FP8 transpose, which the other backward GEMM consumes
     (TransformerEngine's cast_transpose kernels; Micikevicius et al. 2022, "FP8 Formats for Deep
     Learning", section 4: per-tensor scaled casts around every GEMM). Weights are cast once per
     step and cached over the micro-batches (TE ``is_first_microbatch``), so are not counted here;
-    the per-step amax/scale update is one small kernel per tensor, inside the launch overhead."""
-    per = act_bytes + 2.0  # read the high-precision tensor; write FP8 and FP8 transposed
+    the per-step amax/scale update is one small kernel per tensor, inside the launch overhead.
+    MXFP8/NVFP4 casts write ``quant_bytes`` per element per copy, their block scales included."""
+    per = act_bytes + 2.0 * quant_bytes  # read the high-precision tensor; write it quantized and transposed
     return memory_time(gpu, inputs * per), memory_time(gpu, grads * per)
+
+
+FP32 = 4.0
+
+# transformers model types whose attention projects q, k and v with one Linear (GPTNeoX's
+# query_key_value, GPT-2's c_attn, Phi-3's qkv_proj, MPT's Wqkv, BLOOM's and Falcon's
+# query_key_value, GPTBigCode's c_attn), and whose gate and up projections are one (Phi-3's gate_up_proj)
+FUSED_QKV = frozenset({"gpt_neox", "gpt2", "phi3", "mpt", "bloom", "falcon", "gpt_bigcode"})
+FUSED_GATE_UP = frozenset({"phi3"})
+
+
+def autocast_input_casts(m: ModelSpec, moe: bool) -> float:
+    """Per token of a layer: how many times autocast casts an fp32 residual-stream input to bf16,
+    once per Linear that reads it (autocast caches only leaf tensors, the weights). A routed
+    token is cast again for each of its experts' gate and up projections."""
+    attn = 2 if m.is_mla else 1 if m.model_type in FUSED_QKV else 3  # MLA: q (or q_a) and kv_a
+    one_or_two = 1 if (not m.gated_mlp or m.model_type in FUSED_GATE_UP) else 2
+    if moe:
+        mlp = 1 + one_or_two * m.experts_per_token + (one_or_two if m.shared_expert_ffn_size else 0)
+    else:
+        mlp = one_or_two
+    return attn + mlp
+
+
+def eager_norm_bytes(norm: str, a: float, r: float) -> tuple[float, float, int, int]:
+    """(forward bytes, backward bytes, forward kernels, backward kernels) per normalised element of
+    one norm as transformers' modeling code runs it eagerly, on a residual stream of ``r`` bytes
+    (fp32 under autocast over fp32 parameters, else the activation width ``a``).
+
+    RMSNorm (``LlamaRMSNorm`` and its copies): ``x.to(float32)``; ``x.pow(2).mean(-1)``;
+    ``x * rsqrt(var + eps)``; ``.to(input_dtype)``; ``weight * x``: each op a kernel that reads its
+    inputs and writes its output (the casts vanish when the stream is already fp32). Gemma's
+    ``(1 + weight)`` multiplies in fp32 before the cast back. The backward is autograd's mirror:
+    the weight product's two gradients, the casts, the product rule through ``x * rsqrt`` and
+    ``pow``, and the sum of the two paths into ``x``. LayerNorm is ``F.layer_norm``, one fused
+    kernel each way (autocast runs it in fp32)."""
+    up = 0.0 if r == FP32 else r + FP32  # x.to(float32), and its gradient's cast back
+    down = 0.0 if r == FP32 else FP32 + r
+    casts = (up > 0) + (down > 0)
+    if norm == "layernorm":
+        return 2 * r, 3 * r, 1, 1
+    w = r if norm == "rmsnorm" else FP32  # weight * y in the stream's dtype, or (1 + w) * y in fp32
+    fwd = up + 2 * FP32 + FP32 + 2 * FP32 + down + 2 * w  # cast, pow, mean, x * rsqrt, cast, weight
+    # d(weight * y): g * w and g * y then the sum over tokens (6 w); through x * rsqrt: dz * x,
+    # dz * rsqrt and the row sum (3 + 2 + 1 fp32 widths); through mean(x^2): the expanded division,
+    # pow, the scale by 2 and the product (2 + 2 + 2 + 3); the two paths summed (3)
+    bwd = 6 * w + up + down + (6 + 9 + 3) * FP32
+    return fwd, bwd, 6 + casts, 13 + casts
 
 
 @dataclass
@@ -142,6 +207,8 @@ class LayerShape:
     act_bytes: int
     attention: str  # flash or eager
     attention_kernel: str = "fa3"  # flash kernels: fa3 (FlashAttention-3/cuDNN) or fa2 (SDPA, flash_attn 2)
+    eager: bool = False  # PyTorch ops as transformers' modeling code runs them, not fused kernels
+    autocast: bool = False  # torch.autocast over fp32 parameters: fp32 residual stream and casts
     expert_imbalance: float = 1.0  # routed tokens on the busiest expert-parallel GPU over the mean
 
 
@@ -170,8 +237,8 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
             b=gemm_time(gpu, d, rows, n_in, n_out, experts),
             w=gemm_time(gpu, d, n_out, n_in, rows, experts),
         )
-        if d == "fp8":
-            fwd_c, bwd_c = fp8_cast_times(gpu, rows * n_in * experts, rows * n_out * experts, a)
+        if d in LOW_PRECISION:
+            fwd_c, bwd_c = fp8_cast_times(gpu, rows * n_in * experts, rows * n_out * experts, a, dtype_bytes(d))
             out.add("fp8_cast", fwd=fwd_c, b=bwd_c)
 
     # FP8 recipes run the attention core in BF16 (TransformerEngine's FP8 dot-product attention is
@@ -187,7 +254,9 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
             frac = m.num_sliding_layers / m.num_layers
             ctx = (1 - frac) * ctx + frac * mean_context(s.seq, window, True, m.attention_chunked)
         flops = 2.0 * s.micro_batch * heads * (m.qk_head_dim + m.v_dim) * s.seq * ctx / s.cp
-        fwd, bwd = flash_time(gpu, attn_dtype, flops, min(s.seq, window or s.seq) / s.cp, s.attention_kernel)
+        fwd, bwd = flash_time(
+            gpu, attn_dtype, flops, min(s.seq, window or s.seq) / s.cp, s.attention_kernel, m.qk_head_dim
+        )
         out.add("attention", fwd=fwd, b=bwd, core=True)
     else:
         bh = s.micro_batch * heads
@@ -215,18 +284,36 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
 
     # elementwise work on the residual stream: sequence-parallel regions hold T/tp tokens
     t_res = T / tp if s.sp else T
+    r = FP32 if s.autocast else a  # the residual stream's bytes per element
     norms = m.pre_norms_per_layer + m.post_norms_per_layer
+    if s.eager:
+        nf, nb, kf, kb = eager_norm_bytes(m.norm, a, r)
+    else:
+        nf, nb, kf, kb = 2 * a, 3 * a, 1, 1
     out.add(
         "norm",
-        fwd=memory_time(gpu, norms * 2 * a * t_res * h, norms),
-        b=memory_time(gpu, norms * 3 * a * t_res * h, norms),
+        fwd=memory_time(gpu, norms * nf * t_res * h, norms * kf),
+        b=memory_time(gpu, norms * nb * t_res * h, norms * kb),
     )
+    if m.qk_norm:  # RMSNorm over every query and key head (Qwen3, Gemma 3), on the projections' bf16 output
+        qk_width = (heads + kv_heads) * m.head_dim
+        qf, qb, qkf, qkb = eager_norm_bytes(m.norm, a, a) if s.eager else (2 * a, 3 * a, 1, 1)
+        out.add(
+            "norm",
+            fwd=memory_time(gpu, qf * T * qk_width, 2 * qkf),
+            b=memory_time(gpu, qb * T * qk_width, 2 * qkb),
+        )
     adds = 1 if m.parallel_attn else 2
     drop = 1 if m.dropout > 0 else 0
+    if s.autocast:
+        # fp32 stream + bf16 branch output -> fp32; the backward casts each branch's gradient to bf16
+        res_f, res_b = 2 * FP32 + a + drop, FP32 + a
+    else:
+        res_f = res_b = 3 * a + drop
     out.add(
         "residual",
-        fwd=memory_time(gpu, adds * (3 * a + drop) * t_res * h, adds),
-        b=memory_time(gpu, adds * (3 * a + drop) * t_res * h, adds),
+        fwd=memory_time(gpu, adds * res_f * t_res * h, adds),
+        b=memory_time(gpu, adds * res_b * t_res * h, adds),
     )
     if m.rotary:
         qk = (
@@ -234,12 +321,47 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
             if not m.is_mla
             else heads * m.qk_rope_head_dim + m.qk_rope_head_dim
         )
-        out.add("rotary", fwd=memory_time(gpu, 2 * a * T * qk, 2), b=memory_time(gpu, 2 * a * T * qk, 2))
-    # MLP activation: GeLU reads and writes ffn; SwiGLU reads 2 ffn and writes one
+        if s.eager:
+            # transformers' apply_rotary_pos_emb: q * cos, rotate_half (neg of one half, cat),
+            # * sin, add: 10 a per element forward; backward the two products' gradients, neg,
+            # two slice_backward fills and two sums: 14 a. Under autocast cos and sin are fp32, so
+            # the products and the sum are fp32 and SDPA casts q and k back to bf16: 6 a + 24
+            # forward, 13 a + 28 backward (each gradient cast back to q's dtype)
+            rf, rb, kf, kb = (6 * a + 24, 13 * a + 28, 6, 9) if s.autocast else (10 * a, 14 * a, 5, 7)
+            out.add("rotary", fwd=memory_time(gpu, rf * T * qk, 2 * kf), b=memory_time(gpu, rb * T * qk, 2 * kb))
+        else:
+            out.add("rotary", fwd=memory_time(gpu, 2 * a * T * qk, 2), b=memory_time(gpu, 2 * a * T * qk, 2))
+    if s.eager and s.attention == "flash":
+        # attn_output.transpose(1, 2).contiguous() before the output projection, and its gradient
+        o = T * heads * m.v_dim
+        out.add("transpose", fwd=memory_time(gpu, 2 * a * o), b=memory_time(gpu, 2 * a * o))
+    # MLP activation: GeLU reads and writes ffn; SwiGLU reads 2 ffn and writes one; eager SwiGLU is
+    # act_fn(gate) * up, two kernels forward (5 a) and three backward (9 a)
     width = (m.moe_ffn_size * m.experts_per_token + m.shared_expert_ffn_size) if moe else m.ffn_size
     f_local = T * width / tp
-    rw = (3, 5) if m.gated_mlp else (2, 3)
-    out.add("activation", fwd=memory_time(gpu, rw[0] * a * f_local), b=memory_time(gpu, rw[1] * a * f_local))
+    if m.gated_mlp:
+        rw, kernels = ((5, 9), (2, 3)) if s.eager else ((3, 5), (1, 1))
+    else:
+        rw, kernels = (2, 3), (1, 1)
+    out.add(
+        "activation",
+        fwd=memory_time(gpu, rw[0] * a * f_local, kernels[0]),
+        b=memory_time(gpu, rw[1] * a * f_local, kernels[1]),
+    )
+    if s.autocast:
+        # torch.autocast casts each GEMM's fp32 weight to bf16 once per forward (its weight cache
+        # lasts one autocast region: again in a full recompute) and each fp32 input from the
+        # residual stream per GEMM (activations are not cached); the backward casts the weight
+        # gradients and those inputs' gradients back to fp32 and sums the input gradients
+        weights = sum(math.prod(_local_gemm(t, tp, s.ep)) for t in layer_tensors(m, moe) if t.matmul)
+        readers = autocast_input_casts(m, moe)
+        cast = FP32 + a
+        out.add(
+            "autocast_cast",
+            fwd=memory_time(gpu, cast * (weights + readers * t_res * h), 1 + readers),
+            b=memory_time(gpu, cast * readers * t_res * h + (readers - 1) * 3 * FP32 * t_res * h, 2 * readers),
+            w=memory_time(gpu, cast * weights, 1),
+        )
     if moe:
         # permute tokens to experts and back (read and write each routed copy), and the router softmax
         routed = T * m.experts_per_token * h * a

@@ -20,7 +20,14 @@ import functools
 from dataclasses import dataclass, field
 
 from gpuplan.estimate.activations import ActivationBreakdown, activation_breakdown
-from gpuplan.estimate.params import Tensor, count_params, embedding_tensors, head_tensors, layer_tensors
+from gpuplan.estimate.params import (
+    Tensor,
+    count_params,
+    embedding_tensors,
+    head_tensors,
+    layer_tensors,
+    vision_tensors,
+)
 from gpuplan.pipeline.split import layers_per_stage, stage_layers  # noqa: F401 (layers_per_stage: re-export)
 from gpuplan.specs import schedules
 from gpuplan.specs.model import ModelSpec
@@ -143,6 +150,8 @@ def _stage_tensors(
     out += [(t, n_moe) for t in layer_tensors(m, True)] if n_moe else []
     if stage == 0:
         out += [(t, 1) for t in embedding_tensors(m)]
+        # a multimodal model's vision tower feeds the embeddings: the first stage holds it
+        out += [(t, 1) for t in vision_tensors(m)]
     if stage == head:
         out += [(t, 1) for t in head_tensors(m)]
         if m.tied_embeddings and head != 0:  # Megatron keeps a copy of the shared embedding on the last stage
@@ -169,6 +178,8 @@ class StageParams:
     n_moe: int
     gemm: float = 0.0  # GEMM weights of the transformer blocks (what FP8 training quantizes)
     biggest_gemm: float = 0.0  # the same in the largest block
+    gemm_matrices: float = 0.0  # their weight matrices (an expert's each), for per-tensor scales
+    biggest_gemm_matrices: float = 0.0
 
 
 @functools.lru_cache(maxsize=4096)
@@ -200,7 +211,24 @@ def stage_params(
             if fp8_gemm(t)
         ),
         biggest_gemm=max((sum(per_gpu(t) for t in layer_tensors(m, f) if fp8_gemm(t)) for f in kinds), default=0.0),
+        gemm_matrices=sum(
+            _matrices(t, ep) * n
+            for moe, n in ((False, n_layers - n_moe), (True, n_moe))
+            if n
+            for t in layer_tensors(m, moe)
+            if fp8_gemm(t)
+        ),
+        biggest_gemm_matrices=max(
+            (sum(_matrices(t, ep) for t in layer_tensors(m, f) if fp8_gemm(t)) for f in kinds), default=0.0
+        ),
     )
+
+
+def _matrices(t: Tensor, ep: int) -> float:
+    """Weight matrices a GPU holds of a tensor: one, or its experts' share (TransformerEngine's
+    GroupedLinear keeps one weight, and one set of scales, per expert)."""
+    experts = t.shape[0] if len(t.shape) == 3 else 1
+    return experts / ep if t.expert else float(experts)
 
 
 def fp8_gemm(t: Tensor) -> bool:
@@ -292,7 +320,8 @@ def estimate_memory(
             # or under ZeRO-3 of the two gathered blocks only (a shard has nothing to quantize)
             copies = schedules.get(plan.schedule).param_copies  # DualPipe: two stages per rank
             held_gemm = 2 * sp_.biggest_gemm if z == 3 else copies * sp_.gemm
-            other["fp8_weight_copies"] = cfg.fp8_copy_bytes * held_gemm
+            held_matrices = 2 * sp_.biggest_gemm_matrices if z == 3 else copies * sp_.gemm_matrices
+            other["fp8_weight_copies"] = cfg.fp8_copy_bytes * held_gemm + cfg.fp8_copy_matrix_bytes * held_matrices
         if plan.zero_group > 1:
             other["comm_buckets"] = cfg.comm_bucket_bytes
         allocated = weights + grads + master + optimizer + activations + sum(other.values())

@@ -139,6 +139,16 @@ def head_tensors(m: ModelSpec) -> tuple[Tensor, ...]:
     return tuple(t)
 
 
+@functools.lru_cache(maxsize=1024)  # keyed on the whole ModelSpec
+def vision_tensors(m: ModelSpec) -> tuple[Tensor, ...]:
+    """A multimodal model's vision tower and projector (specs/vision.py), replicated over tensor
+    parallelism; ``matmul=False`` keeps them out of the per-text-token FLOPs (images are not
+    modelled)."""
+    if m.vision is None:
+        return ()
+    return tuple(Tensor(f"vision.{name}", shape, "none", matmul=False) for name, shape in m.vision.tensors)
+
+
 def _sum(tensors, pred=lambda t: True) -> int:
     return sum(t.numel for t in tensors if pred(t))
 
@@ -151,6 +161,7 @@ class ParamCounts:
     lm_head: int  # 0 when tied
     per_layer: tuple[int, ...]  # one entry per transformer block
     matmul_active: int  # active weights that multiply activations (2 FLOPs each per token)
+    vision: int = 0  # a multimodal model's vision tower and projector (in total, not in active)
 
     @property
     def non_embedding(self) -> int:
@@ -159,11 +170,15 @@ class ParamCounts:
 
 @functools.lru_cache(maxsize=1024)  # keyed on the whole ModelSpec
 def count_params(m: ModelSpec) -> ParamCounts:
-    """Exact parameter counts, as ``transformers`` builds the model (Hugging Face modeling_*.py)."""
+    """Exact parameter counts, as ``transformers`` builds the model (Hugging Face modeling_*.py).
+
+    ``total`` includes a multimodal model's vision tower; ``active`` (what each text token uses,
+    the 6ND count) does not."""
     emb, head = embedding_tensors(m), head_tensors(m)
     dense, moe = layer_tensors(m, False), layer_tensors(m, True)
     per_layer = tuple(_sum(moe if m.is_moe_layer(i) else dense) for i in range(m.num_layers))
-    total = _sum(emb) + _sum(head) + sum(per_layer)
+    vision = _sum(vision_tensors(m))
+    total = _sum(emb) + _sum(head) + sum(per_layer) + vision
 
     # Each token visits experts_per_token routed experts of num_experts.
     frac = m.experts_per_token / m.num_experts if m.is_moe else 1.0
@@ -180,9 +195,10 @@ def count_params(m: ModelSpec) -> ParamCounts:
     matmul_active = round(n_dense * matmul(dense) + n_moe * matmul(moe) + matmul(emb) + matmul(head) + tied_head)
     return ParamCounts(
         total=total,
-        active=total - inactive,
+        active=total - vision - inactive,
         embedding=_sum(emb, lambda t: t.name in ("embed.tokens", "embed.positions")),
         lm_head=_sum(head, lambda t: t.name == "lm_head"),
         per_layer=per_layer,
         matmul_active=matmul_active,
+        vision=vision,
     )

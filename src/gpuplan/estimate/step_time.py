@@ -119,6 +119,8 @@ def _shape(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) -> LayerShape:
         act_bytes=cfg.activation_bytes,
         attention=cfg.attention,
         attention_kernel=cfg.attention_kernel,
+        eager=cfg.profile == "eager",
+        autocast=cfg.autocast,
         expert_imbalance=cfg.expert_imbalance if plan.ep > 1 else 1.0,
     )
 

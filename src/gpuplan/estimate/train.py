@@ -169,7 +169,7 @@ def estimate_training(req: TrainRequest) -> TrainEstimate:
         price_per_gpu_hour=req.price_per_gpu_hour,
     )
     suggestions = () if memory.fits else suggest_fixes(req)
-    band = None if req.mfu is not None else error_band(req.gpu.id, c, req.plan, step.step_s)
+    band = None if req.mfu is not None else error_band(req.gpu, c, req.plan, step.step_s)
     return TrainEstimate(
         request=req,
         params=count_params(m),
@@ -222,6 +222,8 @@ def to_dict(est: TrainEstimate) -> dict:
             "params_embedding": est.params.embedding,
             "params_lm_head": est.params.lm_head,
             "params_per_layer": list(est.params.per_layer),
+            "params_vision": est.params.vision,
+            "vision": vision_dict(req.model),
             "notes": list(req.model.notes),
         },
         "gpu": {
@@ -230,6 +232,7 @@ def to_dict(est: TrainEstimate) -> dict:
             "count": req.plan.world_size,
             "peak_flops": req.gpu.peak(req.config.compute_dtype),
             "compute_dtype": req.config.compute_dtype,
+            "network": network_dict(req.gpu),
         },
         "plan": {
             **dataclasses.asdict(req.plan),
@@ -278,6 +281,41 @@ def to_dict(est: TrainEstimate) -> dict:
         "suggestions": [dataclasses.asdict(s) for s in est.suggestions],
         "mfu_source": "--mfu" if req.mfu is not None else "predicted",
         "performance": None if est.step is None else performance_dict(est.step, req.gpu),
+    }
+
+
+def network_dict(gpu: GPUSpec) -> dict:
+    """The node and network facts the plan used (the catalog entry's, or a --cluster file's)."""
+    e = gpu.efficiency
+    return {
+        "gpus_per_node": gpu.gpus_per_node,
+        "scale_up_domain": gpu.fast_domain,
+        "interconnect": gpu.interconnect,
+        "intra_bytes_per_s": gpu.intra_bytes_per_s,
+        "inter_bytes_per_s": gpu.inter_bytes_per_s,
+        "nics_per_node": gpu.nics_per_node,
+        "intra_latency_s": None if e is None else e.intra_latency_s,
+        "inter_latency_s": None if e is None else e.inter_latency_s,
+    }
+
+
+def vision_dict(m: ModelSpec) -> dict | None:
+    """A multimodal model's vision tower: what the plan counts and what it leaves out."""
+    v = m.vision
+    if v is None:
+        return None
+    from gpuplan.specs.vision import COUNTED
+
+    return {
+        "model_type": v.model_type,
+        "params": v.params,
+        "projector_params": v.projector_params,
+        "layers": v.layers,
+        "hidden_size": v.hidden_size,
+        "stage": 0,
+        "tensor_parallel": "replicated",
+        "counted": list(COUNTED),
+        "ignored": list(v.ignored),
     }
 
 

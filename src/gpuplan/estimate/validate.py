@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.errors import GpuplanError
+from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.hf import model_from_hf_config
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
-from gpuplan.specs.training import TrainingConfig
+from gpuplan.specs.training import LOW_PRECISION, TrainingConfig
 
 DATA = Path(__file__).resolve().parent.parent / "catalog" / "validation"
 CSV = DATA / "training_runs.csv"
@@ -209,14 +210,17 @@ class Row:
         return category(self.gpu, self.config, self.plan)
 
 
-def category(gpu: str, cfg: TrainingConfig, plan: ParallelPlan) -> tuple[str, str, str, str]:
+def category(gpu: str | GPUSpec, cfg: TrainingConfig, plan: ParallelPlan) -> tuple[str, str, str, str]:
     """(GPU family, precision, context class, parallel style) of a run: the unit in which
-    validation reports error and ``train`` reports its band."""
+    validation reports error and ``train`` reports its band. ``gpu``: a catalog id, or the spec
+    itself (a GPU or cluster TOML file has no catalog id to look up)."""
     from gpuplan import catalog
 
-    eff = catalog.gpu(gpu).efficiency
-    family = eff.name if eff is not None else gpu  # GPUs sharing an efficiency file share a calibration
-    precision = "fp8" if cfg.precision == "fp8" else "16-bit"
+    spec = catalog.gpu(gpu) if isinstance(gpu, str) else gpu
+    eff = spec.efficiency
+    family = eff.name if eff is not None else spec.id  # GPUs sharing an efficiency file share a calibration
+    # MXFP8 and NVFP4 are their own kinds: no published run of them in the set, so uncalibrated
+    precision = cfg.precision if cfg.precision in LOW_PRECISION else "16-bit"
     context = "long (>= 32K)" if cfg.seq_len >= 32768 else "short (< 32K)"
     if plan.ep > 1:
         style = "moe"
@@ -332,7 +336,7 @@ def _bands() -> dict[tuple[str, str, str, str], dict[str, float]]:
     return by_category(validate_training())
 
 
-def error_band(gpu: str, cfg: TrainingConfig, plan: ParallelPlan, step_s: float) -> dict[str, Any]:
+def error_band(gpu: str | GPUSpec, cfg: TrainingConfig, plan: ParallelPlan, step_s: float) -> dict[str, Any]:
     """What validation measured for published runs of this kind (``category``), and the step time
     range it implies: a run measured e too slow/fast was predicted (1 + e) x its time, so the true
     step lies in [step / (1 + max error), step / (1 + min error)]. A kind with no published run is

@@ -107,6 +107,14 @@ class Timeline:
             "peak_activations": list(self.peak_activations),
             "peak_activation_bytes": (list(self.peak_activation_bytes) if self.peak_activation_bytes else None),
             "parameter_copies": [s.param_copies] * s.ranks,
+            # Every action, as columns (the timeline pictures read them; a Chrome trace has more)
+            "events": {
+                "rank": [e.rank for e in self.events],
+                "kind": [e.action.kind for e in self.events],
+                "start": [e.start for e in self.events],
+                "end": [e.end for e in self.events],
+                "microbatch": ["/".join(str(o.mb) for o in e.action.ops) for e in self.events],
+            },
         }
 
 

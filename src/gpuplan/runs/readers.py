@@ -37,7 +37,7 @@ gpuplan telemetry schema (``gpuplan.telemetry/1``), one JSON object a line:
   ``sp``, ``schedule``, ``seq_len``, ``micro_batch``, ``global_batch``, ``precision``,
   ``recompute``, ``optimizer``, ``framework``, ``attention``, ``tp_overlap``,
   ``overlap_grad_reduce``).
-* a step (``"type": "step"`` or no type: what ``gpuplan.train.Resilient`` writes today):
+* a step (``"type": "step"``, or no type as Resilient wrote before the plan record existed):
   ``step`` (int), ``step_s`` (wall seconds of the step, required), ``tokens`` (this rank's),
   ``tokens_per_s``, ``loss``, ``checkpoint_stall_s`` (seconds of the step spent blocked on a
   checkpoint: taken out of the step time), ``peak_memory_bytes`` with ``memory_kind`` (``cuda``:
@@ -45,7 +45,8 @@ gpuplan telemetry schema (``gpuplan.telemetry/1``), one JSON object a line:
   ``peak_allocated_bytes`` and ``peak_reserved_bytes`` (torch.cuda.max_memory_allocated /
   max_memory_reserved).
 * ``{"type": "memory", "weights": B, "gradients": B, "optimizer": B, "master_weights": B,
-  "activations": B}``: optional, bytes per GPU by component (tensor sizes the runtime can sum).
+  "activations": B}``: optional, bytes per GPU by component (tensor sizes the runtime can sum;
+  ``Resilient`` writes weights, gradients and optimizer once, after the first step).
 * ``{"type": "kernels", "per_step_s": {"gemm": s, ...}}``: optional, kernel seconds per step.
 
 Every reader takes the median over the steps it reads, leaving out the first ones (compilation,

@@ -110,6 +110,8 @@ class Grid:
                 "n_moe",
                 "gemm",
                 "biggest_gemm",
+                "gemm_matrices",
+                "biggest_gemm_matrices",
             )
         }
         self.first_stage = self.stage == 0
@@ -172,6 +174,9 @@ class Grid:
         buckets = np.where(zg > 1, cfg.comm_bucket_bytes, 0.0)
         # FP8 copies of the GEMM weights: every block held, or the two gathered under ZeRO-3
         fp8 = cfg.fp8_copy_bytes * np.where(z == 3, 2 * p["biggest_gemm"][:, None], copies * p["gemm"][:, None])
+        fp8 = fp8 + cfg.fp8_copy_matrix_bytes * np.where(
+            z == 3, 2 * p["biggest_gemm_matrices"][:, None], copies * p["gemm_matrices"][:, None]
+        )
         fixed = states + gather + buckets + fp8  # (rows, Z)
 
         act = {k: v[self.shape_key] for k, v in self._activation_table().items()}  # (rows, M, R)

@@ -21,6 +21,7 @@ What a profile decides, and where gpuplan reads it:
   2022); torchtitan's per-op selective checkpointing is modelled with the same memory and time
   until per-op SAC has its own term (``selective_semantics`` says which it is);
 * ``fp8_recipe``: how FP8 runs (documentation; memory follows ``profile``);
+* ``autocast``: torch.autocast over fp32 parameters (hf): the casts it adds to every step;
 * ``sharded_fp32_params``: the memory layout under ZeRO-3. Megatron's distributed optimizer and
   DeepSpeed keep BF16 weights beside sharded FP32 masters; FSDP2 (torchtitan) shards the FP32
   parameters themselves and holds BF16 only for the gathered blocks.
@@ -65,6 +66,10 @@ class Framework:
     # them (they are the master weights) and BF16 exists only for the gathered blocks, so under
     # ZeRO-3 no sharded BF16 copy is held
     sharded_fp32_params: bool = False
+    # torch.autocast over fp32 parameters (the Hugging Face Trainer with bf16=True, accelerate
+    # without FSDP): every GEMM casts its fp32 weight and its fp32 input to bf16, the residual
+    # stream stays fp32, and each weight gradient is cast back to fp32 (compute.layer_times)
+    autocast: bool = False
 
     def __post_init__(self) -> None:
         if self.profile not in ("fused", "eager") or self.attention not in ("flash", "eager"):
@@ -141,17 +146,20 @@ FRAMEWORKS: dict[str, Framework] = {
             name="hf",
             source="https://github.com/huggingface/transformers Trainer with accelerate: no pipeline "
             "parallelism, DDP, DeepSpeed ZeRO or FSDP for data parallelism, "
-            "gradient_checkpointing (whole layers), attn_implementation sdpa/flash_attention_2, "
+            "gradient_checkpointing (whole layers), attn_implementation sdpa (PyTorch >= 2.11 runs "
+            "cuDNN attention on H100/B200: measurements/h100-sxm-2026-11-23 traces) or "
+            "flash_attention_2 (--attention-kernel fa2), "
             "eager PyTorch kernels; autocast keeps fp32 parameters and gradients (4 + 4 B, the "
             "same total as BF16 weights and gradients plus an fp32 master)",
             profile="eager",
-            attention_kernel="fa2",
+            attention_kernel="sdpa",
             pipeline=False,
             schedules=("1f1b",),
             interleaving=False,
             recompute=("none", "full"),
             can_tp_overlap=False,
             fp8_recipe="accelerate's TransformerEngine or torchao backend",
+            autocast=True,
         ),
     )
 }

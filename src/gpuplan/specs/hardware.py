@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from gpuplan.errors import GpuplanError, require
@@ -35,6 +36,16 @@ class Efficiency:
     # best fused kernel (flash_fwd/bwd: FlashAttention-3 or cuDNN on Hopper) is faster; 0: the same
     fa2_fwd: float = 0.0
     fa2_bwd: float = 0.0
+    # PyTorch SDPA's cuDNN backend by head dim: (head_dim, forward, backward) long-sequence rates
+    # over peak x sustained, measured (scripts/fit_attention.py). Where present, SDPA ("sdpa")
+    # runs it, as PyTorch >= 2.11 does on sm90/sm100 (sdp_utils.cpp check_prefer_cudnn_attention:
+    # the bundled cuDNN > 9.15); where absent, SDPA runs FlashAttention-2 (fa2_fwd/fa2_bwd)
+    sdpa_cudnn: tuple[tuple[int, float, float], ...] = ()
+    # Tiles scheduled persistently over the SMs (CUTLASS 3 / cuBLAS's Hopper kernels: a fixed grid
+    # of CTAs walks the tile list, stream-K splits the last wave's work): a part-filled last wave
+    # costs its share, not a full wave. Measured on H100: no staircase across wave boundaries
+    # (measurements/h100-sxm-2026-11-23/kernels/waves.json)
+    persistent_tiles: bool = False
     # K-loop elements each output tile pays beyond its K (pipeline fill and epilogue of the mainloop)
     tile_k_fill: float = 0.0
     # SMs a running NCCL collective occupies (one thread block per channel): compute overlapped
@@ -62,22 +73,33 @@ class Efficiency:
             )
         )
 
-    def attention_fractions(self, kernel: str) -> tuple[float, float]:
+    def attention_fractions(self, kernel: str, head_dim: int = 128) -> tuple[float, float]:
         """(forward, backward) rate over peak of a flash kernel: ``fa3`` the GPU's best fused kernel
-        (FlashAttention-3 or cuDNN), ``fa2`` FlashAttention-2 (PyTorch SDPA's flash backend)."""
-        if kernel == "fa2" and self.fa2_fwd:
+        (FlashAttention-3 or cuDNN), ``fa2`` FlashAttention-2 (PyTorch SDPA's flash backend),
+        ``sdpa`` what PyTorch's scaled_dot_product_attention picks on this GPU (the measured cuDNN
+        table by head dim, interpolated in log2(head_dim) and held at its ends, else fa2)."""
+        if kernel == "sdpa" and self.sdpa_cudnn:
+            return _by_head_dim(self.sdpa_cudnn, head_dim)
+        if kernel in ("fa2", "sdpa") and self.fa2_fwd:
             return self.fa2_fwd, self.fa2_bwd or self.flash_bwd
         return self.flash_fwd, self.flash_bwd
 
     def gemm_fraction(self, dtype: str) -> float:
-        return self.gemm.get(dtype, min(self.gemm.values()))
+        """The measured fraction for ``dtype`` (a block-scaled format: its element type's), else the
+        lowest measured one."""
+        element = {"mxfp8": "fp8", "nvfp4": "fp4"}.get(dtype, dtype)
+        return self.gemm.get(dtype, self.gemm.get(element, min(self.gemm.values())))
 
     @classmethod
     def from_catalog(cls, data: dict) -> Efficiency:
         net = data["network"]
         return cls(
             name=data["name"],
-            gemm={k: v for k, v in data["gemm"].items() if k not in ("tiles", "sustained", "tile_k_fill")},
+            gemm={
+                k: v
+                for k, v in data["gemm"].items()
+                if k not in ("tiles", "sustained", "tile_k_fill", "persistent_tiles")
+            },
             tiles=tuple((int(m), int(n), float(r)) for m, n, r in data["gemm"]["tiles"]),
             flash_fwd=data["attention"]["flash_fwd"],
             flash_bwd=data["attention"]["flash_bwd"],
@@ -93,8 +115,29 @@ class Efficiency:
             sustained=data["gemm"].get("sustained", 1.0),
             tile_k_fill=data["gemm"].get("tile_k_fill", 0.0),
             comm_sms=net.get("comm_sms", 0),
+            persistent_tiles=data["gemm"].get("persistent_tiles", False),
+            sdpa_cudnn=tuple(
+                (int(d), float(f), float(b))
+                for d, f, b in zip(
+                    data["attention"].get("sdpa_cudnn", {}).get("head_dim", []),
+                    data["attention"].get("sdpa_cudnn", {}).get("fwd", []),
+                    data["attention"].get("sdpa_cudnn", {}).get("bwd", []),
+                )
+            ),
             assumed=data.get("assumed", False),
         )
+
+
+def _by_head_dim(table: tuple[tuple[int, float, float], ...], head_dim: int) -> tuple[float, float]:
+    """(fwd, bwd) at ``head_dim``: linear in log2(head_dim) between the table's rows, held at its ends."""
+    rows = sorted(table)
+    if head_dim <= rows[0][0]:
+        return rows[0][1], rows[0][2]
+    for (d0, f0, b0), (d1, f1, b1) in zip(rows, rows[1:]):
+        if head_dim <= d1:
+            t = math.log2(head_dim / d0) / math.log2(d1 / d0)
+            return f0 + t * (f1 - f0), b0 + t * (b1 - b0)
+    return rows[-1][1], rows[-1][2]
 
 
 @dataclass(frozen=True)
@@ -160,10 +203,32 @@ class GPUSpec:
         return max(self.gpus_per_node, self.nvlink_domain)
 
     def peak(self, dtype: str) -> float:
-        """Dense peak FLOP/s for a compute dtype."""
+        """Dense peak FLOP/s for a compute dtype. The block-scaled formats run at the rate of their
+        element type (MXFP8 at FP8's, NVFP4 at FP4's: NVIDIA Blackwell datasheets) and need the
+        block-scale tensor cores that came with FP4 (NVIDIA Blackwell, AMD CDNA 4); NVFP4 is
+        NVIDIA's own."""
+        if dtype in ("mxfp8", "nvfp4"):
+            element = "fp8" if dtype == "mxfp8" else "fp4"
+            if "fp4" not in self.peak_flops or element not in self.peak_flops:
+                raise GpuplanError(
+                    "precision",
+                    f"{self.name} has no block-scaled (MX/NVFP4) tensor cores for {dtype}; they need "
+                    "NVIDIA Blackwell (B200, B300, GB200) or AMD CDNA 4 (MI355X)",
+                    "use --precision fp8 (per-tensor scaled) where the GPU has fp8, else bf16",
+                )
+            if dtype == "nvfp4" and self.vendor != "nvidia":
+                raise GpuplanError(
+                    "precision", f"nvfp4 is an NVIDIA format; {self.name} cannot run it", "use --precision mxfp8"
+                )
+            return self.peak_flops[element]
         if dtype not in self.peak_flops:
             have = ", ".join(sorted(self.peak_flops))
-            raise GpuplanError("precision", f"{self.name} has no {dtype} tensor cores", f"choose one of: {have}")
+            usable = [p for p in ("bf16", "fp16", "fp8", "fp32") if p in self.peak_flops or p == "fp32"]
+            raise GpuplanError(
+                "precision",
+                f"{self.name} has no {dtype} tensor cores",
+                f"use --precision {' or '.join(usable[:2])} (its tensor-core dtypes: {have})",
+            )
         return self.peak_flops[dtype]
 
     @classmethod

@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 
 from gpuplan.errors import GpuplanError
 from gpuplan.specs.model import ModelSpec
+from gpuplan.specs.vision import vision_tower
 
 _MISSING = object()
 
@@ -134,7 +135,8 @@ def _qwen_layout(c: _Config, layers: int) -> Callable[[int], bool] | None:
     # Qwen2/Qwen3 configuration: sliding only with use_sliding_window, from max_window_layers on
     if not c.get("use_sliding_window", default=False, kind=bool):
         return None
-    first = c.get("max_window_layers", default=28 if c.data.get("model_type") != "qwen2" else layers)
+    default = {"qwen2": layers, "qwen2_5_vl_text": 80}.get(str(c.data.get("model_type")), 28)
+    first = c.get("max_window_layers", default=default)
     return lambda i: i >= first
 
 
@@ -184,6 +186,9 @@ FAMILIES: dict[str, _Family] = {
         expert_ffn_default=768,
         moe_rule="qwen3_moe",
     ),
+    # the text models of Qwen2.5-VL (Qwen2-shaped) and Qwen3-VL (Qwen3-shaped)
+    "qwen2_5_vl_text": _Family(qkv_bias=True, sliding=_qwen_layout, vocab=152_064),
+    "qwen3_vl_text": _Family(head_dim=128, qk_norm=True, vocab=151_936),
     "gemma2": _Family(
         head_dim=256, tied=True, act="gelu_pytorch_tanh", gemma=True, window=4096, sliding=_gemma2_layout, softcap=True
     ),
@@ -246,7 +251,19 @@ FAMILIES: dict[str, _Family] = {
     ),
 }
 # multimodal configs whose text model has its own model_type (used when text_config omits it)
-NESTED_TEXT = {"llama4": "llama4_text", "gemma3": "gemma3_text", "mistral3": "mistral"}
+NESTED_TEXT = {
+    "llama4": "llama4_text",
+    "gemma3": "gemma3_text",
+    "mistral3": "mistral",
+    "qwen2_5_vl": "qwen2_5_vl_text",
+    "qwen3_vl": "qwen3_vl_text",
+}
+# multimodal configs that may keep the text model's keys at the top level, beside vision_config
+# (the Hub's Qwen2.5-VL configs; Qwen2_5_VLConfig moves them into text_config)
+FLAT_TEXT = ("qwen2_5_vl",)
+# composite configs whose own tie_word_embeddings (default as given) ties the LM head, as
+# transformers builds them; Llama 4 and Mistral 3 follow their text_config's
+OUTER_TIE = {"gemma3": True, "qwen2_5_vl": False, "qwen3_vl": False}
 
 
 def _layer_flags(c: _Config, f: _Family, layers: int) -> tuple[int | None, int]:
@@ -590,34 +607,61 @@ ADAPTERS: dict[str, Callable[[_Config, str], ModelSpec]] = {
 }
 
 
+def _split_multimodal(config: dict[str, Any], where: str) -> tuple[dict[str, Any], str, dict[str, Any] | None]:
+    """(text config, where it is, the outer multimodal config or None) of a config.json."""
+    outer = config.get("model_type")
+    text = config.get("text_config")
+    if text is None and outer in FLAT_TEXT and "vision_config" in config:
+        text = {k: v for k, v in config.items() if k not in ("vision_config", "model_type")}
+    if text is None:
+        return config, where, None
+    if not isinstance(text, dict):
+        raise GpuplanError(f"{where}: text_config", f"must be an object, got {type(text).__name__}")
+    text = dict(text)
+    text.setdefault("model_type", NESTED_TEXT.get(str(outer), outer))
+    if outer in OUTER_TIE:
+        # the composite config's tie_word_embeddings decides (its class default when absent);
+        # Qwen2_5_VLConfig also ties when its text config asks
+        tied = config.get("tie_word_embeddings")
+        tied = OUTER_TIE[outer] if tied is None else tied
+        if not isinstance(tied, bool):
+            raise GpuplanError(f"{where}: tie_word_embeddings", f"must be true or false, got {tied!r}")
+        text["tie_word_embeddings"] = tied or (outer == "qwen2_5_vl" and text.get("tie_word_embeddings") is True)
+    return text, f"{where}: text_config", config
+
+
 def model_from_hf_config(config: dict[str, Any], name: str = "custom", where: str = "config.json") -> ModelSpec:
     """Build a ModelSpec from the dict of a Hugging Face ``config.json``.
 
-    A multimodal config (``text_config`` inside, as Llama 4 and Gemma 3 ship) plans its text
-    backbone; the vision tower is not counted, and the spec's ``notes`` say so."""
+    A multimodal config (``text_config`` inside, as Llama 4 and Gemma 3 ship, or Qwen2.5-VL's text
+    keys beside ``vision_config``) plans its text backbone and counts the vision tower's parameters
+    (specs/vision.py) where gpuplan knows the family; otherwise the spec's ``notes`` say the tower
+    is not counted."""
     if not isinstance(config, dict):
         raise GpuplanError(where, "must hold a JSON object", "pass a Hugging Face config.json")
-    notes: tuple[str, ...] = ()
-    text = config.get("text_config")
-    if text is not None:
-        if not isinstance(text, dict):
-            raise GpuplanError(f"{where}: text_config", f"must be an object, got {type(text).__name__}")
-        outer = config.get("model_type")
-        text = dict(text)
-        text.setdefault("model_type", NESTED_TEXT.get(str(outer), outer))
-        if "vision_config" in config:
-            notes = (f"{outer} vision tower (vision_config) not counted: the plan covers the text backbone",)
-        config, where = text, f"{where}: text_config"
-    model_type = config.get("model_type")
+    text, text_where, outer = _split_multimodal(config, where)
+    model_type = text.get("model_type")
     if model_type not in ADAPTERS:
         raise GpuplanError(
-            f"{where}: model_type",
+            f"{text_where}: model_type",
             f"unsupported model_type {model_type!r}",
             f"supported: {', '.join(sorted(ADAPTERS))} (and multimodal configs of "
             f"{', '.join(sorted(NESTED_TEXT))} through their text_config)",
         )
-    spec = ADAPTERS[model_type](_Config(config, where), name)
-    return dataclasses.replace(spec, notes=notes + spec.notes) if notes else spec
+    spec = ADAPTERS[model_type](_Config(text, text_where), name)
+    if outer is None or "vision_config" not in outer:
+        return spec
+    tower = vision_tower(outer, spec.hidden_size, where)
+    kind = outer.get("model_type")
+    if tower is None:
+        note = f"{kind} vision tower (vision_config) not counted: the plan covers the text backbone"
+    else:
+        note = (
+            f"{kind} vision tower counted ({tower.params:,} parameters: weights and training states on "
+            "the first pipeline stage); its activations, FLOPs and step time are not modelled (they "
+            "depend on images per sample)"
+        )
+    return dataclasses.replace(spec, vision=tower, notes=(note, *spec.notes))
 
 
 def load_hf_config(path: str | Path) -> ModelSpec:

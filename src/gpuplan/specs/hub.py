@@ -51,7 +51,7 @@ def config_path(repo_id: str, revision: str | None = None, hint: str = "") -> Pa
         raise GpuplanError(
             "model",
             f"{repo_id!r} looks like a Hugging Face Hub id but huggingface_hub is not installed",
-            f"pip install huggingface_hub, or pass a config.json path{hint}",
+            f"pip install 'gpuplan[hub]' (or huggingface_hub), or pass a config.json path{hint}",
         ) from None
     where = f"{repo_id}@{revision}" if revision else repo_id
     # huggingface_hub logs each network retry as a warning; the outcome is reported once, below

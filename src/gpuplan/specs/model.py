@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpuplan.errors import require
+from gpuplan.specs.vision import VisionTower
 
 NORMS = ("rmsnorm", "rmsnorm_gemma", "layernorm")
 # Activation functions as the eager implementation runs them; the name decides which tensors
@@ -73,6 +74,9 @@ class ModelSpec:
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # A multimodal checkpoint's image encoder and projector (specs/vision.py): its weights and
+    # training states are counted on the first pipeline stage; None for a text-only model
+    vision: VisionTower | None = None
     source: str = field(default="", compare=False)
     # What the plan leaves out or approximates (a multimodal config's vision tower, MTP modules)
     notes: tuple[str, ...] = field(default=(), compare=False)

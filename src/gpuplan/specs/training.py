@@ -12,11 +12,18 @@ from gpuplan.errors import require
 from gpuplan.specs.framework import check_config, get as get_framework
 from gpuplan.units import GiB
 
-PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
+PRECISIONS = ("bf16", "fp16", "fp32", "fp8", "mxfp8", "nvfp4")
+# Block-scaled training formats (Blackwell tensor cores), per GEMM operand element: value bytes,
+# scale bytes per block, and one FP32 per-tensor scale (bytes per matrix). OCP Microscaling Formats
+# (MX) v1.0 spec, section 5: MXFP8 = E4M3 values, one E8M0 scale per 32 elements; NVIDIA NVFP4
+# (Blackwell; "Pretraining Large Language Models with NVFP4", NVIDIA 2025, section 2): E2M1
+# values, one E4M3 scale per 16 elements, and an FP32 scale per tensor.
+BLOCK_SCALED = {"mxfp8": (1.0, 1 / 32, 0.0), "nvfp4": (0.5, 1 / 16, 4.0)}
+LOW_PRECISION = ("fp8", *BLOCK_SCALED)  # GEMMs in a sub-16-bit format, the rest in BF16
 OPTIMIZERS = ("adamw", "adamw8bit", "sgd", "adafactor")
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("flash", "eager")
-ATTENTION_KERNELS = ("fa3", "fa2")
+ATTENTION_KERNELS = ("fa3", "fa2", "sdpa")
 PROFILES = ("fused", "eager")
 
 
@@ -54,6 +61,8 @@ class TrainingConfig:
     # The training framework (specs/framework.py): "generic" is gpuplan's defaults, every option
     # open. Build with ``for_framework`` to take a framework's defaults for the fields above.
     framework: str = "generic"
+    # torch.autocast over fp32 parameters and an fp32 residual stream (the framework's; hf)
+    autocast: bool = False
 
     @classmethod
     def for_framework(cls, framework: str = "generic", **overrides: Any) -> TrainingConfig:
@@ -69,6 +78,7 @@ class TrainingConfig:
             "tp_overlap": fw.tp_overlap,
             "overlap_grad_reduce": fw.overlap_grad_reduce,
             "overlap_param_gather": fw.overlap_param_gather,
+            "autocast": fw.autocast,
         }
         return cls(framework=framework, **{**defaults, **given})
 
@@ -129,8 +139,9 @@ class TrainingConfig:
 
     @property
     def activation_bytes(self) -> int:
-        """Bytes per activation element. fp8 runs are counted at bf16 width: TransformerEngine's
-        fp8 copies of GEMM inputs are not modelled yet, so fp8 activations are an upper bound."""
+        """Bytes per activation element. fp8 (and MXFP8/NVFP4) runs are counted at bf16 width:
+        TransformerEngine's quantized copies of GEMM inputs are not modelled yet, so their
+        activations are an upper bound."""
         return 4 if self.precision == "fp32" else 2
 
     @property
@@ -140,7 +151,7 @@ class TrainingConfig:
         performance_considerations: "Transformer Engine by default stores weights in high
         precision and quantizes them to low precision before each GEMM"; torchao float8 casts
         its bf16 nn.Linear weight the same way). The FP8 copies are ``fp8_copy_bytes``."""
-        return {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}[self.precision]
+        return 4 if self.precision == "fp32" else 2  # fp8, mxfp8, nvfp4: BF16 weights, quantized per GEMM
 
     @property
     def fp8_copy_bytes(self) -> float:
@@ -153,10 +164,30 @@ class TrainingConfig:
         ``is_first_microbatch``): 1 + 1 bytes. torchao's Float8Linear (the eager profile:
         torchtitan) saves the high-precision weight for backward and recasts it there
         (torchao/float8/float8_linear.py, matmul_with_hp_or_float8_args), so no copy outlives
-        the GEMM. Blackwell's FP8 shares one layout for both usages; the figure is Hopper's."""
-        if self.precision != "fp8":
+        the GEMM. Blackwell's FP8 shares one layout for both usages; the figure is Hopper's.
+
+        MXFP8 and NVFP4 (TransformerEngine's MXFP8BlockScaling and NVFP4BlockScaling recipes) scale
+        blocks along the GEMM's reduction dimension, so the row-wise and column-wise copies are
+        quantized separately and each carries its block scales: 2 x (1 + 1/32) bytes for MXFP8,
+        2 x (0.5 + 1/16) for NVFP4 (its per-tensor FP32 scales: ``fp8_copy_matrix_bytes``).
+        torchao's MX training recasts per GEMM like Float8Linear: no copy."""
+        if self.precision not in LOW_PRECISION or self.profile != "fused":
             return 0.0
-        return 2.0 if self.profile == "fused" else 0.0
+        return 2.0 * self.quantized_bytes
+
+    @property
+    def quantized_bytes(self) -> float:
+        """Bytes per element of one quantized GEMM operand, block scales included (1 for FP8)."""
+        value, scale, _ = BLOCK_SCALED.get(self.precision, (1.0, 0.0, 0.0))
+        return value + scale
+
+    @property
+    def fp8_copy_matrix_bytes(self) -> float:
+        """Bytes per weight matrix of the cached copies beyond ``fp8_copy_bytes``: NVFP4's FP32
+        per-tensor scale, one for each of the two copies."""
+        if self.profile != "fused":
+            return 0.0
+        return 2.0 * BLOCK_SCALED.get(self.precision, (0.0, 0.0, 0.0))[2]
 
     @property
     def sharded_params_are_masters(self) -> bool:
@@ -182,4 +213,5 @@ class TrainingConfig:
 
     @property
     def compute_dtype(self) -> str:
-        return {"fp32": "tf32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8"}[self.precision]
+        """The GEMMs' tensor-core format (GPUSpec.peak gives its rate and checks the GPU has it)."""
+        return {"fp32": "tf32"}.get(self.precision, self.precision)

@@ -6,7 +6,10 @@ resume exactly.
             loss = train_step(batch_for(run.step))   # data indexed by run.step resumes exactly
             run.end_step(tokens=batch_tokens)
 
-``end_step`` advances the step, writes a telemetry line, checkpoints when the interval is due
+``end_step`` advances the step, writes a telemetry line (``gpuplan.telemetry/1``: the plan once
+when ``plan=`` is given, tensor bytes by component after the first step, then per step the wall
+time, tokens, loss, checkpoint stall and, on CUDA, peak allocated and reserved memory; the schema
+is in ``gpuplan.runs.readers``, which reads it back for ``gpuplan calibrate`` and ``compare``), checkpoints when the interval is due
 (every N steps, every T seconds, or Daly's optimum from ``mtbf_s`` and the measured checkpoint
 cost; with none of them, only on a signal), and, when SIGTERM, SIGUSR1 or SIGINT arrived during
 the step, writes a checkpoint and exits with ``EXIT_REQUEUE`` (75, EX_TEMPFAIL: "try again",
@@ -115,10 +118,47 @@ def _set_rng_state(s: dict) -> None:
         torch.cuda.set_rng_state_all(s["cuda"])
 
 
-def _peak_memory() -> tuple[float, str]:
-    if torch.cuda.is_available():
-        return float(torch.cuda.max_memory_allocated()), "cuda"
-    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024), "rss"
+def _peak_memory() -> dict:
+    """This process's peak memory so far: on CUDA the caching allocator's peaks (what
+    ``torch.cuda.max_memory_allocated`` / ``max_memory_reserved`` say; gpuplan's memory model
+    predicts the allocated peak), else the host's peak resident set."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        alloc = float(torch.cuda.max_memory_allocated())
+        return {
+            "peak_memory_bytes": alloc,
+            "memory_kind": "cuda",
+            "peak_allocated_bytes": alloc,
+            "peak_reserved_bytes": float(torch.cuda.max_memory_reserved()),
+        }
+    return {"peak_memory_bytes": float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024), "memory_kind": "rss"}
+
+
+def _local_bytes(t: torch.Tensor) -> int:
+    """Bytes this rank holds for ``t``: a DTensor's (FSDP2) local shard, else the tensor."""
+    local = t.to_local() if hasattr(t, "to_local") else t
+    return local.numel() * local.element_size()
+
+
+def tensor_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict:
+    """Bytes of this rank's parameters, gradients and optimizer state (tensors only), the
+    components gpuplan's memory model names ``weights``, ``gradients`` and ``optimizer``. Summed
+    from the tensors themselves, so they hold whatever dtype and sharding the run really uses.
+    Shared parameters (tied embeddings) count once."""
+    params = {id(p): p for p in model.parameters()}.values()
+    out = {
+        "weights": sum(_local_bytes(p) for p in params),
+        # a gradient has its parameter's shape and dtype; after zero_grad() (set_to_none) it is
+        # gone until the next backward, so an absent one counts as its parameter
+        "gradients": sum(_local_bytes(p.grad if p.grad is not None else p) for p in params if p.requires_grad),
+    }
+    if optimizer is not None:
+        out["optimizer"] = sum(
+            _local_bytes(v)
+            for state in optimizer.state.values()
+            for v in state.values()
+            if isinstance(v, torch.Tensor) and v.dim() > 0  # step counters are scalars
+        )
+    return out
 
 
 def _flag(field: str, value) -> bool:
@@ -157,6 +197,7 @@ class Resilient:
         async_save: bool = True,
         config: dict | None = None,
         telemetry: str | Path | None = None,  # "-": stdout
+        plan: dict | None = None,  # the run's plan as ``gpuplan train`` flags (RunPlan fields), for telemetry
         deadline_s: float = 25.0,
         restart: bool = False,
     ):
@@ -174,6 +215,12 @@ class Resilient:
             raise GpuplanError("config", f"must be a dict, got {type(config).__name__}")
         self.checkpoint_dir = _path("checkpoint_dir", checkpoint_dir)
         self.telemetry_path = _path("telemetry", telemetry, optional=True)
+        if plan is not None:  # checked now, with the reader's own rules: a bad field fails here, not in calibrate
+            from gpuplan.runs.record import RunPlan
+
+            RunPlan.from_dict(plan, "Resilient(plan=...)")
+        self.plan = plan
+        self._memory_written = False
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.hash = config_hash(config or {})
         self.ckpt: CheckpointManager | None = None  # opened (and its directory locked) by __enter__
@@ -222,6 +269,8 @@ class Resilient:
             self.resume()
             if self.telemetry_path and self._rank() == 0:
                 self._telemetry = sys.stdout if str(self.telemetry_path) == "-" else open(self.telemetry_path, "a")
+                if self.plan is not None:
+                    self._write({"type": "plan", "schema": 1, "plan": self.plan})
             self._last_ckpt_time = time.monotonic()
             self._step_start = self._train_start = time.perf_counter()
             if self._agree(signals.received() is not None)[0]:  # it came while torch imported or we resumed
@@ -326,11 +375,17 @@ class Resilient:
             return tuple(bool(v) for v in t.tolist())
         return flags
 
-    def end_step(self, tokens: int = 0) -> None:
-        """Call once after each optimizer step."""
+    def end_step(self, tokens: int = 0, loss: float | torch.Tensor | None = None) -> None:
+        """Call once after each optimizer step, with this rank's tokens of the step and, for the
+        telemetry, its loss (a tensor is read with ``.item()``: one device sync, which the step's
+        wall time needs anyway)."""
         self.step += 1
         self.tokens += tokens
         self.data_position += 1
+        if loss is not None and self._telemetry:
+            loss = float(loss.item() if isinstance(loss, torch.Tensor) else loss)
+        elif torch.cuda.is_available() and torch.cuda.is_initialized() and self._telemetry:
+            torch.cuda.synchronize()  # the wall time of the step, not of its launches
         step_s = time.perf_counter() - self._step_start
         stall = self.ckpt.poll()  # commits a finished async save (on rank 0, done in the background)
         self.stall.other(stall)
@@ -350,30 +405,33 @@ class Resilient:
             took = time.perf_counter() - t0
             self.stall.save(took)
             stall += took
-        self._write_telemetry(step_s, tokens, stall)
+        self._write_telemetry(step_s, tokens, stall, loss)
         if stop:
             self._emergency_exit()
         self._step_start = time.perf_counter()
 
-    def _write_telemetry(self, step_s: float, tokens: int, stall: float) -> None:
+    def _write(self, record: dict) -> None:
+        self._telemetry.write(json.dumps(record) + "\n")
+        self._telemetry.flush()
+
+    def _write_telemetry(self, step_s: float, tokens: int, stall: float, loss) -> None:
         if not self._telemetry:
             return
-        peak, kind = _peak_memory()
-        self._telemetry.write(
-            json.dumps(
-                {
-                    "step": self.step,
-                    "step_s": step_s,
-                    "tokens": tokens,
-                    "tokens_per_s": tokens / step_s if step_s > 0 else 0.0,
-                    "peak_memory_bytes": peak,
-                    "memory_kind": kind,
-                    "checkpoint_stall_s": stall,
-                }
-            )
-            + "\n"
-        )
-        self._telemetry.flush()
+        if not self._memory_written:  # after the first step: gradients and optimizer state exist now
+            self._write({"type": "memory", **tensor_bytes(self.model, self.optimizer)})
+            self._memory_written = True
+        record = {
+            "type": "step",
+            "step": self.step,
+            "step_s": step_s,
+            "tokens": tokens,
+            "tokens_per_s": tokens / step_s if step_s > 0 else 0.0,
+            **_peak_memory(),
+            "checkpoint_stall_s": stall,
+        }
+        if loss is not None:
+            record["loss"] = loss
+        self._write(record)
 
     def _emergency_exit(self) -> None:
         """Checkpoint this step (unless it is the one just resumed from), then exit 75; the log line

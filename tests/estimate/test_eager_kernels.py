@@ -1,0 +1,129 @@
+"""The eager profile's memory-bound kernels against the ops PyTorch really runs.
+
+Oracle: a TorchDispatchMode that sees every aten op of transformers' own modules (forward and
+autograd's backward) on CPU and sums the bytes each one reads and writes (its tensor arguments and
+results; views move nothing). gpuplan counts the same chains by hand from the modeling code; the
+two must agree per element. Step-level truth is in ``test_measured_h100.py``.
+"""
+
+import pytest
+
+from gpuplan.estimate.compute import eager_norm_bytes
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+VIEWS = {"view", "_unsafe_view", "t", "transpose", "expand", "slice", "unsqueeze", "squeeze", "detach", "alias"}
+
+
+class ByteCounter(TorchDispatchMode):
+    """Bytes read + written and kernels launched by every non-view aten op."""
+
+    def __init__(self):
+        super().__init__()
+        self.bytes = 0
+        self.kernels = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        if name in VIEWS:
+            return out
+        tensors = [a for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+        results = [r for r in torch.utils._pytree.tree_leaves(out) if isinstance(r, torch.Tensor)]
+        self.bytes += sum(t.numel() * t.element_size() for t in tensors + results)
+        self.kernels += 1
+        return out
+
+
+def _count(module, x):
+    x = x.detach().requires_grad_(True)
+    with ByteCounter() as fwd:
+        y = module(x)
+    g = torch.randn_like(y)
+    with ByteCounter() as bwd:
+        y.backward(g)
+    return fwd, bwd
+
+
+@pytest.mark.parametrize("stream", [torch.bfloat16, torch.float32], ids=["bf16-stream", "fp32-stream-autocast"])
+def test_eager_rmsnorm_moves_the_bytes_of_transformers_llama_rmsnorm(stream):
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    h, tokens = 512, 256
+    norm = LlamaRMSNorm(h).to(stream)  # the weight in the stream's dtype (fp32 parameters under autocast)
+    fwd, bwd = _count(norm, torch.randn(tokens, h, dtype=stream))
+    elements = tokens * h
+    want_f, want_b, _, _ = eager_norm_bytes("rmsnorm", 2, stream.itemsize)
+    # the per-row statistics and the weight are O(tokens + h): under 2% at these sizes
+    assert fwd.bytes / elements == pytest.approx(want_f, rel=0.03)
+    assert bwd.bytes / elements == pytest.approx(want_b, rel=0.12)
+
+
+def test_eager_swiglu_is_two_kernels_forward_and_three_backward():
+    import torch.nn.functional as F
+
+    tokens, ffn = 256, 1024
+    gate = torch.randn(tokens, ffn, dtype=torch.bfloat16, requires_grad=True)
+    up = torch.randn(tokens, ffn, dtype=torch.bfloat16, requires_grad=True)
+    with ByteCounter() as fwd:
+        y = F.silu(gate) * up  # transformers' LlamaMLP: down_proj(act_fn(gate_proj(x)) * up_proj(x))
+    g = torch.randn_like(y)
+    with ByteCounter() as bwd:
+        y.backward(g)
+    # gpuplan: 5 a forward, 9 a backward per ffn element (a = 2 bytes)
+    assert fwd.bytes / (tokens * ffn) == pytest.approx(5 * 2, rel=0.01)
+    assert bwd.bytes / (tokens * ffn) == pytest.approx(9 * 2, rel=0.01)
+    assert (fwd.kernels, bwd.kernels) == (2, 3)
+
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["bf16", "autocast-fp32-tables"])
+def test_eager_rotary_moves_the_bytes_of_transformers_apply_rotary_pos_emb(autocast):
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    b, heads, seq, d = 2, 32, 64, 64  # many heads: the broadcast cos/sin reads are 1/heads of q's
+    q = torch.randn(b, heads, seq, d, dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(b, heads, seq, d, dtype=torch.bfloat16, requires_grad=True)
+    # under autocast over fp32 parameters the rotary tables come out fp32 (cast to the fp32 stream)
+    table = torch.float32 if autocast else torch.bfloat16
+    cos, sin = torch.randn(b, seq, d, dtype=table), torch.randn(b, seq, d, dtype=table)
+    with ByteCounter() as fwd:
+        qe, ke = apply_rotary_pos_emb(q, k, cos, sin)
+        if autocast:  # SDPA is on autocast's lower-precision list: it casts q and k to bf16
+            qe, ke = qe.to(torch.bfloat16), ke.to(torch.bfloat16)
+    grads = [torch.randn_like(qe), torch.randn_like(ke)]
+    with ByteCounter() as bwd:
+        torch.autograd.backward([qe, ke], grads)
+    elements, a = 2 * q.numel(), 2
+    want_f, want_b = (6 * a + 24, 13 * a + 28) if autocast else (10 * a, 14 * a)
+    assert fwd.bytes / elements == pytest.approx(want_f, rel=0.06)
+    assert bwd.bytes / elements == pytest.approx(want_b, rel=0.06)
+
+
+def test_autocast_casts_each_weight_once_and_each_reading_gemms_input_again():
+    """Three projections of one fp32 input (q, k, v as transformers' Llama has them) under autocast:
+    the casts and gradient sums are what ``layer_times``' autocast_cast part counts."""
+    from gpuplan import catalog
+    from gpuplan.estimate.compute import autocast_input_casts
+
+    tokens, h = 128, 256
+    projections = [torch.nn.Linear(h, h, bias=False) for _ in range(3)]
+    # the norm's output, not a leaf: autocast caches casts of leaves (the weights) only
+    x = torch.randn(tokens, h, requires_grad=True) * 1.0
+    with ByteCounter() as fwd, torch.autocast("cpu", dtype=torch.bfloat16):
+        ys = [p(x) for p in projections]
+    grads = [torch.randn_like(y) for y in ys]
+    with ByteCounter() as bwd:
+        torch.autograd.backward(ys, grads, inputs=[x, *(p.weight for p in projections)])
+    mm = 2 * (tokens * h + h * h + tokens * h)  # one bf16 GEMM's operands and result
+    cast_f = (4 + 2) * (3 * h * h + 3 * tokens * h)  # weights once, the input once per GEMM
+    assert fwd.bytes - 3 * mm == pytest.approx(cast_f, rel=0.01)
+    # backward: dX and dW GEMMs, each gradient cast to fp32, the three input gradients summed
+    cast_b = (2 + 4) * (3 * h * h + 3 * tokens * h) + 2 * 3 * 4 * tokens * h
+    cast_b += 2 * 4 * tokens * h  # the test's own: autograd copies the fp32 sum into x.grad
+    assert bwd.bytes - 2 * 3 * mm == pytest.approx(cast_b, rel=0.01)
+    # and gpuplan counts three such inputs for attention and two (gate, up) for Llama's MLP
+    assert autocast_input_casts(catalog.model("llama-3.2-1b"), moe=False) == 3 + 2
+    assert autocast_input_casts(catalog.model("pythia-1.4b"), moe=False) == 1 + 1

@@ -1,0 +1,73 @@
+"""gpuplan against one H100 measured by scripts/gpu_campaign.sh (measurements/h100-sxm-2026-11-23).
+
+These are the project's own measurements (data and scripts committed, nothing typed in): GEMM and
+attention kernels timed alone, and eager Hugging Face training steps (examples/train_hf.py) with
+their telemetry and profiler traces. The bounds below are what the model achieves today, kept as
+regression guards; the session note of 2026-11-23 says what is still off and why.
+"""
+
+import importlib.util
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from gpuplan import catalog
+from gpuplan.estimate.compute import gemm_time
+from gpuplan.runs.compare import compare_run
+from gpuplan.runs.readers import read_telemetry
+
+ROOT = Path(__file__).resolve().parents[2]
+MEASURED = ROOT / "measurements" / "h100-sxm-2026-11-23"
+# torch.compile is not a gpuplan option: those two runs are kept as data, not predicted
+EAGER_RUNS = sorted(p for p in (MEASURED / "runs").glob("*.jsonl") if "compile" not in p.name)
+
+
+def test_the_catalog_holds_the_sdpa_cudnn_rates_fitted_from_the_measured_kernels():
+    spec = importlib.util.spec_from_file_location("fit_attention", ROOT / "scripts" / "fit_attention.py")
+    fit_attention = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit_attention)
+    assert catalog.gpu("h100-sxm").efficiency.sdpa_cudnn == fit_attention.fit()
+
+
+def test_large_gemms_are_predicted_within_ten_percent_of_the_measured_kernels():
+    gpu = catalog.gpu("h100-sxm")
+    rows = json.loads((MEASURED / "kernels" / "gemm.json").read_text())["rows"]
+    for dtype in ("bf16", "fp8"):
+        big = [r for r in rows if r["dtype"] == dtype and 2 * r["m"] * r["n"] * r["k"] >= 1e12]
+        errors = [gemm_time(gpu, dtype, r["m"], r["n"], r["k"]) / r["s"] - 1 for r in big]
+        assert len(errors) >= 50
+        # bf16 +7%, fp8 +17% today (sustained power-capped back to back, as these ran)
+        assert -0.10 <= statistics.median(errors) <= (0.10 if dtype == "bf16" else 0.20), dtype
+
+
+@pytest.fixture(scope="module")
+def eager_runs():
+    out = {}
+    for path in EAGER_RUNS:
+        run = read_telemetry(path)
+        rows = {(r["group"], r["component"]): r for r in compare_run(run, run.plan.resolve())["rows"]}
+        out[path.stem] = rows
+    return out
+
+
+def test_eager_hugging_face_steps_on_one_h100_are_predicted_within_fifteen_percent(eager_runs):
+    errors = {
+        name: rows["step", "step time"]["predicted"] / rows["step", "step time"]["measured"] - 1
+        for name, rows in eager_runs.items()
+    }
+    assert len(errors) == 13
+    # before the eager kernel inventory, autocast casts and SDPA's cuDNN rates: mean 23%, max 40%
+    assert statistics.mean(abs(e) for e in errors.values()) <= 0.07, errors
+    assert max(abs(e) for e in errors.values()) <= 0.15, errors
+
+
+def test_peak_memory_of_eager_steps_without_recompute_is_predicted_within_ten_percent(eager_runs):
+    for name, rows in eager_runs.items():
+        peak = rows["memory", "peak allocated"]
+        error = peak["predicted"] / peak["measured"] - 1
+        if "-none" in name:
+            assert abs(error) <= 0.10, (name, error)
+        else:  # full recompute: over-predicted by about 21% today (see the session note)
+            assert 0 < error <= 0.30, (name, error)
