@@ -78,3 +78,13 @@ def test_an_unknown_engine_names_the_choices():
     with pytest.raises(GpuplanError) as e:
         engine_config("tgi", H100)
     assert e.value.field == "engine" and all(n in str(e.value) for n in ENGINES if n != "generic")
+
+
+def test_validation_rows_can_run_under_their_engines_profile():
+    from gpuplan.serve.validate import load_rows
+
+    default, profiled = load_rows(), load_rows(engines=True)
+    trt = [r for r in profiled if r.source.startswith("TensorRT-LLM")]
+    assert trt and all(r.request.config.engine == "trtllm" for r in trt)
+    assert all(r.request.config.gpu_memory_utilization == 0.95 for r in trt)  # the tables' stated fraction
+    assert all(r.request.config.engine == "generic" for r in default)

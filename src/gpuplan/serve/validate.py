@@ -2,10 +2,12 @@
 
 How a row becomes a deployment, stated once for all rows:
 
-* TensorRT-LLM rows run under the ``trtllm`` engine profile (engines.py: its KV pool is the row's
-  ``kv_cache_free_gpu_mem_fraction`` of the memory free after the weights and activations, 0.95 in
-  the v0.17 tables; 8192 batched tokens, its default ``max_num_tokens``); other rows under the
-  ``generic`` profile (FasterTransformer has no scheduler of its own: one sequence, no host time);
+* every row runs under the default (``generic``) engine, with the row's KV fraction as its memory
+  fraction when its note gives one (0.95 in the TensorRT-LLM v0.17 tables) and 8192 batched tokens
+  (TensorRT-LLM's default ``max_num_tokens``); with ``engines=True`` the TensorRT-LLM rows run under
+  the ``trtllm`` profile instead (engines.py: the fraction taken of the memory free after the
+  weights and activations, its 64-token KV blocks), FasterTransformer's under ``generic`` (no
+  scheduler of its own: one sequence, no host time);
 * ``batch_or_concurrency = max``: offline max-throughput mode (trtllm-bench);
 * a number: that many sequences; ``prefill_ms`` is the prompt's prefill (TTFT without queueing),
   ``decode_ms_per_token`` one decode iteration at the prompt's context;
@@ -47,7 +49,7 @@ class ServeCheck:
         return self.predicted / self.row.measured - 1
 
 
-def load_rows(path: Path = CSV) -> list[ServeRow]:
+def load_rows(path: Path = CSV, engines: bool = False) -> list[ServeRow]:
     rows = []
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
@@ -60,7 +62,7 @@ def load_rows(path: Path = CSV) -> list[ServeRow]:
     out = []
     for r, model, _ in rows:
         gpu = catalog.gpu(r["gpu"])
-        name = "trtllm" if r["source"].startswith("TensorRT-LLM") else "generic"
+        name = "trtllm" if engines and r["source"].startswith("TensorRT-LLM") else "generic"
         stated = fractions.get(r["source"])
         cfg = engine_config(name, gpu, int(r["tp"]), float(stated) if stated else None)
         # trtllm-bench sets max_batch_size per row by its own heuristic, which the tables do not
@@ -94,8 +96,8 @@ def predict(row: ServeRow) -> float:
     raise ValueError(f"unknown metric {row.metric!r} in {row.id}")
 
 
-def validate_serving(path: Path = CSV) -> list[ServeCheck]:
-    return [ServeCheck(row, predict(row)) for row in load_rows(path)]
+def validate_serving(path: Path = CSV, engines: bool = False) -> list[ServeCheck]:
+    return [ServeCheck(row, predict(row)) for row in load_rows(path, engines)]
 
 
 def summary(checks: list[ServeCheck]) -> dict:
