@@ -1,5 +1,7 @@
 """The serve estimate: published runs, concurrency limits, costs, and what it says when it cannot fit."""
 
+from dataclasses import replace
+
 import pytest
 
 from gpuplan import catalog
@@ -41,15 +43,29 @@ def test_costs_split_the_gpu_hour_between_input_and_output_tokens():
     assert spent == pytest.approx(per_s)
 
 
-def test_too_many_sequences_name_the_concurrency_that_fits():
+def test_more_clients_than_the_pool_holds_run_at_capacity_and_queue_the_rest():
     m = catalog.model("llama-2-7b")  # MHA: 512 KiB of KV per token in fp16
-    with pytest.raises(GpuplanError) as e:
-        estimate_serving(
-            ServeRequest(
-                m, catalog.gpu("a10g"), weights="fp16", kv="fp16", input_len=4000, output_len=96, concurrency=64
-            )
-        )
-    assert e.value.field == "concurrency" and "--concurrency" in str(e.value)
+    req = ServeRequest(m, catalog.gpu("a10g"), weights="fp16", kv="fp16", input_len=4000, output_len=96)
+    over = estimate_serving(replace(req, concurrency=64))
+    cap = over.max_concurrency
+    assert 1 <= cap < 64
+    at = estimate_serving(replace(req, concurrency=cap))
+    p, q = over.point, at.point
+    assert (p.running, p.queued) == (cap, 64 - cap)
+    assert p.output_tokens_per_s == q.output_tokens_per_s  # the engine runs at capacity either way
+    # oracle: Little's law over the whole closed loop, N = X x (queue wait + time in the engine)
+    x = p.output_tokens_per_s / 96  # completions per second
+    in_engine = q.ttft_s + 95 * q.tpot_s
+    assert 64 / x == pytest.approx(p.queue_wait_s + cap / x)
+    assert p.ttft_s == pytest.approx(q.ttft_s + (64 - cap) / x)
+    assert p.ttft_s + 95 * p.tpot_s > in_engine
+    assert over.kv_needed == at.kv_needed <= over.memory.kv_pool
+
+
+def test_max_num_seqs_queues_clients_beyond_it():
+    m = catalog.model("llama-3.1-8b")
+    e = estimate_serving(ServeRequest(m, H100, concurrency=100, config=ServeConfig(max_num_seqs=32)))
+    assert (e.point.running, e.point.queued) == (32, 68)
 
 
 def test_a_model_that_cannot_fit_names_the_smallest_tp():

@@ -59,3 +59,64 @@ def test_the_highest_rate_meeting_an_slo_meets_it_and_twice_that_does_not():
     rate, at = max_rate(D, CFG, 200, Lengths.parse("1024", "i"), Lengths.parse("128", "o"), 0, 0.5, None, steps=6)
     assert at.percentiles()["ttft_s"]["p99"] <= 0.5
     assert _run(2 * rate, n=200).percentiles()["ttft_s"]["p99"] > 0.5
+
+
+def _closed(clients, n, cfg, i="1024", o="128"):
+    w = Workload.closed(n, Lengths.parse(i, "i"), Lengths.parse(o, "o"))
+    return simulate(D, cfg, w, clients=clients)
+
+
+def test_a_closed_loop_never_has_more_requests_outstanding_than_clients():
+    r = _closed(40, 300, ServeConfig(max_num_seqs=16), i="64-2048", o="exp:100")
+    assert r.arrival_s is not None
+    ends = r.arrival_s + r.e2e_s
+    for t in ends:  # requests sent and not finished just after each finish
+        assert ((r.arrival_s <= t) & (ends > t)).sum() <= 40
+    assert (r.arrival_s[:40] == 0).all() and (r.arrival_s[40:] > 0).all()
+    assert r.queued_mean > 0 and r.clients == 40
+
+
+def test_a_closed_loop_beyond_the_seats_matches_the_queueing_estimate():
+    from gpuplan.serve.plan import ServeRequest, estimate_serving
+
+    cfg = ServeConfig(max_num_seqs=64)
+    r = _closed(256, 1500, cfg)
+    e = estimate_serving(
+        ServeRequest(D.model, G, weights="fp8", kv="fp8", input_len=1024, output_len=128, concurrency=256, config=cfg)
+    )
+    assert e.point.queued == 192
+    assert r.queued_mean == pytest.approx(192, rel=0.1)
+    d = r.to_dict()
+    assert d["output_tokens_per_s"] == pytest.approx(e.point.output_tokens_per_s, rel=0.15)
+    assert r.percentiles()["ttft_s"]["p50"] == pytest.approx(e.point.ttft_s, rel=0.15)
+
+
+@pytest.mark.parametrize(
+    "model, gpu, cfg, workload, clients",
+    [
+        ("llama-3.1-8b", "h100-sxm", CFG, ("poisson", 2, "64-2048", "exp:200"), None),  # low rate: long stretches
+        ("llama-3.1-8b", "h100-sxm", ServeConfig(max_num_seqs=32), ("poisson", 40, "64-2048", "exp:200"), None),
+        ("gemma-2-9b", "h100-sxm", ServeConfig(max_num_seqs=32), ("poisson", 3, "2000-6000", "exp:300"), None),
+        ("llama-3.2-1b", "l4", ServeConfig(gpu_memory_utilization=0.2), ("poisson", 8, "1000-3000", "exp:400"), None),
+        ("llama-3.1-8b", "h100-sxm", ServeConfig(max_num_seqs=16), ("closed", 0, "512", "64-256"), 40),
+        ("llama-3.1-8b", "h100-sxm", "vllm", ("poisson", 5, "64-2048", "exp:200"), None),  # with host time
+    ],
+)
+def test_bulk_decode_stretches_give_what_the_per_iteration_loop_gives(model, gpu, cfg, workload, clients):
+    from gpuplan.serve.engines import engine_config
+
+    g = catalog.gpu(gpu)
+    d = Deployment(catalog.model(model), g, weight_format("bf16", g), kv_format("bf16"))
+    cfg = engine_config(cfg, g) if isinstance(cfg, str) else cfg
+    kind, rate, i, o = workload
+    li, lo = Lengths.parse(i, "i"), Lengths.parse(o, "o")
+    w = Workload.closed(120, li, lo) if kind == "closed" else Workload.poisson(rate, 120, li, lo, seed=3)
+    fast = simulate(d, cfg, w, rate, clients=clients)
+    plain = simulate(d, cfg, w, rate, clients=clients, bulk=False)
+    assert (fast.iterations, fast.preemptions) == (plain.iterations, plain.preemptions)
+    for got, want in (
+        (fast.ttft_s, plain.ttft_s),
+        (fast.e2e_s, plain.e2e_s),
+        (np.sort(fast.itl_s), np.sort(plain.itl_s)),
+    ):
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)

@@ -80,6 +80,15 @@ GpuOpt = Annotated[str, typer.Option(help="GPU id (see `gpuplan gpus`) or a GPU 
 TpOpt = Annotated[int, typer.Option(help="Tensor-parallel degree.")]
 PpOpt = Annotated[int, typer.Option(help="Pipeline-parallel degree.")]
 PriceOpt = Annotated[float | None, typer.Option(help="USD per GPU-hour (default: dated catalog price).")]
+DpAttentionOpt = Annotated[
+    bool, typer.Option("--dp-attention", help="MLA models: attention data-parallel over the TP ranks (SGLang).")
+]
+EngineOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Serving engine profile: vllm, vllm-v0, sglang, trtllm (memory accounting, scheduler, host time)."
+    ),
+]
 CalibrationOpt = Annotated[
     str | None,
     typer.Option(
@@ -580,6 +589,7 @@ def search(
     input_len=at_least(1, 10**8),
     output_len=at_least(1, 10**8),
     concurrency=at_least(1, 10**7),
+    prefill_tp=at_least(1, 1024),
     gpu_memory_utilization=between(0, 1, lo_open=True),
     block_size=at_least(1, 10**6),
     max_batched_tokens=at_least(1, 10**9),
@@ -613,9 +623,24 @@ def serve(
     max_throughput: Annotated[
         bool, typer.Option("--max-throughput", help="As many sequences as memory allows (offline mode).")
     ] = False,
-    gpu_memory_utilization: Annotated[float, typer.Option(help="Fraction of GPU memory the engine may use.")] = 0.9,
-    block_size: Annotated[int, typer.Option(help="Tokens per KV-cache block (paging).")] = 16,
-    max_batched_tokens: Annotated[int, typer.Option(help="Tokens per iteration (chunked-prefill budget).")] = 8192,
+    engine: EngineOpt = None,
+    dp_attention: DpAttentionOpt = False,
+    disaggregate: Annotated[
+        bool,
+        typer.Option(
+            "--disaggregate", help="Separate prefill and decode pools: P:D ratio under --ttft-slo and --itl-slo."
+        ),
+    ] = False,
+    prefill_tp: Annotated[int | None, typer.Option(help="With --disaggregate: TP of the prefill instances.")] = None,
+    gpu_memory_utilization: Annotated[
+        float | None, typer.Option(help="Engine memory fraction (default 0.9, or the --engine's).")
+    ] = None,
+    block_size: Annotated[
+        int | None, typer.Option(help="Tokens per KV-cache block (default 16 or the engine's).")
+    ] = None,
+    max_batched_tokens: Annotated[
+        int | None, typer.Option(help="Tokens per iteration, chunked-prefill budget (default 8192 or the engine's).")
+    ] = None,
     max_num_seqs: Annotated[int | None, typer.Option(help="Cap on sequences per iteration.")] = None,
     max_model_len: Annotated[int | None, typer.Option(help="Longest context (default: the model's).")] = None,
     prefix_hit_rate: Annotated[float, typer.Option(help="Share of prompt tokens found in the prefix cache.")] = 0.0,
@@ -654,7 +679,7 @@ def serve(
 ) -> None:
     """Serving: does it fit, KV cache, max concurrency, TTFT/TPOT, tokens/s and $/M tokens."""
     from gpuplan import catalog
-    from gpuplan.serve.memory import ServeConfig
+    from gpuplan.serve.engines import engine_config
     from gpuplan.serve.plan import ServeRequest, estimate_serving, to_dict
 
     itl = inputs.duration(itl_slo, "itl_slo", max_s=86400) if itl_slo is not None else None
@@ -676,19 +701,15 @@ def serve(
             offload=offload or "auto",
             gpu_layers=gpu_layers,
             batch=concurrency,
-            gpu_memory_utilization=gpu_memory_utilization,
+            gpu_memory_utilization=gpu_memory_utilization if gpu_memory_utilization is not None else 0.9,
         )
         doc = od(plan_offload(oreq))
         _report(html, "serve", doc)
         _emit_json(doc) if json_out else render_serve_offload(doc)
         return
     price = _price(hw.id, price)
-    cfg = ServeConfig(
-        gpu_memory_utilization=gpu_memory_utilization,
-        block_size=block_size,
-        max_batched_tokens=max_batched_tokens,
-        max_num_seqs=max_num_seqs,
-        max_model_len=max_model_len,
+    cfg = engine_config(
+        engine, hw, tp, gpu_memory_utilization, block_size, max_batched_tokens, max_num_seqs, max_model_len
     )
     req = ServeRequest(
         model=catalog.model(model),
@@ -710,9 +731,29 @@ def serve(
         acceptance=acceptance,
         target_tokens_per_s=target_tokens_per_s,
         target_requests_per_s=target_rps,
-        tpot_slo_s=itl,
-        ttft_slo_s=ttft,
+        tpot_slo_s=None if disaggregate else itl,
+        ttft_slo_s=None if disaggregate else ttft,
+        dp_attention=dp_attention,
     )
+    if prefill_tp is not None and not disaggregate:
+        raise GpuplanError("prefill_tp", "only the disaggregated pools have a prefill instance", "add --disaggregate")
+    if disaggregate:  # serve/disagg.py; the SLOs size the pools rather than a target
+        from gpuplan.cli.render_serve import render_disagg
+        from gpuplan.serve.disagg import plan_disaggregated, to_dict as dd
+
+        if ttft is None or itl is None:
+            raise GpuplanError("disaggregate", "the pools are sized by both targets", "add --ttft-slo and --itl-slo")
+        if concurrency or max_throughput or target_tokens_per_s or target_rps:  # they would be silently dropped
+            raise GpuplanError(
+                "disaggregate",
+                "the targets size the pools: --concurrency, --max-throughput and --target-* do not apply",
+                "drop them, or drop --disaggregate",
+            )
+        if html:  # the report page has no view of the pools yet
+            raise GpuplanError("html", "the HTML report does not cover disaggregated pools", "drop --html, use --json")
+        ddoc = dd(plan_disaggregated(req, ttft, itl, prefill_tp))
+        _emit_json(ddoc) if json_out else render_disagg(ddoc)
+        return
     est = estimate_serving(req)
     _report(html, "serve", to_dict(est), slo={"tpot_s": itl, "ttft_s": ttft})
     if json_out:
@@ -728,6 +769,7 @@ def serve(
     tp=at_least(1),
     pp=at_least(1),
     requests=at_least(1, 200_000),
+    concurrency=at_least(1, 10**7),
     seed=seed_rule,
     gpu_memory_utilization=between(0, 1, lo_open=True),
     block_size=at_least(1, 10**6),
@@ -747,15 +789,28 @@ def serve_sim(
     input_len: Annotated[str, typer.Option(help="Prompt length: 2048, 512-4096 (uniform) or exp:1024.")] = "2048",
     output_len: Annotated[str, typer.Option(help="Output length: 256, 64-512 (uniform) or exp:256.")] = "256",
     trace: Annotated[str | None, typer.Option(help="CSV trace: arrival_s,input_len,output_len.")] = None,
+    concurrency: Annotated[
+        int | None, typer.Option(help="Closed loop of N clients, each sending its next request when one finishes.")
+    ] = None,
     seed: Annotated[int, typer.Option(help="Random seed (arrivals and lengths).")] = 0,
     ttft_slo: Annotated[str | None, typer.Option(help="p99 TTFT target, e.g. 2s: find the highest rate.")] = None,
     itl_slo: Annotated[
         str | None, typer.Option("--itl-slo", "--tpot-slo", help="p99 inter-token latency (TPOT) target, e.g. 50ms.")
     ] = None,
-    gpu_memory_utilization: Annotated[float, typer.Option(help="Fraction of GPU memory the engine may use.")] = 0.9,
-    block_size: Annotated[int, typer.Option(help="Tokens per KV-cache block.")] = 16,
-    max_batched_tokens: Annotated[int, typer.Option(help="Tokens per iteration (chunked-prefill budget).")] = 8192,
-    max_num_seqs: Annotated[int | None, typer.Option(help="Cap on running sequences.")] = 256,
+    engine: EngineOpt = None,
+    dp_attention: DpAttentionOpt = False,
+    gpu_memory_utilization: Annotated[
+        float | None, typer.Option(help="Engine memory fraction (default 0.9, or the --engine's).")
+    ] = None,
+    block_size: Annotated[
+        int | None, typer.Option(help="Tokens per KV-cache block (default 16 or the engine's).")
+    ] = None,
+    max_batched_tokens: Annotated[
+        int | None, typer.Option(help="Tokens per iteration, chunked-prefill budget (default 8192 or the engine's).")
+    ] = None,
+    max_num_seqs: Annotated[
+        int | None, typer.Option(help="Cap on running sequences (default 256, or the --engine's).")
+    ] = None,
     html: HtmlOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -763,19 +818,15 @@ def serve_sim(
     from pathlib import Path
 
     from gpuplan import catalog
+    from gpuplan.serve.engines import engine_config
     from gpuplan.serve.formats import kv_format, weight_format
-    from gpuplan.serve.memory import ServeConfig
     from gpuplan.serve.sim import Lengths, Workload, max_rate, simulate
     from gpuplan.serve.timing import Deployment
 
     hw = catalog.gpu(gpu)
-    d = Deployment(catalog.model(model), hw, weight_format(weights, hw), kv_format(kv, hw), tp, pp)
-    cfg = ServeConfig(
-        gpu_memory_utilization=gpu_memory_utilization,
-        block_size=block_size,
-        max_batched_tokens=max_batched_tokens,
-        max_num_seqs=max_num_seqs,
-    )
+    d = Deployment(catalog.model(model), hw, weight_format(weights, hw), kv_format(kv, hw), tp, pp, dp_attention)
+    seats = max_num_seqs if max_num_seqs is not None or engine else 256  # without an engine: 256, as before
+    cfg = engine_config(engine, hw, tp, gpu_memory_utilization, block_size, max_batched_tokens, seats)
     lin, lout = Lengths.parse(input_len, "input_len"), Lengths.parse(output_len, "output_len")
     ttft = inputs.duration(ttft_slo, "ttft_slo", max_s=86400) if ttft_slo is not None else None
     itl = inputs.duration(itl_slo, "itl_slo", max_s=86400) if itl_slo is not None else None
@@ -797,7 +848,14 @@ def serve_sim(
             "a trace sets the arrivals itself: --rate and the SLO search do not apply",
             "drop --rate/--ttft-slo/--itl-slo, or drop --trace",
         )
-    if not trace and not rates and not (ttft or itl):
+    if concurrency is not None and (trace or rates or ttft or itl):
+        # a closed loop sets its own arrivals, as a trace or a rate would
+        raise GpuplanError(
+            "concurrency",
+            "a closed loop of --concurrency clients sets the arrivals itself",
+            "drop --rate/--trace/--ttft-slo/--itl-slo, or drop --concurrency",
+        )
+    if not trace and not rates and not (ttft or itl) and concurrency is None:
         raise GpuplanError(
             "rate", "give --rate, --trace, or an SLO (--ttft-slo/--itl-slo) to search the rate", "e.g. --rate 1,2,4,8"
         )
@@ -806,7 +864,11 @@ def serve_sim(
     from gpuplan.cli.render import progress
 
     with progress(json_out) as bar:
-        if workload is not None:
+        if concurrency is not None:
+            task = bar.add_task(f"simulating {concurrency:,} clients", total=1)
+            results.append(simulate(d, cfg, Workload.closed(requests, lin, lout, seed), clients=concurrency))
+            bar.update(task, completed=1)
+        elif workload is not None:
             task = bar.add_task("simulating the trace", total=1)
             results.append(simulate(d, cfg, workload))
             bar.update(task, completed=1)
@@ -824,6 +886,7 @@ def serve_sim(
         "pp": pp,
         "weights": weights,
         "kv": kv,
+        "engine": cfg.engine,
         "seed": seed,
         "runs": [r.to_dict() for r in results],
     }
@@ -1464,7 +1527,10 @@ def tco(
 @checked()
 def validate(
     kind: Annotated[
-        str, typer.Argument(help="training (step time), serving (throughput and latency) or offload.")
+        str,
+        typer.Argument(
+            help="training (step time), serving (throughput and latency), serving-kv (KV pools) or offload."
+        ),
     ] = "training",
     calibrated: Annotated[
         bool,
@@ -1503,6 +1569,14 @@ def validate(
 
         render_offload_validation(checks, off_summary(checks))
         return
+    if kind == "serving-kv":  # held out: KV pools against engines' startup logs
+        from gpuplan.cli.render_serve import render_kv_validation
+        from gpuplan.serve.validate_kv import summary as kv_summary, validate_kv_pools
+
+        kv_checks = validate_kv_pools()
+        kdoc = {"rows": [c.__dict__ | {"error": c.error} for c in kv_checks], "summary": kv_summary(kv_checks)}
+        _emit_json(kdoc) if json_out else render_kv_validation(kdoc)
+        return
     if kind == "serving":
         from gpuplan.serve.validate import summary as serve_summary, validate_serving
 
@@ -1530,7 +1604,7 @@ def validate(
         render_serve_validation(checks, serve_summary(checks))
         return
     if kind != "training":
-        raise GpuplanError("kind", f"unknown validation set {kind!r}", "use training, serving or offload")
+        raise GpuplanError("kind", f"unknown validation set {kind!r}", "use training, serving, serving-kv or offload")
     if calibrated:
         from gpuplan.estimate.calibrate import calibrated_validation
 

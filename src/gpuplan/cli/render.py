@@ -338,15 +338,33 @@ def render_serve(est, doc: dict) -> None:
     r, d = est.request, est.deployment
     mem = doc["memory"]
     console.print(
-        f"[bold]{r.model.name}[/] on {d.gpus} x {d.gpu.name} (tp={d.tp}, pp={d.pp}), weights {d.weights.name}, "
+        f"[bold]{r.model.name}[/] on {d.gpus} x {d.gpu.name} (tp={d.tp}, pp={d.pp}"
+        f"{', DP attention' if d.dp_attention else ''}), weights {d.weights.name}, "
         f"KV {d.kv.name}; {r.input_len} tokens in, {r.output_len} out, "
         f"{'max-throughput' if r.max_throughput else 'concurrency'} {doc['concurrency']}"
     )
     for note in r.model.notes:
         console.print(f"[dim]note: {note}[/]")
-    table = _mem_table(
-        f"Memory per GPU (engine budget {r.config.gpu_memory_utilization:.0%} of {mem['capacity'] / GiB:,.2f} GiB)"
-    )
+    eng = doc["engine"]
+    if eng["name"] != "generic":
+        rule = {"total": "of total memory", "free": "of memory free after loading", "static": "of total (static)"}
+        console.print(
+            f"engine {eng['name']}: KV pool from {r.config.gpu_memory_utilization:.0%} "
+            f"{rule[eng['memory_rule']]}, {eng['max_batched_tokens']:,} tokens per iteration, "
+            + (
+                f"at most {eng['max_num_seqs']:,} sequences"
+                if eng["max_num_seqs"]
+                else "as many sequences as the pool holds"
+            )
+            + f"; host time: {eng['host_note']}"
+        )
+    frac = f"{r.config.gpu_memory_utilization:.0%}"
+    budget = {  # each engine's rule for its memory fraction (serve/engines.py)
+        "total": f"engine budget {frac} of {mem['capacity'] / GiB:,.2f} GiB",
+        "free": f"KV pool {frac} of what is free of {mem['capacity'] / GiB:,.2f} GiB after loading",
+        "static": f"weights and KV pool in {frac} of {mem['capacity'] / GiB:,.2f} GiB",
+    }[eng["memory_rule"]]
+    table = _mem_table(f"Memory per GPU ({budget})")
     per = mem["per_gpu"]
     cap = mem["capacity"]
     _mem_row(table, "weights", per["weights"], cap, d.weights.description)
@@ -355,7 +373,7 @@ def render_serve(est, doc: dict) -> None:
         "KV cache (these sequences)",
         per["kv_cache"],
         cap,
-        f"{doc['concurrency']} x {r.input_len + r.output_len} tokens, blocks of {r.config.block_size}",
+        f"{doc['running']} x {r.input_len + r.output_len} tokens, blocks of {r.config.block_size}",
     )
     _mem_row(table, "activations (peak)", per["activations"], cap, f"{r.config.max_batched_tokens} batched tokens")
     _mem_row(table, "other", per["other"], cap, "CUDA context, graphs, NCCL")
@@ -366,7 +384,7 @@ def render_serve(est, doc: dict) -> None:
     console.print(
         f"KV per token: {doc['kv_bytes_per_token'] / 1024:,.1f} KiB (whole model), "
         f"{doc['kv_bytes_per_token_per_gpu'] / 1024:,.1f} KiB per GPU; max concurrency {doc['max_concurrency']:,}; "
-        f"max context at concurrency {doc['concurrency']}: {doc['max_context_at_concurrency']:,} tokens"
+        f"max context at concurrency {doc['running']}: {doc['max_context_at_concurrency']:,} tokens"
     )
     console.print(
         f"paging wastes {pg['paged_waste_fraction']:.1%} of a sequence's blocks; contiguous pre-allocation of "
@@ -377,7 +395,14 @@ def render_serve(est, doc: dict) -> None:
     t = Table(title="Latency and throughput (steady state)")
     t.add_column("quantity")
     t.add_column("value", justify="right")
-    t.add_row("TTFT (prefill, no queueing)", fmt_duration(doc["ttft_s"]))
+    if doc["queued"]:
+        console.print(
+            f"[yellow]{doc['concurrency']:,} clients, {doc['running']:,} fit at once: {doc['queued']:,} wait in the "
+            f"queue, {fmt_duration(doc['queue_wait_s'])} each (included in TTFT)[/]"
+        )
+        t.add_row("TTFT (queue wait + prefill)", fmt_duration(doc["ttft_s"]))
+    else:
+        t.add_row("TTFT (prefill, no queueing)", fmt_duration(doc["ttft_s"]))
     t.add_row("TPOT (inter-token latency)", fmt_duration(doc["tpot_s"]))
     t.add_row("end-to-end per request", fmt_duration(doc["e2e_s"]))
     t.add_row("output tokens/s (replica)", f"{doc['output_tokens_per_s']:,.0f}")
@@ -430,7 +455,7 @@ def render_serve_validation(checks, summary) -> None:
 def render_serve_sim(doc: dict) -> None:
     table = Table(
         title=f"Serving simulation: {doc['model']} on {doc['tp'] * doc['pp']} x {doc['gpu']} "
-        f"({doc['weights']}, KV {doc['kv']}), seed {doc['seed']}"
+        f"({doc['weights']}, KV {doc['kv']}), engine {doc.get('engine', 'generic')}, seed {doc['seed']}"
     )
     for col in (
         "rate req/s",
@@ -451,7 +476,7 @@ def render_serve_sim(doc: dict) -> None:
     for r in runs:
         itl = r["itl_s"] or {"p50": 0.0, "p99": 0.0}
         table.add_row(
-            f"{r['rate']:,.2f}" if r["rate"] else "trace",
+            f"{r['clients']:,} clients" if r.get("clients") else (f"{r['rate']:,.2f}" if r["rate"] else "trace"),
             f"{r['requests']:,}",
             fmt_duration(r["ttft_s"]["p50"]),
             fmt_duration(r["ttft_s"]["p99"]),
@@ -463,6 +488,12 @@ def render_serve_sim(doc: dict) -> None:
             f"{r['preemptions']:,}",
         )
     console.print(table)
+    for r in runs:
+        if r.get("clients"):
+            console.print(
+                f"closed loop of {r['clients']:,} clients: on average {r['queued_mean']:,.1f} wait for a seat "
+                f"(TTFT includes the wait); {r['requests_per_s']:,.2f} requests/s"
+            )
     if doc.get("slo"):
         s = doc["slo"]
         goal = " and ".join(

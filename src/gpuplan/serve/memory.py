@@ -17,13 +17,11 @@ from dataclasses import dataclass
 
 from gpuplan.errors import require
 from gpuplan.estimate.memory import layers_per_stage
+from gpuplan.serve.engines import engine
 from gpuplan.serve.kv import kv_bytes_per_token_layer
 from gpuplan.serve.timing import Deployment
 from gpuplan.serve.weights import weight_bytes_per_gpu
 from gpuplan.units import GiB
-
-LOGIT_BYTES = 4  # the sampler works on fp32 logits
-
 
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 
@@ -40,6 +38,7 @@ class ServeConfig:
     context_bytes: float = 0.5 * GiB  # CUDA context, cuBLAS workspaces
     cuda_graph_bytes: float = 0.5 * GiB  # captured decode graphs (vLLM logs 0.3-1 GiB for 7-70B models)
     nccl_bytes: float = 0.25 * GiB  # NCCL and custom all-reduce buffers, with tp or pp > 1
+    engine: str = "generic"  # engines.py: memory accounting and host time per iteration
 
     def __post_init__(self) -> None:
         require(
@@ -70,6 +69,7 @@ class ServeConfig:
         )
         for name in ("context_bytes", "cuda_graph_bytes", "nccl_bytes"):
             require(getattr(self, name) >= 0, name, "must not be negative")
+        engine(self.engine)  # a known profile, or a one-line error naming the choices
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,7 @@ class ServeMemory:
     kv_pool: float  # what is left for the KV cache (negative: does not fit)
     kv_block_bytes: float  # one block of block_size tokens over this GPU's layers
     layers: int  # layers on this GPU
+    kv_groups: int = 1  # GPUs whose pools hold different sequences (DP attention: the TP ranks)
 
     @property
     def total(self) -> float:
@@ -97,7 +98,8 @@ class ServeMemory:
 def activation_peak(d: Deployment, cfg: ServeConfig) -> float:
     """Peak activations of a forward pass over ``max_batched_tokens`` tokens on one GPU: the
     residual stream and its normed copy, plus the widest intermediate (fused QKV and attention
-    output, or gate+up and the activated MLP), and fp32 logits for every sampled sequence."""
+    output, or gate+up and the activated MLP), and the sampler's logits for every sampled sequence
+    (fp32 logits and one working copy, or what the engine's sampler holds: engines.py)."""
     m = d.model
     t = cfg.max_batched_tokens
     a = 2.0
@@ -107,25 +109,39 @@ def activation_peak(d: Deployment, cfg: ServeConfig) -> float:
     if m.is_moe:  # each token's routed copies through its experts' MLPs
         mlp = max(mlp, m.experts_per_token * (h + (3 if m.gated_mlp else 2) * m.moe_ffn_size / d.tp))
     seqs = min(cfg.max_num_seqs or 256, t)  # vLLM profiles the sampler with max_num_seqs (default 256)
-    return t * a * (2 * h + max(attn, mlp)) + seqs * m.vocab_size * LOGIT_BYTES * 2
+    return t * a * (2 * h + max(attn, mlp)) + seqs * m.vocab_size * engine(cfg.engine).sampler_bytes_per_logit
+
+
+def kv_pool_bytes(
+    rule: str, total: float, fraction: float, weights: float, act: float, other: float, context: float
+) -> float:
+    """The KV pool under an engine's memory rule (engines.py, each rule's source there)."""
+    if rule == "free":  # TensorRT-LLM: a fraction of what is free after the profiled peak
+        return fraction * (total - weights - act - other)
+    if rule == "static":  # SGLang: weights and pool in the fraction; activations and graphs outside it
+        return total * fraction - weights - context
+    return total * fraction - weights - act - other  # vLLM: a fraction of the total, less the peak
 
 
 def serve_memory(d: Deployment, cfg: ServeConfig) -> ServeMemory:
     layers = max(layers_per_stage(d.model.num_layers, d.pp))
-    weights = weight_bytes_per_gpu(d.model, d.weights, d.tp, d.pp)
+    weights = weight_bytes_per_gpu(d.model, d.weights, d.tp, d.pp, d.dp_attention)
     other = cfg.context_bytes + cfg.cuda_graph_bytes + (cfg.nccl_bytes if d.gpus > 1 else 0.0)
     act = activation_peak(d, cfg)
-    budget = d.gpu.memory_bytes * cfg.gpu_memory_utilization
+    total = d.gpu.memory_bytes
+    rule = engine(cfg.engine).memory_rule
+    pool = kv_pool_bytes(rule, total, cfg.gpu_memory_utilization, weights, act, other, cfg.context_bytes)
     block = cfg.block_size * layers * kv_bytes_per_token_layer(d.model, d.kv, d.tp)
     return ServeMemory(
-        capacity=d.gpu.memory_bytes,
-        budget=budget,
+        capacity=total,
+        budget=weights + act + other + pool if rule != "total" else total * cfg.gpu_memory_utilization,
         weights=weights,
         activations=act,
         other=other,
-        kv_pool=budget - weights - act - other,
+        kv_pool=pool,
         kv_block_bytes=block,
         layers=layers,
+        kv_groups=d.kv_groups,
     )
 
 
@@ -146,7 +162,7 @@ def max_concurrency(mem: ServeMemory, d: Deployment, cfg: ServeConfig, context: 
     """Sequences of ``context`` tokens whose blocks fit in the pool at once."""
     if mem.kv_pool <= 0:
         return 0
-    return int(mem.kv_pool // (blocks_per_sequence(d, cfg, context) * mem.kv_block_bytes))
+    return int(mem.kv_pool // (blocks_per_sequence(d, cfg, context) * mem.kv_block_bytes)) * mem.kv_groups
 
 
 def max_context(mem: ServeMemory, d: Deployment, cfg: ServeConfig, concurrency: int, limit: int) -> int:
@@ -156,7 +172,8 @@ def max_context(mem: ServeMemory, d: Deployment, cfg: ServeConfig, concurrency: 
     lo, hi = 0, limit
     while lo < hi:  # blocks grow with the context: bisect
         mid = (lo + hi + 1) // 2
-        if concurrency * blocks_per_sequence(d, cfg, mid) * mem.kv_block_bytes <= mem.kv_pool:
+        per_rank = math.ceil(concurrency / mem.kv_groups)
+        if per_rank * blocks_per_sequence(d, cfg, mid) * mem.kv_block_bytes <= mem.kv_pool:
             lo = mid
         else:
             hi = mid - 1

@@ -6,18 +6,25 @@ simulates request by request): every iteration each decoding sequence adds one t
 input/output prompt tokens per iteration for D decoding sequences (less the prefix-cache hits).
 The batched-token budget caps D at budget x output / (input + output). Output tokens/s = D / t_iter;
 the inter-token latency a user sees (TPOT) is an iteration with the other sequences' prefill
-chunks; TTFT is the prompt's own prefill in chunks beside D - 1 decodes (no queueing: serve-sim
-adds that). Max-throughput mode reserves every sequence's full input + output length up front,
-as TensorRT-LLM's default GUARANTEED_NO_EVICT scheduler does.
+chunks; TTFT is the prompt's own prefill in chunks beside D - 1 decodes. Max-throughput mode
+reserves every sequence's full input + output length up front, as TensorRT-LLM's default
+GUARANTEED_NO_EVICT scheduler does.
+
+A concurrency above what the KV pool (or ``max_num_seqs``) holds is a closed loop of N clients, the
+way benchmark_serving.py / genai-perf run ``--concurrency N``: the engine runs at its capacity and
+the other requests wait in its queue (vLLM's ``waiting`` deque, TensorRT-LLM's pending requests).
+Little's law on the queue alone (Little 1961) gives the wait: N - running requests queue, and they
+leave it at the completion rate X, so each waits (N - running) / X, added to its TTFT.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpuplan.errors import DoesNotFit, GpuplanError, require
 from gpuplan.estimate.comm import efficiency
+from gpuplan.serve.engines import engine
 from gpuplan.serve.formats import kv_format, weight_format
 from gpuplan.serve.kv import kv_bytes_per_sequence, kv_bytes_per_token
 from gpuplan.serve.memory import (
@@ -60,6 +67,7 @@ class ServeRequest:
     target_requests_per_s: float | None = None
     tpot_slo_s: float | None = None
     ttft_slo_s: float | None = None
+    dp_attention: bool = False  # MLA models: attention data-parallel over the TP ranks (SGLang)
 
     def __post_init__(self) -> None:
         require(isinstance(self.input_len, int) and self.input_len >= 1, "input_len", "must be a positive integer")
@@ -104,6 +112,12 @@ class Point:
     output_tokens_per_s: float
     input_tokens_per_s: float
     decode_share: float  # of the GPU time, the part decode would take alone (for $/token split)
+    queued: int = 0  # requests of the closed loop waiting for a slot
+    queue_wait_s: float = 0.0  # each one's wait, included in ttft_s
+
+    @property
+    def running(self) -> int:
+        return self.concurrency - self.queued
 
 
 @dataclass(frozen=True)
@@ -188,6 +202,17 @@ def steady_state(
     )
 
 
+def closed_loop(p: Point, clients: int, output_len: int) -> Point:
+    """``clients`` closed-loop clients against an engine that runs ``p.concurrency`` of them at once:
+    the rest queue, each for (clients - running) / X with X the completion rate in requests/s
+    (Little's law, L = X W, applied to the queue). Throughput stays the capacity's."""
+    if clients <= p.concurrency:
+        return p
+    queued = clients - p.concurrency
+    wait = queued / (p.output_tokens_per_s / output_len)
+    return replace(p, concurrency=clients, ttft_s=p.ttft_s + wait, queued=queued, queue_wait_s=wait)
+
+
 def compute_bound_batch(d: Deployment) -> float:
     """Decode batch at the roofline ridge of the weight GEMMs: 2 FLOPs per weight and token
     against the weight's bytes, rate x bytes / (2 x bandwidth)."""
@@ -239,7 +264,7 @@ def _smallest_fix(req: ServeRequest, cfg: ServeConfig) -> str:
 
 def estimate_serving(req: ServeRequest) -> ServeEstimate:
     m, gpu, cfg = req.model, req.gpu, req.config
-    d = Deployment(m, gpu, weight_format(req.weights, gpu), kv_format(req.kv, gpu), req.tp, req.pp)
+    d = Deployment(m, gpu, weight_format(req.weights, gpu), kv_format(req.kv, gpu), req.tp, req.pp, req.dp_attention)
     limit = cfg.max_model_len or m.max_position_embeddings
     length = req.input_len + req.output_len
     if length > limit:
@@ -263,6 +288,7 @@ def estimate_serving(req: ServeRequest) -> ServeEstimate:
             mem.kv_pool - extra,
             mem.kv_block_bytes,
             mem.layers,
+            mem.kv_groups,
         )
     conc_max = max_concurrency(mem, d, cfg, length)
     if conc_max < 1:
@@ -275,21 +301,12 @@ def estimate_serving(req: ServeRequest) -> ServeEstimate:
             f"has no room for one {length}-token sequence: short by {-short / GiB:.2f} GiB per GPU",
             _smallest_fix(req, cfg),
         )
-    if req.max_throughput:
-        conc = conc_max if not cfg.max_num_seqs else min(conc_max, cfg.max_num_seqs)
-    else:
-        conc = req.concurrency or 1
-        if conc > conc_max:
-            need = conc * blocks_per_sequence(d, cfg, length) * mem.kv_block_bytes
-            raise DoesNotFit(
-                "concurrency",
-                f"{conc} sequences of {length} tokens need {need / GiB:.1f} GiB of KV "
-                f"per GPU; the pool holds {mem.kv_pool / GiB:.1f} GiB ({conc_max} sequences)",
-                f"use --concurrency {conc_max}, --kv fp8, or a larger --tp",
-            )
-    sm = step_model(d)
+    seats = conc_max if not cfg.max_num_seqs else min(conc_max, cfg.max_num_seqs)
+    clients = seats if req.max_throughput else (req.concurrency or 1)
+    conc = min(clients, seats)  # running; the rest of a closed loop waits in the queue
+    sm = step_model(d, engine(cfg.engine))
     hit = req.prefix_hit_rate
-    point = steady_state(sm, cfg, conc, req.input_len, req.output_len, hit)
+    point = closed_loop(steady_state(sm, cfg, conc, req.input_len, req.output_len, hit), clients, req.output_len)
     curve, b = [], 1
     while b < conc_max:
         curve.append(steady_state(sm, cfg, b, req.input_len, req.output_len, hit))
@@ -300,7 +317,7 @@ def estimate_serving(req: ServeRequest) -> ServeEstimate:
     if draft is not None or req.ngram:
         spec = speculation(sm, draft, conc, req.input_len + req.output_len / 2, req.draft_len, req.acceptance, conc_max)
 
-    kv_needed = conc * blocks_per_sequence(d, cfg, length) * mem.kv_block_bytes
+    kv_needed = math.ceil(conc / d.kv_groups) * blocks_per_sequence(d, cfg, length) * mem.kv_block_bytes
     offload = blocks_per_sequence(d, cfg, length) * mem.kv_block_bytes / gpu.host_bytes_per_s
 
     gpus_needed = None
@@ -345,6 +362,9 @@ def estimate_serving(req: ServeRequest) -> ServeEstimate:
 def _point(p: Point) -> dict:
     return {
         "concurrency": p.concurrency,
+        "running": p.running,
+        "queued": p.queued,
+        "queue_wait_s": p.queue_wait_s,
         "decoding": p.decoding,
         "iteration_s": p.iteration_s,
         "tpot_s": p.tpot_s,
@@ -366,11 +386,19 @@ def to_dict(e: ServeEstimate) -> dict:
         "gpu": d.gpu.id,
         "tp": d.tp,
         "pp": d.pp,
+        "dp_attention": d.dp_attention,
         "gpus": d.gpus,
         "weights": d.weights.name,
         "kv": d.kv.name,
         "input_len": r.input_len,
         "output_len": r.output_len,
+        "engine": {
+            "name": cfg.engine,
+            "memory_rule": engine(cfg.engine).memory_rule,
+            "max_batched_tokens": cfg.max_batched_tokens,
+            "max_num_seqs": cfg.max_num_seqs,
+            "host_note": engine(cfg.engine).note,
+        },
         "memory": {
             "per_gpu": {
                 "weights": mem.weights,
@@ -392,11 +420,14 @@ def to_dict(e: ServeEstimate) -> dict:
         "max_concurrency": e.max_concurrency,
         "max_context_at_concurrency": e.max_context_at_concurrency,
         "concurrency": p.concurrency,
+        "running": p.running,
+        "queued": p.queued,
+        "queue_wait_s": p.queue_wait_s,
         "paging": {
             "paged_bytes_per_sequence": paged,
             "paged_waste_fraction": 1 - exact / paged if paged else 0.0,
             "contiguous_bytes_per_sequence": contiguous,
-            "contiguous_max_concurrency": int(max(0.0, mem.kv_pool) // contiguous) if contiguous else 0,
+            "contiguous_max_concurrency": int(max(0.0, mem.kv_pool) // contiguous) * mem.kv_groups if contiguous else 0,
             "contiguous_waste_fraction": 1 - exact / contiguous if contiguous else 0.0,
         },
         "ttft_s": p.ttft_s,

@@ -11,10 +11,13 @@ admitted sequence is preempted, its blocks freed, and it waits to be recomputed 
 RECOMPUTE preemption). Sliding-window layers are treated as full layers here (a slight
 overestimate of their memory).
 
-Arrivals are Poisson at ``rate`` (or read from a trace), lengths fixed, uniform or exponential; a
-seed makes every run reproducible. Outputs: TTFT, inter-token latency (ITL) and end-to-end latency
-percentiles, throughput and preemptions; ``max_rate`` bisects for the highest rate whose p99s meet
-an SLO.
+Arrivals are Poisson at ``rate`` (or read from a trace), or come from a closed loop of ``clients``
+(benchmark_serving.py ``--max-concurrency``, genai-perf ``--concurrency``): each client sends its
+next request the moment its last one finishes, so at most ``clients`` are in the engine or its
+queue, and whatever the KV pool or ``max_num_seqs`` cannot seat waits. Lengths fixed, uniform or
+exponential; a seed makes every run reproducible. Outputs: TTFT, inter-token latency (ITL) and
+end-to-end latency percentiles, throughput and preemptions; ``max_rate`` bisects for the highest
+rate whose p99s meet an SLO.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from gpuplan.errors import GpuplanError, require
+from gpuplan.serve.engines import engine
 from gpuplan.serve.memory import ServeConfig, serve_memory
 from gpuplan.serve.timing import Deployment, step_model
 
@@ -87,6 +91,13 @@ class Workload:
         rng = np.random.default_rng(seed)
         arrivals = np.cumsum(rng.exponential(1 / rate, size=n))
         return cls(arrivals, input_len.sample(rng, n), output_len.sample(rng, n))
+
+    @classmethod
+    def closed(cls, n: int, input_len: Lengths, output_len: Lengths, seed: int = 0) -> Workload:
+        """``n`` requests for a closed loop: their arrival times are set by the simulation (zero here)."""
+        require(n >= 1, "requests", f"must be at least 1, got {n}")
+        rng = np.random.default_rng(seed)
+        return cls(np.zeros(n), input_len.sample(rng, n), output_len.sample(rng, n))
 
     @classmethod
     def from_trace(cls, path: Path) -> Workload:
@@ -151,6 +162,9 @@ class SimResult:
     output_tokens: int
     preemptions: int
     iterations: int
+    clients: int | None = None  # closed loop of this many clients; None: open arrivals
+    queued_mean: float = 0.0  # requests waiting for a seat, averaged over time
+    arrival_s: np.ndarray | None = None  # when each request was sent (a closed loop sets them)
 
     def percentiles(self) -> dict:
         def pct(x, w=None):
@@ -178,6 +192,8 @@ class SimResult:
             "requests_per_s": self.requests / self.makespan_s if self.makespan_s else 0.0,
             "preemptions": self.preemptions,
             "iterations": self.iterations,
+            "clients": self.clients,
+            "queued_mean": self.queued_mean,
             **self.percentiles(),
         }
 
@@ -188,18 +204,28 @@ MAX_ITERATIONS = 1_000_000
 
 
 def simulate(
-    d: Deployment, cfg: ServeConfig, w: Workload, rate: float = 0.0, max_iterations: int = MAX_ITERATIONS
+    d: Deployment,
+    cfg: ServeConfig,
+    w: Workload,
+    rate: float = 0.0,
+    max_iterations: int = MAX_ITERATIONS,
+    clients: int | None = None,
+    bulk: bool = True,
 ) -> SimResult:
-    """Run the requests of ``w`` through one replica until all finish.
+    """Run the requests of ``w`` through one replica until all finish; with ``clients``, as a
+    closed loop (the first ``clients`` requests at time 0, each later one when another finishes).
 
     State lives in numpy arrays over requests; the running set is an array of request ids in
     admission order. Stretches where every running sequence decodes and nothing is waiting are
-    run as one step of k iterations (k up to the next arrival, the next finish or the free blocks),
-    each taking the iteration time at the stretch's middle context.
+    advanced as one step of k iterations (k up to the next arrival, the next finish or the free
+    blocks), each timed as its own iteration (StepModel.decode_times): the same result as the
+    plain per-iteration loop, which ``bulk=False`` runs.
     """
-    sm = step_model(d)
+    sm = step_model(d, engine(cfg.engine))
     mem = serve_memory(d, cfg)
-    free = int(mem.kv_pool // mem.kv_block_bytes) if mem.kv_pool > 0 else 0
+    # DP attention: the ranks' pools hold different sequences; one shared pool of all their blocks
+    # (requests spread evenly over the ranks)
+    free = int(mem.kv_pool // mem.kv_block_bytes) * mem.kv_groups if mem.kv_pool > 0 else 0
     bs = cfg.block_size
     n = len(w.arrival_s)
     longest = int((w.input_len + w.output_len).max())
@@ -210,6 +236,12 @@ def simulate(
             "use shorter requests, --kv fp8, or a larger --tp",
         )
     arrival, prompt, out = w.arrival_s, w.input_len.astype(np.int64), w.output_len.astype(np.int64)
+    require(clients is None or clients >= 1, "concurrency", f"must be at least 1, got {clients}")
+    if clients is not None:  # arrivals are issued as requests finish
+        arrival = np.full(n, np.inf)
+        arrival[: min(clients, n)] = 0.0
+    issued = n if clients is None else min(clients, n)
+    queued_area = 0.0
     # every iteration handles at most the budget: a lower bound of the iterations, checked before running
     least = int(prompt.sum() + out.sum()) // cfg.max_batched_tokens
     if least > max_iterations // 10:
@@ -230,6 +262,7 @@ def simulate(
     running = np.zeros(0, dtype=np.int64)
     gaps: list[np.ndarray] = []
     now, nxt, done, preemptions, iterations = 0.0, 0, 0, 0, 0
+    last_dt = 0.0  # the last iteration's seconds
     max_seqs = cfg.max_num_seqs or n
     budget0 = cfg.max_batched_tokens
     while done < n:
@@ -244,9 +277,10 @@ def simulate(
             c, t, b = computed[running], target[running], blocks[running]
             full = np.where(c >= t, 1, t - c)
             before = np.cumsum(full) - full
-            take = np.clip(budget0 - before, 0, full)
+            take = np.minimum(np.maximum(budget0 - before, 0), full)  # np.clip, without its overhead
             want = np.maximum(0, -(-(c + take) // bs) - b)
-            if want.sum() <= free or len(running) <= 1:
+            wanted = int(want.sum())
+            if wanted <= free or len(running) <= 1:
                 break
             v = int(running[-1])  # out of blocks: preempt the newest and recompute it later
             running = running[:-1]
@@ -255,7 +289,7 @@ def simulate(
             target[v] = prompt[v] + generated[v]
             waiting.appendleft(v)
             preemptions += 1
-        free -= int(want.sum())
+        free -= wanted
         blocks[running] += want
         decoding = c >= t
         budget = budget0 - int(take.sum())
@@ -282,18 +316,23 @@ def simulate(
         ids, tk, dec = running[sel], take[sel], decoding[sel]
         pre = ~dec
         n_dec = int(dec.sum())
-        dec_ctx = float((computed[ids[dec]] + 1).mean()) if n_dec else 0.0
+        dec_ctx = float(computed[ids[dec]].sum()) / n_dec + 1 if n_dec else 0.0
         pre_tok = int(tk[pre].sum())
         pre_done = int(((computed[ids[pre]] + tk[pre]) >= target[ids[pre]]).sum())
         pre_ctx = float(((computed[ids[pre]] + tk[pre] / 2) * tk[pre]).sum() / pre_tok) if pre_tok else 0.0
 
-        steps = 1
-        if pre_tok == 0 and not waiting:
-            # a pure decode stretch: run k iterations at once
-            left = int((out[ids] - generated[ids]).min())
-            it = sm.iteration(decode=n_dec, decode_context=dec_ctx)
-            horizon = (arrival[nxt] - now) / it.seconds if nxt < n else math.inf
-            steps = max(1, left if horizon > left else int(horizon))
+        left = int((out[ids] - generated[ids]).min()) if bulk and pre_tok == 0 and not waiting else 1
+        # steps until the next arrival, guessed from the last iteration's time (only to size the
+        # stretch: a guess too short just ends it early, and a few steps are not worth it)
+        ahead = (arrival[nxt] - now) / last_dt if nxt < n and last_dt > 0 else math.inf
+        if left > 1 and ahead >= 2:
+            # a pure decode stretch: the k iterations until the next arrival, finish or block
+            # shortage, each timed as the per-iteration loop would time it, run at once
+            times = sm.decode_times(n_dec, dec_ctx, left if math.isinf(ahead) else min(left, int(ahead * 1.25) + 2))
+            steps = len(times)
+            if nxt < n:  # the loop admits an arrival before the first step starting after it
+                starts = now + np.cumsum(times) - times
+                steps = max(1, int(np.searchsorted(starts, arrival[nxt], side="left")))
             if steps > 1:  # blocks for the whole stretch
                 extra = np.maximum(0, -(-(computed[ids] + steps) // bs) - blocks[ids])
                 while steps > 1 and extra.sum() > free:
@@ -303,13 +342,16 @@ def simulate(
                     free -= int(extra.sum())
                     blocks[ids] += extra
                     tk = np.full(len(ids), steps, dtype=np.int64)
-            it = sm.iteration(decode=n_dec, decode_context=dec_ctx + (steps - 1) / 2)
+            times = times[:steps]
         else:
+            steps = 1
             it = sm.iteration(
                 decode=n_dec, prefill=pre_tok, decode_context=dec_ctx, prefill_context=pre_ctx, prefill_seqs=pre_done
             )
-        dt = it.seconds
-        now += steps * dt
+            times = np.array([it.seconds])
+        t0, last_dt = float(times[0]), float(times[-1])
+        queued_area += len(waiting) * t0  # a stretch runs only with nobody waiting
+        start, now = now, now + float(times.sum())
         iterations += steps
         if iterations > max_iterations:
             raise GpuplanError(
@@ -322,14 +364,12 @@ def simulate(
         emits = dec | (computed[ids] >= target[ids])  # decoders, and prompts whose last chunk ran
         e = ids[emits]
         fresh = generated[e] == 0
-        first[e[fresh]] = now - (steps - 1) * dt
+        first[e[fresh]] = start + t0
         old = e[~fresh]
         if len(old):
-            gaps.append(now - (steps - 1) * dt - last[old])  # the first token of this step
-            if steps > 1:
-                gaps.append(np.full(len(old) * (steps - 1), dt))
-        if steps > 1 and fresh.any():
-            gaps.append(np.full(int(fresh.sum()) * (steps - 1), dt))
+            gaps.append(start + t0 - last[old])  # the first token of this stretch
+        if steps > 1:  # every sequence's later tokens come one iteration apart
+            gaps.append(np.broadcast_to(times[1:], (len(e), steps - 1)).ravel())
         generated[e] += steps
         last[e] = now
         fin = generated[running] >= out[running]
@@ -340,6 +380,10 @@ def simulate(
             finish[gone] = now
             done += len(gone)
             running = running[~fin]
+            if issued < n:  # closed loop: each finished client sends its next request now
+                k = min(len(gone), n - issued)
+                arrival[issued : issued + k] = now
+                issued += k
     itl = np.concatenate(gaps) if gaps else np.zeros(0)
     return SimResult(
         rate=rate,
@@ -352,6 +396,9 @@ def simulate(
         output_tokens=int(out.sum()),
         preemptions=preemptions,
         iterations=iterations,
+        clients=clients,
+        queued_mean=queued_area / now if now else 0.0,
+        arrival_s=arrival,
     )
 
 

@@ -16,8 +16,12 @@ prompts. Its time on one GPU of the tensor-parallel group, summed over pipeline 
   prefill runs FlashAttention over the prompt (compute.flash_time).
 * Norms, residual adds, rotary and activations: bytes over HBM bandwidth.
 * Tensor parallelism: two all-reduces of the activations per layer (Megatron-LM, Shoeybi et al.
-  2019), one for parallel attention+MLP blocks; pipeline parallelism: one send per stage boundary.
+  2019), one for parallel attention+MLP blocks, timed at their small sizes by allreduce.py (NCCL's
+  ring protocols, or the engine's one-/two-shot kernels); pipeline parallelism: one send per stage
+  boundary.
 * LM head on the sequences that sample this iteration, the logits gathered over TP, and sampling.
+* With an engine profile (engines.py): the host time (scheduling, input preparation, output
+  processing) the engine does not hide behind the GPU.
 """
 
 from __future__ import annotations
@@ -26,13 +30,17 @@ import functools
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from gpuplan.errors import require
 from gpuplan.estimate.comm import collective_time, efficiency, place
 from gpuplan.estimate.compute import _local_gemm, flash_time, gemm_compute_time, memory_time
 from gpuplan.estimate.params import embedding_tensors, head_tensors, layer_tensors
+from gpuplan.serve.allreduce import tp_allreduce
+from gpuplan.serve.engines import Engine
 from gpuplan.serve.formats import KVFormat, WeightFormat
 from gpuplan.serve.kv import cached_tokens, kv_bytes_per_token_layer, kv_heads_per_gpu
-from gpuplan.serve.weights import tensor_bits
+from gpuplan.serve.weights import tensor_bits, tensor_tp
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
@@ -53,9 +61,17 @@ class Deployment:
     kv: KVFormat
     tp: int = 1
     pp: int = 1
+    dp_attention: bool = False  # SGLang --enable-dp-attention: attention data-parallel over the TP ranks
 
     def __post_init__(self) -> None:
         m = self.model
+        # SGLang's DP attention is for MLA models (DeepSeek), whose latent KV TP cannot split
+        require(
+            not self.dp_attention or m.is_mla,
+            "dp_attention",
+            f"{m.name} has no multi-head latent attention: TP already splits its KV heads",
+            "drop --dp-attention, or serve an MLA model (DeepSeek-V2/V3, Kimi-K2)",
+        )
         require(isinstance(self.tp, int) and self.tp >= 1, "tp", f"must be a positive integer, got {self.tp!r}")
         require(isinstance(self.pp, int) and self.pp >= 1, "pp", f"must be a positive integer, got {self.pp!r}")
         require(
@@ -77,6 +93,12 @@ class Deployment:
         return self.tp * self.pp
 
     @property
+    def kv_groups(self) -> int:
+        """Ranks whose KV pools hold different sequences: each DP-attention rank caches only its
+        own requests' latent, where TP ranks all hold the same replicated latent."""
+        return self.tp if self.dp_attention else 1
+
+    @property
     def dtype16(self) -> str:
         """The 16-bit dtype of what stays unquantised."""
         return (
@@ -93,10 +115,12 @@ class Iteration:
 
 
 class StepModel:
-    """Iteration times of one deployment; GEMM times are cached by the number of token rows."""
+    """Iteration times of one deployment under one engine (None: GPU time alone); GEMM times are
+    cached by the number of token rows."""
 
-    def __init__(self, d: Deployment):
+    def __init__(self, d: Deployment, engine: Engine | None = None):
         self.d = d
+        self.engine = engine
         m, gpu = d.model, d.gpu
         self.eff = e = efficiency(gpu)
         self.hbm = gpu.hbm_bytes_per_s * e.hbm
@@ -108,7 +132,7 @@ class StepModel:
         groups = place(ParallelPlan(tp=d.tp, pp=d.pp), gpu)
         self.tp_group, self.pp_group = groups["tp"], groups["pp"]
         self.kv_token_layer = kv_bytes_per_token_layer(m, d.kv, d.tp)
-        self.heads = m.num_heads // d.tp
+        self.heads = m.num_heads // (1 if d.dp_attention else d.tp)  # query heads this GPU attends with
         if m.is_mla:  # absorbed MLA decode: scores over the latent + rotary key, values from the latent
             self.attn_dims = m.kv_lora_rank + m.qk_rope_head_dim + m.kv_lora_rank
         else:
@@ -116,12 +140,14 @@ class StepModel:
         # CUDA-core instruction rate for dequantisation (FMA = 2 FLOPs)
         self.alu = gpu.peak_flops.get("fp32", gpu.peak(d.dtype16) / 16) / 2
         self._gemm_cache: dict[tuple[int, bool], tuple[float, float]] = {}
+        self._head_cache: dict[int, float] = {}
+        self._decode_lines: dict[float, tuple[float, float]] = {}
 
     # -- GEMMs ----------------------------------------------------------------------------------
     def _matmul(self, t, rows: float) -> tuple[float, float]:
         """(seconds, of which exposed unpacking) of one weight's GEMM over ``rows`` tokens."""
         d, m, gpu = self.d, self.d.model, self.d.gpu
-        experts, n_out, n_in = _local_gemm(t, d.tp, 1)
+        experts, n_out, n_in = _local_gemm(t, tensor_tp(t, d.tp, d.dp_attention), 1)
         bits = tensor_bits(m, t, d.weights)
         quantised = bits < 16
         dtype = d.weights.compute if quantised else d.dtype16
@@ -154,13 +180,25 @@ class StepModel:
         key = (rows, moe)
         if key not in self._gemm_cache:
             total = unpack = 0.0
+            own = math.ceil(rows / self.d.kv_groups)  # with DP attention, this rank's own tokens
             for t in layer_tensors(self.d.model, moe):
                 if t.matmul and len(t.shape) >= 2:
-                    s, u = self._matmul(t, rows)
+                    s, u = self._matmul(t, own if self.d.dp_attention and t.name.startswith("attn.") else rows)
                     total += s
                     unpack += u
             self._gemm_cache[key] = (total, unpack)
         return self._gemm_cache[key]
+
+    def _head_gemm(self, sampled: int) -> float:
+        """Seconds of the LM head's GEMM over the ``sampled`` rows (cached by rows)."""
+        if sampled not in self._head_cache:
+            m = self.d.model
+            self._head_cache[sampled] = sum(
+                self._matmul(t, sampled)[0]
+                for t in head_tensors(m) + tuple(embedding_tensors(m))
+                if t.name == "lm_head" or (t.name == "embed.tokens" and m.tied_embeddings)
+            )
+        return self._head_cache[sampled]
 
     # -- one iteration --------------------------------------------------------------------------
     def iteration(
@@ -190,13 +228,14 @@ class StepModel:
         # attention: decode reads the cache; prefill is a flash kernel over the prompt
         attn = 0.0
         if decode:
-            kv_bytes = decode * cached_tokens(m, decode_context) * self.kv_token_layer
-            flops = 2.0 * decode * self.heads * self.attn_dims * cached_tokens(m, decode_context)
+            mine = decode / d.kv_groups  # DP attention: each rank attends for its own sequences
+            kv_bytes = mine * cached_tokens(m, decode_context) * self.kv_token_layer
+            flops = 2.0 * mine * self.heads * self.attn_dims * cached_tokens(m, decode_context)
             rate = gpu.peak(d.dtype16) * self.eff.flash_fwd
             attn += max(kv_bytes / self.hbm, flops / rate) + m.num_layers * self.overhead
         if prefill:
             ctx = cached_tokens(m, prefill_context) / m.num_layers
-            flops = 2.0 * prefill * self.heads * self.attn_dims * ctx
+            flops = 2.0 * prefill / d.kv_groups * self.heads * self.attn_dims * ctx
             fwd, _ = flash_time(gpu, d.dtype16, flops, max(1.0, 2 * prefill_context))
             attn += m.num_layers * fwd
         parts["attention"] = attn
@@ -213,29 +252,56 @@ class StepModel:
 
         # communication: TP all-reduces per layer; PP sends between stages
         comm = 0.0
-        if d.tp > 1:
-            per_layer = 1 if m.parallel_attn else 2
-            comm += m.num_layers * per_layer * collective_time("all-reduce", rows * h * a, self.tp_group, gpu)
+        if d.tp > 1:  # latency-bound at decode sizes: NCCL's ring or the engine's custom kernel
+            # DP attention: no all-reduce after attention; the MLP/MoE's tokens are gathered from
+            # and scattered back to their ranks, the bytes and steps of about one all-reduce
+            per_layer = 1 if m.parallel_attn or d.dp_attention else 2
+            custom = self.engine is not None and self.engine.custom_allreduce
+            t_ar, _ = tp_allreduce(rows * h * a, self.tp_group, gpu, custom)
+            comm += m.num_layers * per_layer * t_ar
         if d.pp > 1:
             comm += (d.pp - 1) * collective_time("p2p", rows * h * a, self.pp_group, gpu)
         parts["communication"] = comm
 
         # embedding lookup, LM head on the sampled rows, logits gathered over TP, sampling
         sampled = max(1, math.ceil(decode + prefill_seqs))
-        head = memory_time(gpu, 2 * rows * h * a)
-        for t in head_tensors(m) + tuple(embedding_tensors(m)):
-            if t.name == "lm_head" or (t.name == "embed.tokens" and m.tied_embeddings):
-                s, _ = self._matmul(t, sampled)
-                head += s
+        head = memory_time(gpu, 2 * rows * h * a) + self._head_gemm(sampled)
         vocab = m.vocab_size
         if d.tp > 1:
             head += collective_time("all-gather", sampled * vocab * a, self.tp_group, gpu)
         head += memory_time(gpu, sampled * vocab * 4 * 3, 3)  # fp32 logits: softmax, top-k/p, sample
         parts["head_and_sampling"] = head
+        gpu_s = sum(parts.values())
+        if self.engine is not None:
+            parts["host"] = self.engine.exposed_host_s(gpu_s, decode + prefill_seqs)
         return Iteration(sum(parts.values()), parts)
 
     def decode_step(self, batch: float, context: float) -> Iteration:
         return self.iteration(decode=batch, decode_context=context)
+
+    def decode_times(self, batch: float, context: float, steps: int) -> np.ndarray:
+        """Seconds of ``steps`` consecutive decode-only iterations of ``batch`` sequences, the
+        first at ``context`` tokens, each one token longer: what ``decode_step`` gives for each,
+        computed at once. A decode step's GPU time is a + b x cached_tokens(context) (only the
+        attention term reads the context, and it is linear in the cached tokens), so two calls
+        give a and b for a batch; the engine's host time is added per step as ``iteration`` does."""
+        m = self.d.model
+        if batch not in self._decode_lines:
+            at0, at1 = (self.iteration(decode=batch, decode_context=c) for c in (0.0, 1024.0))  # any two
+            a = at0.seconds - at0.parts.get("host", 0.0)
+            b = (at1.seconds - at1.parts.get("host", 0.0) - a) / cached_tokens(m, 1024.0)
+            self._decode_lines[batch] = (a, b)
+        a, b = self._decode_lines[batch]
+        ctx = context + np.arange(steps, dtype=float)
+        window = (m.sliding_window or 0) - 1
+        held = (m.num_layers - m.num_sliding_layers) * ctx
+        if m.num_sliding_layers:
+            held = held + m.num_sliding_layers * np.minimum(ctx, window)
+        t = a + b * held
+        if self.engine is not None:
+            host = self.engine.host_s(batch)
+            t = t + (np.maximum(0.0, host - t) if self.engine.overlap else host)
+        return t
 
     def prefill(self, tokens: float, chunk: int) -> Iteration:
         """One prompt of ``tokens`` prefilled alone in chunks of at most ``chunk`` tokens."""
@@ -254,5 +320,5 @@ class StepModel:
 
 
 @functools.lru_cache(maxsize=64)  # keyed on the whole deployment (model, GPU with its efficiency, formats, tp, pp)
-def step_model(d: Deployment) -> StepModel:
-    return StepModel(d)
+def step_model(d: Deployment, engine: Engine | None = None) -> StepModel:
+    return StepModel(d, engine if engine is not None and engine.name != "generic" else None)

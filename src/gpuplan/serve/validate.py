@@ -2,10 +2,13 @@
 
 How a row becomes a deployment, stated once for all rows:
 
-* ``batch_or_concurrency = max``: offline max-throughput mode (trtllm-bench), with the row's KV
-  fraction as ``gpu_memory_utilization`` when its note gives one (TensorRT-LLM's
-  ``kv_cache_free_gpu_mem_fraction``; 0.95 in the v0.17 tables) and gpuplan's defaults otherwise
-  (8192 batched tokens, TensorRT-LLM's default ``max_num_tokens``);
+* every row runs under the default (``generic``) engine, with the row's KV fraction as its memory
+  fraction when its note gives one (0.95 in the TensorRT-LLM v0.17 tables) and 8192 batched tokens
+  (TensorRT-LLM's default ``max_num_tokens``); with ``engines=True`` the TensorRT-LLM rows run under
+  the ``trtllm`` profile instead (engines.py: the fraction taken of the memory free after the
+  weights and activations, its 64-token KV blocks), FasterTransformer's under ``generic`` (no
+  scheduler of its own: one sequence, no host time);
+* ``batch_or_concurrency = max``: offline max-throughput mode (trtllm-bench);
 * a number: that many sequences; ``prefill_ms`` is the prompt's prefill (TTFT without queueing),
   ``decode_ms_per_token`` one decode iteration at the prompt's context;
 * ``opt-13b-like`` (FasterTransformer's "GPT 13B": 40 layers, hidden 5120, 40 heads) is OPT-13B.
@@ -16,11 +19,11 @@ from __future__ import annotations
 import csv
 import re
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gpuplan import catalog
-from gpuplan.serve.memory import ServeConfig
+from gpuplan.serve.engines import engine_config
 from gpuplan.serve.plan import ServeRequest, estimate_serving
 
 CSV = Path(__file__).resolve().parent.parent / "catalog" / "validation" / "inference_runs.csv"
@@ -46,7 +49,7 @@ class ServeCheck:
         return self.predicted / self.row.measured - 1
 
 
-def load_rows(path: Path = CSV) -> list[ServeRow]:
+def load_rows(path: Path = CSV, engines: bool = False) -> list[ServeRow]:
     rows = []
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
@@ -58,11 +61,17 @@ def load_rows(path: Path = CSV) -> list[ServeRow]:
     fractions = {r["source"]: f for r, _, f in rows if f}
     out = []
     for r, model, _ in rows:
-        cfg = ServeConfig(gpu_memory_utilization=float(fractions.get(r["source"], 0.9)))
+        gpu = catalog.gpu(r["gpu"])
+        name = "trtllm" if engines and r["source"].startswith("TensorRT-LLM") else "generic"
+        stated = fractions.get(r["source"])
+        cfg = engine_config(name, gpu, int(r["tp"]), float(stated) if stated else None)
+        # trtllm-bench sets max_batch_size per row by its own heuristic, which the tables do not
+        # state: the batch is what the KV pool holds
+        cfg = replace(cfg, max_num_seqs=None)
         conc = r["batch_or_concurrency"]
         req = ServeRequest(
             model=model,
-            gpu=catalog.gpu(r["gpu"]),
+            gpu=gpu,
             tp=int(r["tp"]),
             weights=r["precision"],
             kv=r["kv_precision"],
@@ -87,8 +96,8 @@ def predict(row: ServeRow) -> float:
     raise ValueError(f"unknown metric {row.metric!r} in {row.id}")
 
 
-def validate_serving(path: Path = CSV) -> list[ServeCheck]:
-    return [ServeCheck(row, predict(row)) for row in load_rows(path)]
+def validate_serving(path: Path = CSV, engines: bool = False) -> list[ServeCheck]:
+    return [ServeCheck(row, predict(row)) for row in load_rows(path, engines)]
 
 
 def summary(checks: list[ServeCheck]) -> dict:

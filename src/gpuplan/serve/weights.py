@@ -44,13 +44,23 @@ def local_numel(t: Tensor, tp: int) -> int:
     return math.prod(_local_shape(t, tp))
 
 
+def tensor_tp(t: Tensor, tp: int, dp_attention: bool) -> int:
+    """The TP degree a tensor is sharded over: with DP attention (SGLang ``--enable-dp-attention``)
+    every rank holds the whole attention block and runs it on its own requests, and the token
+    embedding too (python/sglang/srt/models/deepseek_v2.py: ``VocabParallelEmbedding(...,
+    enable_tp=not enable_dp_attention)``); the MLP/MoE and the LM head stay sharded."""
+    return 1 if dp_attention and (t.name.startswith("attn.") or t.name == "embed.tokens") else tp
+
+
 @functools.lru_cache(maxsize=4096)
-def stage_weight_bytes(m: ModelSpec, fmt: WeightFormat, tp: int, pp: int) -> tuple[float, ...]:
+def stage_weight_bytes(
+    m: ModelSpec, fmt: WeightFormat, tp: int, pp: int, dp_attention: bool = False
+) -> tuple[float, ...]:
     """Weight bytes on one GPU of each pipeline stage (TP shards columns, rows and the vocabulary;
     a tied embedding is also held by the last stage when pp > 1, as for training)."""
 
     def size(ts) -> float:
-        return sum(local_numel(t, tp) * tensor_bits(m, t, fmt) / 8 for t in ts)
+        return sum(local_numel(t, tensor_tp(t, tp, dp_attention)) * tensor_bits(m, t, fmt) / 8 for t in ts)
 
     dense, moe = size(layer_tensors(m, False)), size(layer_tensors(m, True)) if m.is_moe else 0.0
     out, first = [], 0
@@ -68,6 +78,8 @@ def stage_weight_bytes(m: ModelSpec, fmt: WeightFormat, tp: int, pp: int) -> tup
     return tuple(out)
 
 
-def weight_bytes_per_gpu(m: ModelSpec, fmt: WeightFormat, tp: int = 1, pp: int = 1) -> float:
+def weight_bytes_per_gpu(
+    m: ModelSpec, fmt: WeightFormat, tp: int = 1, pp: int = 1, dp_attention: bool = False
+) -> float:
     """Bytes on the most loaded GPU."""
-    return max(stage_weight_bytes(m, fmt, tp, pp))
+    return max(stage_weight_bytes(m, fmt, tp, pp, dp_attention))

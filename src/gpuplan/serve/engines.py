@@ -1,0 +1,212 @@
+"""Serving engines: how each sizes its KV pool, schedules an iteration, and what host time it adds.
+
+The same model on the same GPU serves differently under vLLM, SGLang and TensorRT-LLM because the
+engines differ in three places, each read from the engine's sources:
+
+* **Memory accounting** (``memory_rule``) of the fraction the user sets:
+
+  - ``total`` (vLLM, vllm/v1/worker/gpu_worker.py ``determine_available_memory``): the KV pool is
+    ``total x gpu_memory_utilization`` minus the peak of a profiling run (weights, activations over
+    ``max_num_batched_tokens``, memory outside PyTorch such as NCCL buffers and CUDA graphs);
+  - ``free`` (TensorRT-LLM, tensorrt_llm/_torch/pyexecutor/_util.py ``KvCacheCreator._cal_max_tokens``;
+    the C++ runtime the same way, docs reference/memory.md): ``free_gpu_memory_fraction`` of what is
+    FREE after the weights and the profiled peak, ``(total - peak) x fraction``;
+  - ``static`` (SGLang, python/sglang/srt/model_executor/model_runner.py ``profile_max_num_token``):
+    ``mem_fraction_static`` of the total holds the weights and the KV pool; activations and CUDA
+    graphs live in the ``1 - fraction`` left over, so the pool is
+    ``free after loading - total x (1 - fraction)`` = ``total x fraction - weights - context``.
+
+* **Scheduler defaults**: the chunked-prefill token budget and the most sequences per iteration.
+
+* **Host time per iteration** (scheduling, preparing inputs, sampling bookkeeping, detokenising):
+  ``host_fixed_s + host_per_seq_s x sequences``, added to the GPU time unless the engine overlaps
+  it with the next step's GPU work (then only what exceeds the GPU step shows).
+
+``generic`` is gpuplan's engine-neutral default (vLLM's accounting, an 8192-token budget, no host
+time): it is what ``serve`` ran before engine profiles, and what ``--engine`` left out still runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gpuplan.errors import GpuplanError
+from gpuplan.specs.hardware import GPUSpec
+from gpuplan.units import GiB
+
+if TYPE_CHECKING:
+    from gpuplan.serve.memory import ServeConfig
+
+MEMORY_RULES = ("total", "free", "static")
+
+
+@dataclass(frozen=True)
+class Engine:
+    name: str
+    version: str  # the release whose sources the defaults below come from
+    memory_rule: str  # "total" | "free" | "static", see the module docstring
+    overlap: bool  # host work of step n runs while the GPU runs step n + 1
+    host_fixed_s: float  # host seconds per iteration
+    host_per_seq_s: float  # host seconds per sequence in the iteration
+    block_size: int  # KV tokens per page
+    note: str  # where the host-time figures come from
+    custom_allreduce: bool = True  # one/two-shot all-reduce kernels within NVLink (allreduce.py)
+    # bytes per logit the sampler's profiling run holds at its peak, for max_num_seqs sequences;
+    # generic: the fp32 logits and one working copy
+    sampler_bytes_per_logit: float = 8.0
+
+    def fraction(self, tp: int) -> float:
+        """The default memory fraction (``gpu_memory_utilization`` / ``free_gpu_memory_fraction`` /
+        ``mem_fraction_static``)."""
+        if self.name == "sglang":
+            # python/sglang/srt/server_args.py ServerArgs.__post_init__ (v0.4.x): less with more
+            # TP ranks, whose NCCL and custom all-reduce buffers come out of the reserve
+            for at_least, f in ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87)):
+                if tp >= at_least:
+                    return f
+            return 0.88
+        return 0.9  # vLLM CacheConfig.gpu_memory_utilization; TensorRT-LLM KvCacheConfig.free_gpu_memory_fraction
+
+    def max_batched_tokens(self, gpu: GPUSpec) -> int:
+        """Tokens per iteration (chunked-prefill budget) of an online server by default."""
+        big = gpu.memory_bytes >= 70 * GiB
+        if self.name == "vllm":
+            # vllm/engine/arg_utils.py EngineArgs.get_batch_defaults, OPENAI_API_SERVER: 8192 on
+            # GPUs of >= 70 GiB other than the A100 (PR #17885), 2048 elsewhere
+            return 8192 if big and "a100" not in gpu.id else 2048
+        if self.name == "vllm-v0":
+            return 2048  # vllm/config.py SchedulerConfig (V0): chunked prefill's DEFAULT_MAX_NUM_BATCHED_TOKENS
+        if self.name == "sglang":
+            # server_args.py: chunked_prefill_size 2048 below 25 GB of GPU memory, else 8192
+            return 8192 if gpu.memory_bytes >= 25e9 else 2048
+        return 8192  # TensorRT-LLM BuildConfig / TorchLlmArgs max_num_tokens; gpuplan's generic default
+
+    def max_num_seqs(self, gpu: GPUSpec) -> int | None:
+        """Sequences per iteration by default (None: as many as the KV pool holds)."""
+        big = gpu.memory_bytes >= 70 * GiB
+        if self.name == "vllm":
+            return 1024 if big and "a100" not in gpu.id else 256  # EngineArgs.get_batch_defaults
+        if self.name == "vllm-v0":
+            return 256  # SchedulerConfig.max_num_seqs (V0)
+        if self.name == "trtllm":
+            return 2048  # TensorRT-LLM BuildConfig.max_batch_size
+        return None  # SGLang derives max_running_requests from the pool; generic: the pool
+
+    def host_s(self, seqs: float) -> float:
+        return self.host_fixed_s + self.host_per_seq_s * seqs
+
+    def exposed_host_s(self, gpu_s: float, seqs: float) -> float:
+        """Host time the iteration adds to the GPU time."""
+        host = self.host_s(seqs)
+        return max(0.0, host - gpu_s) if self.overlap else host
+
+
+ENGINES = {
+    e.name: e
+    for e in (
+        Engine(
+            "generic",
+            "gpuplan",
+            "total",
+            overlap=True,
+            host_fixed_s=0.0,
+            host_per_seq_s=0.0,
+            block_size=16,
+            note="no host time: the GPU-side model alone",
+            custom_allreduce=False,  # NCCL only
+        ),
+        Engine(
+            "vllm",
+            "V1 engine (0.8-0.10), synchronous scheduling",
+            "total",
+            overlap=False,
+            host_fixed_s=0.0,
+            # vllm-project/vllm issue #10634 and PR #11133: with V1's AsyncLLM, Llama-2-7B at batch 256
+            # left a 5-6 ms host gap between decode steps (GIL contention of scheduling, input
+            # preparation and output processing), about 5.5 ms / 256 per sequence
+            host_per_seq_s=5.5e-3 / 256,
+            block_size=16,
+            note="5-6 ms host gap per decode step at batch 256 (vLLM issue #10634, PR #11133)",
+            # vllm/v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p (V0's sampler sorts the same
+            # way), run by the profiling pass over max_num_seqs dummy requests with top-k and top-p
+            # set: bf16 logits from the head (2 B), their fp32 copy (4), the sorted values (4) and
+            # int64 indices (8), the softmax/cumsum of the sorted row (4) and a boolean mask (1)
+            sampler_bytes_per_logit=23.0,
+        ),
+        Engine(
+            "vllm-v0",
+            "V0 engine (0.5.x), before multi-step scheduling",
+            "total",
+            overlap=False,
+            # vllm-project/vllm RFC #6854 (multi-step scheduling): each decode step of the V0 engine
+            # left "about 4 ms of GPU bubble" (sampled tokens to the CPU, pythonising outputs,
+            # preparing the next step's inputs, the scheduler)
+            host_fixed_s=4e-3,
+            host_per_seq_s=0.0,
+            block_size=16,
+            note="about 4 ms GPU bubble per decode step (vLLM RFC #6854)",
+            # vllm/v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p (V0's sampler sorts the same
+            # way), run by the profiling pass over max_num_seqs dummy requests with top-k and top-p
+            # set: bf16 logits from the head (2 B), their fp32 copy (4), the sorted values (4) and
+            # int64 indices (8), the softmax/cumsum of the sorted row (4) and a boolean mask (1)
+            sampler_bytes_per_logit=23.0,
+        ),
+        Engine(
+            "sglang",
+            "0.4.x",
+            "static",
+            # the overlap ("zero-overhead") scheduler runs one batch ahead: LMSYS blog 2024-12-04,
+            # SGLang v0.4; python/sglang/srt/managers/scheduler.py event_loop_overlap
+            overlap=True,
+            host_fixed_s=0.0,
+            host_per_seq_s=5.5e-3 / 256,  # host work of the same kind as vLLM's, hidden behind the GPU
+            block_size=1,  # token-granular KV pool (page_size 1)
+            note="host work overlapped with the GPU (SGLang v0.4 zero-overhead scheduler)",
+        ),
+        Engine(
+            "trtllm",
+            "0.17 (TensorRT engine, C++ executor)",
+            "free",
+            # the C++ batch manager keeps host work off the GPU's path (as the later PyTorch
+            # backend's overlap scheduler does, on by default: docs features/overlap-scheduler.md)
+            overlap=True,
+            host_fixed_s=0.0,
+            host_per_seq_s=5.5e-3 / 256,
+            block_size=64,  # tensorrt_llm/plugin/plugin.py enable_paged_kv_cache(tokens_per_block=64)
+            note="host work overlapped with the GPU (TensorRT-LLM overlap scheduler)",
+        ),
+    )
+}
+
+
+def engine(name: str) -> Engine:
+    if name not in ENGINES:
+        raise GpuplanError(
+            "engine", f"no engine profile {name!r}", f"use one of {', '.join(n for n in ENGINES if n != 'generic')}"
+        )
+    return ENGINES[name]
+
+
+def engine_config(
+    name: str | None,
+    gpu: GPUSpec,
+    tp: int = 1,
+    gpu_memory_utilization: float | None = None,
+    block_size: int | None = None,
+    max_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
+    max_model_len: int | None = None,
+) -> ServeConfig:
+    """A ServeConfig with ``name``'s defaults for what the caller left as None."""
+    from gpuplan.serve.memory import ServeConfig  # memory.py reads the engine's memory rule
+
+    e = engine(name or "generic")
+    return ServeConfig(
+        gpu_memory_utilization=gpu_memory_utilization if gpu_memory_utilization is not None else e.fraction(tp),
+        block_size=block_size if block_size is not None else e.block_size,
+        max_batched_tokens=max_batched_tokens if max_batched_tokens is not None else e.max_batched_tokens(gpu),
+        max_num_seqs=max_num_seqs if max_num_seqs is not None else e.max_num_seqs(gpu),
+        max_model_len=max_model_len,
+        engine=e.name,
+    )

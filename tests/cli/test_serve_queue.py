@@ -1,0 +1,46 @@
+"""`serve` and `serve-sim` with more clients than the engine seats: they run, and say how many wait."""
+
+import json
+
+from cli_runner import run
+
+OVER = ["llama-2-7b", "--gpu", "a10g", "--weights", "fp16", "--kv", "fp16", "--input-len", "4000"]
+
+
+def test_serve_over_capacity_runs_and_reports_the_queue(capsys):
+    code, out, _ = run(["serve", *OVER, "--output-len", "96", "--concurrency", "64", "--json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["concurrency"] == 64 and doc["running"] == doc["max_concurrency"] < 64
+    assert doc["queued"] == 64 - doc["running"] and doc["queue_wait_s"] > 0
+    assert doc["memory"]["fits"] is True
+    code, out, _ = run(["serve", *OVER, "--output-len", "96", "--concurrency", "64"], capsys)
+    assert code == 0 and f"{doc['queued']} wait in the queue" in out
+
+
+def test_serve_sim_closed_loop_reports_the_clients_and_the_wait(capsys):
+    args = ["serve-sim", "llama-3.1-8b", "--concurrency", "32", "--max-num-seqs", "8", "--requests", "64"]
+    code, out, _ = run([*args, "--input-len", "512", "--output-len", "32", "--json"], capsys)
+    assert code == 0
+    r = json.loads(out)["runs"][0]
+    assert r["clients"] == 32 and r["queued_mean"] > 0 and r["requests"] == 64
+
+
+def test_serve_sim_closed_loop_and_a_rate_are_exclusive(capsys):
+    code, _, err = run(["serve-sim", "llama-3.1-8b", "--concurrency", "4", "--rate", "2"], capsys)
+    assert code == 2 and "concurrency" in err and "Traceback" not in err
+
+
+def test_serve_engine_profile_sets_the_pool_rule_and_defaults(capsys):
+    base = ["serve", "llama-3.1-70b", "--weights", "fp8", "--kv", "fp8", "--max-throughput", "--json"]
+    code, out, _ = run([*base, "--engine", "trtllm"], capsys)
+    assert code == 0
+    trt = json.loads(out)
+    code, out, _ = run(base, capsys)
+    generic = json.loads(out)
+    assert trt["engine"]["name"] == "trtllm" and trt["engine"]["memory_rule"] == "free"
+    assert trt["memory"]["kv_pool"] > 4 * generic["memory"]["kv_pool"]
+    code, out, _ = run(["serve", "llama-3.1-8b", "--engine", "sglang"], capsys)
+    assert code == 0 and "engine sglang" in out
+    code, _, err = run(["serve", "llama-3.1-8b", "--engine", "tgi"], capsys)
+    assert code == 2 and "engine" in err and "vllm" in err
