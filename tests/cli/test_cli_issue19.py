@@ -1,4 +1,4 @@
-"""gpuplan calibrate / compare / validate --calibrated and --calibration on train and search,
+"""gpuplan calibrate / compare / validate --calibrated and --calibration on train, search and serve,
 through the CLI's entry point: JSON documents, one-line errors with exit code 2."""
 
 from __future__ import annotations
@@ -134,3 +134,19 @@ def test_validate_calibrated_json(capsys):
     doc = json.loads(stdout)
     for fam in doc.values():
         assert fam["calibrated_mean_abs_error"] < fam["uncalibrated_mean_abs_error"]
+
+
+def test_serve_times_with_a_calibration_profile_and_says_so(capsys):
+    # the profile committed from the measured H100 runs (measurements/h100-sxm-2026-11-23)
+    path = Path(__file__).resolve().parents[2] / "measurements" / "h100-sxm-2026-11-23" / "calibration.toml"
+    args = ["serve", "llama-3.1-8b", "--gpu", "h100-sxm", "--concurrency", "8", "--json"]
+    code, base, _ = run_cli(capsys, *args)
+    assert code == 0 and json.loads(base)["calibration_profile"] is None
+    code, calibrated, _ = run_cli(capsys, *args, "--calibration", str(path))
+    doc = json.loads(calibrated)
+    assert code == 0 and doc["calibration_profile"]["efficiency"]["hbm"] == pytest.approx(0.69, abs=0.01)
+    assert doc["tpot_s"] != json.loads(base)["tpot_s"]  # the profile's rates time the decode
+    code, text, _ = run_cli(capsys, *args[:-1], "--calibration", str(path))
+    assert code == 0 and "calibrated with" in text
+    code, _, err = run_cli(capsys, "serve", "llama-3.1-8b", "--gpu", "a100-sxm-80gb", "--calibration", str(path))
+    assert code == 2 and err.startswith("error: calibration:") and err.count("\n") == 1

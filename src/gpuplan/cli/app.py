@@ -674,6 +674,7 @@ def serve(
     pcie_gbps: PcieOpt = None,
     disk_gbps: DiskGbpsOpt = None,
     host: HostOpt = None,
+    calibration: CalibrationOpt = None,
     html: HtmlOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -684,7 +685,10 @@ def serve(
 
     itl = inputs.duration(itl_slo, "itl_slo", max_s=86400) if itl_slo is not None else None
     ttft = inputs.duration(ttft_slo, "ttft_slo", max_s=86400) if ttft_slo is not None else None
-    hw = catalog.gpu(gpu)
+    # a profile's efficiency (GEMM, HBM, bus factors) times serving too; its allocator reserve is
+    # a training figure, which the engines' own memory rules replace
+    hw, prof, _ = _calibrated(catalog.gpu(gpu), calibration, None)
+    described = {"calibration_profile": prof.describe() if prof else None}
     if offload is not None or gpu_layers is not None or cpu_memory is not None or host is not None:  # offload.py
         from gpuplan.cli.offload import host_from_flags, render_serve_offload
         from gpuplan.serve.formats import kv_format, weight_format
@@ -703,7 +707,7 @@ def serve(
             batch=concurrency,
             gpu_memory_utilization=gpu_memory_utilization if gpu_memory_utilization is not None else 0.9,
         )
-        doc = od(plan_offload(oreq))
+        doc = {**od(plan_offload(oreq)), **described}
         _report(html, "serve", doc)
         _emit_json(doc) if json_out else render_serve_offload(doc)
         return
@@ -751,17 +755,20 @@ def serve(
             )
         if html:  # the report page has no view of the pools yet
             raise GpuplanError("html", "the HTML report does not cover disaggregated pools", "drop --html, use --json")
-        ddoc = dd(plan_disaggregated(req, ttft, itl, prefill_tp))
+        ddoc = {**dd(plan_disaggregated(req, ttft, itl, prefill_tp)), **described}
         _emit_json(ddoc) if json_out else render_disagg(ddoc)
         return
     est = estimate_serving(req)
-    _report(html, "serve", to_dict(est), slo={"tpot_s": itl, "ttft_s": ttft})
+    doc = {**to_dict(est), **described}
+    _report(html, "serve", doc, slo={"tpot_s": itl, "ttft_s": ttft})
     if json_out:
-        _emit_json(to_dict(est))
+        _emit_json(doc)
         return
-    from gpuplan.cli.render import render_serve
+    from gpuplan.cli.render import console, render_serve
 
-    render_serve(est, to_dict(est))
+    render_serve(est, doc)
+    if prof:
+        console.print(prof.summary())
 
 
 @app.command("serve-sim")
