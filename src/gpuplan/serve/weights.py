@@ -6,7 +6,7 @@ import functools
 import math
 
 from gpuplan.estimate.memory import _local_shape, layers_per_stage
-from gpuplan.estimate.params import Tensor, embedding_tensors, head_tensors, layer_tensors
+from gpuplan.estimate.params import Tensor, embedding_tensors, head_tensors, layer_tensors, vision_tensors
 from gpuplan.serve.formats import WeightFormat
 from gpuplan.specs.model import ModelSpec
 
@@ -57,7 +57,10 @@ def stage_weight_bytes(
     m: ModelSpec, fmt: WeightFormat, tp: int, pp: int, dp_attention: bool = False
 ) -> tuple[float, ...]:
     """Weight bytes on one GPU of each pipeline stage (TP shards columns, rows and the vocabulary;
-    a tied embedding is also held by the last stage when pp > 1, as for training)."""
+    a tied embedding is also held by the last stage when pp > 1, as for training). A multimodal
+    checkpoint's vision tower and projector sit on the first stage in 16 bits, whole on every TP
+    rank: engines quantize the language model only (vLLM's quantization configs skip the
+    vision tower's modules) and the encoder is small."""
 
     def size(ts) -> float:
         return sum(local_numel(t, tensor_tp(t, tp, dp_attention)) * tensor_bits(m, t, fmt) / 8 for t in ts)
@@ -68,7 +71,7 @@ def stage_weight_bytes(
         n_moe = sum(1 for i in range(first, first + n) if m.is_moe_layer(i))
         b = (n - n_moe) * dense + n_moe * moe
         if stage == 0:
-            b += size(embedding_tensors(m))
+            b += size(embedding_tensors(m)) + 2.0 * sum(t.numel for t in vision_tensors(m))
         if stage == pp - 1:
             b += size(head_tensors(m))
             if m.tied_embeddings and pp > 1:

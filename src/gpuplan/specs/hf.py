@@ -125,6 +125,7 @@ class _Family:
     expert_bias: bool = False
     mla: bool = False
     softcap: bool = False  # Gemma 2's attention and final logit soft-capping
+    max_pos: int = 2048  # default max_position_embeddings (Gemma 3's Hub configs omit it)
 
 
 def _mistral_layout(c: _Config, layers: int) -> Callable[[int], bool] | None:
@@ -250,6 +251,26 @@ FAMILIES: dict[str, _Family] = {
         mla=True, experts=("n_routed_experts", None), shared="n_shared_experts", moe_rule="deepseek"
     ),
 }
+# default max_position_embeddings of each family's transformers config class, where it is not
+# LlamaConfig's 2048 (tests/specs/test_hf_defaults.py reads them from transformers)
+for _type, _pos in {
+    "mistral": 131072,
+    "mixtral": 131072,
+    "qwen2": 32768,
+    "qwen3": 32768,
+    "qwen3_moe": 32768,
+    "qwen2_5_vl_text": 32768,
+    "qwen3_vl_text": 128000,
+    "gemma2": 8192,
+    "gemma3_text": 131072,
+    "phi3": 4096,
+    "gpt_oss": 131072,
+    "llama4_text": 131072,
+    "glm4_moe": 131072,
+    "deepseek_v3": 4096,
+}.items():
+    FAMILIES[_type] = dataclasses.replace(FAMILIES[_type], max_pos=_pos)
+
 # multimodal configs whose text model has its own model_type (used when text_config omits it)
 NESTED_TEXT = {
     "llama4": "llama4_text",
@@ -339,7 +360,7 @@ def _decoder(c: _Config, name: str, model_type: str) -> ModelSpec:
         o_bias=attention_bias and f.bias == "all",
         mlp_bias=c.get("mlp_bias", default=False, kind=bool),
         tied_embeddings=c.get("tie_word_embeddings", default=f.tied, kind=bool),
-        max_position_embeddings=c.get("max_position_embeddings", default=2048),
+        max_position_embeddings=c.get("max_position_embeddings", default=f.max_pos),
         attention_dropout=c.get("attention_dropout", default=0.0, kind=float),
         sliding_window=window,
         num_sliding_layers=local,
