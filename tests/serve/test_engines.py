@@ -88,3 +88,14 @@ def test_validation_rows_can_run_under_their_engines_profile():
     assert trt and all(r.request.config.engine == "trtllm" for r in trt)
     assert all(r.request.config.gpu_memory_utilization == 0.95 for r in trt)  # the tables' stated fraction
     assert all(r.request.config.engine == "generic" for r in default)
+
+
+def test_a_step_budget_below_the_engines_sequence_limit_is_refused_as_vllm_does():
+    from gpuplan import catalog
+    from gpuplan.errors import GpuplanError
+    from gpuplan.serve.engines import engine_config
+
+    h100 = catalog.gpu("h100-sxm")
+    with pytest.raises(GpuplanError, match="max_batched_tokens"):
+        engine_config("vllm", h100, max_batched_tokens=1)
+    assert engine_config("vllm", h100, max_batched_tokens=1, max_num_seqs=1).max_batched_tokens == 1

@@ -202,6 +202,14 @@ def engine_config(
     from gpuplan.serve.memory import ServeConfig  # memory.py reads the engine's memory rule
 
     e = engine(name or "generic")
+    seqs = max_num_seqs if max_num_seqs is not None else e.max_num_seqs(gpu)
+    if max_batched_tokens is not None and seqs and max_batched_tokens < seqs:
+        # vLLM's SchedulerConfig refuses the same: every running sequence decodes a token a step
+        raise GpuplanError(
+            "max_batched_tokens",
+            f"{max_batched_tokens} tokens a step is fewer than max_num_seqs ({seqs}) sequences",
+            f"use --max-batched-tokens {seqs} or more, or lower --max-num-seqs",
+        )
     return ServeConfig(
         gpu_memory_utilization=gpu_memory_utilization if gpu_memory_utilization is not None else e.fraction(tp),
         block_size=block_size if block_size is not None else e.block_size,
