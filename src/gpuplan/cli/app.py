@@ -89,6 +89,12 @@ EngineOpt = Annotated[
         help="Serving engine profile: vllm, vllm-v0, sglang, trtllm (memory accounting, scheduler, host time)."
     ),
 ]
+# the engine settings serve and serve-sim share (None: the --engine's default)
+MemFractionOpt = Annotated[float | None, typer.Option(help="Engine memory fraction (default 0.9, or the --engine's).")]
+BlockSizeOpt = Annotated[int | None, typer.Option(help="Tokens per KV-cache block (default 16 or the engine's).")]
+BatchedTokensOpt = Annotated[
+    int | None, typer.Option(help="Tokens per iteration, chunked-prefill budget (default 8192 or the engine's).")
+]
 CalibrationOpt = Annotated[
     str | None,
     typer.Option(
@@ -632,15 +638,9 @@ def serve(
         ),
     ] = False,
     prefill_tp: Annotated[int | None, typer.Option(help="With --disaggregate: TP of the prefill instances.")] = None,
-    gpu_memory_utilization: Annotated[
-        float | None, typer.Option(help="Engine memory fraction (default 0.9, or the --engine's).")
-    ] = None,
-    block_size: Annotated[
-        int | None, typer.Option(help="Tokens per KV-cache block (default 16 or the engine's).")
-    ] = None,
-    max_batched_tokens: Annotated[
-        int | None, typer.Option(help="Tokens per iteration, chunked-prefill budget (default 8192 or the engine's).")
-    ] = None,
+    gpu_memory_utilization: MemFractionOpt = None,
+    block_size: BlockSizeOpt = None,
+    max_batched_tokens: BatchedTokensOpt = None,
     max_num_seqs: Annotated[int | None, typer.Option(help="Cap on sequences per iteration.")] = None,
     max_model_len: Annotated[int | None, typer.Option(help="Longest context (default: the model's).")] = None,
     prefix_hit_rate: Annotated[float, typer.Option(help="Share of prompt tokens found in the prefix cache.")] = 0.0,
@@ -806,15 +806,9 @@ def serve_sim(
     ] = None,
     engine: EngineOpt = None,
     dp_attention: DpAttentionOpt = False,
-    gpu_memory_utilization: Annotated[
-        float | None, typer.Option(help="Engine memory fraction (default 0.9, or the --engine's).")
-    ] = None,
-    block_size: Annotated[
-        int | None, typer.Option(help="Tokens per KV-cache block (default 16 or the engine's).")
-    ] = None,
-    max_batched_tokens: Annotated[
-        int | None, typer.Option(help="Tokens per iteration, chunked-prefill budget (default 8192 or the engine's).")
-    ] = None,
+    gpu_memory_utilization: MemFractionOpt = None,
+    block_size: BlockSizeOpt = None,
+    max_batched_tokens: BatchedTokensOpt = None,
     max_num_seqs: Annotated[
         int | None, typer.Option(help="Cap on running sequences (default 256, or the --engine's).")
     ] = None,
