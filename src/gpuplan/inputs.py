@@ -28,7 +28,7 @@ MAX_SEED = 2**63 - 1
 
 
 def finite(
-    value: float,
+    value: float | str,
     field: str,
     *,
     lo: float | None = None,
@@ -61,7 +61,7 @@ def _range_fix(lo, hi, lo_open=False, hi_open=False) -> str:
     return "use a finite number" if hi is None else f"use a number {'below' if hi_open else 'up to'} {hi:g}"
 
 
-def positive(value: float, field: str, fix: str | None = None) -> float:
+def positive(value: float | str, field: str, fix: str | None = None) -> float:
     return finite(value, field, lo=0, lo_open=True, fix=fix)
 
 

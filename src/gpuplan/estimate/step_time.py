@@ -20,7 +20,7 @@ import dataclasses
 import functools
 from dataclasses import dataclass, field
 
-from gpuplan.estimate.comm import Group, bytes_sent_per_rank, collective_time, place
+from gpuplan.estimate.comm import Group, bytes_sent_per_rank, collective_time, efficiency, place
 from gpuplan.estimate.compute import LayerShape, OpTimes, embedding_times, head_times, layer_times, memory_time
 from gpuplan.estimate.flops import training_flops
 from gpuplan.estimate.memory import _per_gpu, optimizer_bytes_per_param, stage_params
@@ -147,7 +147,7 @@ def _layer_comm(
     if plan.tp > 1:
         g = groups["tp"]
         blocks = 1 if m.parallel_attn else 2  # attention and MLP each start and end with a collective
-        size = T * h * a
+        size: float = T * h * a
         if shape.sp:  # all-gather in, reduce-scatter out; the backward mirrors them
             per = [("all-gather", size), ("reduce-scatter", size)] * blocks
         else:  # one all-reduce per block forward (g operator) and one backward (f operator)
@@ -316,8 +316,9 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
     breakdown["bubble"] = bubble
     breakdown["optimizer"] = optimizer
     breakdown["overlap_contention"] = overlap_contention(crit_comm, gpu)
-    if gpu.efficiency.step_overhead_s:  # only a calibration profile sets it (Efficiency.step_overhead_s)
-        breakdown["step_overhead"] = gpu.efficiency.step_overhead_s
+    overhead = efficiency(gpu).step_overhead_s  # only a calibration profile sets it
+    if overhead:
+        breakdown["step_overhead"] = overhead
     step = sum(breakdown.values())
 
     flops = training_flops(m, cfg.seq_len, cfg.recompute)
@@ -343,7 +344,7 @@ def overlap_contention(comm: dict[str, CommLine], gpu: GPUSpec) -> float:
     (NCCL's channels; Rashidi et al. 2021, "Enabling Compute-Communication Overlap in Distributed
     Deep Learning Training Platforms", measured overlapped compute slowing by up to 1.4x).
     Overlap is never free: hidden time x (SMs NCCL holds / SMs)."""
-    e = gpu.efficiency
+    e = efficiency(gpu)
     if not e.comm_sms or not gpu.sm_count:
         return 0.0
     return sum(c.hidden for c in comm.values()) * min(1.0, e.comm_sms / gpu.sm_count)

@@ -177,6 +177,7 @@ def pack(w: np.ndarray, ids: np.ndarray, bins: int) -> np.ndarray:
         take = peak < best_peak
         best[take] = start[take]
         best_peak = np.minimum(peak, best_peak)
+    assert best is not None, "every layer has at least one candidate start"
     return _improve(w, ids, best, bins)
 
 

@@ -100,7 +100,7 @@ def describe(exc: BaseException) -> str:
             return e.strerror or str(e)
         for v in (getattr(e, "failures", None) or {}).values():
             todo.append(v[0] if isinstance(v, tuple) else v)
-        todo += [e.__cause__, e.__context__]
+        todo += [x for x in (e.__cause__, e.__context__) if x is not None]
     text = (str(exc).strip().splitlines() or [""])[0][:200]
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
@@ -173,7 +173,7 @@ class CheckpointManager:
             raise CheckpointError(*err)
 
     def _open(self) -> None:
-        def not_writable(why: str) -> CheckpointError:
+        def not_writable(why: str | None) -> CheckpointError:
             return CheckpointError(
                 "checkpoint_dir",
                 f"{self.dir} is not writable ({why})",
@@ -480,7 +480,9 @@ class CheckpointManager:
         """Rank 0: the newest checkpoint that passes its marker, config and checksums, quarantining
         those that do not. ("load", step, path) | ("config", field, message, fix) | None."""
         for path in sorted(
-            (p for p in self.dir.glob(f"{PREFIX}*") if step_of(p) is not None and p.is_dir()), key=step_of, reverse=True
+            (p for p in self.dir.glob(f"{PREFIX}*") if step_of(p) is not None and p.is_dir()),
+            key=lambda p: step_of(p) or 0,
+            reverse=True,
         ):
             step = step_of(path)
             try:

@@ -55,6 +55,8 @@ class DirectoryLock:
         text = json.dumps(
             {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         )
+        if self.fd is None:
+            return
         try:  # best effort: a full disk may refuse even these few bytes, and the lock holds anyway
             os.ftruncate(self.fd, 0)
             os.pwrite(self.fd, text.encode(), 0)
