@@ -106,7 +106,8 @@ FACTORS = (
         "attention_scale",
         0.30,
         1.00,
-        "FlashAttention rate relative to the catalog's flash_fwd/flash_bwd (upper bound: flash_bwd/flash_fwd reach 1)",
+        "attention kernels' rate relative to the catalog's, whichever kernel runs (Efficiency.attention_scale; "
+        "upper bound: flash_fwd/flash_bwd reach 1)",
     ),
     Factor("hbm", 0.30, 1.00, "streaming kernels' bandwidth over the HBM peak (Efficiency.hbm)"),
     Factor("intra_bus", 0.20, 1.00, "NCCL bus bandwidth over the scale-up link (Efficiency.intra_bus)"),
@@ -159,10 +160,10 @@ def predicted_kernel(st: StepTime, kind: str) -> float:
 
 
 def factor_values(eff: Efficiency) -> dict[str, float]:
-    """The factors' values in an efficiency (``attention_scale`` is 1 against itself)."""
+    """The factors' values in an efficiency."""
     return {
         "gemm_sustained": eff.sustained,
-        "attention_scale": 1.0,
+        "attention_scale": eff.attention_scale,
         "hbm": eff.hbm,
         "intra_bus": eff.intra_bus,
         "inter_bus": eff.inter_bus,
@@ -180,12 +181,10 @@ def factor_bounds(base: Efficiency) -> dict[str, tuple[float, float]]:
 def apply_factors(base: Efficiency, values: dict[str, float]) -> Efficiency:
     """``base`` with the given factors (missing ones unchanged)."""
     v = {**factor_values(base), **values}
-    s = v["attention_scale"]
     return dataclasses.replace(
         base,
         sustained=v["gemm_sustained"],
-        flash_fwd=min(1.0, base.flash_fwd * s),
-        flash_bwd=min(1.0, base.flash_bwd * s),
+        attention_scale=v["attention_scale"],  # every kernel's rate (Efficiency.attention_fractions)
         hbm=v["hbm"],
         intra_bus=v["intra_bus"],
         inter_bus=v["inter_bus"],

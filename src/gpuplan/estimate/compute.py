@@ -27,6 +27,7 @@ import functools
 import math
 from dataclasses import dataclass, field
 
+from gpuplan.estimate.activations import FP32
 from gpuplan.estimate.flops import mean_context
 from gpuplan.estimate.memory import _local_shape
 from gpuplan.estimate.params import Tensor, layer_tensors
@@ -111,8 +112,6 @@ def fp8_cast_times(
     return memory_time(gpu, inputs * per), memory_time(gpu, grads * per)
 
 
-FP32 = 4.0
-
 # transformers model types whose attention projects q, k and v with one Linear (GPTNeoX's
 # query_key_value, GPT-2's c_attn, Phi-3's qkv_proj, MPT's Wqkv, BLOOM's and Falcon's
 # query_key_value, GPTBigCode's c_attn), and whose gate and up projections are one (Phi-3's gate_up_proj)
@@ -133,10 +132,10 @@ def autocast_input_casts(m: ModelSpec, moe: bool) -> float:
     return attn + mlp
 
 
-def eager_norm_bytes(norm: str, a: float, r: float) -> tuple[float, float, int, int]:
+def eager_norm_bytes(norm: str, r: float) -> tuple[float, float, int, int]:
     """(forward bytes, backward bytes, forward kernels, backward kernels) per normalised element of
-    one norm as transformers' modeling code runs it eagerly, on a residual stream of ``r`` bytes
-    (fp32 under autocast over fp32 parameters, else the activation width ``a``).
+    one norm as transformers' modeling code runs it eagerly, on a stream of ``r`` bytes per element
+    (fp32 under autocast over fp32 parameters, else the activation width).
 
     RMSNorm (``LlamaRMSNorm`` and its copies): ``x.to(float32)``; ``x.pow(2).mean(-1)``;
     ``x * rsqrt(var + eps)``; ``.to(input_dtype)``; ``weight * x``: each op a kernel that reads its
@@ -145,11 +144,11 @@ def eager_norm_bytes(norm: str, a: float, r: float) -> tuple[float, float, int, 
     the weight product's two gradients, the casts, the product rule through ``x * rsqrt`` and
     ``pow``, and the sum of the two paths into ``x``. LayerNorm is ``F.layer_norm``, one fused
     kernel each way (autocast runs it in fp32)."""
+    if norm == "layernorm":
+        return 2 * r, 3 * r, 1, 1
     up = 0.0 if r == FP32 else r + FP32  # x.to(float32), and its gradient's cast back
     down = 0.0 if r == FP32 else FP32 + r
     casts = (up > 0) + (down > 0)
-    if norm == "layernorm":
-        return 2 * r, 3 * r, 1, 1
     w = r if norm == "rmsnorm" else FP32  # weight * y in the stream's dtype, or (1 + w) * y in fp32
     fwd = up + 2 * FP32 + FP32 + 2 * FP32 + down + 2 * w  # cast, pow, mean, x * rsqrt, cast, weight
     # d(weight * y): g * w and g * y then the sum over tokens (6 w); through x * rsqrt: dz * x,
@@ -287,7 +286,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
     r = FP32 if s.autocast else a  # the residual stream's bytes per element
     norms = m.pre_norms_per_layer + m.post_norms_per_layer
     if s.eager:
-        nf, nb, kf, kb = eager_norm_bytes(m.norm, a, r)
+        nf, nb, kf, kb = eager_norm_bytes(m.norm, r)
     else:
         nf, nb, kf, kb = 2 * a, 3 * a, 1, 1
     out.add(
@@ -297,7 +296,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
     )
     if m.qk_norm:  # RMSNorm over every query and key head (Qwen3, Gemma 3), on the projections' bf16 output
         qk_width = (heads + kv_heads) * m.head_dim
-        qf, qb, qkf, qkb = eager_norm_bytes(m.norm, a, a) if s.eager else (2 * a, 3 * a, 1, 1)
+        qf, qb, qkf, qkb = eager_norm_bytes(m.norm, a) if s.eager else (2 * a, 3 * a, 1, 1)
         out.add(
             "norm",
             fwd=memory_time(gpu, qf * T * qk_width, 2 * qkf),
@@ -327,8 +326,8 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
             # two slice_backward fills and two sums: 14 a. Under autocast cos and sin are fp32, so
             # the products and the sum are fp32 and SDPA casts q and k back to bf16: 6 a + 24
             # forward, 13 a + 28 backward (each gradient cast back to q's dtype)
-            rf, rb, kf, kb = (6 * a + 24, 13 * a + 28, 6, 9) if s.autocast else (10 * a, 14 * a, 5, 7)
-            out.add("rotary", fwd=memory_time(gpu, rf * T * qk, 2 * kf), b=memory_time(gpu, rb * T * qk, 2 * kb))
+            rf, rb, rkf, rkb = (6 * a + 24, 13 * a + 28, 6, 9) if s.autocast else (10 * a, 14 * a, 5, 7)
+            out.add("rotary", fwd=memory_time(gpu, rf * T * qk, 2 * rkf), b=memory_time(gpu, rb * T * qk, 2 * rkb))
         else:
             out.add("rotary", fwd=memory_time(gpu, 2 * a * T * qk, 2), b=memory_time(gpu, 2 * a * T * qk, 2))
     if s.eager and s.attention == "flash":

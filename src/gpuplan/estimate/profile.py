@@ -15,7 +15,7 @@ the catalog's values for that GPU family. The file is TOML::
 
     [efficiency]                        # Efficiency fields the fit changed
     sustained = 0.78
-    flash_fwd = 0.527
+    attention_scale = 0.85
     ...
 
     [memory]
@@ -37,7 +37,17 @@ from gpuplan.errors import GpuplanError
 from gpuplan.specs.hardware import GPUSpec
 
 SCHEMA = 1
-OVERRIDABLE = ("sustained", "flash_fwd", "flash_bwd", "hbm", "intra_bus", "inter_bus", "step_overhead_s")
+# flash_fwd/flash_bwd: profiles written before attention_scale existed (it scales every kernel)
+OVERRIDABLE = (
+    "sustained",
+    "attention_scale",
+    "flash_fwd",
+    "flash_bwd",
+    "hbm",
+    "intra_bus",
+    "inter_bus",
+    "step_overhead_s",
+)
 
 
 @dataclass(frozen=True)

@@ -231,7 +231,7 @@ class StepModel:
             mine = decode / d.kv_groups  # DP attention: each rank attends for its own sequences
             kv_bytes = mine * cached_tokens(m, decode_context) * self.kv_token_layer
             flops = 2.0 * mine * self.heads * self.attn_dims * cached_tokens(m, decode_context)
-            rate = gpu.peak(d.dtype16) * self.eff.flash_fwd
+            rate = gpu.peak(d.dtype16) * self.eff.attention_fractions("fa3")[0]
             attn += max(kv_bytes / self.hbm, flops / rate) + m.num_layers * self.overhead
         if prefill:
             ctx = cached_tokens(m, prefill_context) / m.num_layers

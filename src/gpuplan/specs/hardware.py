@@ -46,6 +46,9 @@ class Efficiency:
     # costs its share, not a full wave. Measured on H100: no staircase across wave boundaries
     # (measurements/h100-sxm-2026-11-23/kernels/waves.json)
     persistent_tiles: bool = False
+    # Every attention kernel's rate relative to the fractions above (a calibration profile fits it
+    # from the user's runs; 1 in the catalog): one factor for whichever kernel a plan runs
+    attention_scale: float = 1.0
     # K-loop elements each output tile pays beyond its K (pipeline fill and epilogue of the mainloop)
     tile_k_fill: float = 0.0
     # SMs a running NCCL collective occupies (one thread block per channel): compute overlapped
@@ -62,6 +65,13 @@ class Efficiency:
             require(0 < value <= 1, f"efficiency.{name}", f"must be in (0, 1], got {value}")
         for dtype, value in self.gemm.items():
             require(0 < value <= 1, f"efficiency.gemm.{dtype}", f"must be in (0, 1], got {value}")
+        for head_dim, fwd, bwd in self.sdpa_cudnn:
+            require(
+                head_dim > 0 and 0 < fwd <= 1 and 0 < bwd <= 1,
+                "efficiency.attention.sdpa_cudnn",
+                f"needs a positive head dim and fractions in (0, 1], got {(head_dim, fwd, bwd)}",
+            )
+        require(self.attention_scale > 0, "efficiency.attention_scale", f"must be positive, got {self.attention_scale}")
         require(len(self.tiles) > 0, "efficiency.gemm.tiles", "needs at least one tile")
         require(self.step_overhead_s >= 0, "efficiency.step_overhead_s", f"must be >= 0, got {self.step_overhead_s}")
 
@@ -79,10 +89,13 @@ class Efficiency:
         ``sdpa`` what PyTorch's scaled_dot_product_attention picks on this GPU (the measured cuDNN
         table by head dim, interpolated in log2(head_dim) and held at its ends, else fa2)."""
         if kernel == "sdpa" and self.sdpa_cudnn:
-            return _by_head_dim(self.sdpa_cudnn, head_dim)
-        if kernel in ("fa2", "sdpa") and self.fa2_fwd:
-            return self.fa2_fwd, self.fa2_bwd or self.flash_bwd
-        return self.flash_fwd, self.flash_bwd
+            fwd, bwd = _by_head_dim(self.sdpa_cudnn, head_dim)
+        elif kernel in ("fa2", "sdpa") and self.fa2_fwd:
+            fwd, bwd = self.fa2_fwd, self.fa2_bwd or self.flash_bwd
+        else:
+            fwd, bwd = self.flash_fwd, self.flash_bwd
+        s = self.attention_scale
+        return min(1.0, fwd * s), min(1.0, bwd * s)
 
     def gemm_fraction(self, dtype: str) -> float:
         """The measured fraction for ``dtype`` (a block-scaled format: its element type's), else the
@@ -116,16 +129,20 @@ class Efficiency:
             tile_k_fill=data["gemm"].get("tile_k_fill", 0.0),
             comm_sms=net.get("comm_sms", 0),
             persistent_tiles=data["gemm"].get("persistent_tiles", False),
-            sdpa_cudnn=tuple(
-                (int(d), float(f), float(b))
-                for d, f, b in zip(
-                    data["attention"].get("sdpa_cudnn", {}).get("head_dim", []),
-                    data["attention"].get("sdpa_cudnn", {}).get("fwd", []),
-                    data["attention"].get("sdpa_cudnn", {}).get("bwd", []),
-                )
-            ),
+            sdpa_cudnn=_head_dim_table(data["attention"].get("sdpa_cudnn", {})),
             assumed=data.get("assumed", False),
         )
+
+
+def _head_dim_table(t: dict) -> tuple[tuple[int, float, float], ...]:
+    """``[attention.sdpa_cudnn]``'s three equal-length lists as (head_dim, fwd, bwd) rows."""
+    dims, fwd, bwd = t.get("head_dim", []), t.get("fwd", []), t.get("bwd", [])
+    require(
+        len(dims) == len(fwd) == len(bwd),
+        "efficiency.attention.sdpa_cudnn",
+        f"head_dim, fwd and bwd must be as long as each other, got {len(dims)}, {len(fwd)}, {len(bwd)}",
+    )
+    return tuple((int(d), float(f), float(b)) for d, f, b in zip(dims, fwd, bwd))
 
 
 def _by_head_dim(table: tuple[tuple[int, float, float], ...], head_dim: int) -> tuple[float, float]:
