@@ -147,6 +147,31 @@ def count(text: str | float | int, field: str, *, zero_ok: bool = False) -> floa
     return value
 
 
+def global_batch(text: str, seq_len: int) -> int:
+    """Sequences per step: sequences (512) or tokens with a suffix (16M: 16M tokens of ``seq_len``
+    sequences), the same for train and search."""
+    text = str(text).strip()
+    gb = count(text, "global_batch")
+    if not text.isdigit():  # a token count, e.g. 16M tokens of 8K sequences
+        # Batch sizes quoted in tokens are powers of two (Llama 3's "16M" is 2048 x 8192): read the
+        # suffix as binary when the decimal count is not a whole number of sequences.
+        binary = (
+            parse_count(text[:-1], "global_batch") * 2 ** (10 * "KMGT".index(text[-1].upper()) + 10)
+            if text[-1:].upper() in ("K", "M", "G", "T")
+            else gb
+        )
+        if gb % seq_len and binary % seq_len == 0:
+            gb = binary
+        if gb % seq_len:
+            raise GpuplanError(
+                "global_batch",
+                f"{text} tokens is not a whole number of {seq_len}-token sequences",
+                "use a multiple of --seq-len, or give sequences",
+            )
+        gb //= seq_len
+    return integer(int(gb), "global_batch", hi=10**9, fix="give sequences per step, e.g. 512, or tokens: 16M")
+
+
 def duration(
     text: str | float, field: str, *, zero_ok: bool = False, max_s: float = 100 * 365 * 86400.0, min_s: float = 1e-6
 ) -> float:

@@ -32,7 +32,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from gpuplan.errors import require
+from gpuplan.errors import GpuplanError, require
 from gpuplan.train.requeue import NAME as REQUEUE_MARKER
 
 LAUNCHERS = ("torchrun", "python")
@@ -131,6 +131,36 @@ def time_limit_s(text: str) -> int:
 def nodes_for(gpus: int, gpus_per_node: int) -> int:
     require(gpus >= 1, "gpus", f"must be at least 1, got {gpus}")
     return math.ceil(gpus / max(1, gpus_per_node))
+
+
+def job_nodes(gpus: int | None, nodes: int | None, gpus_per_node: int) -> int:
+    """Nodes of a job asked for as ``gpus`` GPUs or as ``nodes`` nodes (or both, if they agree;
+    neither: one node). Slurm allocates whole nodes, so a GPU count that is not one is refused
+    rather than silently becoming another."""
+    per_node = gpus_per_node
+    if gpus is not None:
+        if per_node == 0:  # --gpus-per-node 0 is a CPU-only job (e.g. the python launcher's test runs)
+            raise GpuplanError(
+                "gpus",
+                f"--gpus {gpus} with --gpus-per-node 0 asks for GPUs on nodes without any",
+                "drop --gpus-per-node 0, or --gpus for a CPU-only job",
+            )
+        if gpus % per_node:
+            raise GpuplanError(
+                "gpus",
+                f"{gpus} GPUs are not whole nodes of {per_node}",
+                f"use --gpus {max(per_node, gpus // per_node * per_node)} or "
+                f"{-(-gpus // per_node) * per_node}, or set --gpus-per-node",
+            )
+        if nodes is not None and nodes * per_node != gpus:
+            raise GpuplanError(
+                "nodes",
+                f"--nodes {nodes} x {per_node} GPUs per node is {nodes * per_node} GPUs, not --gpus {gpus}",
+                "give --gpus or --nodes, not both",
+            )
+    if nodes is None:
+        nodes = nodes_for(gpus, per_node) if gpus is not None else 1
+    return nodes
 
 
 def sbatch_script(job: SlurmJob) -> str:

@@ -44,3 +44,28 @@ def expected_waste_fraction(interval_s: float, cost_s: float, mtbf_s: float, res
 def _check(cost_s: float, mtbf_s: float) -> None:
     require(cost_s > 0, "cost", f"checkpoint cost must be positive, got {cost_s}")
     require(mtbf_s > 0, "mtbf", f"mean time between failures must be positive, got {mtbf_s}")
+
+
+def intervals(cost_s: float, mtbf_s: float, restart_s: float = 0.0) -> dict[str, float]:
+    """Young's and Daly's intervals and the share of wall time each wastes; a checkpoint that takes
+    longer than the mean time between failures is refused (the job would never finish)."""
+    from gpuplan.errors import GpuplanError
+    from gpuplan.units import fmt_duration
+
+    if cost_s >= mtbf_s:
+        raise GpuplanError(
+            "checkpoint_cost",
+            f"a checkpoint ({fmt_duration(cost_s)}) takes longer than the mean time between "
+            f"failures ({fmt_duration(mtbf_s)}): the job would never finish",
+            "write checkpoints faster (async, sharded) or find a more reliable machine",
+        )
+    young, daly = young_interval(cost_s, mtbf_s), daly_interval(cost_s, mtbf_s)
+    return {
+        "mtbf_s": mtbf_s,
+        "cost_s": cost_s,
+        "restart_s": restart_s,
+        "young_s": young,
+        "daly_s": daly,
+        "expected_waste_fraction": expected_waste_fraction(daly, cost_s, mtbf_s, restart_s),
+        "expected_waste_fraction_young": expected_waste_fraction(young, cost_s, mtbf_s, restart_s),
+    }

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from gpuplan.errors import GpuplanError, require
 from gpuplan.specs.hardware import Efficiency, GPUSpec
@@ -125,3 +126,26 @@ def collective_time(kind: str, size: float, group: Group, gpu: GPUSpec) -> float
     e = efficiency(gpu)
     bw = gpu.inter_bytes_per_s * e.inter_bus if group.crosses_nodes else gpu.intra_bytes_per_s * e.intra_bus
     return size / bw + alpha
+
+
+def collective_report(kind: str, size: float, ranks: int, stride: int, gpu: GPUSpec) -> dict[str, Any]:
+    """One collective of ``size`` bytes over ``ranks`` ranks ``stride`` apart: its nodes, the bytes
+    each rank sends, its time and bandwidths (bytes/s)."""
+    group = _group(kind, ranks, stride, gpu.fast_domain)
+    sent = bytes_sent_per_rank(kind, size, ranks)
+    t = collective_time(kind, size, group, gpu)
+    return {
+        "collective": kind,
+        "size_bytes": size,
+        "ranks": ranks,
+        "gpu": gpu.id,
+        "nodes": group.domains,
+        "ranks_per_node": group.per_domain,
+        "bytes_sent_per_rank": sent,
+        "volume_factor": sent / size if size else 0.0,
+        "time_s": t,
+        # nccl-tests: busbw = algbw x the collective's factor (2(n-1)/n all-reduce, (n-1)/n gathers, 1 p2p)
+        "bus_bandwidth_bytes_per_s": (sent / t if kind != "p2p" else size / t) if t else 0.0,
+        "link_bandwidth_bytes_per_s": bus_bandwidth(group, gpu),
+        "algorithm_bandwidth_bytes_per_s": size / t if t else 0.0,
+    }

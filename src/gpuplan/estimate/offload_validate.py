@@ -19,6 +19,7 @@ import csv
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpuplan import catalog
 from gpuplan.estimate.offload import OffloadTrainRequest, estimate_offload_training
@@ -139,4 +140,22 @@ def summary(checks: list[OffloadCheck]) -> dict:
         "median_abs_error": statistics.median(own) if own else None,
         "max_abs_error": max(own) if own else None,
         "min_baseline_margin": min(margins) if margins else None,
+    }
+
+
+def to_dict(checks: list[OffloadCheck]) -> dict[str, Any]:
+    """The JSON document of ``gpuplan validate offload``: a row per check and the summary."""
+    return {
+        "rows": [
+            {
+                "id": c.id,
+                "source": c.source,
+                "metric": c.metric,
+                "measured": c.measured,
+                "predicted": c.predicted,
+                "error": c.error,
+            }
+            for c in checks
+        ],
+        "summary": summary(checks),
     }

@@ -177,3 +177,16 @@ def load_profile(path: str | Path) -> Profile:
         None if frac is None else float(frac),
         dict(head),
     )
+
+
+def calibrated(
+    hw: GPUSpec, calibration: str | None, allocator_fraction: float | None
+) -> tuple[GPUSpec, Profile | None, float | None]:
+    """(GPU, profile, allocator reserve) with a calibration profile applied: its efficiency for
+    the GPU, its reserve unless ``allocator_fraction`` was given (None: the config's default)."""
+    if not calibration:
+        return hw, None, allocator_fraction
+    prof = load_profile(calibration)
+    if allocator_fraction is None:
+        allocator_fraction = prof.allocator_fraction
+    return prof.apply(hw), prof, allocator_fraction

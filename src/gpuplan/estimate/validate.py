@@ -361,3 +361,32 @@ def error_band(gpu: str | GPUSpec, cfg: TrainingConfig, plan: ParallelPlan, step
         "max_error": band["max_error"],
         "step_s_range": [step_s / (1 + band["max_error"]), step_s / (1 + band["min_error"])],
     }
+
+
+def to_dict(results: list[Result]) -> dict[str, Any]:
+    """The JSON document of ``gpuplan validate``: a row per run, the summary and the error by
+    category (GPU family, precision, context, parallelism)."""
+    return {
+        "rows": [
+            {
+                "id": r.row.id,
+                "source": r.row.source,
+                "framework": r.row.framework,
+                "gpu": r.row.gpu,
+                "category": list(r.row.category),
+                "measured_step_s": r.row.measured_step_s,
+                "predicted_step_s": r.predicted_step_s,
+                "error": r.error,
+                "metric": r.row.metric,
+                "value": r.row.value,
+                "predicted_mfu": r.mfu,
+                "breakdown_s": r.breakdown,
+            }
+            for r in results
+        ],
+        "summary": summary(results),
+        "categories": [
+            {"gpu_family": k[0], "precision": k[1], "context": k[2], "parallel": k[3], **v}
+            for k, v in by_category(results).items()
+        ],
+    }

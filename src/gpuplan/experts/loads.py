@@ -70,3 +70,19 @@ def synthetic_loads(layers: int, experts: int, skew: float, seed: int = 0, token
     base = 1.0 / np.arange(1, experts + 1) ** skew
     out = np.stack([rng.permutation(base) for _ in range(layers)])
     return out / out.sum(axis=1, keepdims=True) * tokens
+
+
+def load_table(path: str | None, skew: float | None, layers: int, experts: int, seed: int = 0) -> np.ndarray:
+    """The loads of ``path`` (a file) or synthetic loads of Zipf ``skew``: exactly one of them."""
+    if (path is None) == (skew is None):
+        raise GpuplanError("loads", "give --loads FILE or --synthetic SKEW", "e.g. --synthetic 1.0 --layers 61")
+    if skew is not None and layers * experts > 10**7:
+        raise GpuplanError(
+            "layers",
+            f"{layers:,} layers x {experts:,} experts is too large a table",
+            "use the model's real sizes, e.g. --layers 61 --experts 256",
+        )
+    if path:
+        return read_loads(path)
+    assert skew is not None  # one of the two is given (checked above); path "" reads as not given
+    return synthetic_loads(layers, experts, skew, seed)

@@ -87,6 +87,12 @@ class Timeline:
         return sum(self.idle_s) / (len(self.busy_s) * self.makespan_s) if self.makespan_s else 0.0
 
     @property
+    def bubble_ratio(self) -> float:
+        """Idle time over busy time, summed over ranks (the bubble as a share of the work, where
+        :attr:`bubble_fraction` is a share of the wall time)."""
+        return sum(self.idle_s) / sum(self.busy_s) if sum(self.busy_s) else 0.0
+
+    @property
     def peak_activation_bytes(self) -> tuple[float, ...] | None:
         if self.activation_bytes_per_microbatch is None:
             return None

@@ -115,3 +115,17 @@ def compare_run(run: Run, res: Resolved) -> dict[str, Any]:
         "microbatches": res.microbatches,
         "plan_resolved": dataclasses.asdict(res.plan),
     }
+
+
+def compare_calibrated(run: Run, res: Resolved, calibration: str | None) -> dict[str, Any]:
+    """:func:`compare_run` with a calibration profile applied to the resolved plan (its efficiency
+    for the GPU, its allocator reserve), and the profile described in the document."""
+    from gpuplan.estimate.profile import calibrated
+
+    hw, prof, reserve = calibrated(res.gpu, calibration, None)
+    if prof:
+        cfg = res.config if reserve is None else dataclasses.replace(res.config, allocator_fraction=reserve)
+        res = dataclasses.replace(res, gpu=hw, config=cfg)
+    doc = compare_run(run, res)
+    doc["calibration_profile"] = {**prof.describe(), "summary": prof.summary()} if prof else None
+    return doc

@@ -429,3 +429,15 @@ def read_run(path: str | Path, fmt: str | None = None) -> Run:
 
         return read_trace(p, text)
     return READERS[fmt](p, text)
+
+
+def read_runs(paths: list[str], fmt: str | None = None, against: str | None = None) -> list[Run]:
+    """Runs read from ``paths``; ``against`` (``gpuplan train`` flags in one string) is the plan of
+    each run whose file carries none."""
+    from gpuplan.runs.record import plan_from_flags
+
+    runs = [read_run(p, fmt) for p in paths]
+    if against:
+        plan = plan_from_flags(against)
+        runs = [r if r.plan is not None else type(r)(**{**r.__dict__, "plan": plan}) for r in runs]
+    return runs

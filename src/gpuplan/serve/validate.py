@@ -21,6 +21,7 @@ import re
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from gpuplan import catalog
 from gpuplan.serve.engines import engine_config
@@ -108,4 +109,22 @@ def summary(checks: list[ServeCheck]) -> dict:
         "mean_abs_error": statistics.fmean(errors),
         "max_abs_error": max(errors),
         "mean_signed_error": statistics.fmean(c.error for c in checks),
+    }
+
+
+def to_dict(checks: list[ServeCheck]) -> dict[str, Any]:
+    """The JSON document of ``gpuplan validate serving``: a row per check and the summary."""
+    return {
+        "rows": [
+            {
+                "id": c.row.id,
+                "source": c.row.source,
+                "metric": c.row.metric,
+                "measured": c.row.measured,
+                "predicted": c.predicted,
+                "error": c.error,
+            }
+            for c in checks
+        ],
+        "summary": summary(checks),
     }

@@ -14,6 +14,7 @@ import csv
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpuplan import catalog
 from gpuplan.serve.engines import engine_config
@@ -66,3 +67,8 @@ def summary(checks: list[KVCheck]) -> dict:
         "refusals_matched": sum(c.refused for c in refusals),
         "refusals": len(refusals),
     }
+
+
+def to_dict(checks: list[KVCheck]) -> dict[str, Any]:
+    """The JSON document of ``gpuplan validate serving-kv``: a row per check and the summary."""
+    return {"rows": [c.__dict__ | {"error": c.error} for c in checks], "summary": summary(checks)}

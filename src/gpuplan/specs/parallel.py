@@ -7,8 +7,9 @@ ranks (dp x cp), as in Megatron-Core, so it does not multiply the world size.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from gpuplan.errors import require
+from gpuplan.errors import GpuplanError, require
 from gpuplan.specs import schedules, validity
 
 # The pipeline schedules a training plan can run, with their aliases (gpuplan.specs.schedules):
@@ -66,6 +67,28 @@ class ParallelPlan:
             f"rank order {self.order!r} must name tp, cp, dp and pp once each, innermost first",
             "e.g. --rank-order tp-cp-dp-pp",
         )
+
+    @classmethod
+    def for_gpus(cls, gpus: int, dp: int | None = None, **degrees: Any) -> ParallelPlan:
+        """The plan of ``gpus`` GPUs: ``dp`` (None: what is left after tp x pp x cp) with the other
+        degrees, refused unless dp x tp x pp x cp is the GPU count."""
+        if dp is None:
+            rest = degrees.get("tp", 1) * degrees.get("pp", 1) * degrees.get("cp", 1)
+            if gpus % rest:
+                raise GpuplanError(
+                    "gpus",
+                    f"{gpus} GPUs do not split into tp x pp x cp = {rest}",
+                    "use a GPU count that is a multiple of tp*pp*cp",
+                )
+            dp = gpus // rest
+        plan = cls(dp=dp, **degrees)
+        if plan.world_size != gpus:
+            raise GpuplanError(
+                "dp",
+                f"dp x tp x pp x cp = {plan.world_size} is not --gpus {gpus}",
+                "make the product of the degrees equal the GPU count",
+            )
+        return plan
 
     @property
     def chunks(self) -> int:

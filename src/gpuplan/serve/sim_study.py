@@ -1,0 +1,140 @@
+"""What ``gpuplan serve-sim`` simulates: one arrival process chosen from what the user gave (a
+closed loop of clients, a trace, Poisson rates, or the highest rate meeting an SLO), checked for
+combinations that would silently drop a setting, and run (serve/sim.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuplan import inputs
+from gpuplan.errors import GpuplanError
+from gpuplan.serve.memory import ServeConfig
+from gpuplan.serve.sim import Lengths, SimResult, Workload, max_rate, simulate
+from gpuplan.serve.timing import Deployment
+
+# Simulations the SLO search runs at most (about 14 to grow the rate, then the bisection), for a
+# progress bar's length
+SLO_SEARCH_STEPS = 30
+
+
+def parse_rates(text: str | None) -> list[float]:
+    """Poisson rates in requests per second: ``4`` or ``1,2,4,8`` (empty: none)."""
+    rates = []
+    for part in (text or "").split(","):
+        if part.strip():
+            try:
+                rates.append(inputs.finite(part, "rate", lo=0, lo_open=True, hi=1e6, fix="write e.g. 4 or 1,2,4,8"))
+            except GpuplanError as exc:
+                raise GpuplanError(
+                    "rate",
+                    f"cannot use {part.strip()!r} as a rate ({exc.message})",
+                    "write positive requests per second, e.g. 4 or 1,2,4,8",
+                ) from None
+    return rates
+
+
+@dataclass
+class Study:
+    """The simulations to run; exactly one arrival process: ``clients`` (closed loop), ``trace``,
+    or ``rates`` and/or an SLO search (``ttft_slo_s``, ``itl_slo_s``)."""
+
+    deployment: Deployment
+    config: ServeConfig
+    requests: int
+    input_len: Lengths
+    output_len: Lengths
+    seed: int = 0
+    rates: list[float] = field(default_factory=list)
+    trace: Workload | None = None
+    clients: int | None = None
+    ttft_slo_s: float | None = None
+    itl_slo_s: float | None = None
+
+    @property
+    def searches(self) -> bool:
+        """Whether the highest rate meeting an SLO is searched for."""
+        return bool(self.ttft_slo_s or self.itl_slo_s)
+
+    def describe(self) -> tuple[str, int]:
+        """(what runs, how many simulations at most), for a progress bar."""
+        if self.clients is not None:
+            return f"simulating {self.clients:,} clients", 1
+        if self.trace is not None:
+            return "simulating the trace", 1
+        return f"simulating {self.requests:,} requests", len(self.rates) + (SLO_SEARCH_STEPS if self.searches else 0)
+
+    def run(
+        self, advance: Callable[[], object] = lambda: None
+    ) -> tuple[list[SimResult], tuple[float, SimResult | None]]:
+        """(one result per run, (highest rate meeting the SLO, its result)); ``advance()`` after each
+        simulation. Without an SLO search the rate is 0 and its result None."""
+        d, cfg, lin, lout = self.deployment, self.config, self.input_len, self.output_len
+        results: list[SimResult] = []
+        best: tuple[float, SimResult | None] = (0.0, None)
+        if self.clients is not None:
+            results.append(simulate(d, cfg, Workload.closed(self.requests, lin, lout, self.seed), clients=self.clients))
+            advance()
+        elif self.trace is not None:
+            results.append(simulate(d, cfg, self.trace))
+            advance()
+        else:
+            for r in self.rates:
+                results.append(simulate(d, cfg, Workload.poisson(r, self.requests, lin, lout, self.seed), r))
+                advance()
+            if self.searches:
+                best = max_rate(
+                    d, cfg, self.requests, lin, lout, self.seed, self.ttft_slo_s, self.itl_slo_s, progress=advance
+                )
+        return results, best
+
+
+def study(
+    deployment: Deployment,
+    config: ServeConfig,
+    requests: int,
+    input_len: Lengths,
+    output_len: Lengths,
+    seed: int,
+    *,
+    rates: list[float],
+    trace: str | None,
+    clients: int | None,
+    ttft_slo_s: float | None,
+    itl_slo_s: float | None,
+) -> Study:
+    """The study of one arrival process; a combination that would silently drop a setting (a rate
+    with a trace, a trace with a closed loop, ...) or no arrival process at all is refused."""
+    searches = bool(ttft_slo_s or itl_slo_s)
+    if trace and (rates or searches):
+        # A trace brings its own arrivals: a rate or an SLO search would be silently dropped
+        raise GpuplanError(
+            "trace",
+            "a trace sets the arrivals itself: --rate and the SLO search do not apply",
+            "drop --rate/--ttft-slo/--itl-slo, or drop --trace",
+        )
+    if clients is not None and (trace or rates or searches):
+        # a closed loop sets its own arrivals, as a trace or a rate would
+        raise GpuplanError(
+            "concurrency",
+            "a closed loop of --concurrency clients sets the arrivals itself",
+            "drop --rate/--trace/--ttft-slo/--itl-slo, or drop --concurrency",
+        )
+    if not trace and not rates and not searches and clients is None:
+        raise GpuplanError(
+            "rate", "give --rate, --trace, or an SLO (--ttft-slo/--itl-slo) to search the rate", "e.g. --rate 1,2,4,8"
+        )
+    return Study(
+        deployment,
+        config,
+        requests,
+        input_len,
+        output_len,
+        seed,
+        rates=rates,
+        trace=Workload.from_trace(Path(trace)) if trace else None,
+        clients=clients,
+        ttft_slo_s=ttft_slo_s,
+        itl_slo_s=itl_slo_s,
+    )
