@@ -8,8 +8,6 @@ smallest change found that does fit.
 
 from __future__ import annotations
 
-import functools
-import json
 import sys
 from collections import Counter
 from typing import Annotated
@@ -17,6 +15,32 @@ from typing import Annotated
 import typer
 
 from gpuplan import inputs
+from gpuplan.cli.entry import DEPRECATED, click_command, main
+from gpuplan.cli.options import (
+    AgainstOpt,
+    BatchedTokensOpt,
+    BlockSizeOpt,
+    CalibrationOpt,
+    ClusterOpt,
+    CpuMemoryOpt,
+    DiskGbpsOpt,
+    DiskOpt,
+    DpAttentionOpt,
+    EngineOpt,
+    FrameworkOpt,
+    GpuOpt,
+    HostOpt,
+    HtmlOpt,
+    JsonOpt,
+    MemFractionOpt,
+    ModelArg,
+    PcieOpt,
+    PpOpt,
+    PriceOpt,
+    RunFormatOpt,
+    TpOpt,
+)
+from gpuplan.cli.output import emit_json, report, show
 from gpuplan.cli.params import (
     anything,
     at_least,
@@ -30,6 +54,10 @@ from gpuplan.cli.params import (
     seed as seed_rule,
 )
 from gpuplan.errors import DoesNotFit, GpuplanError
+from gpuplan.estimate.profile import calibrated
+from gpuplan.runs.readers import read_runs
+
+__all__ = ["DEPRECATED", "app", "click_command", "main"]
 
 HELP = {"help_option_names": ["-h", "--help"]}
 app = typer.Typer(
@@ -63,171 +91,6 @@ def _root(
     ] = False,
 ) -> None:
     """Plan LLM training and serving: memory, FLOPs, time and cost per GPU."""
-
-
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print a machine-readable JSON document.")]
-HtmlOpt = Annotated[
-    str | None,
-    typer.Option("--html", help="Also write a self-contained HTML report here: pictures, numbers, the JSON inline."),
-]
-# Options several commands share, declared once
-ModelArg = Annotated[str, typer.Argument(help="Catalog id (see `gpuplan models`) or a path to a config.json.")]
-ClusterOpt = Annotated[
-    str | None,
-    typer.Option(help="A cluster TOML file: its GPU, nodes, NVLink and NIC networks (replaces --gpu; see README)."),
-]
-GpuOpt = Annotated[str, typer.Option(help="GPU id (see `gpuplan gpus`) or a GPU TOML file in the catalog's schema.")]
-TpOpt = Annotated[int, typer.Option(help="Tensor-parallel degree.")]
-PpOpt = Annotated[int, typer.Option(help="Pipeline-parallel degree.")]
-PriceOpt = Annotated[float | None, typer.Option(help="USD per GPU-hour (default: dated catalog price).")]
-DpAttentionOpt = Annotated[
-    bool, typer.Option("--dp-attention", help="MLA models: attention data-parallel over the TP ranks (SGLang).")
-]
-EngineOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="Serving engine profile: vllm, vllm-v0, sglang, trtllm (memory accounting, scheduler, host time)."
-    ),
-]
-# the engine settings serve and serve-sim share (None: the --engine's default)
-MemFractionOpt = Annotated[float | None, typer.Option(help="Engine memory fraction (default 0.9, or the --engine's).")]
-BlockSizeOpt = Annotated[int | None, typer.Option(help="Tokens per KV-cache block (default 16 or the engine's).")]
-BatchedTokensOpt = Annotated[
-    int | None, typer.Option(help="Tokens per iteration, chunked-prefill budget (default 8192 or the engine's).")
-]
-CalibrationOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="Calibration profile from `gpuplan calibrate`: its fitted efficiency replaces the catalog's for this "
-        "GPU family (and its allocator reserve the default)."
-    ),
-]
-# Host and storage (offload): override the catalog's host for the GPU (catalog/hosts/)
-CpuMemoryOpt = Annotated[str | None, typer.Option(help="CPU memory per node, e.g. 256GB (offload).")]
-DiskOpt = Annotated[str | None, typer.Option(help="NVMe capacity per node, e.g. 2TB (offload).")]
-PcieOpt = Annotated[float | None, typer.Option(help="Achievable host<->GPU GB/s, one direction (offload).")]
-DiskGbpsOpt = Annotated[float | None, typer.Option(help="NVMe read GB/s (write: half) (offload).")]
-HostOpt = Annotated[str | None, typer.Option(help="Host: a catalog/hosts id or a hardware TOML file (offload).")]
-FrameworkOpt = Annotated[
-    str,
-    typer.Option(
-        help="Training framework profile: megatron, nemo, torchtitan, deepspeed, hf, or generic (gpuplan's "
-        "defaults, every option open). Sets kernels, overlap, schedules, recompute and memory layout."
-    ),
-]
-
-
-def _duration_or_zero(text: str, field: str) -> float:
-    """A duration where zero is allowed (a restart that costs nothing)."""
-    return inputs.duration(text, field, zero_ok=True)
-
-
-def _global_batch(text: str, seq_len: int) -> int:
-    """Sequences (512) or tokens with a suffix (16M: 16M tokens of --seq-len sequences), the same
-    for train and search."""
-    from gpuplan.units import parse_count
-
-    text = str(text).strip()
-    gb = inputs.count(text, "global_batch")
-    if not text.isdigit():  # a token count, e.g. 16M tokens of 8K sequences
-        # Batch sizes quoted in tokens are powers of two (Llama 3's "16M" is 2048 x 8192): read the
-        # suffix as binary when the decimal count is not a whole number of sequences.
-        binary = (
-            parse_count(text[:-1], "global_batch") * 2 ** (10 * "KMGT".index(text[-1].upper()) + 10)
-            if text[-1:].upper() in ("K", "M", "G", "T")
-            else gb
-        )
-        if gb % seq_len and binary % seq_len == 0:
-            gb = binary
-        if gb % seq_len:
-            raise GpuplanError(
-                "global_batch",
-                f"{text} tokens is not a whole number of {seq_len}-token sequences",
-                "use a multiple of --seq-len, or give sequences",
-            )
-        gb //= seq_len
-    return inputs.integer(int(gb), "global_batch", hi=10**9, fix="give sequences per step, e.g. 512, or tokens: 16M")
-
-
-def _price(gpu_id: str, price: float | None) -> float | None:
-    """--price, or the GPU's dated catalog price."""
-    if price is not None:
-        return price
-    from gpuplan import catalog
-
-    found = catalog.price_per_gpu_hour(gpu_id)
-    return found[0] if found else None
-
-
-def _show(doc: dict, json_out: bool, renderer: str) -> None:
-    """Print ``doc`` as JSON, or through the named rich renderer of cli/render.py."""
-    if json_out:
-        _emit_json(doc)
-        return
-    from gpuplan.cli import render
-
-    getattr(render, renderer)(doc)
-
-
-_ARGS: list[str] = []  # the command line main() is running, for the header of an --html report
-
-
-def _report(path: str | None, command: str, doc: dict, slo: dict | None = None) -> None:
-    """--html: the report of the document --json prints (gpuplan/report/)."""
-    if path:
-        from gpuplan.report.page import write_report
-
-        drop = {i for i, a in enumerate(_ARGS) if a == "--html"} | {i + 1 for i, a in enumerate(_ARGS) if a == "--html"}
-        argv = [a for i, a in enumerate(_ARGS) if i not in drop and not a.startswith("--html=") and a != "--json"]
-        write_report(path, command, _strict(doc), argv=argv or None, slo=slo)
-
-
-def _emit_json(doc) -> None:
-    # Strict JSON: a NaN or an infinity left in a document is a bug upstream; it becomes null here
-    # rather than a token other parsers reject.
-    sys.stdout.write(json.dumps(_strict(doc), indent=2, allow_nan=False) + "\n")
-
-
-def _strict(x):
-    import math
-
-    if isinstance(x, dict):
-        return {k: _strict(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_strict(v) for v in x]
-    if hasattr(x, "tolist") and not isinstance(x, (str, bytes)):  # numpy scalars and arrays
-        return _strict(x.tolist())
-    if isinstance(x, float):
-        return (x + 0.0) if math.isfinite(x) else None
-    return x
-
-
-def _hardware(gpu: str, cluster: str | None, gpus: int | None):
-    """(GPU, GPU count): a --cluster file's GPU with its nodes and networks (specs/cluster_file.py),
-    else the --gpu entry; the count defaults to the whole cluster (8 without one)."""
-    from gpuplan import catalog
-
-    if not cluster:
-        return catalog.gpu(gpu), 8 if gpus is None else gpus
-    from gpuplan.specs.cluster_file import read_cluster_file
-
-    found = read_cluster_file(cluster)
-    gpus = found.gpus if gpus is None else gpus
-    found.check_gpus(gpus)
-    return found.gpu, gpus
-
-
-def _calibrated(hw, calibration: str | None, allocator_fraction: float | None):
-    """(GPU, profile, allocator reserve) with a --calibration profile applied: its efficiency for
-    the GPU, its reserve unless --allocator-fraction was given (None: the config's default)."""
-    if not calibration:
-        return hw, None, allocator_fraction
-    from gpuplan.estimate.profile import load_profile
-
-    prof = load_profile(calibration)
-    if allocator_fraction is None:
-        allocator_fraction = prof.allocator_fraction
-    return prof.apply(hw), prof, allocator_fraction
 
 
 @app.command()
@@ -372,8 +235,8 @@ def train(
     from gpuplan.units import GiB
 
     spec = catalog.model(model)
-    hw, gpus = _hardware(gpu, cluster, gpus)
-    hw, prof, allocator_fraction = _calibrated(hw, calibration, allocator_fraction)
+    hw, gpus = catalog.hardware(gpu, cluster, gpus)
+    hw, prof, allocator_fraction = calibrated(hw, calibration, allocator_fraction)
     if dp is None:
         if gpus % (tp * pp * cp):
             raise GpuplanError(
@@ -408,7 +271,7 @@ def train(
         framework,
         seq_len=seq_len,
         micro_batch=micro_batch,
-        global_batch=0 if global_batch is None else _global_batch(global_batch, seq_len),
+        global_batch=0 if global_batch is None else inputs.global_batch(global_batch, seq_len),
         precision=precision,
         master_weights=master_weights,
         optimizer=optimizer,
@@ -447,9 +310,9 @@ def train(
             microbatches=max(1, (global_batch or micro_batch * plan.dp) // (micro_batch * plan.dp)),
         )
         oest = estimate_offload_training(oreq)
-        _report(html, "train", od(oest))
+        report(html, "train", od(oest))
         check_fits(oest)
-        _emit_json(od(oest)) if json_out else render_train_offload(od(oest))
+        emit_json(od(oest)) if json_out else render_train_offload(od(oest))
         return
     req = TrainRequest(
         model=spec,
@@ -463,9 +326,9 @@ def train(
     )
     est = estimate_training(req)
     doc = {**to_dict(est), "calibration_profile": prof.describe() if prof else None} if json_out or html else {}
-    _report(html, "train", doc)
+    report(html, "train", doc)
     if json_out:
-        _emit_json(doc)
+        emit_json(doc)
     else:
         from gpuplan.cli.render import console, render_train
 
@@ -526,17 +389,17 @@ def search(
     from gpuplan.specs.training import TrainingConfig
 
     spec = catalog.model(model)
-    hw, gpus = _hardware(gpu, cluster, gpus)
-    hw, prof, reserve = _calibrated(hw, calibration, None)
+    hw, gpus = catalog.hardware(gpu, cluster, gpus)
+    hw, prof, reserve = calibrated(hw, calibration, None)
     base = TrainingConfig.for_framework(
         framework,
         seq_len=seq_len,
-        global_batch=_global_batch(global_batch, seq_len),
+        global_batch=inputs.global_batch(global_batch, seq_len),
         precision=precision,
         optimizer=optimizer,
         allocator_fraction=reserve,
     )
-    price = _price(hw.id, price)
+    price = catalog.price_or_catalog(hw.id, price)
     from gpuplan.search.plans import RECOMPUTE_ORDER, Constraints, parse_choices
 
     narrow = dict(
@@ -561,8 +424,8 @@ def search(
         from gpuplan.search.report import to_dict
 
         doc = {**to_dict(result, spec, hw), "calibration_profile": prof.describe() if prof else None}
-        _report(html, "search", doc)
-        _emit_json(doc)
+        report(html, "search", doc)
+        emit_json(doc)
         return
     from gpuplan.cli.render import console, progress, render_search
 
@@ -585,7 +448,7 @@ def search(
     if html:
         from gpuplan.search.report import to_dict
 
-        _report(html, "search", {**to_dict(result, spec, hw), "calibration_profile": prof.describe() if prof else None})
+        report(html, "search", {**to_dict(result, spec, hw), "calibration_profile": prof.describe() if prof else None})
 
 
 @app.command()
@@ -687,7 +550,7 @@ def serve(
     ttft = inputs.duration(ttft_slo, "ttft_slo", max_s=86400) if ttft_slo is not None else None
     # a profile's efficiency (GEMM, HBM, bus factors) times serving too; its allocator reserve is
     # a training figure, which the engines' own memory rules replace
-    hw, prof, _ = _calibrated(catalog.gpu(gpu), calibration, None)
+    hw, prof, _ = calibrated(catalog.gpu(gpu), calibration, None)
     described = {"calibration_profile": prof.describe() if prof else None}
     if offload is not None or gpu_layers is not None or cpu_memory is not None or host is not None:  # offload.py
         from gpuplan.cli.offload import host_from_flags, render_serve_offload
@@ -708,10 +571,10 @@ def serve(
             gpu_memory_utilization=gpu_memory_utilization if gpu_memory_utilization is not None else 0.9,
         )
         doc = {**od(plan_offload(oreq)), **described}
-        _report(html, "serve", doc)
-        _emit_json(doc) if json_out else render_serve_offload(doc)
+        report(html, "serve", doc)
+        emit_json(doc) if json_out else render_serve_offload(doc)
         return
-    price = _price(hw.id, price)
+    price = catalog.price_or_catalog(hw.id, price)
     cfg = engine_config(
         engine, hw, tp, gpu_memory_utilization, block_size, max_batched_tokens, max_num_seqs, max_model_len
     )
@@ -756,13 +619,13 @@ def serve(
         if html:  # the report page has no view of the pools yet
             raise GpuplanError("html", "the HTML report does not cover disaggregated pools", "drop --html, use --json")
         ddoc = {**dd(plan_disaggregated(req, ttft, itl, prefill_tp)), **described}
-        _emit_json(ddoc) if json_out else render_disagg(ddoc)
+        emit_json(ddoc) if json_out else render_disagg(ddoc)
         return
     est = estimate_serving(req)
     doc = {**to_dict(est), **described}
-    _report(html, "serve", doc, slo={"tpot_s": itl, "ttft_s": ttft})
+    report(html, "serve", doc, slo={"tpot_s": itl, "ttft_s": ttft})
     if json_out:
-        _emit_json(doc)
+        emit_json(doc)
         return
     from gpuplan.cli.render import console, render_serve
 
@@ -898,8 +761,8 @@ def serve_sim(
             "max_rate": best[0],
             "at_max_rate": best[1].to_dict() if best[1] else None,
         }
-    _report(html, "serve-sim", doc)
-    _show(doc, json_out, "render_serve_sim")
+    report(html, "serve-sim", doc)
+    show(doc, json_out, "render_serve_sim")
 
 
 @app.command()
@@ -1008,8 +871,8 @@ def pipeline(
         "trace": trace,
         "plot": plot,
     }
-    _report(html, "pipeline", doc)
-    _show(doc, json_out, "render_pipeline")
+    report(html, "pipeline", doc)
+    show(doc, json_out, "render_pipeline")
 
 
 @app.command()
@@ -1082,7 +945,7 @@ def experts(
         | {"dispatch_bytes_per_token": traffic["remote_nodes_per_token"] * hidden * dispatch_bytes, "top_k": top_k},
         "expert_imbalance_for_train": float(bal.mean()),
     }
-    _show(doc, json_out, "render_experts")
+    show(doc, json_out, "render_experts")
 
 
 @app.command(context_settings={"allow_interspersed_args": False})
@@ -1165,7 +1028,7 @@ def slurm(
         with open(output, "w") as f:
             f.write(script)
     if json_out:
-        _emit_json(
+        emit_json(
             {
                 "nodes": job.nodes,
                 "gpus_per_node": job.gpus_per_node,
@@ -1197,7 +1060,7 @@ def checkpoint_interval(
     m, c, r = (
         inputs.duration(mtbf, "mtbf"),
         inputs.duration(cost, "checkpoint_cost"),
-        _duration_or_zero(restart, "restart"),
+        inputs.duration(restart, "restart", zero_ok=True),
     )
     if c >= m:
         raise GpuplanError(
@@ -1217,7 +1080,7 @@ def checkpoint_interval(
         "expected_waste_fraction_young": expected_waste_fraction(young, c, m, r),
     }
     if json_out:
-        _emit_json(doc)
+        emit_json(doc)
         return
     from gpuplan.cli.render import console
 
@@ -1260,10 +1123,10 @@ def whatif(
     from gpuplan.units import HOUR
 
     hw = catalog.gpu(gpu)
-    price = _price(hw.id, price) or 0.0
+    price = catalog.price_or_catalog(hw.id, price) or 0.0
     at = min(inputs.duration(preempt_at, "preempt_at", zero_ok=True), hours * HOUR)
     m = inputs.duration(mtbf, "mtbf") if mtbf is not None else hours * HOUR
-    c, r = inputs.duration(cost, "checkpoint_cost"), _duration_or_zero(restart, "restart")
+    c, r = inputs.duration(cost, "checkpoint_cost"), inputs.duration(restart, "restart", zero_ok=True)
     for p in checkpoint:
         if p not in ("none", "optimal"):
             inputs.duration(p, "checkpoint")
@@ -1277,7 +1140,7 @@ def whatif(
         "price_per_gpu_hour": price,
         "policies": [x.to_dict() for x in rows],
     }
-    _show(doc, json_out, "render_whatif")
+    show(doc, json_out, "render_whatif")
 
 
 @cluster_app.command("sim")
@@ -1354,7 +1217,7 @@ def cluster_sim(
     if trace and trace_format not in READERS:
         raise GpuplanError("trace_format", f"unknown trace format {trace_format!r}", f"use one of {', '.join(READERS)}")
     ckpt = checkpoint if checkpoint in ("none", "daly", "sigterm") else str(inputs.duration(checkpoint, "checkpoint"))
-    cost, rst = inputs.duration(checkpoint_cost, "checkpoint_cost"), _duration_or_zero(restart, "restart")
+    cost, rst = inputs.duration(checkpoint_cost, "checkpoint_cost"), inputs.duration(restart, "restart", zero_ok=True)
     if node_mtbf == "none" or node_mtbf in NODE_MTBF_PRESETS:
         mtbf = NODE_MTBF_PRESETS.get(node_mtbf)
     else:
@@ -1366,7 +1229,7 @@ def cluster_sim(
                 f"cannot read {node_mtbf!r} as a preset or a duration",
                 f"use {', '.join(NODE_MTBF_PRESETS)}, none, or a duration like 264d",
             ) from None
-    grace_s, repair_s = _duration_or_zero(grace, "grace"), inputs.duration(repair, "repair")
+    grace_s, repair_s = inputs.duration(grace, "grace", zero_ok=True), inputs.duration(repair, "repair")
     # A job interrupted before it can restart and save a checkpoint never finishes: say so now
     # rather than simulate failures and reclaims without end
     from gpuplan.estimate.checkpoint_interval import daly_interval, expected_waste_fraction
@@ -1439,7 +1302,7 @@ def cluster_sim(
     with progress(json_out) as bar:
         task = bar.add_task(f"simulating {len(work):,} jobs on {gpus:,} GPUs", total=len(work))
         sim = ClusterSim(cfg, work).run(progress=lambda done: bar.update(task, completed=done))
-        report = sim.report()
+        result = sim.report()
     if trace_out or plot:
         from gpuplan.cluster.render import write_plot, write_trace
 
@@ -1447,11 +1310,11 @@ def cluster_sim(
             write_trace(sim, trace_out)
         if plot:
             write_plot(sim, plot)
-    report["skipped"] = dict(skipped) | dict(node_skips)
-    report["trace"], report["plot"] = trace_out, plot
-    report["policy"], report["placement"], report["checkpoint"] = policy, placement, checkpoint
-    _report(html, "cluster sim", report)
-    _show(report, json_out, "render_cluster")
+    result["skipped"] = dict(skipped) | dict(node_skips)
+    result["trace"], result["plot"] = trace_out, plot
+    result["policy"], result["placement"], result["checkpoint"] = policy, placement, checkpoint
+    report(html, "cluster sim", result)
+    show(result, json_out, "render_cluster")
 
 
 @app.command()
@@ -1500,7 +1363,7 @@ def tco(
             f"pass --capex, e.g. --capex {gpus * 40_000 / 1e6:g}M (about $40k per GPU in a server), or "
             "--capex 0 for hardware already paid for",
         )
-    price = _price(hw.id, on_demand)
+    price = catalog.price_or_catalog(hw.id, on_demand)
     if price is None:
         raise GpuplanError("on_demand", f"no catalog price for {hw.name}", "pass --on-demand USD per GPU-hour")
     doc = run_tco(
@@ -1521,7 +1384,7 @@ def tco(
         )
     )
     doc["on_demand_per_gpu_hour"] = price
-    _show(doc, json_out, "render_tco")
+    show(doc, json_out, "render_tco")
 
 
 @app.command()
@@ -1549,7 +1412,7 @@ def validate(
 
         checks = validate_offload()
         if json_out:
-            _emit_json(
+            emit_json(
                 {
                     "rows": [
                         {
@@ -1576,14 +1439,14 @@ def validate(
 
         kv_checks = validate_kv_pools()
         kdoc = {"rows": [c.__dict__ | {"error": c.error} for c in kv_checks], "summary": kv_summary(kv_checks)}
-        _emit_json(kdoc) if json_out else render_kv_validation(kdoc)
+        emit_json(kdoc) if json_out else render_kv_validation(kdoc)
         return
     if kind == "serving":
         from gpuplan.serve.validate import summary as serve_summary, validate_serving
 
         checks = validate_serving()
         if json_out:
-            _emit_json(
+            emit_json(
                 {
                     "rows": [
                         {
@@ -1611,7 +1474,7 @@ def validate(
 
         doc = calibrated_validation()
         if json_out:
-            _emit_json(doc)
+            emit_json(doc)
         else:
             from gpuplan.cli.render_runs import render_calibrated_validation
 
@@ -1622,7 +1485,7 @@ def validate(
     results = validate_training()
     categories = by_category(results)
     if json_out:
-        _emit_json(
+        emit_json(
             {
                 "rows": [
                     {
@@ -1696,7 +1559,7 @@ def collective(
         "algorithm_bandwidth_bytes_per_s": nbytes / t if t else 0.0,
     }
     if json_out:
-        _emit_json(doc)
+        emit_json(doc)
         return
     from gpuplan.cli.render import console
 
@@ -1738,7 +1601,7 @@ def models(json_out: JsonOpt = False) -> None:
             }
         )
     if json_out:
-        _emit_json(rows)
+        emit_json(rows)
     else:
         from gpuplan.cli.render import render_models
 
@@ -1772,37 +1635,11 @@ def gpus(json_out: JsonOpt = False) -> None:
             }
         )
     if json_out:
-        _emit_json(rows)
+        emit_json(rows)
     else:
         from gpuplan.cli.render import render_gpus
 
         render_gpus(rows)
-
-
-RunFormatOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--format", help="Log format: telemetry, megatron, torchtitan, hf, trace or run-file (default: sniffed)."
-    ),
-]
-AgainstOpt = Annotated[
-    str | None,
-    typer.Option(
-        help='The plan the run ran, as `gpuplan train` flags in one string: "llama-3.1-8b --gpus 16 --tp 2 '
-        '--global-batch 256" (default: the plan the run file carries).'
-    ),
-]
-
-
-def _read_runs(paths: list[str], fmt: str | None, against: str | None) -> list:
-    from gpuplan.runs.readers import read_run
-    from gpuplan.runs.record import plan_from_flags
-
-    runs = [read_run(p, fmt) for p in paths]
-    if against:
-        plan = plan_from_flags(against)
-        runs = [r if r.plan is not None else type(r)(**{**r.__dict__, "plan": plan}) for r in runs]
-    return runs
 
 
 @app.command()
@@ -1825,12 +1662,12 @@ def calibrate(
     from gpuplan.estimate.calibrate import calibrate_runs
     from gpuplan.estimate.profile import write_profile
 
-    cal = calibrate_runs(_read_runs(runs, run_format, against), leave_one_out=loo)
+    cal = calibrate_runs(read_runs(runs, run_format, against), leave_one_out=loo)
     if out:
         write_profile(cal, out)
     doc = calibration_dict(cal, out)
     if json_out:
-        _emit_json(doc)
+        emit_json(doc)
     else:
         render_calibration(doc)
 
@@ -1847,11 +1684,11 @@ def compare(
     from gpuplan.cli.render_runs import render_compare
     from gpuplan.runs.compare import compare_run
 
-    (r,) = _read_runs([run], run_format, against)
+    (r,) = read_runs([run], run_format, against)
     if r.plan is None:
         raise GpuplanError("against", f"{run} carries no plan", 'pass --against "MODEL --gpus N --tp T ..."')
     res = r.plan.resolve()
-    hw, prof, reserve = _calibrated(res.gpu, calibration, None)
+    hw, prof, reserve = calibrated(res.gpu, calibration, None)
     if prof:
         import dataclasses
 
@@ -1860,7 +1697,7 @@ def compare(
     doc = compare_run(r, res)
     doc["calibration_profile"] = {**prof.describe(), "summary": prof.summary()} if prof else None
     if json_out:
-        _emit_json(doc)
+        emit_json(doc)
     else:
         render_compare(doc)
 
@@ -1886,62 +1723,3 @@ def ui(port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: any free po
         pass
     finally:
         server.server_close()
-
-
-# Old flag names that still work, and the name every command now shares
-DEPRECATED = {"--tpot-slo": "--itl-slo", "--cost": "--checkpoint-cost"}
-
-
-@functools.lru_cache(maxsize=1)
-def click_command():
-    """The click command typer builds from ``app``, built once: building it costs more than a
-    train estimate, and ``gpuplan ui`` runs a command per request."""
-    return typer.main.get_command(app)
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the app; bad input is one line and exit code 2, a plan that does not fit 3."""
-    command = click_command()
-    args = sys.argv[1:] if argv is None else list(argv)
-    _ARGS[:] = args
-    head = args[: args.index("--")] if "--" in args else args  # slurm: what follows -- is the user's command
-    # Said after an answer only, so that an error stays the single line on stderr
-    notes = [
-        f"note: {old} is now {DEPRECATED[old]} (the old name still works)\n"
-        for old in dict.fromkeys(a.split("=")[0] for a in head if a.split("=")[0] in DEPRECATED)
-    ]
-    try:
-        code = command.main(args=args, prog_name="gpuplan", standalone_mode=False)
-    except GpuplanError as exc:
-        sys.stdout.flush()
-        sys.stderr.write(f"error: {' '.join(str(exc).split())}\n")
-        sys.exit(exc.exit_code)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except (typer.Abort, KeyboardInterrupt):
-        sys.stderr.write("error: interrupted\n")
-        sys.exit(130)
-    except BrokenPipeError:
-        # `gpuplan models | head`: the reader left; nothing more to say
-        sys.stderr.close()
-        sys.exit(0)
-    except Exception as exc:
-        # Usage errors (unknown flag, bad value, missing argument) come from the click that typer
-        # bundles; recognise them by their interface rather than a private module path.
-        if not (hasattr(exc, "format_message") and hasattr(exc, "exit_code")):
-            raise
-        if type(exc).__name__ == "NoArgsIsHelpError" and getattr(exc, "ctx", None) is not None:
-            # `gpuplan` (or `gpuplan cluster`) alone: the help, formatted, is the answer
-            sys.stdout.write(exc.ctx.get_help() + "\n")
-            sys.exit(0)
-        message = " ".join(exc.format_message().split())
-        sub = [a for a in args[:2] if not a.startswith("-")]
-        sub = sub[:1] if not sub or sub[0] != "cluster" else sub
-        if sub and sub[0] not in command.commands:
-            sub = []
-        sys.stderr.write(f"error: {message.rstrip('.')}; see `{' '.join(['gpuplan', *sub, '--help'])}`\n")
-        sys.exit(2)
-    if isinstance(code, int) and code:  # typer.Exit(n) comes back as a return value without standalone mode
-        sys.exit(code)
-    sys.stdout.flush()
-    sys.stderr.write("".join(notes))

@@ -12,19 +12,21 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
+from typing import Any
 
 from gpuplan import inputs
 from gpuplan.inputs import PLOT_SUFFIXES
 
-Rule = Callable[[object, str], object]
+# A flag's check: (value, field) -> the value to use; values are whatever type the flag declares
+Rule = Callable[[Any, str], Any]
 
 
-def checked(**rules: Rule) -> Callable:
-    def wrap(fn: Callable) -> Callable:
+def checked(**rules: Rule) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         sig = inspect.signature(fn)
 
         @functools.wraps(fn)
-        def command(*args, **kwargs):
+        def command(*args: Any, **kwargs: Any) -> Any:
             bound = sig.bind(*args, **kwargs)
             for name, value in list(bound.arguments.items()):
                 if value is None:
@@ -53,7 +55,7 @@ def between(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = Fals
     return lambda v, f: inputs.finite(v, f, lo=lo, hi=hi, lo_open=lo_open, hi_open=hi_open)
 
 
-def anything(v, f):
+def anything(v: Any, f: str) -> Any:
     """No check here: the library checks it (a list, a text with its own grammar)."""
     return v
 

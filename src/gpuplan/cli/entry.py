@@ -1,0 +1,78 @@
+"""The entry point: run the app, and map what goes wrong to one line and an exit code.
+
+Exit codes: 0 answered; 2 bad input, as one line ``error: <field>: <what>; <fix>`` on stderr and
+never a traceback; 3 a valid request whose plan does not fit (train, serve, search), with the
+smallest change found that does fit.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any
+
+import typer
+
+from gpuplan.cli.output import ARGS
+from gpuplan.errors import GpuplanError
+
+# Old flag names that still work, and the name every command now shares
+DEPRECATED = {"--tpot-slo": "--itl-slo", "--cost": "--checkpoint-cost"}
+
+
+@functools.lru_cache(maxsize=1)
+def click_command() -> Any:
+    """The click command typer builds from ``app``, built once: building it costs more than a
+    train estimate, and ``gpuplan ui`` runs a command per request."""
+    from gpuplan.cli.app import app
+
+    return typer.main.get_command(app)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the app; bad input is one line and exit code 2, a plan that does not fit 3."""
+    command = click_command()
+    args = sys.argv[1:] if argv is None else list(argv)
+    ARGS[:] = args
+    head = args[: args.index("--")] if "--" in args else args  # slurm: what follows -- is the user's command
+    # Said after an answer only, so that an error stays the single line on stderr
+    notes = [
+        f"note: {old} is now {DEPRECATED[old]} (the old name still works)\n"
+        for old in dict.fromkeys(a.split("=")[0] for a in head if a.split("=")[0] in DEPRECATED)
+    ]
+    try:
+        code = command.main(args=args, prog_name="gpuplan", standalone_mode=False)
+    except GpuplanError as exc:
+        sys.stdout.flush()
+        sys.stderr.write(f"error: {' '.join(str(exc).split())}\n")
+        sys.exit(exc.exit_code)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        sys.stderr.write("error: interrupted\n")
+        sys.exit(130)
+    except BrokenPipeError:
+        # `gpuplan models | head`: the reader left; nothing more to say
+        sys.stderr.close()
+        sys.exit(0)
+    except Exception as exc:
+        # Usage errors (unknown flag, bad value, missing argument) come from the click that typer
+        # bundles; recognise them by their interface rather than a private module path.
+        if not (hasattr(exc, "format_message") and hasattr(exc, "exit_code")):
+            raise
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:
+            # `gpuplan` (or `gpuplan cluster`) alone: the help, formatted, is the answer
+            sys.stdout.write(ctx.get_help() + "\n")
+            sys.exit(0)
+        message = " ".join(exc.format_message().split())
+        sub = [a for a in args[:2] if not a.startswith("-")]
+        sub = sub[:1] if not sub or sub[0] != "cluster" else sub
+        if sub and sub[0] not in command.commands:
+            sub = []
+        sys.stderr.write(f"error: {message.rstrip('.')}; see `{' '.join(['gpuplan', *sub, '--help'])}`\n")
+        sys.exit(2)
+    if isinstance(code, int) and code:  # typer.Exit(n) comes back as a return value without standalone mode
+        sys.exit(code)
+    sys.stdout.flush()
+    sys.stderr.write("".join(notes))

@@ -1,0 +1,72 @@
+"""Option types several commands share, declared once so that each flag has one help text."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print a machine-readable JSON document.")]
+HtmlOpt = Annotated[
+    str | None,
+    typer.Option("--html", help="Also write a self-contained HTML report here: pictures, numbers, the JSON inline."),
+]
+# Options several commands share, declared once
+ModelArg = Annotated[str, typer.Argument(help="Catalog id (see `gpuplan models`) or a path to a config.json.")]
+ClusterOpt = Annotated[
+    str | None,
+    typer.Option(help="A cluster TOML file: its GPU, nodes, NVLink and NIC networks (replaces --gpu; see README)."),
+]
+GpuOpt = Annotated[str, typer.Option(help="GPU id (see `gpuplan gpus`) or a GPU TOML file in the catalog's schema.")]
+TpOpt = Annotated[int, typer.Option(help="Tensor-parallel degree.")]
+PpOpt = Annotated[int, typer.Option(help="Pipeline-parallel degree.")]
+PriceOpt = Annotated[float | None, typer.Option(help="USD per GPU-hour (default: dated catalog price).")]
+DpAttentionOpt = Annotated[
+    bool, typer.Option("--dp-attention", help="MLA models: attention data-parallel over the TP ranks (SGLang).")
+]
+EngineOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Serving engine profile: vllm, vllm-v0, sglang, trtllm (memory accounting, scheduler, host time)."
+    ),
+]
+# the engine settings serve and serve-sim share (None: the --engine's default)
+MemFractionOpt = Annotated[float | None, typer.Option(help="Engine memory fraction (default 0.9, or the --engine's).")]
+BlockSizeOpt = Annotated[int | None, typer.Option(help="Tokens per KV-cache block (default 16 or the engine's).")]
+BatchedTokensOpt = Annotated[
+    int | None, typer.Option(help="Tokens per iteration, chunked-prefill budget (default 8192 or the engine's).")
+]
+CalibrationOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Calibration profile from `gpuplan calibrate`: its fitted efficiency replaces the catalog's for this "
+        "GPU family (and its allocator reserve the default)."
+    ),
+]
+# Host and storage (offload): override the catalog's host for the GPU (catalog/hosts/)
+CpuMemoryOpt = Annotated[str | None, typer.Option(help="CPU memory per node, e.g. 256GB (offload).")]
+DiskOpt = Annotated[str | None, typer.Option(help="NVMe capacity per node, e.g. 2TB (offload).")]
+PcieOpt = Annotated[float | None, typer.Option(help="Achievable host<->GPU GB/s, one direction (offload).")]
+DiskGbpsOpt = Annotated[float | None, typer.Option(help="NVMe read GB/s (write: half) (offload).")]
+HostOpt = Annotated[str | None, typer.Option(help="Host: a catalog/hosts id or a hardware TOML file (offload).")]
+FrameworkOpt = Annotated[
+    str,
+    typer.Option(
+        help="Training framework profile: megatron, nemo, torchtitan, deepspeed, hf, or generic (gpuplan's "
+        "defaults, every option open). Sets kernels, overlap, schedules, recompute and memory layout."
+    ),
+]
+
+RunFormatOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--format", help="Log format: telemetry, megatron, torchtitan, hf, trace or run-file (default: sniffed)."
+    ),
+]
+AgainstOpt = Annotated[
+    str | None,
+    typer.Option(
+        help='The plan the run ran, as `gpuplan train` flags in one string: "llama-3.1-8b --gpus 16 --tp 2 '
+        '--global-batch 256" (default: the plan the run file carries).'
+    ),
+]
