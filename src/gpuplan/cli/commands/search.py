@@ -1,0 +1,124 @@
+"""``gpuplan search``: every valid parallel plan that fits, ranked."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated
+
+import typer
+
+from gpuplan import inputs
+from gpuplan.cli.options import CalibrationOpt, ClusterOpt, FrameworkOpt, GpuOpt, HtmlOpt, JsonOpt, ModelArg, PriceOpt
+from gpuplan.cli.output import emit_json, report
+from gpuplan.cli.params import (
+    at_least,
+    checked,
+    html_file,
+    price as price_rule,
+)
+
+
+@checked(gpus=at_least(1, 10**7), seq_len=at_least(1, 10**8), top=at_least(1, 1000), price=price_rule, html=html_file)
+def search(
+    model: ModelArg,
+    gpu: GpuOpt = "h100-sxm",
+    gpus: Annotated[int | None, typer.Option(help="Number of GPUs (default 8, or all of --cluster).")] = None,
+    cluster: ClusterOpt = None,
+    seq_len: Annotated[int, typer.Option(help="Sequence length in tokens.")] = 4096,
+    global_batch: Annotated[
+        str, typer.Option(help="Global batch: sequences (512) or tokens with a suffix (16M).")
+    ] = "512",
+    precision: Annotated[
+        str, typer.Option(help="bf16, fp16, fp32, fp8, or mxfp8/nvfp4 (Blackwell block-scaled GEMMs).")
+    ] = "bf16",
+    optimizer: Annotated[str, typer.Option(help="adamw, adamw8bit, sgd or adafactor.")] = "adamw",
+    objective: Annotated[str, typer.Option(help="Rank by throughput or cost.")] = "throughput",
+    top: Annotated[int, typer.Option(help="How many plans to show.")] = 5,
+    framework: FrameworkOpt = "generic",
+    price: PriceOpt = None,
+    calibration: CalibrationOpt = None,
+    tp: Annotated[int | None, typer.Option(help="Fix the tensor-parallel degree.")] = None,
+    pp: Annotated[int | None, typer.Option(help="Fix the pipeline-parallel degree.")] = None,
+    cp: Annotated[int | None, typer.Option(help="Fix the context-parallel degree.")] = None,
+    ep: Annotated[int | None, typer.Option(help="Fix the expert-parallel degree.")] = None,
+    dp: Annotated[int | None, typer.Option(help="Fix the data-parallel degree.")] = None,
+    max_tp: Annotated[int | None, typer.Option(help="Largest tensor-parallel degree.")] = None,
+    max_pp: Annotated[int | None, typer.Option(help="Largest pipeline-parallel degree.")] = None,
+    max_cp: Annotated[int | None, typer.Option(help="Largest context-parallel degree.")] = None,
+    max_ep: Annotated[int | None, typer.Option(help="Largest expert-parallel degree.")] = None,
+    schedule: Annotated[
+        str | None, typer.Option(help="Only these schedules, e.g. 1f1b,interleaved (also zb, zb-v, dualpipe).")
+    ] = None,
+    zero: Annotated[str | None, typer.Option(help="Only these ZeRO stages, e.g. 1,3.")] = None,
+    recompute: Annotated[str | None, typer.Option(help="Only these recompute modes, e.g. none,selective.")] = None,
+    micro_batch: Annotated[str | None, typer.Option(help="Micro-batch sizes to try (default 1,2,4,8).")] = None,
+    html: HtmlOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Every valid parallel plan that fits, ranked; rejected plans counted by reason."""
+    from gpuplan import catalog
+    from gpuplan.estimate.profile import calibrated
+    from gpuplan.search.plans import RECOMPUTE_ORDER, Constraints, SearchResult, parse_choices, search as run_search
+    from gpuplan.search.report import to_dict
+    from gpuplan.specs.training import TrainingConfig
+
+    spec = catalog.model(model)
+    hw, gpus = catalog.hardware(gpu, cluster, gpus)
+    hw, prof, reserve = calibrated(hw, calibration, None)
+    base = TrainingConfig.for_framework(
+        framework,
+        seq_len=seq_len,
+        global_batch=inputs.global_batch(global_batch, seq_len),
+        precision=precision,
+        optimizer=optimizer,
+        allocator_fraction=reserve,
+    )
+    price = catalog.price_or_catalog(hw.id, price)
+    constraints = Constraints(
+        tp=tp,
+        pp=pp,
+        cp=cp,
+        ep=ep,
+        dp=dp,
+        max_tp=max_tp,
+        max_pp=max_pp,
+        max_cp=max_cp,
+        max_ep=max_ep,
+        schedules=parse_choices(schedule, "schedule"),
+    )
+    zero_stages = parse_choices(zero, "zero", int) or (0, 1, 2, 3)
+    recompute_modes = parse_choices(recompute, "recompute") or RECOMPUTE_ORDER
+    micro_batches = parse_choices(micro_batch, "micro-batch", int) or (1, 2, 4, 8)
+
+    def run(progress: Callable[[int, int], object] | None = None) -> SearchResult:
+        return run_search(
+            spec,
+            hw,
+            gpus,
+            base,
+            top=top,
+            objective=objective,
+            price_per_gpu_hour=price,
+            progress=progress,
+            constraints=constraints,
+            zero_stages=zero_stages,
+            recompute=recompute_modes,
+            micro_batches=micro_batches,
+        )
+
+    if json_out:
+        result = run()
+        doc = {**to_dict(result, spec, hw), "calibration_profile": prof.describe() if prof else None}
+        report(html, "search", doc)
+        emit_json(doc)
+        return
+    from gpuplan.cli.render import console, progress, render_search
+
+    if prof:
+        console.print(prof.summary())
+    with progress() as bar:
+        task = bar.add_task("searching plans", total=1)
+        result = run(lambda i, n: bar.update(task, completed=i, total=n))
+    render_search(result, spec, hw)
+    if html:
+        report(html, "search", {**to_dict(result, spec, hw), "calibration_profile": prof.describe() if prof else None})

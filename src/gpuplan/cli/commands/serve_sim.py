@@ -1,0 +1,129 @@
+"""``gpuplan serve-sim``: the discrete-event serving simulation (serve/sim.py)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gpuplan import inputs
+from gpuplan.cli.options import (
+    BatchedTokensOpt,
+    BlockSizeOpt,
+    DpAttentionOpt,
+    EngineOpt,
+    GpuOpt,
+    HtmlOpt,
+    JsonOpt,
+    MemFractionOpt,
+    ModelArg,
+    PpOpt,
+    TpOpt,
+)
+from gpuplan.cli.output import report, show
+from gpuplan.cli.params import (
+    at_least,
+    between,
+    checked,
+    html_file,
+    seed as seed_rule,
+)
+
+
+@checked(
+    tp=at_least(1),
+    pp=at_least(1),
+    requests=at_least(1, 200_000),
+    concurrency=at_least(1, 10**7),
+    seed=seed_rule,
+    gpu_memory_utilization=between(0, 1, lo_open=True),
+    block_size=at_least(1, 10**6),
+    max_batched_tokens=at_least(1, 10**9),
+    max_num_seqs=at_least(1, 10**7),
+    html=html_file,
+)
+def serve_sim(
+    model: ModelArg,
+    gpu: GpuOpt = "h100-sxm",
+    tp: TpOpt = 1,
+    pp: PpOpt = 1,
+    weights: Annotated[str, typer.Option(help="Weight format (see `gpuplan serve --help`).")] = "bf16",
+    kv: Annotated[str, typer.Option(help="KV-cache format: bf16, fp16, fp8, int8, nvfp4 (Blackwell).")] = "bf16",
+    rate: Annotated[str | None, typer.Option(help="Poisson request rate(s) per second, e.g. 4 or 1,2,4,8.")] = None,
+    requests: Annotated[int, typer.Option(help="Requests per simulation.")] = 1000,
+    input_len: Annotated[str, typer.Option(help="Prompt length: 2048, 512-4096 (uniform) or exp:1024.")] = "2048",
+    output_len: Annotated[str, typer.Option(help="Output length: 256, 64-512 (uniform) or exp:256.")] = "256",
+    trace: Annotated[str | None, typer.Option(help="CSV trace: arrival_s,input_len,output_len.")] = None,
+    concurrency: Annotated[
+        int | None, typer.Option(help="Closed loop of N clients, each sending its next request when one finishes.")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Random seed (arrivals and lengths).")] = 0,
+    ttft_slo: Annotated[str | None, typer.Option(help="p99 TTFT target, e.g. 2s: find the highest rate.")] = None,
+    itl_slo: Annotated[
+        str | None, typer.Option("--itl-slo", "--tpot-slo", help="p99 inter-token latency (TPOT) target, e.g. 50ms.")
+    ] = None,
+    engine: EngineOpt = None,
+    dp_attention: DpAttentionOpt = False,
+    gpu_memory_utilization: MemFractionOpt = None,
+    block_size: BlockSizeOpt = None,
+    max_batched_tokens: BatchedTokensOpt = None,
+    max_num_seqs: Annotated[
+        int | None, typer.Option(help="Cap on running sequences (default 256, or the --engine's).")
+    ] = None,
+    html: HtmlOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Discrete-event serving simulation: continuous batching, paged KV, chunked prefill, preemption."""
+    from gpuplan import catalog
+    from gpuplan.serve.engines import engine_config
+    from gpuplan.serve.formats import kv_format, weight_format
+    from gpuplan.serve.sim import Lengths
+    from gpuplan.serve.sim_study import parse_rates, study
+    from gpuplan.serve.timing import Deployment
+
+    hw = catalog.gpu(gpu)
+    d = Deployment(catalog.model(model), hw, weight_format(weights, hw), kv_format(kv, hw), tp, pp, dp_attention)
+    seats = max_num_seqs if max_num_seqs is not None or engine else 256  # without an engine: 256, as before
+    cfg = engine_config(engine, hw, tp, gpu_memory_utilization, block_size, max_batched_tokens, seats)
+    lin, lout = Lengths.parse(input_len, "input_len"), Lengths.parse(output_len, "output_len")
+    ttft = inputs.duration(ttft_slo, "ttft_slo", max_s=86400) if ttft_slo is not None else None
+    itl = inputs.duration(itl_slo, "itl_slo", max_s=86400) if itl_slo is not None else None
+    plan = study(
+        d,
+        cfg,
+        requests,
+        lin,
+        lout,
+        seed,
+        rates=parse_rates(rate),
+        trace=trace,
+        clients=concurrency,
+        ttft_slo_s=ttft,
+        itl_slo_s=itl,
+    )
+    from gpuplan.cli.render import progress
+
+    with progress(json_out) as bar:
+        what, steps = plan.describe()
+        task = bar.add_task(what, total=steps)
+        results, best = plan.run(lambda: bar.advance(task))
+    doc = {
+        "model": d.model.name,
+        "gpu": hw.id,
+        "tp": tp,
+        "pp": pp,
+        "weights": weights,
+        "kv": kv,
+        "engine": cfg.engine,
+        "seed": seed,
+        "runs": [r.to_dict() for r in results],
+    }
+    if plan.searches:
+        doc["slo"] = {
+            "ttft_p99_s": ttft,
+            "itl_p99_s": itl,
+            "max_rate": best[0],
+            "at_max_rate": best[1].to_dict() if best[1] else None,
+        }
+    report(html, "serve-sim", doc)
+    show(doc, json_out, "render_serve_sim")

@@ -1,0 +1,267 @@
+"""``gpuplan train``: will a training run fit, where every byte per GPU goes, its FLOPs, time and cost."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gpuplan import inputs
+from gpuplan.cli.options import (
+    CalibrationOpt,
+    ClusterOpt,
+    CpuMemoryOpt,
+    DiskGbpsOpt,
+    DiskOpt,
+    FrameworkOpt,
+    GpuOpt,
+    HostOpt,
+    HtmlOpt,
+    JsonOpt,
+    ModelArg,
+    PcieOpt,
+    PpOpt,
+    PriceOpt,
+    TpOpt,
+)
+from gpuplan.cli.output import emit_json, report
+from gpuplan.cli.params import (
+    anything,
+    at_least,
+    between,
+    checked,
+    html_file,
+    price as price_rule,
+)
+from gpuplan.errors import DoesNotFit
+
+
+@checked(
+    gpus=at_least(1),
+    tp=at_least(1),
+    pp=at_least(1),
+    dp=at_least(1),
+    cp=at_least(1),
+    ep=at_least(1),
+    vp=at_least(1),
+    zero=at_least(0, 3),
+    seq_len=at_least(1, 10**8),
+    micro_batch=at_least(1, 10**6),
+    global_batch=anything,
+    tokens=anything,
+    mfu=between(0, 1, lo_open=True),
+    price=price_rule,
+    cuda_context_gib=between(0, 1024),
+    allocator_fraction=between(0, 1),
+    expert_imbalance=between(1, 1000),
+    html=html_file,
+)
+def train(
+    model: ModelArg,
+    gpu: GpuOpt = "h100-sxm",
+    gpus: Annotated[
+        int | None, typer.Option(help="Number of GPUs (world size; default 8, or all of --cluster).")
+    ] = None,
+    cluster: ClusterOpt = None,
+    tp: TpOpt = 1,
+    pp: PpOpt = 1,
+    dp: Annotated[int | None, typer.Option(help="Data-parallel degree (default: gpus / (tp*pp*cp)).")] = None,
+    cp: Annotated[int, typer.Option(help="Context-parallel degree.")] = 1,
+    ep: Annotated[int, typer.Option(help="Expert-parallel degree (carved from dp*cp).")] = 1,
+    vp: Annotated[int, typer.Option(help="Virtual pipeline stages per rank (interleaved 1F1B).")] = 1,
+    first_stage_layers: Annotated[
+        int | None,
+        typer.Option(
+            help="Layers on the first pipeline stage (Megatron --decoder-first-pipeline-num-layers); "
+            "the middle stages share the rest."
+        ),
+    ] = None,
+    last_stage_layers: Annotated[
+        int | None,
+        typer.Option(help="Layers on the last pipeline stage (Megatron --decoder-last-pipeline-num-layers)."),
+    ] = None,
+    schedule: Annotated[
+        str, typer.Option(help="Pipeline schedule: 1f1b, zb (zero-bubble H1), zb-v (V-shaped zero bubble), dualpipe.")
+    ] = "1f1b",
+    rank_order: Annotated[
+        str, typer.Option(help="Rank order, innermost first (decides which groups cross nodes).")
+    ] = "tp-cp-dp-pp",
+    zero: Annotated[int, typer.Option(help="ZeRO stage 0-3 (3 = FSDP full shard).")] = 0,
+    sp: Annotated[bool, typer.Option("--sp/--no-sp", help="Sequence parallelism with TP.")] = True,
+    seq_len: Annotated[int, typer.Option(help="Sequence length in tokens.")] = 4096,
+    micro_batch: Annotated[int, typer.Option(help="Sequences per micro-batch per GPU.")] = 1,
+    global_batch: Annotated[
+        str | None,
+        typer.Option(help="Global batch: sequences (512) or tokens with a suffix (16M); default micro-batch x dp."),
+    ] = None,
+    tokens: Annotated[str | None, typer.Option(help="Training tokens, e.g. 2T, 15.6e12, 300B.")] = None,
+    recompute: Annotated[str, typer.Option(help="Activation recompute: none, selective, full.")] = "none",
+    precision: Annotated[
+        str, typer.Option(help="bf16, fp16, fp32, fp8, or mxfp8/nvfp4 (Blackwell block-scaled GEMMs).")
+    ] = "bf16",
+    master_weights: Annotated[
+        bool, typer.Option("--master-weights/--no-master-weights", help="Keep an fp32 master copy (mixed precision).")
+    ] = True,
+    optimizer: Annotated[str, typer.Option(help="adamw, adamw8bit, sgd or adafactor.")] = "adamw",
+    attention: Annotated[
+        str | None, typer.Option(help="flash or eager attention kernels (default: the framework's; generic: flash).")
+    ] = None,
+    attention_kernel: Annotated[
+        str | None,
+        typer.Option(
+            help="fa3 (FlashAttention-3 / cuDNN, TransformerEngine), "
+            "fa2 (flash_attn 2, PyTorch SDPA's flash backend) or sdpa (what PyTorch >= 2.11 SDPA "
+            "picks: cuDNN on H100/B200, FlashAttention-2 elsewhere) (default: the framework's)."
+        ),
+    ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            help="fused (Megatron/TE) or eager (PyTorch + transformers) (default: the framework's; generic: fused)."
+        ),
+    ] = None,
+    framework: FrameworkOpt = "generic",
+    mfu: Annotated[float | None, typer.Option(help="Override the predicted MFU, e.g. 0.4.")] = None,
+    tp_overlap: Annotated[
+        bool | None,
+        typer.Option(
+            "--tp-overlap/--no-tp-overlap",
+            help="Hide TP collectives behind GEMMs (TransformerEngine) (default: the framework's; generic: off).",
+        ),
+    ] = None,
+    overlap_grad_reduce: Annotated[
+        bool | None,
+        typer.Option(
+            "--overlap-grad-reduce/--no-overlap-grad-reduce",
+            help="Reduce DP gradients during the backward (default: the framework's; generic: on).",
+        ),
+    ] = None,
+    ep_overlap: Annotated[
+        bool,
+        typer.Option(
+            "--ep-overlap/--no-ep-overlap",
+            help="MoE: hide the expert all-to-all behind another micro-batch's "
+            "compute (Megatron --overlap-moe-expert-parallel-comm; "
+            "DualPipe always does).",
+        ),
+    ] = False,
+    price: PriceOpt = None,
+    cuda_context_gib: Annotated[float, typer.Option(help="CUDA/NCCL context per GPU, GiB.")] = 0.5,
+    allocator_fraction: Annotated[
+        float | None,
+        typer.Option(help="Allocator reserve, fraction of allocated (default 0.05, or the --calibration profile's)."),
+    ] = None,
+    expert_imbalance: Annotated[
+        float,
+        typer.Option(help="MoE: busiest expert-parallel GPU's load over the mean (`gpuplan experts` reports it)."),
+    ] = 1.0,
+    calibration: CalibrationOpt = None,
+    offload: Annotated[str | None, typer.Option(help="ZeRO-Offload: none, optimizer, optimizer+params.")] = None,
+    offload_device: Annotated[str, typer.Option(help="Where offloaded states live: cpu or nvme.")] = "cpu",
+    delayed_update: Annotated[
+        bool, typer.Option("--delayed-update", help="Offload: one-step delayed parameter update (ZeRO-Offload DPU).")
+    ] = False,
+    cpu_memory: CpuMemoryOpt = None,
+    disk: DiskOpt = None,
+    pcie_gbps: PcieOpt = None,
+    disk_gbps: DiskGbpsOpt = None,
+    host: HostOpt = None,
+    html: HtmlOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Will a training run fit, where every byte per GPU goes, its FLOPs, time and cost."""
+    from gpuplan import catalog
+    from gpuplan.estimate.profile import calibrated
+    from gpuplan.estimate.train import TrainRequest, estimate_training, to_dict
+    from gpuplan.specs.parallel import ParallelPlan
+    from gpuplan.specs.training import TrainingConfig
+    from gpuplan.units import GiB
+
+    spec = catalog.model(model)
+    hw, gpus = catalog.hardware(gpu, cluster, gpus)
+    hw, prof, allocator_fraction = calibrated(hw, calibration, allocator_fraction)
+    plan = ParallelPlan.for_gpus(
+        gpus,
+        dp,
+        tp=tp,
+        pp=pp,
+        cp=cp,
+        ep=ep,
+        vp=vp,
+        zero=zero,
+        sp=sp,
+        schedule=schedule,
+        order=rank_order,
+        first_stage_layers=first_stage_layers,
+        last_stage_layers=last_stage_layers,
+    )
+    config = TrainingConfig.for_framework(
+        framework,
+        seq_len=seq_len,
+        micro_batch=micro_batch,
+        global_batch=0 if global_batch is None else inputs.global_batch(global_batch, seq_len),
+        precision=precision,
+        master_weights=master_weights,
+        optimizer=optimizer,
+        recompute=recompute,
+        attention=attention,
+        attention_kernel=attention_kernel,
+        profile=profile,
+        cuda_context_bytes=cuda_context_gib * GiB,
+        allocator_fraction=allocator_fraction,
+        tp_overlap=tp_overlap,
+        overlap_grad_reduce=overlap_grad_reduce,
+        expert_imbalance=expert_imbalance,
+        ep_overlap=ep_overlap,
+    )
+    if offload is not None:  # the offload model (estimate/offload.py) answers instead
+        from gpuplan.cli.offload import host_from_flags, render_train_offload
+        from gpuplan.estimate.offload import OffloadTrainRequest, check_fits, estimate_offload_training, to_dict as od
+
+        oreq = OffloadTrainRequest(
+            model=spec,
+            gpu=hw,
+            host=host_from_flags(hw, cpu_memory, disk, pcie_gbps, disk_gbps, host=host),
+            plan=plan,
+            config=config,
+            offload=offload,
+            device=offload_device,
+            delayed_update=delayed_update,
+            microbatches=max(1, TrainRequest(model=spec, gpu=hw, plan=plan, config=config).microbatches),
+        )
+        oest = estimate_offload_training(oreq)
+        odoc = od(oest)
+        report(html, "train", odoc)
+        check_fits(oest)
+        emit_json(odoc) if json_out else render_train_offload(odoc)
+        return
+    price_per_gpu_hour, price_source = catalog.price_with_source(hw.id, price)
+    req = TrainRequest(
+        model=spec,
+        gpu=hw,
+        plan=plan,
+        config=config,
+        tokens=inputs.count(tokens, "tokens") if tokens is not None else None,
+        mfu=mfu,
+        price_per_gpu_hour=price_per_gpu_hour,
+        price_source=price_source,
+    )
+    est = estimate_training(req)
+    doc = {**to_dict(est), "calibration_profile": prof.describe() if prof else None} if json_out or html else {}
+    report(html, "train", doc)
+    if json_out:
+        emit_json(doc)
+    else:
+        from gpuplan.cli.render import console, render_train
+
+        if prof:
+            console.print(prof.summary())
+        render_train(est)
+    if not est.memory.fits:
+        fix = next((s.change for s in est.suggestions if s.fits), None)
+        raise DoesNotFit(
+            "memory",
+            f"needs {est.memory.per_gpu.total / GiB:,.2f} GiB per GPU, {hw.name} has "
+            f"{est.memory.capacity / GiB:,.2f} GiB",
+            f"try {fix} (checked: it fits)" if fix else "use a GPU with more memory",
+        )
