@@ -1,0 +1,86 @@
+"""``gpuplan validate``: predictions against published runs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gpuplan.cli.options import JsonOpt
+from gpuplan.cli.output import emit_json
+from gpuplan.cli.params import (
+    checked,
+)
+from gpuplan.errors import GpuplanError
+
+
+@checked()
+def validate(
+    kind: Annotated[
+        str,
+        typer.Argument(
+            help="training (step time), serving (throughput and latency), serving-kv (KV pools) or offload."
+        ),
+    ] = "training",
+    calibrated: Annotated[
+        bool,
+        typer.Option(
+            "--calibrated",
+            help="Training: calibrate on one run of a GPU family, "
+            "predict the family's others (each in turn), against uncalibrated.",
+        ),
+    ] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Predictions against published runs: per-row error, mean/median and max."""
+    if kind == "offload":
+        from gpuplan.estimate.offload_validate import summary as off_summary, to_dict as off_dict, validate_offload
+
+        off_checks = validate_offload()
+        if json_out:
+            emit_json(off_dict(off_checks))
+            return
+        from gpuplan.cli.offload import render_offload_validation
+
+        render_offload_validation(off_checks, off_summary(off_checks))
+        return
+    if kind == "serving-kv":  # held out: KV pools against engines' startup logs
+        from gpuplan.cli.render_serve import render_kv_validation
+        from gpuplan.serve.validate_kv import to_dict as kv_dict, validate_kv_pools
+
+        kdoc = kv_dict(validate_kv_pools())
+        emit_json(kdoc) if json_out else render_kv_validation(kdoc)
+        return
+    if kind == "serving":
+        from gpuplan.serve.validate import summary as serve_summary, to_dict as serve_dict, validate_serving
+
+        checks = validate_serving()
+        if json_out:
+            emit_json(serve_dict(checks))
+            return
+        from gpuplan.cli.render import render_serve_validation
+
+        render_serve_validation(checks, serve_summary(checks))
+        return
+    if kind != "training":
+        raise GpuplanError("kind", f"unknown validation set {kind!r}", "use training, serving, serving-kv or offload")
+    if calibrated:
+        from gpuplan.estimate.calibrate import calibrated_validation
+
+        doc = calibrated_validation()
+        if json_out:
+            emit_json(doc)
+        else:
+            from gpuplan.cli.render_runs import render_calibrated_validation
+
+            render_calibrated_validation(doc)
+        return
+    from gpuplan.estimate.validate import by_category, summary, to_dict, validate_training
+
+    results = validate_training()
+    if json_out:
+        emit_json(to_dict(results))
+        return
+    from gpuplan.cli.render import render_validation
+
+    render_validation(results, summary(results), by_category(results))
