@@ -13,13 +13,15 @@ ARGS: list[str] = []
 
 
 def show(doc: dict[str, Any], json_out: bool, renderer: str) -> None:
-    """Print ``doc`` as JSON, or through the named rich renderer of cli/render.py."""
+    """Print ``doc`` as JSON, or through a rich renderer named ``module.function`` under gpuplan.cli
+    (e.g. ``render_sims.render_tco``), imported only when it draws."""
     if json_out:
         emit_json(doc)
         return
-    from gpuplan.cli import render
+    import importlib
 
-    getattr(render, renderer)(doc)
+    module, function = renderer.rsplit(".", 1)
+    getattr(importlib.import_module(f"gpuplan.cli.{module}"), function)(doc)
 
 
 def report(path: str | None, command: str, doc: dict[str, Any], slo: dict[str, Any] | None = None) -> None:

@@ -44,20 +44,20 @@ def progress(disable: bool = False):
         yield bar
 
 
-def _id_column(table: Table, name: str, ids) -> None:
+def id_column(table: Table, name: str, ids) -> None:
     """Ids are what users type next: never wrapped or cut with an ellipsis, whatever the width (a
     pipe counts as 80 columns); the other columns wrap instead."""
     table.add_column(name, no_wrap=True, overflow="fold", min_width=max([len(name)] + [len(str(i)) for i in ids]))
 
 
-def _mem_table(title: str) -> Table:
+def mem_table(title: str) -> Table:
     table = Table(title=title)
     for col in ("component", "GiB", "GB", "of GPU", "note"):
         table.add_column(col, justify="left" if col in ("component", "note") else "right")
     return table
 
 
-def _mem_row(table: Table, name: str, n_bytes: float, capacity: float, note: str = "") -> None:
+def mem_row(table: Table, name: str, n_bytes: float, capacity: float, note: str = "") -> None:
     table.add_row(name, f"{n_bytes / GiB:,.2f}", f"{n_bytes / GB:,.2f}", f"{100 * n_bytes / capacity:5.1f}%", note)
 
 
@@ -86,18 +86,18 @@ def render_train(est) -> None:
 
         console.print("layers per pipeline stage: " + " ".join(map(str, stage_layers(m, p))))
 
-    table = _mem_table(f"Memory per GPU (most loaded: pipeline stage {s.stage}, {s.layers} layers)")
+    table = mem_table(f"Memory per GPU (most loaded: pipeline stage {s.stage}, {s.layers} layers)")
     cap = mem.capacity
-    _mem_row(table, "weights", s.weights, cap)
-    _mem_row(table, "gradients", s.gradients, cap)
-    _mem_row(table, "optimizer states", s.optimizer, cap)
-    _mem_row(table, "master weights", s.master_weights, cap)
-    _mem_row(table, "activations", s.activations, cap, f"{s.microbatches_in_flight:g} micro-batches in flight")
+    mem_row(table, "weights", s.weights, cap)
+    mem_row(table, "gradients", s.gradients, cap)
+    mem_row(table, "optimizer states", s.optimizer, cap)
+    mem_row(table, "master weights", s.master_weights, cap)
+    mem_row(table, "activations", s.activations, cap, f"{s.microbatches_in_flight:g} micro-batches in flight")
     for name, value in s.other.items():
-        _mem_row(table, f"  {name.replace('_', ' ')}", value, cap)
+        mem_row(table, f"  {name.replace('_', ' ')}", value, cap)
     table.add_section()
-    _mem_row(table, "total", s.total, cap)
-    _mem_row(table, "GPU capacity", cap, cap)
+    mem_row(table, "total", s.total, cap)
+    mem_row(table, "GPU capacity", cap, cap)
     console.print(table)
     if mem.fits:
         console.print(f"[green]fits[/]: {fmt_bytes(mem.headroom)} free")
@@ -192,7 +192,7 @@ def render_step(st, gpu, title: str = "Predicted step time") -> None:
 
 def render_models(rows) -> None:
     table = Table(title="Model catalog")
-    _id_column(table, "id", [r["id"] for r in rows])
+    id_column(table, "id", [r["id"] for r in rows])
     for col in ("type", "params", "active", "layers", "hidden", "heads/kv", "vocab", "experts"):
         table.add_column(col, justify="left" if col == "type" else "right", overflow="fold")
     for r in rows:
@@ -212,7 +212,7 @@ def render_models(rows) -> None:
 
 def render_gpus(rows) -> None:
     table = Table(title="GPU catalog (dense peaks)")
-    _id_column(table, "id", [r["id"] for r in rows])
+    id_column(table, "id", [r["id"] for r in rows])
     for col in (
         "memory GiB",
         "memory GB",
@@ -291,337 +291,3 @@ def render_search(result, m, gpu) -> None:
     console.print(rej)
     if gpu.efficiency.assumed:
         console.print(f"[yellow]note[/]: no published efficiency measurements for {gpu.name}; rates are assumed")
-
-
-def render_validation(results, summary, categories=None) -> None:
-    table = Table(title="Predicted vs published step time")
-    _id_column(table, "run", [r.row.id for r in results])
-    for col in ("GPUs", "tp", "pp", "dp", "cp", "zero", "recompute", "measured s", "predicted s", "error", "pred. MFU"):
-        table.add_column(col, justify="left" if col == "recompute" else "right")
-    for r in results:
-        row = r.row
-        table.add_row(
-            row.id,
-            str(row.plan.world_size),
-            str(row.plan.tp),
-            str(row.plan.pp),
-            str(row.plan.dp),
-            str(row.plan.cp),
-            str(row.plan.zero),
-            row.config.recompute,
-            f"{row.measured_step_s:,.3f}",
-            f"{r.predicted_step_s:,.3f}",
-            f"{r.error:+.1%}",
-            f"{r.mfu:.1%}",
-        )
-    console.print(table)
-    if categories:
-        ct = Table(title="Error per category (the band `gpuplan train` reports for runs of that kind)")
-        for col in ("GPU family", "precision", "context", "parallel", "runs", "mean |error|", "min", "max"):
-            ct.add_column(col, justify="left" if col in ("GPU family", "precision", "context", "parallel") else "right")
-        for key, s in categories.items():
-            ct.add_row(
-                *key,
-                str(int(s["rows"])),
-                f"{s['mean_abs_error']:.1%}",
-                f"{s['min_error']:+.1%}",
-                f"{s['max_error']:+.1%}",
-            )
-        console.print(ct)
-    console.print(
-        f"{summary['rows']} runs: mean |error| {summary['mean_abs_error']:.1%}, "
-        f"max |error| {summary['max_abs_error']:.1%}, mean signed {summary['mean_signed_error']:+.1%}"
-    )
-
-
-def render_serve(est, doc: dict) -> None:
-    r, d = est.request, est.deployment
-    mem = doc["memory"]
-    console.print(
-        f"[bold]{r.model.name}[/] on {d.gpus} x {d.gpu.name} (tp={d.tp}, pp={d.pp}"
-        f"{', DP attention' if d.dp_attention else ''}), weights {d.weights.name}, "
-        f"KV {d.kv.name}; {r.input_len} tokens in, {r.output_len} out, "
-        f"{'max-throughput' if r.max_throughput else 'concurrency'} {doc['concurrency']}"
-    )
-    for note in r.model.notes:
-        console.print(f"[dim]note: {note}[/]")
-    eng = doc["engine"]
-    if eng["name"] != "generic":
-        rule = {"total": "of total memory", "free": "of memory free after loading", "static": "of total (static)"}
-        console.print(
-            f"engine {eng['name']}: KV pool from {r.config.gpu_memory_utilization:.0%} "
-            f"{rule[eng['memory_rule']]}, {eng['max_batched_tokens']:,} tokens per iteration, "
-            + (
-                f"at most {eng['max_num_seqs']:,} sequences"
-                if eng["max_num_seqs"]
-                else "as many sequences as the pool holds"
-            )
-            + f"; host time: {eng['host_note']}"
-        )
-    frac = f"{r.config.gpu_memory_utilization:.0%}"
-    budget = {  # each engine's rule for its memory fraction (serve/engines.py)
-        "total": f"engine budget {frac} of {mem['capacity'] / GiB:,.2f} GiB",
-        "free": f"KV pool {frac} of what is free of {mem['capacity'] / GiB:,.2f} GiB after loading",
-        "static": f"weights and KV pool in {frac} of {mem['capacity'] / GiB:,.2f} GiB",
-    }[eng["memory_rule"]]
-    table = _mem_table(f"Memory per GPU ({budget})")
-    per = mem["per_gpu"]
-    cap = mem["capacity"]
-    _mem_row(table, "weights", per["weights"], cap, d.weights.description)
-    _mem_row(
-        table,
-        "KV cache (these sequences)",
-        per["kv_cache"],
-        cap,
-        f"{doc['running']} x {r.input_len + r.output_len} tokens, blocks of {r.config.block_size}",
-    )
-    _mem_row(table, "activations (peak)", per["activations"], cap, f"{r.config.max_batched_tokens} batched tokens")
-    _mem_row(table, "other", per["other"], cap, "CUDA context, graphs, NCCL")
-    _mem_row(table, "total", per["total"], cap)
-    _mem_row(table, "KV pool (allocated)", mem["kv_pool"], cap, f"holds {doc['max_concurrency']:,} such sequences")
-    console.print(table)
-    pg = doc["paging"]
-    console.print(
-        f"KV per token: {doc['kv_bytes_per_token'] / 1024:,.1f} KiB (whole model), "
-        f"{doc['kv_bytes_per_token_per_gpu'] / 1024:,.1f} KiB per GPU; max concurrency {doc['max_concurrency']:,}; "
-        f"max context at concurrency {doc['running']}: {doc['max_context_at_concurrency']:,} tokens"
-    )
-    console.print(
-        f"paging wastes {pg['paged_waste_fraction']:.1%} of a sequence's blocks; contiguous pre-allocation of "
-        f"{est.model_max_len:,} tokens would waste {pg['contiguous_waste_fraction']:.1%} and hold only "
-        f"{pg['contiguous_max_concurrency']:,} sequences"
-    )
-
-    t = Table(title="Latency and throughput (steady state)")
-    t.add_column("quantity")
-    t.add_column("value", justify="right")
-    if doc["queued"]:
-        console.print(
-            f"[yellow]{doc['concurrency']:,} clients, {doc['running']:,} fit at once: {doc['queued']:,} wait in the "
-            f"queue, {fmt_duration(doc['queue_wait_s'])} each (included in TTFT)[/]"
-        )
-        t.add_row("TTFT (queue wait + prefill)", fmt_duration(doc["ttft_s"]))
-    else:
-        t.add_row("TTFT (prefill, no queueing)", fmt_duration(doc["ttft_s"]))
-    t.add_row("TPOT (inter-token latency)", fmt_duration(doc["tpot_s"]))
-    t.add_row("end-to-end per request", fmt_duration(doc["e2e_s"]))
-    t.add_row("output tokens/s (replica)", f"{doc['output_tokens_per_s']:,.0f}")
-    t.add_row("output tokens/s per GPU", f"{doc['output_tokens_per_s_per_gpu']:,.0f}")
-    t.add_row("decode turns compute-bound at batch", f"{doc['compute_bound_batch']:,.0f}")
-    if doc["cost_per_million_output_tokens"] is not None:
-        t.add_row("$ per M input tokens", f"{doc['cost_per_million_input_tokens']:,.4f}")
-        t.add_row("$ per M output tokens", f"{doc['cost_per_million_output_tokens']:,.4f}")
-    if "gpus_needed" in doc:
-        t.add_row("GPUs needed for the target", f"{doc['gpus_needed']:,}")
-    t.add_row("swap one sequence's KV in from host", fmt_duration(doc["kv_offload"]["swap_in_s"]))
-    console.print(t)
-
-    c = Table(title="Throughput vs concurrency")
-    for col in ("concurrency", "decoding", "TPOT", "TTFT", "output tok/s"):
-        c.add_column(col, justify="right")
-    for p in doc["throughput_curve"]:
-        c.add_row(
-            f"{p['concurrency']:,}",
-            f"{p['decoding']:,.0f}",
-            fmt_duration(p["tpot_s"]),
-            fmt_duration(p["ttft_s"]),
-            f"{p['output_tokens_per_s']:,.0f}",
-        )
-    console.print(c)
-    if "speculative" in doc:
-        s = doc["speculative"]
-        stop = s["stops_paying_at_batch"]
-        console.print(
-            f"speculative ({s['method']}, {s['draft_len']} drafts, acceptance {s['acceptance']:.0%}): "
-            f"{s['expected_tokens_per_pass']:.2f} tokens per target pass, speedup {s['speedup']:.2f}x at this "
-            f"batch; " + (f"stops paying at batch {stop}" if stop else "pays at every batch up to the maximum")
-        )
-
-
-def render_serve_validation(checks, summary) -> None:
-    table = Table(title="Predicted vs published serving runs")
-    _id_column(table, "run", [c.row.id for c in checks])
-    for col in ("metric", "measured", "predicted", "error"):
-        table.add_column(col, justify="left" if col == "metric" else "right")
-    for c in checks:
-        table.add_row(c.row.id, c.row.metric, f"{c.row.measured:,.2f}", f"{c.predicted:,.2f}", f"{c.error:+.1%}")
-    console.print(table)
-    console.print(
-        f"{summary['rows']} runs: median |error| {summary['median_abs_error']:.1%}, mean |error| "
-        f"{summary['mean_abs_error']:.1%}, max |error| {summary['max_abs_error']:.1%}"
-    )
-
-
-def render_serve_sim(doc: dict) -> None:
-    table = Table(
-        title=f"Serving simulation: {doc['model']} on {doc['tp'] * doc['pp']} x {doc['gpu']} "
-        f"({doc['weights']}, KV {doc['kv']}), engine {doc.get('engine', 'generic')}, seed {doc['seed']}"
-    )
-    for col in (
-        "rate req/s",
-        "requests",
-        "TTFT p50",
-        "TTFT p99",
-        "ITL p50",
-        "ITL p99",
-        "E2E p50",
-        "E2E p99",
-        "output tok/s",
-        "preempt.",
-    ):
-        table.add_column(col, justify="right")
-    runs = list(doc["runs"])
-    if doc.get("slo") and doc["slo"]["at_max_rate"]:
-        runs.append(doc["slo"]["at_max_rate"])
-    for r in runs:
-        itl = r["itl_s"] or {"p50": 0.0, "p99": 0.0}
-        table.add_row(
-            f"{r['clients']:,} clients" if r.get("clients") else (f"{r['rate']:,.2f}" if r["rate"] else "trace"),
-            f"{r['requests']:,}",
-            fmt_duration(r["ttft_s"]["p50"]),
-            fmt_duration(r["ttft_s"]["p99"]),
-            fmt_duration(itl["p50"]),
-            fmt_duration(itl["p99"]),
-            fmt_duration(r["e2e_s"]["p50"]),
-            fmt_duration(r["e2e_s"]["p99"]),
-            f"{r['output_tokens_per_s']:,.0f}",
-            f"{r['preemptions']:,}",
-        )
-    console.print(table)
-    for r in runs:
-        if r.get("clients"):
-            console.print(
-                f"closed loop of {r['clients']:,} clients: on average {r['queued_mean']:,.1f} wait for a seat "
-                f"(TTFT includes the wait); {r['requests_per_s']:,.2f} requests/s"
-            )
-    if doc.get("slo"):
-        s = doc["slo"]
-        goal = " and ".join(
-            x
-            for x in (
-                f"p99 TTFT <= {fmt_duration(s['ttft_p99_s'])}" if s["ttft_p99_s"] else "",
-                f"p99 ITL <= {fmt_duration(s['itl_p99_s'])}" if s["itl_p99_s"] else "",
-            )
-            if x
-        )
-        console.print(
-            f"highest rate meeting {goal}: {s['max_rate']:,.2f} requests/s"
-            if s["max_rate"]
-            else f"no rate meets {goal}"
-        )
-
-
-def render_pipeline(doc: dict) -> None:
-    table = Table(
-        title=f"{doc['schedule']}: {doc['stages']} ranks, {doc['microbatches']} micro-batches, makespan "
-        f"{doc['makespan_s']:,.3f}, bubble {doc['bubble_fraction']:.2%} of rank-time "
-        f"(idle/busy {doc['bubble_ratio']:.2%})"
-    )
-    for col in ("rank", "busy", "idle", "peak activations (micro-batches)", "weight copies"):
-        table.add_column(col, justify="right")
-    for r in range(doc["stages"]):
-        table.add_row(
-            str(r),
-            f"{doc['busy_s'][r]:,.3f}",
-            f"{doc['idle_s'][r]:,.3f}",
-            f"{doc['peak_activations'][r]:g}",
-            str(doc["parameter_copies"][r]),
-        )
-    console.print(table)
-    for k in ("trace", "plot"):
-        if doc[k]:
-            console.print(f"{k} written to {doc[k]}")
-
-
-def render_experts(doc: dict) -> None:
-    table = Table(
-        title=f"Expert placement ({doc['policy']}): {doc['experts']} experts x {doc['layers']} layers, "
-        f"{doc['replicas']} slots on {doc['gpus']} GPUs in {doc['nodes']} nodes"
-    )
-    for col in ("layer", "max/mean GPU load", "most replicas", "heaviest node share"):
-        table.add_column(col, justify="right")
-    layers = range(len(doc["balance"]))
-    shown = list(layers) if len(doc["balance"]) <= 12 else sorted(layers, key=lambda l: -doc["balance"][l])[:12]
-    for l in sorted(shown):
-        node = doc["node_load"][l]
-        table.add_row(
-            str(l),
-            f"{doc['balance'][l]:.4f}",
-            str(max(doc["replica_counts"][l])),
-            f"{max(node) / sum(node):.1%}" if sum(node) else "-",
-        )
-    console.print(table)
-    c = doc["cross_node"]
-    console.print(
-        f"balance: mean {doc['balance_mean']:.4f}, worst {doc['balance_max']:.4f} "
-        f"(pass --expert-imbalance {doc['expert_imbalance_for_train']:.3f} to `gpuplan train`); "
-        f"a token's top-{c['top_k']} reaches {c['remote_nodes_per_token']:.2f} other nodes "
-        f"({c['dispatch_bytes_per_token'] / 1024:,.1f} KiB dispatched across nodes per token, node-deduplicated)"
-    )
-
-
-def render_whatif(doc: dict) -> None:
-    table = Table(
-        title=f"{doc['gpus']} x {doc['gpu']}, preempted after {fmt_duration(doc['preempt_at_s'])} "
-        f"at ${doc['price_per_gpu_hour']:.2f}/GPU-hour"
-    )
-    for col in ("checkpoint", "interval", "work lost", "GPU-hours lost", "$ lost", "$ checkpoint overhead"):
-        table.add_column(col, justify="left" if col == "checkpoint" else "right")
-    for p in doc["policies"]:
-        table.add_row(
-            p["checkpoint"],
-            fmt_duration(p["interval_s"]) if p["interval_s"] else "-",
-            fmt_duration(p["lost_work_s"]),
-            f"{p['lost_gpu_hours']:,.1f}",
-            f"${p['lost_usd']:,.0f}",
-            f"${p['overhead_usd']:,.0f}",
-        )
-    console.print(table)
-
-
-def render_cluster(r: dict) -> None:
-    console.print(
-        f"{r['finished']:,} of {r['jobs']:,} jobs on {r['gpus']:,} GPUs ({r['policy']}, {r['placement']}, "
-        f"checkpoints {r['checkpoint']}) in {fmt_duration(r['makespan_s'])}: utilisation "
-        f"{r['utilisation']:.1%}, goodput {r['goodput']:.1%}; {r['preemptions']:,} preemptions, "
-        f"{r['failures']:,} node failures, {r['reclaims']:,} spot reclaims"
-    )
-    if r.get("skipped"):
-        console.print("trace rows skipped: " + ", ".join(f"{n:,} {why}" for why, n in r["skipped"].items()))
-    t = Table(title="GPU-hours by use")
-    for col in ("use", "GPU-hours", "$"):
-        t.add_column(col, justify="left" if col == "use" else "right")
-    price = r["usd_lost"] / r["gpu_hours_lost"] if r["gpu_hours_lost"] else 0.0
-    for k, v in r["gpu_hours"].items():
-        t.add_row(k.replace("_", " "), f"{v:,.1f}", f"{v * price:,.0f}" if k != "useful" else "")
-    console.print(t)
-    q = Table(title="By tier")
-    for col in ("tier", "jobs", "mean wait", "p99 wait", "mean completion"):
-        q.add_column(col, justify="right")
-    for tier, v in r["tiers"].items():
-        q.add_row(
-            tier,
-            f"{v['jobs']:,}",
-            fmt_duration(v["mean_wait_s"]),
-            fmt_duration(v["p99_wait_s"]),
-            fmt_duration(v["mean_jct_s"]),
-        )
-    console.print(q)
-
-
-def render_tco(doc: dict) -> None:
-    m = doc["monthly"]
-    console.print(
-        f"{doc['gpus']} GPUs, {doc['useful_gpu_hours_per_month']:,.0f} useful GPU-hours a month: on demand "
-        f"${m['on_demand']:,.0f}/month"
-        + (f", spot ${m['spot']:,.0f}/month (preemptions waste {doc['spot_waste_fraction']:.1%})" if m["spot"] else "")
-        + f", owned ${m['owned_capex']:,.0f} up front + ${m['owned_running']:,.0f}/month"
-    )
-    be = doc["breakeven_month"]
-    for k, v in be.items():
-        if k == "spot" and not m["spot"]:
-            continue
-        console.print(
-            f"owning beats {k.replace('_', '-')} "
-            + (f"from month {v}" if v else f"never within {len(doc['cumulative'])} months")
-        )

@@ -1,5 +1,5 @@
-"""Rich output and JSON documents for ``gpuplan calibrate``, ``compare`` and
-``validate --calibrated``."""
+"""Rich output and JSON documents for ``gpuplan calibrate``, ``compare`` and ``validate`` (training,
+serving, ``--calibrated``): predictions set beside measured runs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.table import Table
 
-from gpuplan.cli.render import console
+from gpuplan.cli.render import console, id_column
 from gpuplan.units import GiB
 
 
@@ -144,3 +144,58 @@ def render_calibrated_validation(doc: dict[str, Any]) -> None:
         )
     console.print(t)
     console.print("mean |step-time error|; uncalibrated: sustained = 1 (datasheet and measured kernel rates only)")
+
+
+def render_validation(results, summary, categories=None) -> None:
+    table = Table(title="Predicted vs published step time")
+    id_column(table, "run", [r.row.id for r in results])
+    for col in ("GPUs", "tp", "pp", "dp", "cp", "zero", "recompute", "measured s", "predicted s", "error", "pred. MFU"):
+        table.add_column(col, justify="left" if col == "recompute" else "right")
+    for r in results:
+        row = r.row
+        table.add_row(
+            row.id,
+            str(row.plan.world_size),
+            str(row.plan.tp),
+            str(row.plan.pp),
+            str(row.plan.dp),
+            str(row.plan.cp),
+            str(row.plan.zero),
+            row.config.recompute,
+            f"{row.measured_step_s:,.3f}",
+            f"{r.predicted_step_s:,.3f}",
+            f"{r.error:+.1%}",
+            f"{r.mfu:.1%}",
+        )
+    console.print(table)
+    if categories:
+        ct = Table(title="Error per category (the band `gpuplan train` reports for runs of that kind)")
+        for col in ("GPU family", "precision", "context", "parallel", "runs", "mean |error|", "min", "max"):
+            ct.add_column(col, justify="left" if col in ("GPU family", "precision", "context", "parallel") else "right")
+        for key, s in categories.items():
+            ct.add_row(
+                *key,
+                str(int(s["rows"])),
+                f"{s['mean_abs_error']:.1%}",
+                f"{s['min_error']:+.1%}",
+                f"{s['max_error']:+.1%}",
+            )
+        console.print(ct)
+    console.print(
+        f"{summary['rows']} runs: mean |error| {summary['mean_abs_error']:.1%}, "
+        f"max |error| {summary['max_abs_error']:.1%}, mean signed {summary['mean_signed_error']:+.1%}"
+    )
+
+
+def render_serve_validation(checks, summary) -> None:
+    table = Table(title="Predicted vs published serving runs")
+    id_column(table, "run", [c.row.id for c in checks])
+    for col in ("metric", "measured", "predicted", "error"):
+        table.add_column(col, justify="left" if col == "metric" else "right")
+    for c in checks:
+        table.add_row(c.row.id, c.row.metric, f"{c.row.measured:,.2f}", f"{c.predicted:,.2f}", f"{c.error:+.1%}")
+    console.print(table)
+    console.print(
+        f"{summary['rows']} runs: median |error| {summary['median_abs_error']:.1%}, mean |error| "
+        f"{summary['mean_abs_error']:.1%}, max |error| {summary['max_abs_error']:.1%}"
+    )

@@ -1,11 +1,12 @@
-"""Human output of the serving shapes beyond one replica: disaggregated prefill/decode pools."""
+"""Human output of serving: one deployment (``serve``), the simulation (``serve-sim``) and the
+shapes beyond one replica (disaggregated prefill/decode pools)."""
 
 from __future__ import annotations
 
 from rich.table import Table
 
-from gpuplan.cli.render import console
-from gpuplan.units import fmt_duration
+from gpuplan.cli.render import console, mem_row, mem_table
+from gpuplan.units import GiB, fmt_duration
 
 
 def render_disagg(doc: dict) -> None:
@@ -66,3 +67,166 @@ def render_kv_validation(doc: dict) -> None:
         f"{s['rows']} runs: median |error| {s['median_abs_error']:.1%}, p90 {s['p90_abs_error']:.1%}, "
         f"max {s['max_abs_error']:.1%}; engine refusals matched {s['refusals_matched']} of {s['refusals']}"
     )
+
+
+def render_serve(est, doc: dict) -> None:
+    r, d = est.request, est.deployment
+    mem = doc["memory"]
+    console.print(
+        f"[bold]{r.model.name}[/] on {d.gpus} x {d.gpu.name} (tp={d.tp}, pp={d.pp}"
+        f"{', DP attention' if d.dp_attention else ''}), weights {d.weights.name}, "
+        f"KV {d.kv.name}; {r.input_len} tokens in, {r.output_len} out, "
+        f"{'max-throughput' if r.max_throughput else 'concurrency'} {doc['concurrency']}"
+    )
+    for note in r.model.notes:
+        console.print(f"[dim]note: {note}[/]")
+    eng = doc["engine"]
+    if eng["name"] != "generic":
+        rule = {"total": "of total memory", "free": "of memory free after loading", "static": "of total (static)"}
+        console.print(
+            f"engine {eng['name']}: KV pool from {r.config.gpu_memory_utilization:.0%} "
+            f"{rule[eng['memory_rule']]}, {eng['max_batched_tokens']:,} tokens per iteration, "
+            + (
+                f"at most {eng['max_num_seqs']:,} sequences"
+                if eng["max_num_seqs"]
+                else "as many sequences as the pool holds"
+            )
+            + f"; host time: {eng['host_note']}"
+        )
+    frac = f"{r.config.gpu_memory_utilization:.0%}"
+    budget = {  # each engine's rule for its memory fraction (serve/engines.py)
+        "total": f"engine budget {frac} of {mem['capacity'] / GiB:,.2f} GiB",
+        "free": f"KV pool {frac} of what is free of {mem['capacity'] / GiB:,.2f} GiB after loading",
+        "static": f"weights and KV pool in {frac} of {mem['capacity'] / GiB:,.2f} GiB",
+    }[eng["memory_rule"]]
+    table = mem_table(f"Memory per GPU ({budget})")
+    per = mem["per_gpu"]
+    cap = mem["capacity"]
+    mem_row(table, "weights", per["weights"], cap, d.weights.description)
+    mem_row(
+        table,
+        "KV cache (these sequences)",
+        per["kv_cache"],
+        cap,
+        f"{doc['running']} x {r.input_len + r.output_len} tokens, blocks of {r.config.block_size}",
+    )
+    mem_row(table, "activations (peak)", per["activations"], cap, f"{r.config.max_batched_tokens} batched tokens")
+    mem_row(table, "other", per["other"], cap, "CUDA context, graphs, NCCL")
+    mem_row(table, "total", per["total"], cap)
+    mem_row(table, "KV pool (allocated)", mem["kv_pool"], cap, f"holds {doc['max_concurrency']:,} such sequences")
+    console.print(table)
+    pg = doc["paging"]
+    console.print(
+        f"KV per token: {doc['kv_bytes_per_token'] / 1024:,.1f} KiB (whole model), "
+        f"{doc['kv_bytes_per_token_per_gpu'] / 1024:,.1f} KiB per GPU; max concurrency {doc['max_concurrency']:,}; "
+        f"max context at concurrency {doc['running']}: {doc['max_context_at_concurrency']:,} tokens"
+    )
+    console.print(
+        f"paging wastes {pg['paged_waste_fraction']:.1%} of a sequence's blocks; contiguous pre-allocation of "
+        f"{est.model_max_len:,} tokens would waste {pg['contiguous_waste_fraction']:.1%} and hold only "
+        f"{pg['contiguous_max_concurrency']:,} sequences"
+    )
+
+    t = Table(title="Latency and throughput (steady state)")
+    t.add_column("quantity")
+    t.add_column("value", justify="right")
+    if doc["queued"]:
+        console.print(
+            f"[yellow]{doc['concurrency']:,} clients, {doc['running']:,} fit at once: {doc['queued']:,} wait in the "
+            f"queue, {fmt_duration(doc['queue_wait_s'])} each (included in TTFT)[/]"
+        )
+        t.add_row("TTFT (queue wait + prefill)", fmt_duration(doc["ttft_s"]))
+    else:
+        t.add_row("TTFT (prefill, no queueing)", fmt_duration(doc["ttft_s"]))
+    t.add_row("TPOT (inter-token latency)", fmt_duration(doc["tpot_s"]))
+    t.add_row("end-to-end per request", fmt_duration(doc["e2e_s"]))
+    t.add_row("output tokens/s (replica)", f"{doc['output_tokens_per_s']:,.0f}")
+    t.add_row("output tokens/s per GPU", f"{doc['output_tokens_per_s_per_gpu']:,.0f}")
+    t.add_row("decode turns compute-bound at batch", f"{doc['compute_bound_batch']:,.0f}")
+    if doc["cost_per_million_output_tokens"] is not None:
+        t.add_row("$ per M input tokens", f"{doc['cost_per_million_input_tokens']:,.4f}")
+        t.add_row("$ per M output tokens", f"{doc['cost_per_million_output_tokens']:,.4f}")
+    if "gpus_needed" in doc:
+        t.add_row("GPUs needed for the target", f"{doc['gpus_needed']:,}")
+    t.add_row("swap one sequence's KV in from host", fmt_duration(doc["kv_offload"]["swap_in_s"]))
+    console.print(t)
+
+    c = Table(title="Throughput vs concurrency")
+    for col in ("concurrency", "decoding", "TPOT", "TTFT", "output tok/s"):
+        c.add_column(col, justify="right")
+    for p in doc["throughput_curve"]:
+        c.add_row(
+            f"{p['concurrency']:,}",
+            f"{p['decoding']:,.0f}",
+            fmt_duration(p["tpot_s"]),
+            fmt_duration(p["ttft_s"]),
+            f"{p['output_tokens_per_s']:,.0f}",
+        )
+    console.print(c)
+    if "speculative" in doc:
+        s = doc["speculative"]
+        stop = s["stops_paying_at_batch"]
+        console.print(
+            f"speculative ({s['method']}, {s['draft_len']} drafts, acceptance {s['acceptance']:.0%}): "
+            f"{s['expected_tokens_per_pass']:.2f} tokens per target pass, speedup {s['speedup']:.2f}x at this "
+            f"batch; " + (f"stops paying at batch {stop}" if stop else "pays at every batch up to the maximum")
+        )
+
+
+def render_serve_sim(doc: dict) -> None:
+    table = Table(
+        title=f"Serving simulation: {doc['model']} on {doc['tp'] * doc['pp']} x {doc['gpu']} "
+        f"({doc['weights']}, KV {doc['kv']}), engine {doc.get('engine', 'generic')}, seed {doc['seed']}"
+    )
+    for col in (
+        "rate req/s",
+        "requests",
+        "TTFT p50",
+        "TTFT p99",
+        "ITL p50",
+        "ITL p99",
+        "E2E p50",
+        "E2E p99",
+        "output tok/s",
+        "preempt.",
+    ):
+        table.add_column(col, justify="right")
+    runs = list(doc["runs"])
+    if doc.get("slo") and doc["slo"]["at_max_rate"]:
+        runs.append(doc["slo"]["at_max_rate"])
+    for r in runs:
+        itl = r["itl_s"] or {"p50": 0.0, "p99": 0.0}
+        table.add_row(
+            f"{r['clients']:,} clients" if r.get("clients") else (f"{r['rate']:,.2f}" if r["rate"] else "trace"),
+            f"{r['requests']:,}",
+            fmt_duration(r["ttft_s"]["p50"]),
+            fmt_duration(r["ttft_s"]["p99"]),
+            fmt_duration(itl["p50"]),
+            fmt_duration(itl["p99"]),
+            fmt_duration(r["e2e_s"]["p50"]),
+            fmt_duration(r["e2e_s"]["p99"]),
+            f"{r['output_tokens_per_s']:,.0f}",
+            f"{r['preemptions']:,}",
+        )
+    console.print(table)
+    for r in runs:
+        if r.get("clients"):
+            console.print(
+                f"closed loop of {r['clients']:,} clients: on average {r['queued_mean']:,.1f} wait for a seat "
+                f"(TTFT includes the wait); {r['requests_per_s']:,.2f} requests/s"
+            )
+    if doc.get("slo"):
+        s = doc["slo"]
+        goal = " and ".join(
+            x
+            for x in (
+                f"p99 TTFT <= {fmt_duration(s['ttft_p99_s'])}" if s["ttft_p99_s"] else "",
+                f"p99 ITL <= {fmt_duration(s['itl_p99_s'])}" if s["itl_p99_s"] else "",
+            )
+            if x
+        )
+        console.print(
+            f"highest rate meeting {goal}: {s['max_rate']:,.2f} requests/s"
+            if s["max_rate"]
+            else f"no rate meets {goal}"
+        )

@@ -66,7 +66,7 @@ def whatif(
         "price_per_gpu_hour": price,
         "policies": [x.to_dict() for x in rows],
     }
-    show(doc, json_out, "render_whatif")
+    show(doc, json_out, "render_sims.render_whatif")
 
 
 @checked(
@@ -194,4 +194,4 @@ def cluster_sim(
     result["trace"], result["plot"] = trace_out, plot
     result["policy"], result["placement"], result["checkpoint"] = policy, placement, checkpoint
     report(html, "cluster sim", result)
-    show(result, json_out, "render_cluster")
+    show(result, json_out, "render_sims.render_cluster")

@@ -61,4 +61,4 @@ def experts(
         hidden=hidden,
         dispatch_bytes=dispatch_bytes,
     )
-    show(doc, json_out, "render_experts")
+    show(doc, json_out, "render_sims.render_experts")

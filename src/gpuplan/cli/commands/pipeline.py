@@ -97,4 +97,4 @@ def pipeline(
         "plot": plot,
     }
     report(html, "pipeline", doc)
-    show(doc, json_out, "render_pipeline")
+    show(doc, json_out, "render_sims.render_pipeline")

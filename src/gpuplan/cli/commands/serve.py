@@ -215,7 +215,8 @@ def serve(
     if json_out:
         emit_json(doc)
         return
-    from gpuplan.cli.render import console, render_serve
+    from gpuplan.cli.render import console
+    from gpuplan.cli.render_serve import render_serve
 
     render_serve(est, doc)
     if prof:

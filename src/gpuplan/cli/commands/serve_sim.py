@@ -126,4 +126,4 @@ def serve_sim(
             "at_max_rate": best[1].to_dict() if best[1] else None,
         }
     report(html, "serve-sim", doc)
-    show(doc, json_out, "render_serve_sim")
+    show(doc, json_out, "render_serve.render_serve_sim")

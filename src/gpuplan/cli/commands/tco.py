@@ -83,4 +83,4 @@ def tco(
         )
     )
     doc["on_demand_per_gpu_hour"] = price
-    show(doc, json_out, "render_tco")
+    show(doc, json_out, "render_sims.render_tco")

@@ -58,7 +58,7 @@ def validate(
         if json_out:
             emit_json(serve_dict(checks))
             return
-        from gpuplan.cli.render import render_serve_validation
+        from gpuplan.cli.render_runs import render_serve_validation
 
         render_serve_validation(checks, serve_summary(checks))
         return
@@ -81,6 +81,6 @@ def validate(
     if json_out:
         emit_json(to_dict(results))
         return
-    from gpuplan.cli.render import render_validation
+    from gpuplan.cli.render_runs import render_validation
 
     render_validation(results, summary(results), by_category(results))
