@@ -139,10 +139,21 @@ class TrainingConfig:
 
     @property
     def activation_bytes(self) -> int:
-        """Bytes per activation element. fp8 (and MXFP8/NVFP4) runs are counted at bf16 width:
-        TransformerEngine's quantized copies of GEMM inputs are not modelled yet, so their
-        activations are an upper bound."""
+        """Bytes per activation element (fp8, MXFP8 and NVFP4 runs keep BF16 activations; the
+        GEMM inputs they save for backward are ``gemm_input_bytes``)."""
         return 4 if self.precision == "fp32" else 2
+
+    @property
+    def gemm_input_bytes(self) -> float:
+        """Bytes per element of a GEMM input saved for the weight-gradient GEMM. TransformerEngine
+        (the fused profile) saves the quantized copy it already made for the forward GEMM and
+        drops the BF16 one: module/linear.py, ``_Linear.forward``, "Discard row-wise data since it
+        is not needed in backward pass" (1 byte per element for FP8; MXFP8/NVFP4 add their block
+        scales). torchao's Float8Linear and eager autocast keep the high-precision input."""
+        if self.precision in LOW_PRECISION and self.profile == "fused":
+            data, scale, _ = BLOCK_SCALED.get(self.precision, (1.0, 0.0, 0.0))
+            return data + scale
+        return self.activation_bytes
 
     @property
     def weight_bytes(self) -> float:
