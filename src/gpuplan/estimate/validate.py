@@ -102,13 +102,27 @@ SOURCES = (
         sp=True,
     ),
     # NVIDIA's NeMo performance summary (NeMo 24.07 container, DGX-H100; docs/source/performance/
-    # performance_summary.md of NVIDIA/NeMo at 9c5c5e9709): Megatron-Core + TransformerEngine, FP8
-    # (TE's delayed scaling), the performance configs' TP communication overlap and sequence
-    # parallelism, distributed optimizer with overlapped gradient reduce and parameter gather.
-    Source("NeMo 24.07", "NeMo 24.07 (Megatron-Core + TransformerEngine)", "", "nemo", sp=True),
-    # Megatron-Bridge (NeMo 25.11 container) performance summary, the same stack two years on:
-    # FP8-CS = TE current scaling; FSDP > 0 = Megatron-FSDP (gpuplan's zero 3).
-    Source("Megatron-Bridge 25.11", "Megatron-Bridge 25.11 (NeMo container)", "", "nemo", sp=True),
+    # performance_summary.md of NVIDIA/NeMo at 9c5c5e9709): NeMo-Framework-Launcher configs on
+    # Megatron-Core + TransformerEngine, FP8 (TE's delayed scaling), TP communication overlap and
+    # sequence parallelism; the optimizer is Apex's distributed_fused_adam with a contiguous
+    # gradient buffer in the parameter dtype (launcher_scripts/conf/training/*: optim.name
+    # distributed_fused_adam, contiguous_grad_buffer: true; grad_sync_dtype defaults to the BF16
+    # parameters), overlapped gradient reduce and parameter gather.
+    Source(
+        "NeMo 24.07", "NeMo 24.07 (Megatron-Core + TransformerEngine)", "", "nemo", dict(grad_fp32=False), sp=True
+    ),
+    # Megatron-Bridge (NeMo 25.11 container) performance summary, the same stack a year on:
+    # FP8-CS = TE current scaling; FSDP > 0 = Megatron-FSDP (gpuplan's zero 3). Its performance
+    # configs reduce and keep gradients in BF16 (scripts/performance/configs/llama/
+    # llama3_llm_pretrain.py, set_llama3_common_configs: grad_reduce_in_fp32 = False).
+    Source(
+        "Megatron-Bridge 25.11",
+        "Megatron-Bridge 25.11 (NeMo container)",
+        "",
+        "nemo",
+        dict(grad_fp32=False),
+        sp=True,
+    ),
     # llm-foundry: Composer + PyTorch FSDP FULL_SHARD, amp_bf16 (fp32 masters and reduction),
     # FlashAttention-2 (attn_impl flash: the flash_attn 2 package), eager PyTorch around it.
     Source(
