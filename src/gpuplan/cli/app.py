@@ -340,6 +340,23 @@ def train(
             "DualPipe always does).",
         ),
     ] = False,
+    offload_activations: Annotated[
+        int,
+        typer.Option(
+            "--offload-activations",
+            metavar="N",
+            help="Keep the activations of N layers per pipeline chunk in CPU memory "
+            "(Megatron-Core --cpu-offloading-num-layers); copies overlap the next layer.",
+        ),
+    ] = 0,
+    grad_dtype: Annotated[
+        str | None,
+        typer.Option(
+            "--grad-dtype",
+            help="Gradient buffer and reduce dtype: fp32 (Megatron's main_grad) or bf16 "
+            "(Megatron-Bridge grad_reduce_in_fp32=False) (default: the framework's).",
+        ),
+    ] = None,
     price: PriceOpt = None,
     cuda_context_gib: Annotated[float, typer.Option(help="CUDA/NCCL context per GPU, GiB.")] = 0.5,
     allocator_fraction: Annotated[
@@ -422,6 +439,8 @@ def train(
         overlap_grad_reduce=overlap_grad_reduce,
         expert_imbalance=expert_imbalance,
         ep_overlap=ep_overlap,
+        offload_activation_layers=offload_activations,
+        grad_fp32=_grad_fp32(grad_dtype),
     )
     price_source = "--price"
     if price is None:
@@ -480,6 +499,14 @@ def train(
             f"{est.memory.capacity / GiB:,.2f} GiB",
             f"try {fix} (checked: it fits)" if fix else "use a GPU with more memory",
         )
+
+
+def _grad_fp32(grad_dtype: str | None) -> bool | None:
+    if grad_dtype is None:
+        return None
+    if grad_dtype not in ("fp32", "bf16"):
+        raise GpuplanError("grad_dtype", f"unknown gradient dtype {grad_dtype!r}", "use --grad-dtype fp32 or bf16")
+    return grad_dtype == "fp32"
 
 
 @app.command()
@@ -1643,6 +1670,9 @@ def validate(
                         "value": r.row.value,
                         "predicted_mfu": r.mfu,
                         "breakdown_s": r.breakdown,
+                        "predicted_peak_bytes": r.peak_bytes,
+                        "gpu_memory_bytes": r.capacity_bytes,
+                        "refused": r.refused,
                     }
                     for r in results
                 ],

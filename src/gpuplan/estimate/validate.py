@@ -108,9 +108,7 @@ SOURCES = (
     # gradient buffer in the parameter dtype (launcher_scripts/conf/training/*: optim.name
     # distributed_fused_adam, contiguous_grad_buffer: true; grad_sync_dtype defaults to the BF16
     # parameters), overlapped gradient reduce and parameter gather.
-    Source(
-        "NeMo 24.07", "NeMo 24.07 (Megatron-Core + TransformerEngine)", "", "nemo", dict(grad_fp32=False), sp=True
-    ),
+    Source("NeMo 24.07", "NeMo 24.07 (Megatron-Core + TransformerEngine)", "", "nemo", dict(grad_fp32=False), sp=True),
     # Megatron-Bridge (NeMo 25.11 container) performance summary, the same stack a year on:
     # FP8-CS = TE current scaling; FSDP > 0 = Megatron-FSDP (gpuplan's zero 3). Its performance
     # configs reduce and keep gradients in BF16 (scripts/performance/configs/llama/
@@ -189,6 +187,17 @@ def _model(arch: str, r: dict[str, str], dropout: float) -> ModelSpec:
     else:
         raise GpuplanError("arch", f"row {r['id']}: unknown arch {arch!r}", "use gpt, llama, nemotron or mpt")
     return model_from_hf_config(cfg, name=r["id"])
+
+
+def _row_config(r: dict[str, str]) -> dict[str, Any]:
+    """Settings a row's own recipe states where it departs from its source's (optional columns
+    ``tp_overlap`` yes/no and ``offload_layers``, in the held-out set)."""
+    out: dict[str, Any] = {}
+    if r.get("tp_overlap"):
+        out["tp_overlap"] = r["tp_overlap"] == "yes"
+    if r.get("offload_layers"):
+        out["offload_activation_layers"] = int(r["offload_layers"])
+    return out
 
 
 def _measured_step_s(r: dict[str, str], gbs: int, seq: int) -> float:
@@ -290,7 +299,7 @@ def _rows(path: Path) -> list[Row]:
                 global_batch=gbs,
                 precision=r["precision"],
                 recompute=r["recompute"] or "none",
-                **src.config,
+                **{**src.config, **_row_config(r)},
             )
             rows.append(
                 Row(
@@ -321,6 +330,14 @@ class Result:
     predicted_step_s: float
     mfu: float
     breakdown: dict[str, float]
+    # the memory model's peak on the most loaded GPU and the GPU's capacity: a published run the
+    # model says does not fit is a wrong refusal
+    peak_bytes: float = 0.0
+    capacity_bytes: float = 0.0
+
+    @property
+    def refused(self) -> bool:
+        return self.peak_bytes > self.capacity_bytes
 
     @property
     def error(self) -> float:
@@ -330,12 +347,15 @@ class Result:
 
 def validate_training(paths: tuple[Path, ...] = CSVS) -> list[Result]:
     from gpuplan import catalog
+    from gpuplan.estimate.memory import estimate_memory
     from gpuplan.estimate.step_time import step_time
 
     out = []
     for row in load_rows(paths):
-        st = step_time(row.model, row.config, row.plan, catalog.gpu(row.gpu), row.microbatches)
-        out.append(Result(row, st.step_s, st.mfu, st.breakdown))
+        gpu = catalog.gpu(row.gpu)
+        st = step_time(row.model, row.config, row.plan, gpu, row.microbatches)
+        mem = estimate_memory(row.model, row.config, row.plan, gpu.memory_bytes, row.microbatches, all_stages=False)
+        out.append(Result(row, st.step_s, st.mfu, st.breakdown, mem.per_gpu.total, gpu.memory_bytes))
     return out
 
 
@@ -346,6 +366,7 @@ def summary(results: list[Result]) -> dict[str, float]:
         "mean_abs_error": sum(errs) / len(errs),
         "max_abs_error": max(errs),
         "mean_signed_error": sum(r.error for r in results) / len(errs),
+        "refused": sum(r.refused for r in results),  # published runs the memory model says do not fit
     }
 
 

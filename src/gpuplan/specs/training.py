@@ -63,6 +63,11 @@ class TrainingConfig:
     framework: str = "generic"
     # torch.autocast over fp32 parameters and an fp32 residual stream (the framework's; hf)
     autocast: bool = False
+    # Activation offload to host memory: the activations of this many transformer layers of each
+    # pipeline chunk go to CPU memory in forward and come back in backward (Megatron-Core's
+    # --cpu-offloading-num-layers, TransformerEngine's get_cpu_offload_context), copied over the
+    # GPU's host link while the next layer computes.
+    offload_activation_layers: int = 0
 
     @classmethod
     def for_framework(cls, framework: str = "generic", **overrides: Any) -> TrainingConfig:
@@ -134,6 +139,17 @@ class TrainingConfig:
             self.expert_imbalance >= 1,
             "expert_imbalance",
             f"is the busiest GPU's load over the mean, so at least 1; got {self.expert_imbalance}",
+        )
+        require(
+            isinstance(self.offload_activation_layers, int) and self.offload_activation_layers >= 0,
+            "offload_activation_layers",
+            f"must be a non-negative integer, got {self.offload_activation_layers!r}",
+        )
+        require(
+            not (self.offload_activation_layers and self.recompute == "full"),
+            "offload_activation_layers",
+            "activation offload and full recompute both drop the layers' activations (Megatron-Core refuses the pair)",
+            "choose one: --recompute full or --offload-activations N",
         )
         check_config(get_framework(self.framework), recompute=self.recompute, tp_overlap=self.tp_overlap)
 
