@@ -49,9 +49,10 @@ def test_published_runs_are_predicted_within_the_targets(results):
     a100 = [abs(r.error) for r in results if r.row.gpu.startswith("a100")]
     assert max(a100) <= 0.15, errors
     # H100: the issue's target is max 20%. Two rows miss it (see the note on issue 14): mcore-32b
-    # (+26%: its fp32 gradient reduce-scatter over 48 nodes, one rank per node, is exposed in the
-    # model) and mcore-1.7b (-23%: the TP-free run is slower than any term here explains).
-    # This bound keeps them from getting worse.
+    # (+25%: its fp32 gradient reduce-scatter over 48 nodes, one rank per node, is exposed in the
+    # model; the source does not state its micro-batch) and llama3-405b-16k-cp16 (+23%: the
+    # bubble of 16 micro-batches on pp 16 under the V = 2 the paper draws). This bound keeps them
+    # from getting worse.
     assert s["max_abs_error"] <= 0.27, errors
 
 

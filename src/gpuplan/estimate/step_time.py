@@ -122,6 +122,7 @@ def _shape(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) -> LayerShape:
         eager=cfg.profile == "eager",
         autocast=cfg.autocast,
         expert_imbalance=cfg.expert_imbalance if plan.ep > 1 else 1.0,
+        fused_ce=cfg.fused_cross_entropy,
     )
 
 

@@ -68,6 +68,8 @@ class TrainingConfig:
     # --cpu-offloading-num-layers, TransformerEngine's get_cpu_offload_context), copied over the
     # GPU's host link while the next layer computes.
     offload_activation_layers: int = 0
+    # the loss's elementwise passes fused (the framework's; specs/framework.py)
+    fused_cross_entropy: bool = True
 
     @classmethod
     def for_framework(cls, framework: str = "generic", **overrides: Any) -> TrainingConfig:
@@ -80,6 +82,7 @@ class TrainingConfig:
             "attention": fw.attention,
             "attention_kernel": fw.attention_kernel,
             "grad_fp32": fw.grad_fp32,
+            "fused_cross_entropy": fw.fused_cross_entropy,
             "tp_overlap": fw.tp_overlap,
             "overlap_grad_reduce": fw.overlap_grad_reduce,
             "overlap_param_gather": fw.overlap_param_gather,
