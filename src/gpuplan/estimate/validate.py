@@ -191,13 +191,21 @@ def _model(arch: str, r: dict[str, str], dropout: float) -> ModelSpec:
 
 def _row_config(r: dict[str, str]) -> dict[str, Any]:
     """Settings a row's own recipe states where it departs from its source's (optional columns
-    ``tp_overlap`` yes/no and ``offload_layers``, in the held-out set)."""
+    ``tp_overlap`` and ``ep_overlap`` yes/no and ``offload_layers``, in the held-out set)."""
     out: dict[str, Any] = {}
     if r.get("tp_overlap"):
         out["tp_overlap"] = r["tp_overlap"] == "yes"
     if r.get("offload_layers"):
         out["offload_activation_layers"] = int(r["offload_layers"])
+    if r.get("ep_overlap"):
+        out["ep_overlap"] = r["ep_overlap"] == "yes"
     return out
+
+
+def catalog_model(name: str) -> ModelSpec:
+    from gpuplan import catalog
+
+    return catalog.model(name)
 
 
 def _measured_step_s(r: dict[str, str], gbs: int, seq: int) -> float:
@@ -281,7 +289,8 @@ def _rows(path: Path) -> list[Row]:
                     f"row {r['id']}: arch {r['arch']!r} but {src.prefix} runs {src.arch}",
                     "fix the row's arch or its source",
                 )
-            model = _model(src.arch or r["arch"], r, src.dropout)
+            # a catalog model by name (MoE and other layouts the arch columns cannot state)
+            model = catalog_model(r["model"]) if r.get("model") else _model(src.arch or r["arch"], r, src.dropout)
             seq = int(r["seq"])
             tp, pp, dp = int(r["tp"]), int(r["pp"]), int(r["dp"])
             cp, ep, zero = int(r.get("cp") or 1), int(r.get("ep") or 1), int(r.get("zero") or 0)
