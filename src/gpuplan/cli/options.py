@@ -11,6 +11,13 @@ HtmlOpt = Annotated[
     str | None,
     typer.Option("--html", help="Also write a self-contained HTML report here: pictures, numbers, the JSON inline."),
 ]
+PlotOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--plot",
+        help="Also write the report's pictures as one static image, a panel each (PNG, SVG, PDF: by the suffix).",
+    ),
+]
 # Options several commands share, declared once
 ModelArg = Annotated[str, typer.Argument(help="Catalog id (see `gpuplan models`) or a path to a config.json.")]
 ClusterOpt = Annotated[

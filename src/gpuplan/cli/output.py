@@ -34,6 +34,14 @@ def report(path: str | None, command: str, doc: dict[str, Any], slo: dict[str, A
         write_report(path, command, strict(doc), argv=argv or None, slo=slo)
 
 
+def plot(path: str | None, command: str, doc: dict[str, Any], slo: dict[str, Any] | None = None) -> None:
+    """--plot: the --html report's pictures as one static file (gpuplan/report/static.py)."""
+    if path:
+        from gpuplan.report.static import write_plot
+
+        write_plot(path, command, strict(doc), slo=slo)
+
+
 def emit_json(doc: Any) -> None:
     # Strict JSON: a NaN or an infinity left in a document is a bug upstream; it becomes null here
     # rather than a token other parsers reject.

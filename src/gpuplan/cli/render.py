@@ -99,6 +99,10 @@ def render_train(est) -> None:
     mem_row(table, "total", s.total, cap)
     mem_row(table, "GPU capacity", cap, cap)
     console.print(table)
+    if s.host_activations:
+        console.print(
+            f"activations offloaded to CPU memory (not counted above): {fmt_bytes(s.host_activations)} per GPU"
+        )
     if mem.fits:
         console.print(f"[green]fits[/]: {fmt_bytes(mem.headroom)} free")
     else:

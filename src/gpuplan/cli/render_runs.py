@@ -149,7 +149,8 @@ def render_calibrated_validation(doc: dict[str, Any]) -> None:
 def render_validation(results, summary, categories=None) -> None:
     table = Table(title="Predicted vs published step time")
     id_column(table, "run", [r.row.id for r in results])
-    for col in ("GPUs", "tp", "pp", "dp", "cp", "zero", "recompute", "measured s", "predicted s", "error", "pred. MFU"):
+    cols = ("GPUs", "tp", "pp", "dp", "cp", "zero", "recompute", "measured s", "predicted s", "error", "pred. MFU")
+    for col in (*cols, "pred. peak GiB"):
         table.add_column(col, justify="left" if col == "recompute" else "right")
     for r in results:
         row = r.row
@@ -166,6 +167,7 @@ def render_validation(results, summary, categories=None) -> None:
             f"{r.predicted_step_s:,.3f}",
             f"{r.error:+.1%}",
             f"{r.mfu:.1%}",
+            f"{r.peak_bytes / GiB:,.1f}" + (" [red](over)[/]" if r.refused else ""),
         )
     console.print(table)
     if categories:
@@ -183,7 +185,8 @@ def render_validation(results, summary, categories=None) -> None:
         console.print(ct)
     console.print(
         f"{summary['rows']} runs: mean |error| {summary['mean_abs_error']:.1%}, "
-        f"max |error| {summary['max_abs_error']:.1%}, mean signed {summary['mean_signed_error']:+.1%}"
+        f"max |error| {summary['max_abs_error']:.1%}, mean signed {summary['mean_signed_error']:+.1%}; "
+        f"{summary['refused']} of them over the GPU's memory in gpuplan's memory model (it ran: a wrong refusal)"
     )
 
 

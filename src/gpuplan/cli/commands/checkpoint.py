@@ -7,18 +7,18 @@ from typing import Annotated
 import typer
 
 from gpuplan import inputs
-from gpuplan.cli.options import JsonOpt
-from gpuplan.cli.output import emit_json
-from gpuplan.cli.params import (
-    checked,
-)
+from gpuplan.cli.options import HtmlOpt, JsonOpt, PlotOpt
+from gpuplan.cli.output import emit_json, plot as write_plot, report
+from gpuplan.cli.params import checked, html_file, plot as plot_path
 
 
-@checked()
+@checked(html=html_file, plot=plot_path)
 def checkpoint_interval(
     mtbf: Annotated[str, typer.Option(help="Mean time between failures or preemptions, e.g. 3.1h.")],
     cost: Annotated[str, typer.Option("--checkpoint-cost", "--cost", help="Time to write one checkpoint, e.g. 60s.")],
     restart: Annotated[str, typer.Option(help="Time to restart after a failure, e.g. 10m.")] = "0s",
+    html: HtmlOpt = None,
+    plot: PlotOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Young's and Daly's optimal checkpoint intervals and the expected share of time wasted."""
@@ -27,6 +27,8 @@ def checkpoint_interval(
 
     m, c = inputs.duration(mtbf, "mtbf"), inputs.duration(cost, "checkpoint_cost")
     doc = intervals(c, m, inputs.duration(restart, "restart", zero_ok=True))
+    report(html, "checkpoint-interval", doc)
+    write_plot(plot, "checkpoint-interval", doc)
     if json_out:
         emit_json(doc)
         return

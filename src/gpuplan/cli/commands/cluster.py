@@ -8,8 +8,8 @@ from typing import Annotated
 import typer
 
 from gpuplan import inputs
-from gpuplan.cli.options import HtmlOpt, JsonOpt
-from gpuplan.cli.output import report, show
+from gpuplan.cli.options import HtmlOpt, JsonOpt, PlotOpt
+from gpuplan.cli.output import plot as write_plot, report, show
 from gpuplan.cli.params import (
     anything,
     at_least,
@@ -25,7 +25,14 @@ from gpuplan.cli.params import (
 from gpuplan.errors import GpuplanError
 
 
-@checked(gpus=at_least(1, 10**7), hours=between(0, 1e6, lo_open=True), checkpoint=anything, price=price_rule)
+@checked(
+    gpus=at_least(1, 10**7),
+    hours=between(0, 1e6, lo_open=True),
+    checkpoint=anything,
+    price=price_rule,
+    html=html_file,
+    plot=plot_path,
+)
 def whatif(
     gpus: Annotated[int, typer.Option(help="GPUs of the job.")] = 64,
     gpu: Annotated[str, typer.Option(help="GPU id (for its catalog price).")] = "h100-sxm",
@@ -41,6 +48,8 @@ def whatif(
         str | None, typer.Option(help="Mean time between preemptions (for optimal; default: the job's length).")
     ] = None,
     price: Annotated[float | None, typer.Option(help="USD per GPU-hour (default: catalog price).")] = None,
+    html: HtmlOpt = None,
+    plot: PlotOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Dollars a preemption throws away under each checkpoint policy."""
@@ -66,6 +75,8 @@ def whatif(
         "price_per_gpu_hour": price,
         "policies": [x.to_dict() for x in rows],
     }
+    report(html, "cluster whatif", doc)
+    write_plot(plot, "cluster whatif", doc)
     show(doc, json_out, "render_sims.render_whatif")
 
 

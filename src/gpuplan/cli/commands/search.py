@@ -8,17 +8,29 @@ from typing import Annotated
 import typer
 
 from gpuplan import inputs
-from gpuplan.cli.options import CalibrationOpt, ClusterOpt, FrameworkOpt, GpuOpt, HtmlOpt, JsonOpt, ModelArg, PriceOpt
-from gpuplan.cli.output import emit_json, report
-from gpuplan.cli.params import (
-    at_least,
-    checked,
-    html_file,
-    price as price_rule,
+from gpuplan.cli.options import (
+    CalibrationOpt,
+    ClusterOpt,
+    FrameworkOpt,
+    GpuOpt,
+    HtmlOpt,
+    JsonOpt,
+    ModelArg,
+    PlotOpt,
+    PriceOpt,
 )
+from gpuplan.cli.output import emit_json, plot as write_plot, report
+from gpuplan.cli.params import at_least, checked, html_file, plot as plot_path, price as price_rule
 
 
-@checked(gpus=at_least(1, 10**7), seq_len=at_least(1, 10**8), top=at_least(1, 1000), price=price_rule, html=html_file)
+@checked(
+    gpus=at_least(1, 10**7),
+    seq_len=at_least(1, 10**8),
+    top=at_least(1, 1000),
+    price=price_rule,
+    html=html_file,
+    plot=plot_path,
+)
 def search(
     model: ModelArg,
     gpu: GpuOpt = "h100-sxm",
@@ -53,6 +65,7 @@ def search(
     recompute: Annotated[str | None, typer.Option(help="Only these recompute modes, e.g. none,selective.")] = None,
     micro_batch: Annotated[str | None, typer.Option(help="Micro-batch sizes to try (default 1,2,4,8).")] = None,
     html: HtmlOpt = None,
+    plot: PlotOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Every valid parallel plan that fits, ranked; rejected plans counted by reason."""
@@ -110,6 +123,7 @@ def search(
         result = run()
         doc = {**to_dict(result, spec, hw), "calibration_profile": prof.describe() if prof else None}
         report(html, "search", doc)
+        write_plot(plot, "search", doc)
         emit_json(doc)
         return
     from gpuplan.cli.render import console, progress, render_search
@@ -120,5 +134,7 @@ def search(
         task = bar.add_task("searching plans", total=1)
         result = run(lambda i, n: bar.update(task, completed=i, total=n))
     render_search(result, spec, hw)
-    if html:
-        report(html, "search", {**to_dict(result, spec, hw), "calibration_profile": prof.describe() if prof else None})
+    if html or plot:
+        doc = {**to_dict(result, spec, hw), "calibration_profile": prof.describe() if prof else None}
+        report(html, "search", doc)
+        write_plot(plot, "search", doc)

@@ -23,19 +23,13 @@ from gpuplan.cli.options import (
     MemFractionOpt,
     ModelArg,
     PcieOpt,
+    PlotOpt,
     PpOpt,
     PriceOpt,
     TpOpt,
 )
-from gpuplan.cli.output import emit_json, report
-from gpuplan.cli.params import (
-    at_least,
-    between,
-    checked,
-    fraction,
-    html_file,
-    price as price_rule,
-)
+from gpuplan.cli.output import emit_json, plot as write_plot, report
+from gpuplan.cli.params import at_least, between, checked, fraction, html_file, plot as plot_path, price as price_rule
 from gpuplan.errors import GpuplanError
 
 
@@ -58,6 +52,7 @@ from gpuplan.errors import GpuplanError
     target_rps=between(0, 1e9, lo_open=True),
     price=price_rule,
     html=html_file,
+    plot=plot_path,
 )
 def serve(
     model: ModelArg,
@@ -126,6 +121,7 @@ def serve(
     host: HostOpt = None,
     calibration: CalibrationOpt = None,
     html: HtmlOpt = None,
+    plot: PlotOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Serving: does it fit, KV cache, max concurrency, TTFT/TPOT, tokens/s and $/M tokens."""
@@ -160,6 +156,7 @@ def serve(
         )
         doc = {**od(plan_offload(oreq)), **described}
         report(html, "serve", doc)
+        write_plot(plot, "serve", doc)
         emit_json(doc) if json_out else render_serve_offload(doc)
         return
     price = catalog.price_or_catalog(hw.id, price)
@@ -204,14 +201,16 @@ def serve(
                 "the targets size the pools: --concurrency, --max-throughput and --target-* do not apply",
                 "drop them, or drop --disaggregate",
             )
-        if html:  # the report page has no view of the pools yet
-            raise GpuplanError("html", "the HTML report does not cover disaggregated pools", "drop --html, use --json")
+        if html or plot:  # the report page has no view of the pools yet
+            flag = "html" if html else "plot"
+            raise GpuplanError(flag, "the pictures do not cover disaggregated pools yet", f"drop --{flag}, use --json")
         ddoc = {**dd(plan_disaggregated(req, ttft, itl, prefill_tp)), **described}
         emit_json(ddoc) if json_out else render_disagg(ddoc)
         return
     est = estimate_serving(req)
     doc = {**to_dict(est), **described}
     report(html, "serve", doc, slo={"tpot_s": itl, "ttft_s": ttft})
+    write_plot(plot, "serve", doc, slo={"tpot_s": itl, "ttft_s": ttft})
     if json_out:
         emit_json(doc)
         return

@@ -17,17 +17,12 @@ from gpuplan.cli.options import (
     JsonOpt,
     MemFractionOpt,
     ModelArg,
+    PlotOpt,
     PpOpt,
     TpOpt,
 )
-from gpuplan.cli.output import report, show
-from gpuplan.cli.params import (
-    at_least,
-    between,
-    checked,
-    html_file,
-    seed as seed_rule,
-)
+from gpuplan.cli.output import plot as write_plot, report, show
+from gpuplan.cli.params import at_least, between, checked, html_file, plot as plot_path, seed as seed_rule
 
 
 @checked(
@@ -41,6 +36,7 @@ from gpuplan.cli.params import (
     max_batched_tokens=at_least(1, 10**9),
     max_num_seqs=at_least(1, 10**7),
     html=html_file,
+    plot=plot_path,
 )
 def serve_sim(
     model: ModelArg,
@@ -71,6 +67,7 @@ def serve_sim(
         int | None, typer.Option(help="Cap on running sequences (default 256, or the --engine's).")
     ] = None,
     html: HtmlOpt = None,
+    plot: PlotOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Discrete-event serving simulation: continuous batching, paged KV, chunked prefill, preemption."""
@@ -126,4 +123,5 @@ def serve_sim(
             "at_max_rate": best[1].to_dict() if best[1] else None,
         }
     report(html, "serve-sim", doc)
+    write_plot(plot, "serve-sim", doc)
     show(doc, json_out, "render_serve.render_serve_sim")

@@ -7,13 +7,9 @@ from typing import Annotated
 import typer
 
 from gpuplan import inputs
-from gpuplan.cli.options import GpuOpt, JsonOpt
-from gpuplan.cli.output import show
-from gpuplan.cli.params import (
-    at_least,
-    between,
-    checked,
-)
+from gpuplan.cli.options import GpuOpt, HtmlOpt, JsonOpt, PlotOpt
+from gpuplan.cli.output import plot as write_plot, report, show
+from gpuplan.cli.params import at_least, between, checked, html_file, plot as plot_path
 from gpuplan.errors import GpuplanError
 
 
@@ -27,6 +23,8 @@ from gpuplan.errors import GpuplanError
     colo=between(0, 1e9),
     utilisation=between(0, 1, lo_open=True),
     months=at_least(1, 1200),
+    html=html_file,
+    plot=plot_path,
 )
 def tco(
     gpus: Annotated[int, typer.Option(help="GPUs to rent or buy.")] = 64,
@@ -47,6 +45,8 @@ def tco(
     colo: Annotated[float, typer.Option(help="Colocation/space USD per month.")] = 0.0,
     utilisation: Annotated[float, typer.Option(help="Share of hours the GPUs do useful work.")] = 0.8,
     months: Annotated[int, typer.Option(help="Months to compare.")] = 36,
+    html: HtmlOpt = None,
+    plot: PlotOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Cloud on-demand vs spot (with preemption losses) vs owned: monthly costs and the break-even month."""
@@ -83,4 +83,6 @@ def tco(
         )
     )
     doc["on_demand_per_gpu_hour"] = price
+    report(html, "tco", doc)
+    write_plot(plot, "tco", doc)
     show(doc, json_out, "render_sims.render_tco")

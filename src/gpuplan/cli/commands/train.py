@@ -20,20 +20,14 @@ from gpuplan.cli.options import (
     JsonOpt,
     ModelArg,
     PcieOpt,
+    PlotOpt,
     PpOpt,
     PriceOpt,
     TpOpt,
 )
-from gpuplan.cli.output import emit_json, report
-from gpuplan.cli.params import (
-    anything,
-    at_least,
-    between,
-    checked,
-    html_file,
-    price as price_rule,
-)
-from gpuplan.errors import DoesNotFit
+from gpuplan.cli.output import emit_json, plot as write_plot, report
+from gpuplan.cli.params import anything, at_least, between, checked, html_file, plot as plot_path, price as price_rule
+from gpuplan.errors import DoesNotFit, GpuplanError
 
 
 @checked(
@@ -55,6 +49,7 @@ from gpuplan.errors import DoesNotFit
     allocator_fraction=between(0, 1),
     expert_imbalance=between(1, 1000),
     html=html_file,
+    plot=plot_path,
 )
 def train(
     model: ModelArg,
@@ -145,6 +140,23 @@ def train(
             "DualPipe always does).",
         ),
     ] = False,
+    offload_activations: Annotated[
+        int,
+        typer.Option(
+            "--offload-activations",
+            metavar="N",
+            help="Keep the activations of N layers per pipeline chunk in CPU memory "
+            "(Megatron-Core --cpu-offloading-num-layers); copies overlap the next layer.",
+        ),
+    ] = 0,
+    grad_dtype: Annotated[
+        str | None,
+        typer.Option(
+            "--grad-dtype",
+            help="Gradient buffer and reduce dtype: fp32 (Megatron's main_grad) or bf16 "
+            "(Megatron-Bridge grad_reduce_in_fp32=False) (default: the framework's).",
+        ),
+    ] = None,
     price: PriceOpt = None,
     cuda_context_gib: Annotated[float, typer.Option(help="CUDA/NCCL context per GPU, GiB.")] = 0.5,
     allocator_fraction: Annotated[
@@ -167,6 +179,7 @@ def train(
     disk_gbps: DiskGbpsOpt = None,
     host: HostOpt = None,
     html: HtmlOpt = None,
+    plot: PlotOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Will a training run fit, where every byte per GPU goes, its FLOPs, time and cost."""
@@ -213,6 +226,8 @@ def train(
         overlap_grad_reduce=overlap_grad_reduce,
         expert_imbalance=expert_imbalance,
         ep_overlap=ep_overlap,
+        offload_activation_layers=offload_activations,
+        grad_fp32=_grad_fp32(grad_dtype),
     )
     if offload is not None:  # the offload model (estimate/offload.py) answers instead
         from gpuplan.cli.offload import host_from_flags, render_train_offload
@@ -232,6 +247,7 @@ def train(
         oest = estimate_offload_training(oreq)
         odoc = od(oest)
         report(html, "train", odoc)
+        write_plot(plot, "train", odoc)
         check_fits(oest)
         emit_json(odoc) if json_out else render_train_offload(odoc)
         return
@@ -247,8 +263,9 @@ def train(
         price_source=price_source,
     )
     est = estimate_training(req)
-    doc = {**to_dict(est), "calibration_profile": prof.describe() if prof else None} if json_out or html else {}
+    doc = {**to_dict(est), "calibration_profile": prof.describe() if prof else None} if json_out or html or plot else {}
     report(html, "train", doc)
+    write_plot(plot, "train", doc)
     if json_out:
         emit_json(doc)
     else:
@@ -265,3 +282,11 @@ def train(
             f"{est.memory.capacity / GiB:,.2f} GiB",
             f"try {fix} (checked: it fits)" if fix else "use a GPU with more memory",
         )
+
+
+def _grad_fp32(grad_dtype: str | None) -> bool | None:
+    if grad_dtype is None:
+        return None
+    if grad_dtype not in ("fp32", "bf16"):
+        raise GpuplanError("grad_dtype", f"unknown gradient dtype {grad_dtype!r}", "use --grad-dtype fp32 or bf16")
+    return grad_dtype == "fp32"

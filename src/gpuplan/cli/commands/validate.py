@@ -19,7 +19,8 @@ def validate(
     kind: Annotated[
         str,
         typer.Argument(
-            help="training (step time), serving (throughput and latency), serving-kv (KV pools) or offload."
+            help="training (step time), training-held-out (published runs never fitted to), serving "
+            "(throughput and latency), serving-kv (KV pools) or offload."
         ),
     ] = "training",
     calibrated: Annotated[
@@ -62,8 +63,12 @@ def validate(
 
         render_serve_validation(checks, serve_summary(checks))
         return
-    if kind != "training":
-        raise GpuplanError("kind", f"unknown validation set {kind!r}", "use training, serving, serving-kv or offload")
+    if kind not in ("training", "training-held-out"):
+        raise GpuplanError(
+            "kind",
+            f"unknown validation set {kind!r}",
+            "use training, training-held-out, serving, serving-kv or offload",
+        )
     if calibrated:
         from gpuplan.estimate.calibrate import calibrated_validation
 
@@ -75,9 +80,9 @@ def validate(
 
             render_calibrated_validation(doc)
         return
-    from gpuplan.estimate.validate import by_category, summary, to_dict, validate_training
+    from gpuplan.estimate.validate import CSVS, HELD_OUT, by_category, summary, to_dict, validate_training
 
-    results = validate_training()
+    results = validate_training(HELD_OUT if kind == "training-held-out" else CSVS)
     if json_out:
         emit_json(to_dict(results))
         return
