@@ -35,7 +35,7 @@ def parse_rates(text: str | None) -> list[float]:
     return rates
 
 
-@dataclass
+@dataclass(frozen=True)
 class Study:
     """The simulations to run; exactly one arrival process: ``clients`` (closed loop), ``trace``,
     or ``rates`` and/or an SLO search (``ttft_slo_s``, ``itl_slo_s``)."""
