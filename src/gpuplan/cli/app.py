@@ -1559,6 +1559,9 @@ def validate(
                             "measured": c.measured,
                             "predicted": c.predicted,
                             "error": c.error,
+                            "tag": c.tag,
+                            "url": c.url,
+                            "search_margin": c.search_margin,
                         }
                         for c in checks
                     ],
