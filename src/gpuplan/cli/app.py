@@ -1583,6 +1583,7 @@ def validate(
                             "tag": c.tag,
                             "url": c.url,
                             "search_margin": c.search_margin,
+                            "at_least": c.at_least,
                         }
                         for c in checks
                     ],

@@ -124,5 +124,10 @@ def render_offload_validation(checks, summary: dict) -> None:
         f"median |error| {summary['median_abs_error']:.1%}, max {summary['max_abs_error']:.1%} "
         f"(baselines: gpuplan's placement over theirs, least margin {summary['min_baseline_margin']:+.1%}"
         + (f"; search: gpuplan's best over FlexGen's placement, least {searched:+.1%}" if searched is not None else "")
+        + (
+            f"; published lower bounds: least margin {summary['min_bound_margin']:+.1%}"
+            if summary.get("min_bound_margin") is not None
+            else ""
+        )
         + ")"
     )
