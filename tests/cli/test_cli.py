@@ -283,6 +283,16 @@ def test_validate_json_reports_every_published_row(capsys):
     assert sum(c["rows"] for c in doc["categories"]) == len(doc["rows"])
 
 
+def test_validate_training_held_out_reports_the_runs_never_fitted_to(capsys):
+    code, out, err = run(["validate", "training-held-out", "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert {r["source"].split()[0] for r in doc["rows"]} == {"NeMo", "Megatron-Bridge"}
+    assert not {r["id"] for r in doc["rows"]} & {
+        r["id"] for r in json.loads(run(["validate", "--json"], capsys)[1])["rows"]
+    }
+
+
 def test_collective_reports_the_ring_volume(capsys):
     code, out, err = run(["collective", "all-reduce", "--size", "1G", "--ranks", "8", "--json"], capsys)
     assert code == 0, err

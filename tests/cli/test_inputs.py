@@ -76,6 +76,8 @@ def test_a_text_file_that_is_not_utf8_is_refused_with_its_line_and_column(tmp_pa
         ["cluster", "sim", "--jobs", "20000", "--plot", "c.txt"],
         ["cluster", "sim", "--jobs", "20000", "--trace-out", "."],
         ["pipeline", "--stages", "16", "--microbatches", "256", "--plot", "/nonexistent/p.png"],
+        ["serve-sim", "llama-3.1-8b", "--rate", "1,2,4,8", "--requests", "100000", "--plot", "/nonexistent/p.svg"],
+        ["search", "llama-3.1-70b", "--gpus", "4096", "--plot", "plans.html"],
         ["slurm", "--output", "/nonexistent/job.sh", "--", "train.py"],
     ],
 )

@@ -127,3 +127,71 @@ def test_autocast_casts_each_weight_once_and_each_reading_gemms_input_again():
     # and gpuplan counts three such inputs for attention and two (gate, up) for Llama's MLP
     assert autocast_input_casts(catalog.model("llama-3.2-1b"), moe=False) == 3 + 2
     assert autocast_input_casts(catalog.model("pythia-1.4b"), moe=False) == 1 + 1
+
+
+class _MegatronCrossEntropy(torch.autograd.Function):
+    """The op sequence of Megatron-Core's unfused _VocabParallelCrossEntropy at tp = 1
+    (megatron/core/tensor_parallel/cross_entropy.py: calculate_logits_max, calculate_predicted_logits,
+    calculate_cross_entropy_loss, calculate_gradients), without the TP all-reduces."""
+
+    @staticmethod
+    def forward(ctx, logits, target):
+        logits = logits.float()
+        logits_max = torch.max(logits, dim=-1)[0]
+        logits -= logits_max.unsqueeze(dim=-1)
+        predicted = logits[torch.arange(logits.size(0)), target].clone()
+        torch.exp(logits, out=logits)
+        sum_exp = logits.sum(dim=-1)
+        loss = torch.log(sum_exp) - predicted
+        logits.div_(sum_exp.unsqueeze(dim=-1))
+        ctx.save_for_backward(logits, target)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        softmax, target = ctx.saved_tensors
+        softmax[torch.arange(softmax.size(0)), target] -= 1.0
+        softmax.mul_(grad_output.unsqueeze(dim=-1))
+        return softmax, None
+
+
+class _TrafficCounter(ByteCounter):
+    """ByteCounter that counts what a kernel moves rather than what it is handed: an ``out=``
+    tensor is written once (not also read), a gather by index reads only what it returns and a
+    scatter by index writes only the values it is given."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = func.overloadpacket.__name__
+        if name in VIEWS:
+            return out
+        leaves = torch.utils._pytree.tree_leaves
+        results = [r for r in leaves(out) if isinstance(r, torch.Tensor)]
+        reads = [
+            a for a in leaves((args, {k: v for k, v in kwargs.items() if k != "out"})) if isinstance(a, torch.Tensor)
+        ]
+        if name == "index":  # a gather: one element read per element returned, plus the indices
+            reads = reads[1:] + results
+        if name in ("index_put", "index_put_"):  # a scatter: writes only the values it is given
+            reads, results = reads[1:], reads[-1:]
+        self.bytes += sum(t.numel() * t.element_size() for t in reads + results)
+        self.kernels += 1
+        return out
+
+
+def test_unfused_cross_entropy_moves_the_bytes_of_megatrons_vocab_parallel_loss():
+    from gpuplan.estimate.compute import cross_entropy_bytes
+
+    tokens, vocab = 64, 4096
+    logits = torch.randn(tokens, vocab, dtype=torch.bfloat16, requires_grad=True)
+    target = torch.randint(0, vocab, (tokens,))
+    with _TrafficCounter() as fwd:
+        loss = _MegatronCrossEntropy.apply(logits, target)
+    with _TrafficCounter() as bwd:
+        loss.sum().backward()  # autograd casts the fp32 gradient back to the bf16 logits
+    f_bytes, _, b_bytes, _ = cross_entropy_bytes(2, fused=False)
+    n = tokens * vocab
+    # per-token reductions, gathers and the target index are O(tokens): a few percent at this size
+    assert fwd.bytes / n == pytest.approx(f_bytes, rel=0.05)
+    assert bwd.bytes / n == pytest.approx(b_bytes, rel=0.05)

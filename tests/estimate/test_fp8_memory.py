@@ -57,3 +57,41 @@ def test_zero3_quantizes_only_the_gathered_blocks(llama1b):
     cfg = TrainingConfig(precision="fp8", profile="fused")
     s = estimate_memory(llama1b, cfg, ParallelPlan(dp=8, zero=3), 80 * GiB).per_gpu
     assert s.other["fp8_weight_copies"] == 2 * 2 * GEMM / LAYERS  # current and prefetched block
+
+
+# Activations: TransformerEngine saves each GEMM's input for the weight-gradient GEMM as the
+# quantized copy it made for the forward GEMM and drops the BF16 one (module/linear.py,
+# _Linear.forward: "Discard row-wise data since it is not needed in backward pass"). Per token of
+# a Llama block the GEMM inputs are: the attention norm's output (QKV input, h), the attention
+# output (o_proj input, h: the attention kernel keeps its own BF16 O as well) and the MLP norm's
+# output (gate/up input, h), and the SwiGLU product (down input, FFN).
+def _layer_bytes_per_token(model, precision):
+    from gpuplan.estimate.activations import activation_breakdown
+
+    cfg = TrainingConfig(precision=precision, profile="fused", seq_len=4096)
+    return activation_breakdown(model, cfg, ParallelPlan()).dense_layer / 4096
+
+
+def test_te_fp8_saves_gemm_inputs_at_one_byte(llama1b):
+    saved_bf16 = _layer_bytes_per_token(llama1b, "bf16")
+    saved_fp8 = _layer_bytes_per_token(llama1b, "fp8")
+    # QKV and gate/up inputs and the down input drop from 2 to 1 byte; o_proj adds a 1-byte copy
+    assert saved_bf16 - saved_fp8 == (2 - 1) * (H + H + FFN) - 1 * H
+
+
+def test_mxfp8_saved_inputs_carry_their_block_scales(llama1b):
+    saved_fp8 = _layer_bytes_per_token(llama1b, "fp8")
+    saved_mx = _layer_bytes_per_token(llama1b, "mxfp8")
+    # one E8M0 scale byte per 32 elements on every saved GEMM input (OCP MX v1.0, section 5)
+    assert saved_mx - saved_fp8 == pytest.approx((H + H + FFN + H) / 32)
+
+
+def test_torchao_fp8_saves_bf16_gemm_inputs(llama1b):
+    from gpuplan.estimate.activations import activation_breakdown
+
+    plan = ParallelPlan()
+    eager = [
+        activation_breakdown(llama1b, TrainingConfig(precision=p, profile="eager", seq_len=4096), plan).dense_layer
+        for p in ("bf16", "fp8")
+    ]
+    assert eager[0] == eager[1]

@@ -17,6 +17,20 @@ COMMANDS = {
     "serve-sim": ["serve-sim", "llama-3.1-8b", "--rate", "1,4", "--requests", "100"],
     "pipeline": ["pipeline", "--stages", "4", "--microbatches", "8", "--schedule", "zb-h1"],
     "cluster sim": ["cluster", "sim", "--gpus", "64", "--jobs", "200"],
+    "cluster whatif": [
+        "cluster",
+        "whatif",
+        "--gpus",
+        "64",
+        "--hours",
+        "47",
+        "--checkpoint",
+        "none",
+        "--checkpoint",
+        "1h",
+    ],
+    "tco": ["tco", "--gpus", "64", "--capex", "2.5M", "--spot", "4"],
+    "checkpoint-interval": ["checkpoint-interval", "--mtbf", "3h", "--checkpoint-cost", "60s", "--restart", "10m"],
 }
 
 

@@ -70,6 +70,13 @@ HtmlOpt = Annotated[
     str | None,
     typer.Option("--html", help="Also write a self-contained HTML report here: pictures, numbers, the JSON inline."),
 ]
+PlotOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--plot",
+        help="Also write the report's pictures as one static image, a panel each (PNG, SVG, PDF: by the suffix).",
+    ),
+]
 # Options several commands share, declared once
 ModelArg = Annotated[str, typer.Argument(help="Catalog id (see `gpuplan models`) or a path to a config.json.")]
 ClusterOpt = Annotated[
@@ -182,6 +189,14 @@ def _report(path: str | None, command: str, doc: dict, slo: dict | None = None) 
         write_report(path, command, _strict(doc), argv=argv or None, slo=slo)
 
 
+def _plot(path: str | None, command: str, doc: dict, slo: dict | None = None) -> None:
+    """--plot: the --html report's pictures as one static file (gpuplan/report/static.py)."""
+    if path:
+        from gpuplan.report.static import write_plot
+
+        write_plot(path, command, _strict(doc), slo=slo)
+
+
 def _emit_json(doc) -> None:
     # Strict JSON: a NaN or an infinity left in a document is a bug upstream; it becomes null here
     # rather than a token other parsers reject.
@@ -250,6 +265,7 @@ def _calibrated(hw, calibration: str | None, allocator_fraction: float | None):
     allocator_fraction=between(0, 1),
     expert_imbalance=between(1, 1000),
     html=html_file,
+    plot=plot_path,
 )
 def train(
     model: ModelArg,
@@ -340,6 +356,23 @@ def train(
             "DualPipe always does).",
         ),
     ] = False,
+    offload_activations: Annotated[
+        int,
+        typer.Option(
+            "--offload-activations",
+            metavar="N",
+            help="Keep the activations of N layers per pipeline chunk in CPU memory "
+            "(Megatron-Core --cpu-offloading-num-layers); copies overlap the next layer.",
+        ),
+    ] = 0,
+    grad_dtype: Annotated[
+        str | None,
+        typer.Option(
+            "--grad-dtype",
+            help="Gradient buffer and reduce dtype: fp32 (Megatron's main_grad) or bf16 "
+            "(Megatron-Bridge grad_reduce_in_fp32=False) (default: the framework's).",
+        ),
+    ] = None,
     price: PriceOpt = None,
     cuda_context_gib: Annotated[float, typer.Option(help="CUDA/NCCL context per GPU, GiB.")] = 0.5,
     allocator_fraction: Annotated[
@@ -362,6 +395,7 @@ def train(
     disk_gbps: DiskGbpsOpt = None,
     host: HostOpt = None,
     html: HtmlOpt = None,
+    plot: PlotOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Will a training run fit, where every byte per GPU goes, its FLOPs, time and cost."""
@@ -422,6 +456,8 @@ def train(
         overlap_grad_reduce=overlap_grad_reduce,
         expert_imbalance=expert_imbalance,
         ep_overlap=ep_overlap,
+        offload_activation_layers=offload_activations,
+        grad_fp32=_grad_fp32(grad_dtype),
     )
     price_source = "--price"
     if price is None:
@@ -448,6 +484,7 @@ def train(
         )
         oest = estimate_offload_training(oreq)
         _report(html, "train", od(oest))
+        _plot(plot, "train", od(oest))
         check_fits(oest)
         _emit_json(od(oest)) if json_out else render_train_offload(od(oest))
         return
@@ -462,8 +499,9 @@ def train(
         price_source=price_source,
     )
     est = estimate_training(req)
-    doc = {**to_dict(est), "calibration_profile": prof.describe() if prof else None} if json_out or html else {}
+    doc = {**to_dict(est), "calibration_profile": prof.describe() if prof else None} if json_out or html or plot else {}
     _report(html, "train", doc)
+    _plot(plot, "train", doc)
     if json_out:
         _emit_json(doc)
     else:
@@ -482,8 +520,23 @@ def train(
         )
 
 
+def _grad_fp32(grad_dtype: str | None) -> bool | None:
+    if grad_dtype is None:
+        return None
+    if grad_dtype not in ("fp32", "bf16"):
+        raise GpuplanError("grad_dtype", f"unknown gradient dtype {grad_dtype!r}", "use --grad-dtype fp32 or bf16")
+    return grad_dtype == "fp32"
+
+
 @app.command()
-@checked(gpus=at_least(1, 10**7), seq_len=at_least(1, 10**8), top=at_least(1, 1000), price=price_rule, html=html_file)
+@checked(
+    gpus=at_least(1, 10**7),
+    seq_len=at_least(1, 10**8),
+    top=at_least(1, 1000),
+    price=price_rule,
+    html=html_file,
+    plot=plot_path,
+)
 def search(
     model: ModelArg,
     gpu: GpuOpt = "h100-sxm",
@@ -528,6 +581,7 @@ def search(
         str | None, typer.Option(help="Host for --offload: a catalog host id or a hardware TOML file.")
     ] = None,
     html: HtmlOpt = None,
+    plot: PlotOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Every valid parallel plan that fits, ranked; rejected plans counted by reason."""
@@ -574,6 +628,7 @@ def search(
 
         doc = {**to_dict(result, spec, hw), "calibration_profile": prof.describe() if prof else None}
         _report(html, "search", doc)
+        _plot(plot, "search", doc)
         _emit_json(doc)
         return
     from gpuplan.cli.render import console, progress, render_search
@@ -594,10 +649,12 @@ def search(
             **narrow,
         )
     render_search(result, spec, hw)
-    if html:
+    if html or plot:
         from gpuplan.search.report import to_dict
 
-        _report(html, "search", {**to_dict(result, spec, hw), "calibration_profile": prof.describe() if prof else None})
+        doc = {**to_dict(result, spec, hw), "calibration_profile": prof.describe() if prof else None}
+        _report(html, "search", doc)
+        _plot(plot, "search", doc)
 
 
 def _search_host(name: str | None):
@@ -629,6 +686,7 @@ def _search_host(name: str | None):
     target_rps=between(0, 1e9, lo_open=True),
     price=price_rule,
     html=html_file,
+    plot=plot_path,
 )
 def serve(
     model: ModelArg,
@@ -697,6 +755,7 @@ def serve(
     host: HostOpt = None,
     calibration: CalibrationOpt = None,
     html: HtmlOpt = None,
+    plot: PlotOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Serving: does it fit, KV cache, max concurrency, TTFT/TPOT, tokens/s and $/M tokens."""
@@ -730,6 +789,7 @@ def serve(
         )
         doc = {**od(plan_offload(oreq)), **described}
         _report(html, "serve", doc)
+        _plot(plot, "serve", doc)
         _emit_json(doc) if json_out else render_serve_offload(doc)
         return
     price = _price(hw.id, price)
@@ -774,14 +834,16 @@ def serve(
                 "the targets size the pools: --concurrency, --max-throughput and --target-* do not apply",
                 "drop them, or drop --disaggregate",
             )
-        if html:  # the report page has no view of the pools yet
-            raise GpuplanError("html", "the HTML report does not cover disaggregated pools", "drop --html, use --json")
+        if html or plot:  # the report page has no view of the pools yet
+            flag = "html" if html else "plot"
+            raise GpuplanError(flag, "the pictures do not cover disaggregated pools yet", f"drop --{flag}, use --json")
         ddoc = {**dd(plan_disaggregated(req, ttft, itl, prefill_tp)), **described}
         _emit_json(ddoc) if json_out else render_disagg(ddoc)
         return
     est = estimate_serving(req)
     doc = {**to_dict(est), **described}
     _report(html, "serve", doc, slo={"tpot_s": itl, "ttft_s": ttft})
+    _plot(plot, "serve", doc, slo={"tpot_s": itl, "ttft_s": ttft})
     if json_out:
         _emit_json(doc)
         return
@@ -804,6 +866,7 @@ def serve(
     max_batched_tokens=at_least(1, 10**9),
     max_num_seqs=at_least(1, 10**7),
     html=html_file,
+    plot=plot_path,
 )
 def serve_sim(
     model: ModelArg,
@@ -834,6 +897,7 @@ def serve_sim(
         int | None, typer.Option(help="Cap on running sequences (default 256, or the --engine's).")
     ] = None,
     html: HtmlOpt = None,
+    plot: PlotOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Discrete-event serving simulation: continuous batching, paged KV, chunked prefill, preemption."""
@@ -920,6 +984,7 @@ def serve_sim(
             "at_max_rate": best[1].to_dict() if best[1] else None,
         }
     _report(html, "serve-sim", doc)
+    _plot(plot, "serve-sim", doc)
     _show(doc, json_out, "render_serve_sim")
 
 
@@ -1204,11 +1269,13 @@ def slurm(
 
 
 @app.command("checkpoint-interval")
-@checked()
+@checked(html=html_file, plot=plot_path)
 def checkpoint_interval(
     mtbf: Annotated[str, typer.Option(help="Mean time between failures or preemptions, e.g. 3.1h.")],
     cost: Annotated[str, typer.Option("--checkpoint-cost", "--cost", help="Time to write one checkpoint, e.g. 60s.")],
     restart: Annotated[str, typer.Option(help="Time to restart after a failure, e.g. 10m.")] = "0s",
+    html: HtmlOpt = None,
+    plot: PlotOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Young's and Daly's optimal checkpoint intervals and the expected share of time wasted."""
@@ -1237,6 +1304,8 @@ def checkpoint_interval(
         "expected_waste_fraction": expected_waste_fraction(daly, c, m, r),
         "expected_waste_fraction_young": expected_waste_fraction(young, c, m, r),
     }
+    _report(html, "checkpoint-interval", doc)
+    _plot(plot, "checkpoint-interval", doc)
     if json_out:
         _emit_json(doc)
         return
@@ -1257,7 +1326,14 @@ app.add_typer(cluster_app, name="cluster")
 
 
 @cluster_app.command()
-@checked(gpus=at_least(1, 10**7), hours=between(0, 1e6, lo_open=True), checkpoint=anything, price=price_rule)
+@checked(
+    gpus=at_least(1, 10**7),
+    hours=between(0, 1e6, lo_open=True),
+    checkpoint=anything,
+    price=price_rule,
+    html=html_file,
+    plot=plot_path,
+)
 def whatif(
     gpus: Annotated[int, typer.Option(help="GPUs of the job.")] = 64,
     gpu: Annotated[str, typer.Option(help="GPU id (for its catalog price).")] = "h100-sxm",
@@ -1273,6 +1349,8 @@ def whatif(
         str | None, typer.Option(help="Mean time between preemptions (for optimal; default: the job's length).")
     ] = None,
     price: Annotated[float | None, typer.Option(help="USD per GPU-hour (default: catalog price).")] = None,
+    html: HtmlOpt = None,
+    plot: PlotOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Dollars a preemption throws away under each checkpoint policy."""
@@ -1298,6 +1376,8 @@ def whatif(
         "price_per_gpu_hour": price,
         "policies": [x.to_dict() for x in rows],
     }
+    _report(html, "cluster whatif", doc)
+    _plot(plot, "cluster whatif", doc)
     _show(doc, json_out, "render_whatif")
 
 
@@ -1486,6 +1566,8 @@ def cluster_sim(
     colo=between(0, 1e9),
     utilisation=between(0, 1, lo_open=True),
     months=at_least(1, 1200),
+    html=html_file,
+    plot=plot_path,
 )
 def tco(
     gpus: Annotated[int, typer.Option(help="GPUs to rent or buy.")] = 64,
@@ -1506,6 +1588,8 @@ def tco(
     colo: Annotated[float, typer.Option(help="Colocation/space USD per month.")] = 0.0,
     utilisation: Annotated[float, typer.Option(help="Share of hours the GPUs do useful work.")] = 0.8,
     months: Annotated[int, typer.Option(help="Months to compare.")] = 36,
+    html: HtmlOpt = None,
+    plot: PlotOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Cloud on-demand vs spot (with preemption losses) vs owned: monthly costs and the break-even month."""
@@ -1542,6 +1626,8 @@ def tco(
         )
     )
     doc["on_demand_per_gpu_hour"] = price
+    _report(html, "tco", doc)
+    _plot(plot, "tco", doc)
     _show(doc, json_out, "render_tco")
 
 
@@ -1551,7 +1637,8 @@ def validate(
     kind: Annotated[
         str,
         typer.Argument(
-            help="training (step time), serving (throughput and latency), serving-kv (KV pools) or offload."
+            help="training (step time), training-held-out (published runs never fitted to), serving "
+            "(throughput and latency), serving-kv (KV pools) or offload."
         ),
     ] = "training",
     calibrated: Annotated[
@@ -1629,8 +1716,12 @@ def validate(
 
         render_serve_validation(checks, serve_summary(checks))
         return
-    if kind != "training":
-        raise GpuplanError("kind", f"unknown validation set {kind!r}", "use training, serving, serving-kv or offload")
+    if kind not in ("training", "training-held-out"):
+        raise GpuplanError(
+            "kind",
+            f"unknown validation set {kind!r}",
+            "use training, training-held-out, serving, serving-kv or offload",
+        )
     if calibrated:
         from gpuplan.estimate.calibrate import calibrated_validation
 
@@ -1642,9 +1733,9 @@ def validate(
 
             render_calibrated_validation(doc)
         return
-    from gpuplan.estimate.validate import by_category, summary, validate_training
+    from gpuplan.estimate.validate import CSVS, HELD_OUT, by_category, summary, validate_training
 
-    results = validate_training()
+    results = validate_training(HELD_OUT if kind == "training-held-out" else CSVS)
     categories = by_category(results)
     if json_out:
         _emit_json(
@@ -1663,6 +1754,9 @@ def validate(
                         "value": r.row.value,
                         "predicted_mfu": r.mfu,
                         "breakdown_s": r.breakdown,
+                        "predicted_peak_bytes": r.peak_bytes,
+                        "gpu_memory_bytes": r.capacity_bytes,
+                        "refused": r.refused,
                     }
                     for r in results
                 ],

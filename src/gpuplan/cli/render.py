@@ -99,6 +99,10 @@ def render_train(est) -> None:
     _mem_row(table, "total", s.total, cap)
     _mem_row(table, "GPU capacity", cap, cap)
     console.print(table)
+    if s.host_activations:
+        console.print(
+            f"activations offloaded to CPU memory (not counted above): {fmt_bytes(s.host_activations)} per GPU"
+        )
     if mem.fits:
         console.print(f"[green]fits[/]: {fmt_bytes(mem.headroom)} free")
     else:
@@ -304,7 +308,8 @@ def render_search(result, m, gpu) -> None:
 def render_validation(results, summary, categories=None) -> None:
     table = Table(title="Predicted vs published step time")
     _id_column(table, "run", [r.row.id for r in results])
-    for col in ("GPUs", "tp", "pp", "dp", "cp", "zero", "recompute", "measured s", "predicted s", "error", "pred. MFU"):
+    cols = ("GPUs", "tp", "pp", "dp", "cp", "zero", "recompute", "measured s", "predicted s", "error", "pred. MFU")
+    for col in (*cols, "pred. peak GiB"):
         table.add_column(col, justify="left" if col == "recompute" else "right")
     for r in results:
         row = r.row
@@ -321,6 +326,7 @@ def render_validation(results, summary, categories=None) -> None:
             f"{r.predicted_step_s:,.3f}",
             f"{r.error:+.1%}",
             f"{r.mfu:.1%}",
+            f"{r.peak_bytes / GiB:,.1f}" + (" [red](over)[/]" if r.refused else ""),
         )
     console.print(table)
     if categories:
@@ -338,7 +344,8 @@ def render_validation(results, summary, categories=None) -> None:
         console.print(ct)
     console.print(
         f"{summary['rows']} runs: mean |error| {summary['mean_abs_error']:.1%}, "
-        f"max |error| {summary['max_abs_error']:.1%}, mean signed {summary['mean_signed_error']:+.1%}"
+        f"max |error| {summary['max_abs_error']:.1%}, mean signed {summary['mean_signed_error']:+.1%}; "
+        f"{summary['refused']} of them over the GPU's memory in gpuplan's memory model (it ran: a wrong refusal)"
     )
 
 

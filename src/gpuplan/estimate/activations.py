@@ -47,11 +47,13 @@ class ActivationBreakdown:
         return self.moe_layer if moe else self.dense_layer
 
 
-def _norm_saved(m: ModelSpec, a: int, profile: str, feeds_linear: bool) -> float:
-    """Bytes per token one norm saves (eager), including its output when a linear saves it."""
+def _norm_saved(m: ModelSpec, a: int, profile: str, feeds_linear: bool, g: float | None = None) -> float:
+    """Bytes per token one norm saves (eager), including its output when a linear saves it.
+    ``g``: bytes per element of that output as the linear keeps it (``gemm_input_bytes``)."""
     h = m.hidden_size
+    g = a if g is None else g
     if profile == "fused":  # fused LN/RMSNorm kernels keep the input and, for the GEMM, the output
-        return a * h * (2 if feeds_linear else 1)
+        return a * h + (g * h if feeds_linear else 0)
     if m.norm == "rmsnorm":  # x.float(); x * rsqrt(mean(x^2)+eps); weight * x.to(dtype)
         return FP32 * h + FP32 + a * h + (a * h if feeds_linear else 0)
     if m.norm == "rmsnorm_gemma":  # x.float() normalised, * (1 + weight) in fp32, then .type_as(x)
@@ -60,13 +62,15 @@ def _norm_saved(m: ModelSpec, a: int, profile: str, feeds_linear: bool) -> float
     return a * h + 2 * FP32 + (a * h if feeds_linear else 0)
 
 
-def _mlp_saved(m: ModelSpec, a: int, profile: str, ffn: int) -> float:
-    """Bytes per token saved inside one MLP (its input is the norm output, counted there)."""
+def _mlp_saved(m: ModelSpec, a: int, profile: str, ffn: int, g: float | None = None) -> float:
+    """Bytes per token saved inside one MLP (its input is the norm output, counted there);
+    ``g``: bytes per element of the fc2 input as fc2 keeps it (``gemm_input_bytes``)."""
+    g = a if g is None else g
     if m.gated_mlp:
         # fused swiglu: fc1 output (gate|up) + fc2 input; eager: gate, act(gate), up, product
-        return a * ffn * (3 if profile == "fused" else 4)
+        return (2 * a + g) * ffn if profile == "fused" else 4 * a * ffn
     if profile == "fused":
-        return 2 * a * ffn  # activation input + fc2 input (Korthikanti: 8sbh + 8sbh at ffn = 4h)
+        return (a + g) * ffn  # activation input + fc2 input (Korthikanti: 8sbh + 8sbh at ffn = 4h)
     per_act = {
         "gelu": 2,
         "gelu_tanh": 2,  # F.gelu saves its input; fc2 saves the output
@@ -114,6 +118,7 @@ def _attention_saved(m: ModelSpec, cfg: TrainingConfig, a: int, seq_keys: int) -
 def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) -> ActivationBreakdown:
     """Bytes saved for backward by one micro-batch on one GPU, by part of the model."""
     a = cfg.activation_bytes
+    g = cfg.gemm_input_bytes  # GEMM inputs kept for backward: a, or TE's FP8 copy
     t, profile = plan.tp, cfg.profile
     tokens = cfg.micro_batch * cfg.seq_len / plan.cp  # tokens of a micro-batch on this GPU
     h = m.hidden_size
@@ -122,25 +127,27 @@ def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) 
     rep_div = t if sp else 1
     drop = 2 * h if m.dropout > 0 else 0  # masks after attention and after the MLP
 
-    norms = m.pre_norms_per_layer * _norm_saved(m, a, profile, True) + m.post_norms_per_layer * _norm_saved(
+    norms = m.pre_norms_per_layer * _norm_saved(m, a, profile, True, g) + m.post_norms_per_layer * _norm_saved(
         m, a, profile, False
     )
     attn, scores = _attention_saved(m, cfg, a, cfg.seq_len)
+    if g != a:  # the attention kernel keeps its BF16 output; the output projection its own FP8 copy
+        attn += g * m.num_heads * m.v_dim
     if cfg.recompute == "selective":  # recompute the attention core: drop the s^2 tensors
         scores = 0.0
         if cfg.attention == "flash":
             attn -= FP32 * m.num_heads
     replicated = norms + drop
-    dense = replicated / rep_div + (attn + scores + _mlp_saved(m, a, profile, m.ffn_size)) / t
+    dense = replicated / rep_div + (attn + scores + _mlp_saved(m, a, profile, m.ffn_size, g)) / t
 
     moe = 0.0
     if m.is_moe:
         k = m.experts_per_token
         routed = (
-            k * (2 * a * h + _mlp_saved(m, a, profile, m.moe_ffn_size))  # dispatched in/out + expert MLP
+            k * ((a + g) * h + _mlp_saved(m, a, profile, m.moe_ffn_size, g))  # dispatched in/out + expert MLP
             + FP32 * m.num_experts
         )  # router probabilities
-        shared = _mlp_saved(m, a, profile, m.shared_expert_ffn_size) if m.shared_expert_ffn_size else 0.0
+        shared = _mlp_saved(m, a, profile, m.shared_expert_ffn_size, g) if m.shared_expert_ffn_size else 0.0
         moe = replicated / rep_div + (attn + scores + routed + shared) / t
 
     checkpoint = a * h / rep_div  # full recompute keeps each block's input

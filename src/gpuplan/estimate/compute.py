@@ -209,6 +209,7 @@ class LayerShape:
     eager: bool = False  # PyTorch ops as transformers' modeling code runs them, not fused kernels
     autocast: bool = False  # torch.autocast over fp32 parameters: fp32 residual stream and casts
     expert_imbalance: float = 1.0  # routed tokens on the busiest expert-parallel GPU over the mean
+    fused_ce: bool = True  # the cross-entropy's elementwise passes fused (TrainingConfig.fused_cross_entropy)
 
 
 @functools.lru_cache(maxsize=4096)  # keyed on every argument (GPUSpec hashes its efficiency)
@@ -384,10 +385,22 @@ def head_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape) -> OpTimes:
     # and torchtitan's float8 conversion skips "output"
     d = _high_precision(s.dtype)
     out.add("gemm", fwd=gemm_time(gpu, d, T, v, h), b=gemm_time(gpu, d, T, h, v), w=gemm_time(gpu, d, v, h, T))
-    # cross-entropy in fp32 over the local vocabulary slice: upcast, max, exp, sum, then the gradient
     logits = T * v
-    out.add("loss", fwd=memory_time(gpu, logits * (a + 4 * 5), 4), b=memory_time(gpu, logits * (4 * 2 + a), 2))
+    f_bytes, f_kernels, b_bytes, b_kernels = cross_entropy_bytes(a, s.fused_ce or s.eager)
+    out.add("loss", fwd=memory_time(gpu, logits * f_bytes, f_kernels), b=memory_time(gpu, logits * b_bytes, b_kernels))
     return out
+
+
+def cross_entropy_bytes(a: int, fused: bool) -> tuple[float, int, float, int]:
+    """(forward bytes per logit, kernels, backward bytes per logit, kernels) of Megatron-Core's
+    vocab-parallel cross-entropy in fp32 over logits of ``a`` bytes
+    (megatron/core/tensor_parallel/cross_entropy.py). Unfused, one kernel per op: .float(), max,
+    sub_, exp_, sum, div_ forward (a + 9 x 4 bytes); mul_ and the cast back to the logits' dtype
+    backward (3 x 4 + a). Fused (fusions/fused_cross_entropy.py, jit): upcast with max, sub with exp
+    and sum, div (a + 5 x 4); mul with the cast (2 x 4 + a)."""
+    if fused:
+        return a + 4 * 5, 4, 4 * 2 + a, 2
+    return a + 4 * 9, 6, 4 * 3 + a, 2
 
 
 @functools.lru_cache(maxsize=4096)  # keyed on every argument (GPUSpec hashes its efficiency)

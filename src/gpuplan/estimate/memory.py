@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
+from gpuplan.errors import GpuplanError
 from gpuplan.estimate.activations import ActivationBreakdown, activation_breakdown
 from gpuplan.estimate.params import (
     Tensor,
@@ -81,6 +82,7 @@ class StageMemory:
     other: dict[str, float] = field(default_factory=dict)
     params: float = 0.0  # parameters held on this GPU (after TP/EP, before ZeRO)
     microbatches_in_flight: float = 1.0
+    host_activations: float = 0.0  # offloaded activations held in host memory (not GPU memory)
 
     @property
     def other_total(self) -> float:
@@ -110,6 +112,19 @@ class MemoryReport:
     @property
     def headroom(self) -> float:
         return self.capacity - self.per_gpu.total
+
+
+def offloaded_layers(cfg: TrainingConfig, chunk_layers: int) -> int:
+    """Layers of a pipeline chunk whose activations go to host memory. Megatron-Core needs at
+    least one layer left on the GPU (cpu_offloading_num_layers < the chunk's layers)."""
+    n = cfg.offload_activation_layers
+    if n and n >= chunk_layers:
+        raise GpuplanError(
+            "offload_activation_layers",
+            f"{n} offloaded layers but a pipeline chunk holds {chunk_layers}",
+            f"offload at most {max(chunk_layers - 1, 0)} layers per chunk",
+        )
+    return n
 
 
 def candidate_stages(m: ModelSpec, plan: ParallelPlan) -> list[tuple[int, int, int]]:
@@ -305,6 +320,15 @@ def estimate_memory(
             working = max(act.layer(False) if sp_.n_dense else 0.0, act.layer(True) if sp_.n_moe else 0.0)
         else:
             kept, working = full_layers, 0.0
+        host = 0.0
+        if cfg.offload_activation_layers:
+            # the offloaded layers' activations live in host memory; one layer's stays on the GPU
+            # as the copy in flight (TransformerEngine's offload handler double-buffers)
+            n_off = offloaded_layers(cfg, n_layers // plan.vp if plan.vp > 1 else n_layers) * plan.vp
+            biggest = act.layer(True) if sp_.n_moe else act.layer(False)
+            host = n_off * biggest
+            kept -= host
+            working = biggest
         per_mb = kept + (act.embedding if stage == 0 else 0.0) + (act.head if stage == plan.head_stage else 0.0)
         activations = in_flight * per_mb + working
 
@@ -339,6 +363,7 @@ def estimate_memory(
                 other=other,
                 params=dense + expert,
                 microbatches_in_flight=in_flight,
+                host_activations=in_flight * host,
             )
         )
 

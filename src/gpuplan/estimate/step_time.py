@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from gpuplan.estimate.comm import Group, bytes_sent_per_rank, collective_time, efficiency, place
 from gpuplan.estimate.compute import LayerShape, OpTimes, embedding_times, head_times, layer_times, memory_time
 from gpuplan.estimate.flops import training_flops
-from gpuplan.estimate.memory import _per_gpu, optimizer_bytes_per_param, stage_params
+from gpuplan.estimate.memory import _activations, _per_gpu, offloaded_layers, optimizer_bytes_per_param, stage_params
 from gpuplan.estimate.params import layer_tensors
 from gpuplan.pipeline.bubble import pipeline_bubble
 from gpuplan.pipeline.split import stage_layers
@@ -122,6 +122,7 @@ def _shape(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) -> LayerShape:
         eager=cfg.profile == "eager",
         autocast=cfg.autocast,
         expert_imbalance=cfg.expert_imbalance if plan.ep > 1 else 1.0,
+        fused_ce=cfg.fused_cross_entropy,
     )
 
 
@@ -238,7 +239,8 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
         first += n_layers
         n_moe = _moe_layers(m, ids.start, n_layers)
         # stages with the same layers and ends take the same time: compute each kind once
-        key = (n_layers, n_moe, stage == 0, stage == plan.head_stage)
+        off = offloaded_layers(cfg, n_layers // plan.vp) * plan.vp if cfg.offload_activation_layers else 0
+        key = (n_layers, n_moe, stage == 0, stage == plan.head_stage, off)
         if key not in seen:
             # what a stage's time depends on, so plans that differ elsewhere share the work
             z3 = groups["dp_cp"] if plan.zero == 3 and plan.zero_group > 1 else None
@@ -313,6 +315,7 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
         breakdown[f"{d}_comm"] = mb * sc.comm.get(d, 0.0)
     breakdown["pp_comm"] = p2p
     breakdown["dp_comm"] = mb * sc.comm.get("dp", 0.0) + dp_exposed
+    breakdown["activation_offload"] = mb * sc.comm.get("host", 0.0)
     breakdown["bubble"] = bubble
     breakdown["optimizer"] = optimizer
     breakdown["overlap_contention"] = overlap_contention(crit_comm, gpu)
@@ -373,7 +376,7 @@ def _stage(
     key: tuple,
 ) -> tuple[StageTime, dict, dict]:
     """One micro-batch on a stage of ``n_layers`` (``n_moe`` of them MoE), first and/or last."""
-    n_layers, n_moe, is_first, is_last = key
+    n_layers, n_moe, is_first, is_last, off = key
     tp_g, cp_g, ep_g, z3 = group_list
     groups = {"tp": tp_g, "cp": cp_g, "ep": ep_g, "dp_cp": z3}
     c = {d: CommLine() for d in DIMS}
@@ -392,6 +395,9 @@ def _stage(
         rec += n * (ops.fwd if cfg.recompute == "full" else ops.attn_core if cfg.recompute == "selective" else 0.0)
         for k, v in ops.parts.items():
             kinds[k] = kinds.get(k, 0.0) + n * mb * v
+        if off:  # the offloaded layers are the chunk's first ones: dense before MoE
+            n_off = min(off, n) if not moe else max(0, off - (n_layers - n_moe))
+            exposed["host"] = exposed.get("host", 0.0) + _offload_exposed(m, cfg, plan, gpu, ops, moe, n_off)
     extras = ([embedding_times(m, gpu, shape)] if is_first else []) + ([head_times(m, gpu, shape)] if is_last else [])
     for ops in extras:
         f += ops.fwd
@@ -400,6 +406,18 @@ def _stage(
         for k, v in ops.parts.items():
             kinds[k] = kinds.get(k, 0.0) + mb * v
     return StageTime(-1, n_layers, f, b, w, rec, exposed), c, kinds
+
+
+def _offload_exposed(
+    m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpec, ops: OpTimes, moe: bool, off: int
+) -> float:
+    """Seconds per micro-batch that activation offload adds to a stage: each offloaded layer's
+    activations go to host memory over the GPU's host link (PCIe, or NVLink-C2C on Grace) in
+    forward and come back in backward, each copy overlapped with the next layer's compute
+    (TransformerEngine's offload handler prefetches one layer ahead); what a copy takes beyond
+    that layer's compute is exposed."""
+    copy = _activations(m, cfg, plan.tp, plan.cp, plan.ep, plan.sp).layer(moe) / gpu.host_bytes_per_s
+    return off * (max(0.0, copy - ops.fwd) + max(0.0, copy - ops.bwd_input - ops.bwd_weight))
 
 
 def _expert_dp_group(dp_cp: Group, plan: ParallelPlan) -> Group:

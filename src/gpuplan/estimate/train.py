@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 from gpuplan.errors import GpuplanError, require
 from gpuplan.estimate.flops import Flops, six_nd, training_flops
-from gpuplan.estimate.memory import MemoryReport, estimate_memory
+from gpuplan.estimate.memory import MemoryReport, estimate_memory, offloaded_layers
 from gpuplan.estimate.params import ParamCounts, count_params
 from gpuplan.estimate.step_time import StepTime, step_time
 from gpuplan.estimate.time import TrainingTime, training_time
@@ -70,7 +70,8 @@ def validate(req: TrainRequest) -> None:
     m, p = req.model, req.plan
     check_plan(get_framework(c.framework), p)  # first what the framework cannot run at all
     validity.require_valid(m, p, c.seq_len, c.micro_batch, req.global_batch)
-    stage_layers(m, p)  # raises for a split that cannot run (vp chunks, first/last stage layers)
+    for n in stage_layers(m, p):  # raises for a split that cannot run (vp chunks, first/last stage layers)
+        offloaded_layers(c, n // p.vp)  # and for more offloaded layers than a chunk holds
     if req.mfu is not None:
         require(0 < req.mfu <= 1, "mfu", f"must be in (0, 1], got {req.mfu}", "e.g. --mfu 0.4")
     if req.price_per_gpu_hour is not None:
@@ -123,8 +124,8 @@ def suggest_fixes(req: TrainRequest, limit: int = 5) -> tuple[Suggestion, ...]:
         if mem.per_gpu.total < now:  # a change that saves nothing (ZeRO with dp=1) is no suggestion
             out.append(Suggestion(label, mem.per_gpu.total, mem.fits))
     fitting = [s for s in out if s.fits]
-    if fitting:
-        return tuple(fitting[:limit])
+    if fitting or c.offload_activation_layers:  # the search plans without activation offload
+        return tuple((fitting or out)[:limit])
     # No single change fits: the fewest GPUs with a plan that does, checked with the full estimate
     from gpuplan.search.plans import smallest_fitting_plan
 

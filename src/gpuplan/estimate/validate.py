@@ -14,6 +14,7 @@ prediction of the same kind (``error_band``).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,9 @@ from gpuplan.specs.training import LOW_PRECISION, TrainingConfig
 DATA = Path(__file__).resolve().parent.parent / "catalog" / "validation"
 CSV = DATA / "training_runs.csv"
 CSVS = (CSV, DATA / "training_runs_hopper.csv")
+# Published runs gathered here, never fitted to (scripts/fit_sustained.py reads CSVS only): they
+# test whether the model carries to runs it was not tuned on, and widen the error bands.
+HELD_OUT = (DATA / "held_out" / "training_runs_nemo.csv",)
 MEGATRON_FORMULA = "96BsLh^2(1+s/6h+V/16Lh)"
 H100_BF16_PEAK = 989.4e12  # the peak the Megatron-Core table's MFU is over (README: "989 TFLOP/s")
 LLAMA3_405B_PARAMS = 405_853_388_800  # N in the llama3 formula (shared validation README)
@@ -57,7 +61,7 @@ class Source:
 
     prefix: str  # the start of the CSV's ``source`` column
     framework: str  # words, for the report
-    arch: str
+    arch: str  # the architecture all its runs share ("": the row's ``arch`` column says)
     profile: str  # the gpuplan --framework profile that runs as the source did ("generic": none fits)
     config: dict[str, Any] = field(default_factory=dict)  # TrainingConfig fields
     plan: dict[str, Any] = field(default_factory=dict)  # ParallelPlan fields the source states for all its runs
@@ -95,6 +99,26 @@ SOURCES = (
         "generic",
         dict(attention="flash", tp_overlap=True),
         plan=dict(vp=2, first_stage_layers=7, last_stage_layers=7),
+        sp=True,
+    ),
+    # NVIDIA's NeMo performance summary (NeMo 24.07 container, DGX-H100; docs/source/performance/
+    # performance_summary.md of NVIDIA/NeMo at 9c5c5e9709): NeMo-Framework-Launcher configs on
+    # Megatron-Core + TransformerEngine, FP8 (TE's delayed scaling), TP communication overlap and
+    # sequence parallelism; the optimizer is Apex's distributed_fused_adam with a contiguous
+    # gradient buffer in the parameter dtype (launcher_scripts/conf/training/*: optim.name
+    # distributed_fused_adam, contiguous_grad_buffer: true; grad_sync_dtype defaults to the BF16
+    # parameters), overlapped gradient reduce and parameter gather.
+    Source("NeMo 24.07", "NeMo 24.07 (Megatron-Core + TransformerEngine)", "", "nemo", dict(grad_fp32=False), sp=True),
+    # Megatron-Bridge (NeMo 25.11 container) performance summary, the same stack a year on:
+    # FP8-CS = TE current scaling; FSDP > 0 = Megatron-FSDP (gpuplan's zero 3). Its performance
+    # configs reduce and keep gradients in BF16 (scripts/performance/configs/llama/
+    # llama3_llm_pretrain.py, set_llama3_common_configs: grad_reduce_in_fp32 = False).
+    Source(
+        "Megatron-Bridge 25.11",
+        "Megatron-Bridge 25.11 (NeMo container)",
+        "",
+        "nemo",
+        dict(grad_fp32=False),
         sp=True,
     ),
     # llm-foundry: Composer + PyTorch FSDP FULL_SHARD, amp_bf16 (fp32 masters and reduction),
@@ -146,6 +170,10 @@ def _model(arch: str, r: dict[str, str], dropout: float) -> ModelSpec:
             "vocab_size": vocab,
             "max_position_embeddings": seq,
         }
+    elif arch == "nemotron":  # Nemotron-3/4 (NeMo): Llama's layout with a non-gated squared-ReLU MLP
+        # and LayerNorm; squared ReLU costs what ReLU does (one elementwise pass)
+        spec = _model("llama", r, dropout)
+        return dataclasses.replace(spec, gated_mlp=False, activation="relu", norm="layernorm")
     elif arch == "mpt":
         cfg = {
             "model_type": "mpt",
@@ -157,8 +185,27 @@ def _model(arch: str, r: dict[str, str], dropout: float) -> ModelSpec:
             "max_seq_len": seq,
         }
     else:
-        raise GpuplanError("arch", f"row {r['id']}: unknown arch {arch!r}", "use gpt, llama or mpt")
+        raise GpuplanError("arch", f"row {r['id']}: unknown arch {arch!r}", "use gpt, llama, nemotron or mpt")
     return model_from_hf_config(cfg, name=r["id"])
+
+
+def _row_config(r: dict[str, str]) -> dict[str, Any]:
+    """Settings a row's own recipe states where it departs from its source's (optional columns
+    ``tp_overlap`` and ``ep_overlap`` yes/no and ``offload_layers``, in the held-out set)."""
+    out: dict[str, Any] = {}
+    if r.get("tp_overlap"):
+        out["tp_overlap"] = r["tp_overlap"] == "yes"
+    if r.get("offload_layers"):
+        out["offload_activation_layers"] = int(r["offload_layers"])
+    if r.get("ep_overlap"):
+        out["ep_overlap"] = r["ep_overlap"] == "yes"
+    return out
+
+
+def catalog_model(name: str) -> ModelSpec:
+    from gpuplan import catalog
+
+    return catalog.model(name)
 
 
 def _measured_step_s(r: dict[str, str], gbs: int, seq: int) -> float:
@@ -236,20 +283,23 @@ def _rows(path: Path) -> list[Row]:
     with open(path, newline="") as fh:
         for r in csv.DictReader(fh):
             src = source_for(r["source"])
-            if r["arch"] != src.arch:
+            if src.arch and r["arch"] != src.arch:
                 raise GpuplanError(
                     "arch",
                     f"row {r['id']}: arch {r['arch']!r} but {src.prefix} runs {src.arch}",
                     "fix the row's arch or its source",
                 )
-            model = _model(src.arch, r, src.dropout)
+            # a catalog model by name (MoE and other layouts the arch columns cannot state)
+            model = catalog_model(r["model"]) if r.get("model") else _model(src.arch or r["arch"], r, src.dropout)
             seq = int(r["seq"])
             tp, pp, dp = int(r["tp"]), int(r["pp"]), int(r["dp"])
             cp, ep, zero = int(r.get("cp") or 1), int(r.get("ep") or 1), int(r.get("zero") or 0)
             mbs, gbs = int(r["mbs"] or 1), int(r["gbs"])
             vp = int(r["vp"]) if r["vp"] else src.plan.get("vp", 1)
             sp = (src.sp if src.sp is not None else r["sp"] == "yes") and tp > 1
-            split = {k: src.plan[k] for k in ("first_stage_layers", "last_stage_layers") if k in src.plan and pp > 1}
+            ends = ("first_stage_layers", "last_stage_layers")
+            split = {k: src.plan[k] for k in ends if k in src.plan and pp > 1}
+            split.update({k: int(r[k]) for k in ends if r.get(k)})  # a row's own uneven split
             plan = ParallelPlan(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, zero=zero, sp=sp, **split)
             config = TrainingConfig.for_framework(
                 src.profile,
@@ -258,7 +308,7 @@ def _rows(path: Path) -> list[Row]:
                 global_batch=gbs,
                 precision=r["precision"],
                 recompute=r["recompute"] or "none",
-                **src.config,
+                **{**src.config, **_row_config(r)},
             )
             rows.append(
                 Row(
@@ -289,6 +339,14 @@ class Result:
     predicted_step_s: float
     mfu: float
     breakdown: dict[str, float]
+    # the memory model's peak on the most loaded GPU and the GPU's capacity: a published run the
+    # model says does not fit is a wrong refusal
+    peak_bytes: float = 0.0
+    capacity_bytes: float = 0.0
+
+    @property
+    def refused(self) -> bool:
+        return self.peak_bytes > self.capacity_bytes
 
     @property
     def error(self) -> float:
@@ -298,12 +356,15 @@ class Result:
 
 def validate_training(paths: tuple[Path, ...] = CSVS) -> list[Result]:
     from gpuplan import catalog
+    from gpuplan.estimate.memory import estimate_memory
     from gpuplan.estimate.step_time import step_time
 
     out = []
     for row in load_rows(paths):
-        st = step_time(row.model, row.config, row.plan, catalog.gpu(row.gpu), row.microbatches)
-        out.append(Result(row, st.step_s, st.mfu, st.breakdown))
+        gpu = catalog.gpu(row.gpu)
+        st = step_time(row.model, row.config, row.plan, gpu, row.microbatches)
+        mem = estimate_memory(row.model, row.config, row.plan, gpu.memory_bytes, row.microbatches, all_stages=False)
+        out.append(Result(row, st.step_s, st.mfu, st.breakdown, mem.per_gpu.total, gpu.memory_bytes))
     return out
 
 
@@ -314,6 +375,7 @@ def summary(results: list[Result]) -> dict[str, float]:
         "mean_abs_error": sum(errs) / len(errs),
         "max_abs_error": max(errs),
         "mean_signed_error": sum(r.error for r in results) / len(errs),
+        "refused": sum(r.refused for r in results),  # published runs the memory model says do not fit
     }
 
 
@@ -333,7 +395,8 @@ def by_category(results: list[Result]) -> dict[tuple[str, str, str, str], dict[s
 
 @functools.cache
 def _bands() -> dict[tuple[str, str, str, str], dict[str, float]]:
-    return by_category(validate_training())
+    # every published run, the held-out ones too: a band is what validation measured, not a fit
+    return by_category(validate_training(CSVS + HELD_OUT))
 
 
 def error_band(gpu: str | GPUSpec, cfg: TrainingConfig, plan: ParallelPlan, step_s: float) -> dict[str, Any]:

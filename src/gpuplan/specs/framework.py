@@ -70,6 +70,10 @@ class Framework:
     # without FSDP): every GEMM casts its fp32 weight and its fp32 input to bf16, the residual
     # stream stays fp32, and each weight gradient is cast back to fp32 (compute.layer_times)
     autocast: bool = False
+    # The vocab-parallel cross-entropy's elementwise passes fused (Megatron-Core's
+    # --cross-entropy-loss-fusion: jit-fused upcast+max, sub+exp+sum, div, and mul+cast in backward)
+    # or one kernel per op (its default: megatron/core/tensor_parallel/cross_entropy.py)
+    fused_cross_entropy: bool = True
 
     def __post_init__(self) -> None:
         if self.profile not in ("fused", "eager") or self.attention not in ("flash", "eager"):
@@ -94,15 +98,18 @@ FRAMEWORKS: dict[str, Framework] = {
             "schedules.py (1F1B and interleaved 1F1B only), --recompute-granularity selective "
             "(core attention) | full, --use-distributed-optimizer (ZeRO-1) and Megatron-FSDP "
             "(optim / optim_grads / optim_grads_params), --tp-comm-overlap (TransformerEngine "
-            "userbuffers, off by default), --overlap-grad-reduce, --overlap-param-gather",
+            "userbuffers, off by default), --overlap-grad-reduce, --overlap-param-gather, "
+            "--cross-entropy-loss-fusion (off by default: the loss runs one kernel per op)",
             grad_fp32=True,
             schedules=("1f1b",),
+            fused_cross_entropy=False,
         ),
         Framework(
             name="nemo",
             source="https://github.com/NVIDIA/NeMo (NeMo 2 / Megatron-Bridge on Megatron-Core): the same "
             "kernels, schedules and memory as megatron; the performance recipes turn on TP "
-            "communication overlap (MegatronCommOverlapCallback, tp_comm_overlap=True)",
+            "communication overlap (MegatronCommOverlapCallback, tp_comm_overlap=True) and the "
+            "fused cross-entropy (cross_entropy_loss_fusion: true)",
             grad_fp32=True,
             schedules=("1f1b",),
             tp_overlap=True,

@@ -63,6 +63,13 @@ class TrainingConfig:
     framework: str = "generic"
     # torch.autocast over fp32 parameters and an fp32 residual stream (the framework's; hf)
     autocast: bool = False
+    # Activation offload to host memory: the activations of this many transformer layers of each
+    # pipeline chunk go to CPU memory in forward and come back in backward (Megatron-Core's
+    # --cpu-offloading-num-layers, TransformerEngine's get_cpu_offload_context), copied over the
+    # GPU's host link while the next layer computes.
+    offload_activation_layers: int = 0
+    # the loss's elementwise passes fused (the framework's; specs/framework.py)
+    fused_cross_entropy: bool = True
 
     @classmethod
     def for_framework(cls, framework: str = "generic", **overrides: Any) -> TrainingConfig:
@@ -75,6 +82,7 @@ class TrainingConfig:
             "attention": fw.attention,
             "attention_kernel": fw.attention_kernel,
             "grad_fp32": fw.grad_fp32,
+            "fused_cross_entropy": fw.fused_cross_entropy,
             "tp_overlap": fw.tp_overlap,
             "overlap_grad_reduce": fw.overlap_grad_reduce,
             "overlap_param_gather": fw.overlap_param_gather,
@@ -135,14 +143,36 @@ class TrainingConfig:
             "expert_imbalance",
             f"is the busiest GPU's load over the mean, so at least 1; got {self.expert_imbalance}",
         )
+        require(
+            isinstance(self.offload_activation_layers, int) and self.offload_activation_layers >= 0,
+            "offload_activation_layers",
+            f"must be a non-negative integer, got {self.offload_activation_layers!r}",
+        )
+        require(
+            not (self.offload_activation_layers and self.recompute == "full"),
+            "offload_activation_layers",
+            "activation offload and full recompute both drop the layers' activations (Megatron-Core refuses the pair)",
+            "choose one: --recompute full or --offload-activations N",
+        )
         check_config(get_framework(self.framework), recompute=self.recompute, tp_overlap=self.tp_overlap)
 
     @property
     def activation_bytes(self) -> int:
-        """Bytes per activation element. fp8 (and MXFP8/NVFP4) runs are counted at bf16 width:
-        TransformerEngine's quantized copies of GEMM inputs are not modelled yet, so their
-        activations are an upper bound."""
+        """Bytes per activation element (fp8, MXFP8 and NVFP4 runs keep BF16 activations; the
+        GEMM inputs they save for backward are ``gemm_input_bytes``)."""
         return 4 if self.precision == "fp32" else 2
+
+    @property
+    def gemm_input_bytes(self) -> float:
+        """Bytes per element of a GEMM input saved for the weight-gradient GEMM. TransformerEngine
+        (the fused profile) saves the quantized copy it already made for the forward GEMM and
+        drops the BF16 one: module/linear.py, ``_Linear.forward``, "Discard row-wise data since it
+        is not needed in backward pass" (1 byte per element for FP8; MXFP8/NVFP4 add their block
+        scales). torchao's Float8Linear and eager autocast keep the high-precision input."""
+        if self.precision in LOW_PRECISION and self.profile == "fused":
+            data, scale, _ = BLOCK_SCALED.get(self.precision, (1.0, 0.0, 0.0))
+            return data + scale
+        return self.activation_bytes
 
     @property
     def weight_bytes(self) -> float:
