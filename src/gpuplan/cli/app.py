@@ -570,6 +570,16 @@ def search(
     zero: Annotated[str | None, typer.Option(help="Only these ZeRO stages, e.g. 1,3.")] = None,
     recompute: Annotated[str | None, typer.Option(help="Only these recompute modes, e.g. none,selective.")] = None,
     micro_batch: Annotated[str | None, typer.Option(help="Micro-batch sizes to try (default 1,2,4,8).")] = None,
+    offload: Annotated[
+        str,
+        typer.Option(
+            help="Offload as one more dimension: none, auto (both below), optimizer or optimizer+params "
+            "(ZeRO-Offload / ZeRO-Infinity variants of the pp=1 plans, beside the plans without)."
+        ),
+    ] = "none",
+    host: Annotated[
+        str | None, typer.Option(help="Host for --offload: a catalog host id or a hardware TOML file.")
+    ] = None,
     html: HtmlOpt = None,
     plot: PlotOpt = None,
     json_out: JsonOpt = False,
@@ -609,6 +619,8 @@ def search(
         zero_stages=parse_choices(zero, "zero", int) or (0, 1, 2, 3),
         recompute=parse_choices(recompute, "recompute") or RECOMPUTE_ORDER,
         micro_batches=parse_choices(micro_batch, "micro-batch", int) or (1, 2, 4, 8),
+        offload=offload,
+        host=_search_host(host),
     )
     if json_out:
         result = run_search(spec, hw, gpus, base, top=top, objective=objective, price_per_gpu_hour=price, **narrow)
@@ -643,6 +655,15 @@ def search(
         doc = {**to_dict(result, spec, hw), "calibration_profile": prof.describe() if prof else None}
         _report(html, "search", doc)
         _plot(plot, "search", doc)
+
+
+def _search_host(name: str | None):
+    """``search --host``: a catalog host id or a hardware file; None: the catalog's host for the GPU."""
+    if name is None:
+        return None
+    from gpuplan.catalog.hosts import load_host
+
+    return load_host(name)
 
 
 @app.command()
@@ -1650,6 +1671,10 @@ def validate(
                             "measured": c.measured,
                             "predicted": c.predicted,
                             "error": c.error,
+                            "tag": c.tag,
+                            "url": c.url,
+                            "search_margin": c.search_margin,
+                            "at_least": c.at_least,
                         }
                         for c in checks
                     ],
