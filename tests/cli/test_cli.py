@@ -661,3 +661,9 @@ def test_suggestions_that_save_no_memory_are_not_offered(capsys):
     doc = json.loads(out)
     assert all(not s["change"].startswith("--zero") for s in doc["suggestions"])
     assert all(s["total_bytes"] < doc["memory"]["per_gpu"]["total"] for s in doc["suggestions"])
+
+
+@pytest.mark.parametrize("kind", ["training-held-out", "serving", "serving-kv", "offload"])
+def test_validate_calibrated_is_refused_where_it_would_be_ignored(kind, capsys):
+    code, _, err = run(["validate", kind, "--calibrated"], capsys)
+    assert code == 2 and "calibrated" in err and len(err.strip().splitlines()) == 1

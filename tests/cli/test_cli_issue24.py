@@ -94,3 +94,21 @@ def test_a_hardware_file_missing_a_field_is_one_line(tmp_path, capsys):
     f.write_text("cpu_memory_gb = 512\n")
     code, _, err = run(["serve", "llama-3.1-70b", "--gpu", "rtx-4090", "--host", str(f)], capsys)
     assert code == 2 and "host:" in err and "pcie_gbps" in err and err.strip().count("\n") == 0
+
+
+def test_search_offload_json_says_the_offload_of_each_plan(capsys):
+    args = ["search", "llama-3.1-8b", "--gpu", "rtx-4090", "--gpus", "1", "--seq-len", "2048", "--global-batch", "16"]
+    code, out, _ = run([*args, "--offload", "auto", "--host", "pcie4-workstation", "--json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["offload"] == "auto" and doc["host"]
+    plan = doc["plans"][0]
+    assert plan["offload"]["offload"] in ("optimizer", "optimizer+params")
+    assert plan["offload"]["memory_bytes"]["per_gpu"]["total"] <= 24e9
+    assert plan["offload"]["memory_bytes"]["cpu_per_node"] > 0
+
+
+def test_search_without_offload_names_offload_as_the_fix(capsys):
+    args = ["search", "llama-3.1-8b", "--gpu", "rtx-4090", "--gpus", "1", "--seq-len", "2048", "--global-batch", "16"]
+    code, _, err = run(args, capsys)
+    assert code == 3 and "--offload auto" in err and err.strip().count("\n") == 0  # 3: does not fit

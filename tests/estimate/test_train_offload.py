@@ -113,3 +113,11 @@ def test_nvme_without_a_disk_is_refused():
     with pytest.raises(GpuplanError) as err:
         estimate(device="nvme")
     assert err.value.field == "disk"
+
+
+def test_optimizer_and_params_on_nvme_keep_all_sixteen_bytes_on_the_drives():
+    # ZeRO-Infinity's offload engine takes every partitioned model state to NVMe: 2 (fp16 params)
+    # + 2 (fp16 grads) + 12 (fp32 params, momentum, variance) bytes per parameter, none in DRAM
+    e = estimate(host=host(disk=1e12, disk_bw=5e9), device="nvme", offload="optimizer+params")
+    assert e.disk_bytes == pytest.approx(16 * N)
+    assert e.cpu_bytes == 0.0

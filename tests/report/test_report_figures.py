@@ -50,3 +50,14 @@ def test_a_figure_with_a_nan_is_left_out_so_the_page_json_stays_valid():
     doc = {"mtbf_s": float("nan"), "cost_s": 60.0, "restart_s": 0.0, "daly_s": 1.0, "young_s": 1.0,
            "expected_waste_fraction": 0.1, "expected_waste_fraction_young": 0.1}  # fmt: skip
     assert figures("checkpoint-interval", doc) == []
+
+
+def test_closed_loop_serve_sim_runs_are_placed_at_the_rate_they_achieved():
+    # --concurrency and trace runs offer no rate (0): they sit at their completed requests/s
+    pct = {"p50": 0.01, "p90": 0.02, "p99": 0.03, "mean": 0.015}
+    runs = [
+        {"rate": 0.0, "requests_per_s": 5.7, "ttft_s": pct, "itl_s": pct, "e2e_s": pct},
+        {"rate": 2.0, "requests_per_s": 2.0, "ttft_s": pct, "itl_s": pct, "e2e_s": pct},
+    ]
+    (fig,) = [f for f in figures("serve-sim", {"runs": runs}) if "percentiles" in f["layout"]["title"]["text"]]
+    assert fig["data"][0]["x"] == [2.0, 5.7]

@@ -170,3 +170,91 @@ def test_too_many_gpu_layers_names_the_flag_and_a_count_that_fits():
     with pytest.raises(GpuplanError) as e:
         request(gpu_layers=13)
     assert e.value.field == "gpu_layers"
+
+
+def test_kv_on_disk_is_read_back_every_decode_step_at_the_disk_read_rate():
+    # weights on the GPU, the whole cache on disk, every other rate infinite: a layer's step is the
+    # read of its cache (batch x mean context x KV bytes per token) over 2 GB/s; the new token's
+    # K and V written at 1 GB/s are smaller, so the read binds (FlexGen cost_model.py dtocg, ctodg)
+    h = host(pcie=FAST, cpu_bw=FAST, disk=1e12, disk_bw=2e9)
+    req = request(host=h, input_len=512, output_len=32)
+    s = _shape(req.model, req.weights, req.kv)
+    p = Placement(weights_gpu=1.0, weights_cpu=0.0, weights_disk=0.0, kv_gpu=0.0, kv_cpu=0.0, kv_disk=1.0)
+    plan = _evaluate(req, s, p, batch=4)
+    ctx = 512 + 32 / 2
+    read = 4 * ctx * KV_LAYER / 2e9
+    assert plan.step_s == pytest.approx(12 * read, rel=1e-6)
+    assert plan.disk_s == pytest.approx(12 * (read + 4 * KV_LAYER / 1e9), rel=1e-6)
+    assert plan.disk_bytes == 4 * (512 + 32) * 12 * KV_LAYER  # the whole cache, prompt and output
+    assert plan.cpu_bytes == 0.0
+
+
+def test_the_cpu_to_gpu_weight_load_adds_to_cpu_attention_rather_than_overlapping_it():
+    # FlexGen's fitted cost model: Tgen = ctog + max(dtoc, ctod, comp). Weights on the CPU at 1 GB/s,
+    # the cache on the CPU with attention there at 1 GFLOP/s (4 x heads x head_dim FLOPs per
+    # context token), PCIe hop of q/k/v/out for batch 1 (4 x hidden x 2 bytes)
+    h = host(pcie=1e9, cpu_bw=FAST, cpu_flops=1e9)
+    req = request(host=h, input_len=512, output_len=32)
+    s = _shape(req.model, req.weights, req.kv)
+    p = Placement(weights_gpu=0.0, weights_cpu=1.0, weights_disk=0.0, kv_gpu=0.0, kv_cpu=1.0)
+    ctx = 512 + 32 / 2
+    ctog = LAYER_BYTES / 1e9
+    hop = 4 * 768 * 2 / 1e9
+    attention = ctx * 4 * 12 * 64 / 1e9
+    assert _evaluate(req, s, p, 1).step_s == pytest.approx(12 * (ctog + hop + attention), rel=1e-6)
+
+
+def test_prefill_attention_runs_on_the_gpu_wherever_the_cache_will_live():
+    # the prompt's q, k, v are on the GPU when its layer computes them: a slower CPU does not slow
+    # the prefill, only the decode steps (FlexGen cost_model.py compp: GPU matmul and bmm only)
+    p = Placement(weights_gpu=1.0, weights_cpu=0.0, weights_disk=0.0, kv_gpu=0.0, kv_cpu=1.0)
+    plans = []
+    for cpu_flops in (1e9, 1e12):
+        req = request(host=host(pcie=FAST, cpu_bw=FAST, cpu_flops=cpu_flops), gpu=gpu(flops=1e14, hbm=1e12))
+        plans.append(_evaluate(req, _shape(req.model, req.weights, req.kv), p, 8))
+    assert plans[0].prefill_s == plans[1].prefill_s
+    assert plans[0].step_s > plans[1].step_s
+
+
+def test_a_cache_larger_than_gpu_and_cpu_memory_spills_to_disk():
+    # Llama-3.1-8B with its weights kept on the GPU (--offload kv): 64 sequences of 2,080 tokens
+    # hold 64 x 2,080 x 32 layers x (2 x 8 x 128 x 2 bytes) = 17.4 GB of cache; the 4090 has
+    # about 5 GB left beside 16 GB of weights and the CPU 9 GB usable of 10: the rest must be on disk
+    h = host(pcie=25e9, cpu_bw=65e9, cpu_flops=1e12, memory=10e9, disk=2e12, disk_bw=7e9)
+    plan = plan_offload(
+        OffloadRequest(
+            model=catalog.model("llama-3.1-8b"),
+            gpu=catalog.gpu("rtx-4090"),
+            host=h,
+            weights=WEIGHT_FORMATS["bf16"],
+            kv=KV_FORMATS["bf16"],
+            input_len=2048,
+            output_len=32,
+            batch=64,
+            offload="kv",
+        )
+    )
+    p = plan.placement
+    assert p.weights_gpu == 1.0 and p.kv_disk > 0
+    assert p.kv_gpu + p.kv_cpu + p.kv_disk == pytest.approx(1)
+    kv = 64 * 2080 * 32 * 2 * 8 * 128 * 2
+    assert plan.disk_bytes == pytest.approx(p.kv_disk * kv)
+    assert plan.cpu_bytes <= 10e9 * 0.9
+
+
+def test_a_cache_that_even_the_disk_cannot_hold_is_one_line_naming_disk():
+    h = host(memory=64e9, disk=200e9, disk_bw=7e9)
+    with pytest.raises(GpuplanError) as e:
+        plan_offload(
+            OffloadRequest(
+                model=catalog.model("llama-3.1-70b"),
+                gpu=catalog.gpu("rtx-4090"),
+                host=h,
+                weights=WEIGHT_FORMATS["bf16"],
+                kv=KV_FORMATS["bf16"],
+                input_len=8192,
+                output_len=32,
+                batch=512,
+            )
+        )
+    assert e.value.field == "disk" and "--disk" in str(e.value) and "\n" not in str(e.value)

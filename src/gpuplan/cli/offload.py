@@ -47,8 +47,8 @@ def render_serve_offload(doc: dict) -> None:
     where = f"--gpu-layers {p['gpu_layers']}: " if p["gpu_layers"] is not None else ""
     console.print(
         f"{where}weights GPU {_pct(w['gpu'])} / CPU {_pct(w['cpu'])} / disk {_pct(w['disk'])}; "
-        f"KV cache GPU {_pct(kv['gpu'])} / CPU {_pct(kv['cpu'])}"
-        + ("; attention over the CPU's KV runs on the CPU" if p["attention_on_cpu"] else "")
+        f"KV cache GPU {_pct(kv['gpu'])} / CPU {_pct(kv['cpu'])} / disk {_pct(kv.get('disk', 0.0))}"
+        + ("; attention over the off-GPU KV runs on the CPU" if p["attention_on_cpu"] else "")
     )
     console.print(
         f"batch {doc['batch']}: {doc['throughput_tokens_per_s']:.2f} tokens/s generated (prefill included), "
@@ -113,12 +113,21 @@ def render_offload_validation(checks, summary: dict) -> None:
     from gpuplan.cli.render import console
 
     t = Table(title="offload: predicted vs published")
-    for col in ("id", "metric", "measured", "predicted", "error"):
+    for col in ("id", "tag", "metric", "measured", "predicted", "error", "search"):
         t.add_column(col)
     for c in checks:
-        t.add_row(c.id, c.metric, f"{c.measured:.4g}", f"{c.predicted:.4g}", f"{c.error:+.1%}")
+        search = f"{c.search_margin:+.1%}" if c.search_margin is not None else ""
+        t.add_row(c.id, c.tag, c.metric, f"{c.measured:.4g}", f"{c.predicted:.4g}", f"{c.error:+.1%}", search)
     console.print(t)
+    searched = summary.get("min_search_margin")
     console.print(
         f"median |error| {summary['median_abs_error']:.1%}, max {summary['max_abs_error']:.1%} "
-        f"(baselines: gpuplan's placement over theirs, least margin {summary['min_baseline_margin']:+.1%})"
+        f"(baselines: gpuplan's placement over theirs, least margin {summary['min_baseline_margin']:+.1%}"
+        + (f"; search: gpuplan's best over FlexGen's placement, least {searched:+.1%}" if searched is not None else "")
+        + (
+            f"; published lower bounds: least margin {summary['min_bound_margin']:+.1%}"
+            if summary.get("min_bound_margin") is not None
+            else ""
+        )
+        + ")"
     )

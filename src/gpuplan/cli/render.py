@@ -265,6 +265,7 @@ def render_search(result, m, gpu) -> None:
             + (f" v{p.vp}" if p.vp > 1 else "")
             + f" zero{p.zero} mbs{c.config.micro_batch}"
             + f" recompute:{c.config.recompute}"
+            + (f" offload:{c.offload.request.offload}" if c.offload else "")
         )
         table.add_row(
             str(i),
@@ -272,10 +273,17 @@ def render_search(result, m, gpu) -> None:
             fmt_duration(st.step_s),
             f"{c.tokens_per_s / p.world_size:,.0f}",
             f"{st.mfu:.1%}",
-            f"{c.memory.per_gpu.total / GiB:,.1f}",
+            f"{c.gpu_bytes / GiB:,.1f}",
             usd,
         )
     console.print(table)
+    offloaded = [c for c in result.ranked if c.offload]
+    if offloaded:
+        most = max(c.offload.cpu_bytes for c in offloaded)
+        console.print(
+            f"offload plans sized for {result.host}: up to {most / GiB:,.0f} GiB of CPU memory per node "
+            "(optimizer states, gradients and, with optimizer+params, the parameters)"
+        )
     best = result.ranked[0]
     console.print(
         "best plan's step: "

@@ -7,7 +7,10 @@ the other 14 bytes to the CPU; with data parallelism each rank offloads its 1/dp
 4.2, ZeRO-2 partitioning). ``optimizer+params`` moves the fp16 parameters too and streams them in
 layer by layer (ZeRO-Infinity, Rajbhandari et al. 2021, sections 4-5); ``--offload-device nvme``
 puts the 12 bytes of optimizer state on NVMe (ZeRO-Infinity's infinity offload engine), the CPU
-holding the gradients and swap buffers.
+holding the gradients and swap buffers; with ``optimizer+params`` on NVMe all 16 bytes of the
+partitioned model states live on the drives (the offload engine takes every model state to NVMe:
+ZeRO-Infinity section 5.1; how it fine-tunes a trillion parameters on one DGX-2, whose 1.5 TB of
+DRAM holds the states of under 100B parameters), the CPU keeping only swap buffers.
 
 Step time (ZeRO-Offload sections 4.2 and 5):
 
@@ -127,6 +130,8 @@ def _per_param(req: OffloadTrainRequest) -> tuple[float, float, float]:
     grads = 2.0 if req.offload != "none" else 0.0
     if req.device == "cpu":
         return gpu, (states + grads + host) * shard * node, 0.0
+    if req.offload == "optimizer+params":  # every model state on the drives (module doc)
+        return gpu, 0.0, (states + grads + host) * shard * node
     return gpu, (grads + host) * shard * node, states * shard * node
 
 
@@ -178,9 +183,14 @@ def estimate_offload_training(req: OffloadTrainRequest) -> OffloadTrainEstimate:
         down = 2 * part / pcie
         up = 2 * part / pcie
         adam = max(ADAM_TRAFFIC_BYTES * part * node / h.cpu_memory_bytes_per_s, ADAM_FLOPS * part * node / h.cpu_flops)
+        all_nvme = req.device == "nvme" and req.offload == "optimizer+params"
         if req.device == "nvme":
-            swap = OPT_STATE_BYTES * part * node
+            # the states read and written back; with everything on the drives also the gradients
+            # read and the updated fp16 parameters written
+            swap = (OPT_STATE_BYTES + (2.0 if all_nvme else 0.0)) * part * node
             adam = max(adam, swap / h.disk_read_bytes_per_s + swap / h.disk_write_bytes_per_s)
+        if all_nvme:  # each pass's parameters come off the drives before they cross PCIe
+            up = max(up, 2 * part * node / h.disk_read_bytes_per_s)
         cpu_step = adam
         if req.offload == "optimizer":
             gpu_t = fwd + max(bwd, down)

@@ -26,11 +26,13 @@ import numpy as np
 
 from gpuplan.errors import DoesNotFit, GpuplanError, require
 from gpuplan.estimate.memory import MemoryReport, estimate_memory
+from gpuplan.estimate.offload import OffloadTrainEstimate
 from gpuplan.estimate.step_time import StepTime, step_time
 from gpuplan.search.grid import Grid, Layout
 from gpuplan.specs import schedules, validity
 from gpuplan.specs.framework import FRAMEWORKS, Framework, get as get_framework
 from gpuplan.specs.hardware import GPUSpec
+from gpuplan.specs.host import HostSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.training import TrainingConfig
@@ -46,7 +48,13 @@ class Candidate:
     config: TrainingConfig
     microbatches: int
     step: StepTime
-    memory: MemoryReport
+    memory: MemoryReport  # without offload (the plan's own states); with offload see ``offload``
+    offload: OffloadTrainEstimate | None = None  # set for a plan that offloads (search --offload)
+
+    @property
+    def gpu_bytes(self) -> float:
+        """Bytes on the most loaded GPU, as the plan runs (offloaded states off the GPU)."""
+        return self.offload.gpu_total if self.offload else self.memory.per_gpu.total
 
     @property
     def tokens_per_s(self) -> float:
@@ -63,6 +71,8 @@ class SearchResult:
     price_per_gpu_hour: float | None
     timed: int = 0  # plans whose step time was computed (the rest were bounded out)
     framework: str = "generic"  # the framework profile the plans were searched under
+    offload: str = "none"  # the --offload choice searched (search/offload.py)
+    host: str | None = None  # the host the offload variants were sized for
 
 
 SEARCH_SCHEDULES = ("1f1b", "interleaved", "zb", "zb-v", "dualpipe")  # "interleaved" = 1f1b with vp > 1
@@ -193,11 +203,18 @@ def search(
     price_per_gpu_hour: float | None = None,
     progress=None,
     constraints: Constraints | None = None,
+    offload: str = "none",
+    host: HostSpec | None = None,
 ) -> SearchResult:
     """Rank every valid plan of ``gpus`` GPUs for ``base`` (its global batch and sequence fixed).
 
     ``zero_stages``, ``recompute`` and ``constraints`` narrow the space; the plans they leave out
-    are counted as rejected under the flag that excluded them."""
+    are counted as rejected under the flag that excluded them. ``offload`` (none, auto, optimizer,
+    optimizer+params) adds ZeRO-Offload variants of the pp = 1 layouts, sized for ``host`` (the
+    catalog's host for the GPU when not given): search/offload.py."""
+    from gpuplan.search.offload import modes_for
+
+    offload_modes = modes_for(offload)
     require(gpus >= 1, "gpus", f"must be a positive integer, got {gpus}")
     require(
         objective in OBJECTIVES, "objective", f"unknown objective {objective!r}", f"use one of {', '.join(OBJECTIVES)}"
@@ -232,9 +249,20 @@ def search(
     while objective == "cost" and worlds[-1] % 2 == 0 and worlds[-1] > 1 and len(worlds) < 8:
         worlds.append(worlds[-1] // 2)
     pools = []
+    offloaded: list[tuple[Candidate, float]] = []  # offload variants, with their ranking key
+    if offload_modes and host is None:
+        from gpuplan.catalog.hosts import host_for_gpu
+
+        host = host_for_gpu(gpu.id)
     for world in worlds:
         fit = _feasible(m, gpu, world, base, micro_batches, zero_stages, rec_order, max_vp, rejected, constraints)
         considered += fit.considered
+        if offload_modes and host is not None:
+            found, n = _offload_candidates(
+                m, gpu, world, base, host, offload_modes, micro_batches, rec_order, fit, rejected
+            )
+            considered += n
+            offloaded += [(c, c.step.step_s * (world if objective == "cost" else 1)) for c in found]
         if left_out:
             extra = fit.considered // (len(zero_stages) * len(rec_order)) * left_out
             rejected["ZeRO stage or recompute not asked for (--zero, --recompute)"] += extra
@@ -243,19 +271,52 @@ def search(
             bound = fit.grid.compute_bound(gpu, fit.mb)[fit.layout, fit.mbs, fit.rec]
             # cost: GPU-seconds per step (tokens per step are the same for every plan)
             pools.append((fit, bound * (world if objective == "cost" else 1), world if objective == "cost" else 1))
-    if not pools:
-        raise _no_plan(m, gpu, gpus, base, rejected, considered, constraints)
-    ranked, timed = _branch_and_bound(m, gpu, pools, top, progress)
+    if not pools and not offloaded:
+        raise _no_plan(m, gpu, gpus, base, rejected, considered, constraints, offload_modes)
+    ranked, timed = _branch_and_bound(m, gpu, pools, top, progress) if pools else ((), 0)
+    if offloaded:  # exact: the bound search returned the best ``top`` without offload; merge and cut
+        per = [c.plan.world_size if objective == "cost" else 1 for c in ranked]
+        merged = [(c.step.step_s * k, c.gpu_bytes, i, c) for i, (c, k) in enumerate(zip(ranked, per))]
+        merged += [(k, c.gpu_bytes, len(merged) + i, c) for i, (c, k) in enumerate(offloaded)]
+        ranked = tuple(c for *_, c in sorted(merged, key=lambda x: x[:3])[:top])
+        timed += len(offloaded)
     return SearchResult(
         ranked=ranked,
-        feasible=sum(len(f.layout) for f, _, _ in pools),
+        feasible=sum(len(f.layout) for f, _, _ in pools) + len(offloaded),
         rejected={str(k): n for k, n in rejected.items() if n},
         considered=considered,
         objective=objective,
         price_per_gpu_hour=price_per_gpu_hour,
         timed=timed,
         framework=base.framework,
+        offload=offload,
+        host=host.name if offload_modes and host is not None else None,
     )
+
+
+def _offload_candidates(
+    m: ModelSpec,
+    gpu: GPUSpec,
+    world: int,
+    base: TrainingConfig,
+    host: HostSpec,
+    modes: tuple[str, ...],
+    micro_batches,
+    rec_order,
+    fit: _Fits,
+    rejected: Counter,
+) -> tuple[list[Candidate], int]:
+    """The offload variants of this GPU count's layouts (search/offload.py) as ranked candidates."""
+    from gpuplan.search.offload import offload_variants
+
+    layouts = fit.grid.layouts
+    found, n = offload_variants(m, gpu, host, base, layouts, modes, tuple(micro_batches), list(rec_order), rejected)
+    out = []
+    for v in found:
+        plan = layouts[v.layout_index].plan(v.zero)
+        memory = estimate_memory(m, v.config, plan, gpu.memory_bytes, v.microbatches, all_stages=False)
+        out.append(Candidate(plan, v.config, v.microbatches, v.step, memory, offload=v.estimate))
+    return out, n
 
 
 @dataclass
@@ -463,6 +524,7 @@ def _no_plan(
     rejected: Counter,
     considered: int,
     constraints: Constraints | None = None,
+    offload_modes: tuple[str, ...] = (),
 ):
     reasons = ", ".join(f"{n:,} {r}" for r, n in sorted(rejected.items(), key=lambda kv: -kv[1]) if n)
     constrained = constraints is not None and any("(--" in r for r in rejected)
@@ -493,6 +555,8 @@ def _no_plan(
         seq //= 2
     if base.optimizer == "adamw" and _fits_somehow(m, gpu, gpus, replace(base, optimizer="adamw8bit")):
         fixes.append("--optimizer adamw8bit")
+    if not offload_modes and base.optimizer == "adamw" and _fits_with_offload(m, gpu, gpus, base, constraints):
+        fixes.append("--offload auto")
     fix = "try " + " or ".join(fixes) if fixes else "use a GPU with more memory"
     return DoesNotFit(
         "gpus",
@@ -500,6 +564,20 @@ def _no_plan(
         f"({considered} plans considered, even with ZeRO-3 and full recompute)",
         fix,
     )
+
+
+def _fits_with_offload(
+    m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, constraints: Constraints | None = None
+) -> bool:
+    """Does a plan fit with ZeRO-Offload or ZeRO-Infinity offload (micro-batch 1, full recompute)
+    on the catalog's host for this GPU?"""
+    from gpuplan.catalog.hosts import host_for_gpu
+    from gpuplan.search.offload import offload_variants
+
+    layouts, _ = _layouts(m, gpu, gpus, base, 1, 1, Counter(), constraints)
+    modes = ("optimizer", "optimizer+params")
+    found, _ = offload_variants(m, gpu, host_for_gpu(gpu.id), base, layouts, modes, (1,), ["full"], Counter())
+    return bool(found)
 
 
 def _nearby_counts(gpus: int, node: int) -> list[int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpuplan.estimate.offload import to_dict as offload_dict
 from gpuplan.estimate.train import TrainRequest, estimate_training, to_dict as train_dict
 from gpuplan.search.plans import SearchResult
 from gpuplan.specs.hardware import GPUSpec
@@ -25,6 +26,10 @@ def to_dict(result: SearchResult, m: ModelSpec, gpu: GPUSpec) -> dict:
         doc = train_dict(estimate_training(plan_request(c, m, gpu, result.price_per_gpu_hour)))
         doc["rank"] = rank
         doc["tokens_per_s"] = c.tokens_per_s
+        doc["step_s"] = c.step.step_s
+        # the offload of each plan: "none", or the ZeRO-Offload estimate (memory per GPU and per
+        # node, step parts); the plan's "memory" above is without offload
+        doc["offload"] = offload_dict(c.offload) if c.offload else {"offload": "none"}
         plans.append(doc)
     return {
         "framework": result.framework,
@@ -33,5 +38,7 @@ def to_dict(result: SearchResult, m: ModelSpec, gpu: GPUSpec) -> dict:
         "feasible": result.feasible,
         "timed": result.timed,
         "rejected": result.rejected,
+        "offload": result.offload,
+        "host": result.host,
         "plans": plans,
     }

@@ -3,12 +3,16 @@
 The cost model is FlexGen's (Sheng et al. 2023, "FlexGen: High-Throughput Generative Inference of
 Large Language Models with a Single GPU", section 4.3): decoding runs layer by layer over a *block*
 of sequences (the zig-zag block schedule of section 4.2); while layer i computes, layer i+1's
-weights stream in, so one layer of one decode step takes
+weights stream in. The paper writes one layer of one decode step as max(ctog, dtoc, comp); the
+authors' own cost model in their repository (experimental/cost_model.py, fitted to their T4 runs)
+keeps the CPU->GPU weight load *outside* the overlap,
 
-    T_layer = max(ctog, dtoc, comp)
+    T_layer = ctog + max(dtoc, ctod, comp)
 
-with ``ctog`` the CPU->GPU transfer (weights kept on CPU *and* on disk cross PCIe), ``dtoc`` the
-disk->CPU read of the disk share, and ``comp`` the GPU's compute plus, when the KV cache lives on
+(its ``Tgen = ctogg + max(gtocg, dtocg, ctodg, compg)``, the paper's max commented out there), and
+so does this model; prefill is its ``Tpre = max(ctog + dtoc, gtoc + ctod, comp)``. Here ``ctog``
+is the CPU->GPU transfer (weights kept on CPU *and* on disk cross PCIe), ``dtoc`` the disk->CPU
+read of the disk share, ``ctod`` the cache written to disk, and ``comp`` the GPU's compute plus, when the KV cache lives on
 the CPU, the attention the CPU runs over it (FlexGen's CPU delegation: moving the cache over PCIe
 costs more than computing attention where it lives; the CPU attention sits on the layer's
 dependency path, so it adds to the GPU time rather than overlapping it). A block of ``batch``
@@ -22,7 +26,13 @@ Generation throughput is FlexGen's: generated tokens / (prefill time + decode ti
 GPU, the rest run *on the CPU* from CPU memory at the CPU's bandwidth and FLOP rate, one after the
 other (llama.cpp does not stream weights to the GPU), with each layer's KV cache where it runs.
 
-Not modelled (yet): KV cache or activations on disk, weight compression (FlexGen's 4-bit group
+The KV cache may also spill to disk (FlexGen's 175B runs keep all of it there): every decode step
+reads a layer's whole disk-resident cache into CPU memory (``dtoc``, at the disk's read rate) and
+writes the new token's K and V back (``ctod``, at its write rate), and the CPU computes attention
+over it as over the CPU share. The disk's read and write are separate terms of the max, as in the
+authors' cost model (FlexGen repository, experimental/cost_model.py, ``dtocg`` and ``ctodg``).
+
+Not modelled (yet): activations on disk, weight compression (FlexGen's 4-bit group
 quantisation: pass ``--weights int4-awq`` for a similar byte count), multi-GPU pipelines.
 """
 
@@ -91,6 +101,7 @@ class Placement:
     weights_disk: float
     kv_gpu: float
     kv_cpu: float
+    kv_disk: float = 0.0  # read back every decode step, attention on the CPU (FlexGen)
     gpu_layers: int | None = None  # set for a llama.cpp split (those layers also *run* on the GPU)
 
 
@@ -180,7 +191,7 @@ def _memory(req: OffloadRequest, s: _Shape, p: Placement, batch: int) -> tuple[f
     gpu = s.edge_bytes + p.weights_gpu * W + p.kv_gpu * kv + 2 * streamed * s.layer_bytes + prefill_act
     if p.gpu_layers is not None:  # llama.cpp: CPU layers never visit the GPU
         gpu -= 2 * streamed * s.layer_bytes
-    return gpu, p.weights_cpu * W + p.kv_cpu * kv, p.weights_disk * W
+    return gpu, p.weights_cpu * W + p.kv_cpu * kv, p.weights_disk * W + p.kv_disk * kv
 
 
 def _evaluate(req: OffloadRequest, s: _Shape, p: Placement, batch: int) -> OffloadPlan:
@@ -208,24 +219,37 @@ def _evaluate(req: OffloadRequest, s: _Shape, p: Placement, batch: int) -> Offlo
     else:
         load = (p.weights_cpu + p.weights_disk) * s.layer_bytes
         ctog = load / pcie
-        dtoc = p.weights_disk * s.layer_bytes / h.disk_read_bytes_per_s if p.weights_disk else 0.0
+        kv_off = p.kv_cpu + p.kv_disk  # the share whose attention the CPU computes
+        # the disk share of the weights, and of the cache (all of it, every step), read into CPU memory
+        disk_read = p.weights_disk * s.layer_bytes + p.kv_disk * batch * ctx * s.kv_layer
+        dtoc = disk_read / h.disk_read_bytes_per_s if disk_read else 0.0
+        ctod = p.kv_disk * batch * s.kv_layer / h.disk_write_bytes_per_s if p.kv_disk else 0.0
         # with CPU attention only q and the new k, v go down and the attention output comes back
-        hop = (batch * 4 * s.hidden * 2 / pcie) if p.kv_cpu else 0.0
+        hop = (batch * 4 * s.hidden * 2 / pcie) if kv_off else 0.0
         gpu_c = max(batch * s.linear_flops / flops, s.layer_bytes / hbm)
         gpu_c += p.kv_gpu * batch * max(ctx * s.kv_layer / hbm, ctx * s.attn_flops_per_ctx / flops)
-        cpu_c = p.kv_cpu * batch * max(ctx * s.kv_layer / cpu_bw, ctx * s.attn_flops_per_ctx / cpu_flops)
-        layer = max(ctog + hop, dtoc, gpu_c + cpu_c)
+        cpu_c = kv_off * batch * max(ctx * s.kv_layer / cpu_bw, ctx * s.attn_flops_per_ctx / cpu_flops)
+        layer = ctog + hop + max(dtoc, ctod, gpu_c + cpu_c)  # cost_model.py's Tgen (module doc)
         step = L * layer + head
-        compute, pcie_t, disk_t, cpu_part = L * gpu_c + head, L * (ctog + hop), L * dtoc, L * cpu_c
+        compute, pcie_t, disk_t, cpu_part = L * gpu_c + head, L * (ctog + hop), L * (dtoc + ctod), L * cpu_c
         overlap = compute + pcie_t + disk_t + cpu_part - step
-        # prefill: the same streaming, the prompt's tokens as the compute; the KV written to the CPU
-        # goes up over PCIe (device-to-host, the other direction: it overlaps the weight loads)
+        # prefill: the same streaming, the prompt's tokens as the compute. The prompt's attention
+        # runs on the GPU wherever its cache will live: q, k and v are all there when the layer
+        # computes them (FlexGen's prefill cost ``compp`` is GPU matmul + GPU bmm only, CPU
+        # delegation being a decode-phase choice: repository experimental/cost_model.py). The KV
+        # written to the CPU goes up over PCIe (device-to-host, the other direction: it overlaps
+        # the weight loads).
         tokens = batch * req.input_len
         pf_c = max(tokens * s.linear_flops / flops, s.layer_bytes / hbm)
-        pf_c += p.kv_gpu * batch * req.input_len * req.input_len / 2 * s.attn_flops_per_ctx / flops
-        pf_cpu = p.kv_cpu * batch * req.input_len * req.input_len / 2 * s.attn_flops_per_ctx / cpu_flops
-        gtoc = p.kv_cpu * tokens * s.kv_layer / pcie
-        prefill = L * max(ctog, dtoc, gtoc, pf_c + pf_cpu) + batch * s.head_flops / flops
+        pf_c += batch * req.input_len * req.input_len / 2 * s.attn_flops_per_ctx / flops
+        pf_cpu = 0.0
+        gtoc = kv_off * tokens * s.kv_layer / pcie
+        # the prompt's cache for the disk share goes on to the disk; only the weights are read
+        pf_dtoc = p.weights_disk * s.layer_bytes / h.disk_read_bytes_per_s if p.weights_disk else 0.0
+        pf_ctod = p.kv_disk * tokens * s.kv_layer / h.disk_write_bytes_per_s if p.kv_disk else 0.0
+        # cost_model.py's Tpre: a layer's disk share reaches the CPU before it crosses PCIe, and the
+        # cache goes down before it goes on to disk
+        prefill = L * max(ctog + pf_dtoc, gtoc + pf_ctod, pf_c + pf_cpu) + batch * s.head_flops / flops
     total = prefill + req.output_len * step
     gpu_b, cpu_b, disk_b = _memory(req, s, p, batch)
     per_seq = s.linear_flops / flops
@@ -262,28 +286,45 @@ def _fits(req: OffloadRequest, s: _Shape, p: Placement, batch: int) -> bool:
     )
 
 
+_KV_SHARES = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
 def _placements(req: OffloadRequest, s: _Shape, batch: int):
-    """Candidate placements: for each GPU share of weights and KV, the rest of the weights go to
-    the CPU as far as it holds them (it is faster than disk) and the remainder to disk."""
+    """Candidate placements: for each GPU share of weights and KV, and each split of the off-GPU
+    KV between CPU and disk (disk only when the host has one), the rest of the weights go to the
+    CPU as far as it holds them (it is faster than disk) and the remainder to disk. A split whose
+    CPU share of the KV alone overflows CPU memory is skipped (the fit check would refuse it)."""
     W = s.layers * s.layer_bytes
     kv = batch * (req.input_len + req.output_len) * s.layers * s.kv_layer
     cpu_room = req.host.cpu_memory_bytes * CPU_USABLE
     w_options = (1.0,) if req.offload in ("none", "kv") else _FRACTIONS
-    kv_options = (1.0,) if req.offload in ("none", "weights") else (0.0, 0.25, 0.5, 0.75, 1.0)
+    kv_options = (1.0,) if req.offload in ("none", "weights") else _KV_SHARES
+    disk_options = _KV_SHARES if req.host.disk_bytes > 0 else (0.0,)
     for wg in w_options:
         for cg in kv_options:
-            rest = (1 - wg) * W
-            room = max(0.0, cpu_room - (1 - cg) * kv)
-            wc = min(rest, room) / W
-            yield Placement(
-                weights_gpu=wg, weights_cpu=wc, weights_disk=max(0.0, 1 - wg - wc), kv_gpu=cg, kv_cpu=1 - cg
-            )
+            for share in disk_options if cg < 1 else (0.0,):
+                kd = (1 - cg) * share
+                kc = 1 - cg - kd
+                if kc * kv > cpu_room:
+                    continue
+                rest = (1 - wg) * W
+                room = cpu_room - kc * kv
+                wc = min(rest, room) / W
+                yield Placement(
+                    weights_gpu=wg,
+                    weights_cpu=wc,
+                    weights_disk=max(0.0, 1 - wg - wc),
+                    kv_gpu=cg,
+                    kv_cpu=kc,
+                    kv_disk=kd,
+                )
 
 
 def _no_fit(req: OffloadRequest, s: _Shape) -> GpuplanError:
-    """Why nothing fits, naming the tier that is short and by how much (at a batch of one)."""
+    """Why nothing fits, naming the tier that is short and by how much (at the batch asked for,
+    else a batch of one)."""
     W = s.layers * s.layer_bytes
-    kv1 = (req.input_len + req.output_len) * s.layers * s.kv_layer
+    kv1 = (req.batch or 1) * (req.input_len + req.output_len) * s.layers * s.kv_layer
     gpu_room = req.gpu.memory_bytes * req.gpu_memory_utilization
     cpu_room = req.host.cpu_memory_bytes * CPU_USABLE
     if req.offload == "none" or (req.offload == "kv" and W + s.edge_bytes > gpu_room):
@@ -314,6 +355,23 @@ def _no_fit(req: OffloadRequest, s: _Shape) -> GpuplanError:
         f"no placement fits {req.gpu.name}: embeddings, LM head and the streaming buffers alone exceed it",
         "use a larger GPU or a smaller --weights format",
     )
+
+
+def evaluate_placement(req: OffloadRequest, placement: Placement, batch: int) -> OffloadPlan:
+    """One given placement and block batch timed by the cost model, without the memory check: a
+    published run's placement (FlexGen's ``--percent`` and block) fitted its machine whatever this
+    model's memory estimate says, so validation times it as it ran."""
+    for name in ("weights", "kv"):
+        parts = [v for k, v in vars(placement).items() if k.startswith(name + "_")]
+        require(
+            all(x >= 0 for x in parts) and abs(sum(parts) - 1) < 1e-6,
+            "placement",
+            f"the {name} shares must be >= 0 and sum to 1, got {parts}",
+        )
+    require(batch >= 1, "batch", f"must be a positive integer, got {batch}")
+    s = _shape(req.model, req.weights, req.kv)
+    plan = _evaluate(req, s, placement, batch)
+    return _with_curve(plan, ((batch, plan.throughput),))
 
 
 def plan_offload(req: OffloadRequest) -> OffloadPlan:
@@ -351,7 +409,7 @@ def _better(a: OffloadPlan, b: OffloadPlan) -> bool:
     if abs(a.throughput - b.throughput) > _TIE * max(a.throughput, b.throughput):
         return a.throughput > b.throughput
     pa, pb = a.placement, b.placement
-    return (pa.weights_gpu, pa.kv_gpu) > (pb.weights_gpu, pb.kv_gpu)
+    return (pa.weights_gpu, pa.kv_gpu, -pa.kv_disk) > (pb.weights_gpu, pb.kv_gpu, -pb.kv_disk)
 
 
 def _with_curve(plan: OffloadPlan, curve: tuple[tuple[int, float], ...]) -> OffloadPlan:
@@ -394,9 +452,9 @@ def to_dict(plan: OffloadPlan) -> dict:
         "host": plan.request.host.name,
         "placement": {
             "weights": {"gpu": p.weights_gpu, "cpu": p.weights_cpu, "disk": p.weights_disk},
-            "kv_cache": {"gpu": p.kv_gpu, "cpu": p.kv_cpu},
+            "kv_cache": {"gpu": p.kv_gpu, "cpu": p.kv_cpu, "disk": p.kv_disk},
             "gpu_layers": p.gpu_layers,
-            "attention_on_cpu": p.kv_cpu > 0,
+            "attention_on_cpu": p.kv_cpu + p.kv_disk > 0,
         },
         "batch": plan.batch,
         "throughput_tokens_per_s": plan.throughput,

@@ -64,12 +64,23 @@ def search(
     zero: Annotated[str | None, typer.Option(help="Only these ZeRO stages, e.g. 1,3.")] = None,
     recompute: Annotated[str | None, typer.Option(help="Only these recompute modes, e.g. none,selective.")] = None,
     micro_batch: Annotated[str | None, typer.Option(help="Micro-batch sizes to try (default 1,2,4,8).")] = None,
+    offload: Annotated[
+        str,
+        typer.Option(
+            help="Offload as one more dimension: none, auto (both below), optimizer or optimizer+params "
+            "(ZeRO-Offload / ZeRO-Infinity variants of the pp=1 plans, beside the plans without)."
+        ),
+    ] = "none",
+    host: Annotated[
+        str | None, typer.Option(help="Host for --offload: a catalog host id or a hardware TOML file.")
+    ] = None,
     html: HtmlOpt = None,
     plot: PlotOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Every valid parallel plan that fits, ranked; rejected plans counted by reason."""
     from gpuplan import catalog
+    from gpuplan.catalog.hosts import load_host
     from gpuplan.estimate.profile import calibrated
     from gpuplan.search.plans import RECOMPUTE_ORDER, Constraints, SearchResult, parse_choices, search as run_search
     from gpuplan.search.report import to_dict
@@ -102,6 +113,8 @@ def search(
     zero_stages = parse_choices(zero, "zero", int) or (0, 1, 2, 3)
     recompute_modes = parse_choices(recompute, "recompute") or RECOMPUTE_ORDER
     micro_batches = parse_choices(micro_batch, "micro-batch", int) or (1, 2, 4, 8)
+    # --host: a catalog host id or a hardware file; None: the catalog's host for the GPU
+    host_spec = None if host is None else load_host(host)
 
     def run(progress: Callable[[int, int], object] | None = None) -> SearchResult:
         return run_search(
@@ -117,6 +130,8 @@ def search(
             zero_stages=zero_stages,
             recompute=recompute_modes,
             micro_batches=micro_batches,
+            offload=offload,
+            host=host_spec,
         )
 
     if json_out:

@@ -34,6 +34,10 @@ def validate(
     json_out: JsonOpt = False,
 ) -> None:
     """Predictions against published runs: per-row error, mean/median and max."""
+    if calibrated and kind != "training":
+        raise GpuplanError(
+            "calibrated", "--calibrated refits on the shared training runs only", "use: gpuplan validate training"
+        )
     if kind == "offload":
         from gpuplan.estimate.offload_validate import summary as off_summary, to_dict as off_dict, validate_offload
 
