@@ -30,6 +30,7 @@ from gpuplan import catalog
 from gpuplan.errors import GpuplanError
 from gpuplan.serve.engines import engine_config
 from gpuplan.serve.plan import ServeRequest, estimate_serving, to_dict
+from gpuplan.serve.validate import row_request
 
 CSV = Path(__file__).resolve().parent.parent / "catalog" / "validation" / "held_out" / "serving_runs.csv"
 METRICS = ("output_tokens_per_s", "output_tokens_per_s_per_gpu", "ttft_ms", "itl_ms", "e2e_latency_ms")
@@ -74,18 +75,7 @@ def load_rows(path: Path = CSV) -> list[HeldOutRow]:
             conc = r["concurrency"]
             if conc == "max":
                 cfg = replace(cfg, max_num_seqs=None)
-            req = ServeRequest(
-                model=catalog.model(r["model"]),
-                gpu=gpu,
-                tp=tp,
-                weights=r["precision"],
-                kv=r["kv_precision"],
-                input_len=int(r["input_len"]),
-                output_len=int(r["output_len"]),
-                concurrency=None if conc == "max" else int(conc),
-                max_throughput=conc == "max",
-                config=cfg,
-            )
+            req = row_request(r, catalog.model(r["model"]), gpu, cfg, conc)
             out.append(
                 HeldOutRow(
                     r["id"],
