@@ -69,6 +69,35 @@ def render_kv_validation(doc: dict) -> None:
     )
 
 
+def render_serving_held_out(doc: dict) -> None:
+    """``validate serving-held-out``: per-row error, then median / p90 / max overall and per group."""
+    t = Table(title="Serving throughput and latency vs published benchmarks (held out)")
+    for col in ("run", "engine", "gpu", "metric", "measured", "predicted", "error"):
+        t.add_column(col, justify="left" if col in ("run", "engine", "gpu", "metric") else "right")
+    for r in doc["rows"]:
+        pred = f"{r['predicted']:,.2f}" if r["predicted"] is not None else "refused"
+        err = f"{r['error']:+.1%}" if r["error"] is not None else "refused"
+        t.add_row(r["id"], r["engine"], r["gpu"], r["metric"], f"{r['measured']:,.2f}", pred, err)
+    console.print(t)
+
+    def line(name: str, s: dict) -> str:
+        if "median_abs_error" not in s:
+            return f"{name}: {s['rows']} rows, all refused"
+        return (
+            f"{name}: {s['rows']} rows, median |error| {s['median_abs_error']:.1%}, p90 {s['p90_abs_error']:.1%}, "
+            f"max {s['max_abs_error']:.1%}" + (f", {s['refused']} refused" if s["refused"] else "")
+        )
+
+    s = doc["summary"]
+    console.print(
+        line("all", s)
+        + f" (target: median {s['target']['median_abs_error']:.0%}, p90 {s['target']['p90_abs_error']:.0%})"
+    )
+    for key in ("by_engine", "by_gpu", "by_metric"):
+        for name, g in s[key].items():
+            console.print("  " + line(f"{key[3:]} {name}", g))
+
+
 def render_serve(est, doc: dict) -> None:
     r, d = est.request, est.deployment
     mem = doc["memory"]

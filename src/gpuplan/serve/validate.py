@@ -25,7 +25,10 @@ from typing import Any
 
 from gpuplan import catalog
 from gpuplan.serve.engines import engine_config
+from gpuplan.serve.memory import ServeConfig
 from gpuplan.serve.plan import ServeRequest, estimate_serving
+from gpuplan.specs.hardware import GPUSpec
+from gpuplan.specs.model import ModelSpec
 
 CSV = Path(__file__).resolve().parent.parent / "catalog" / "validation" / "inference_runs.csv"
 MODEL_ALIASES = {"opt-13b-like": "opt-13b"}
@@ -69,21 +72,26 @@ def load_rows(path: Path = CSV, engines: bool = False) -> list[ServeRow]:
         # trtllm-bench sets max_batch_size per row by its own heuristic, which the tables do not
         # state: the batch is what the KV pool holds
         cfg = replace(cfg, max_num_seqs=None)
-        conc = r["batch_or_concurrency"]
-        req = ServeRequest(
-            model=model,
-            gpu=gpu,
-            tp=int(r["tp"]),
-            weights=r["precision"],
-            kv=r["kv_precision"],
-            input_len=int(r["input_len"]),
-            output_len=int(r["output_len"]),
-            concurrency=None if conc == "max" else int(conc),
-            max_throughput=conc == "max",
-            config=cfg,
-        )
+        req = row_request(r, model, gpu, cfg, r["batch_or_concurrency"])
         out.append(ServeRow(r["id"], r["source"], req, r["metric"], float(r["value"])))
     return out
+
+
+def row_request(r: dict, model: ModelSpec, gpu: GPUSpec, cfg: ServeConfig, load: str) -> ServeRequest:
+    """The ``serve`` request of a published row: its TP, formats and lengths, and its load (a
+    batch or concurrency, or "max" for the engine's throughput at the batch the KV pool holds)."""
+    return ServeRequest(
+        model=model,
+        gpu=gpu,
+        tp=int(r["tp"]),
+        weights=r["precision"],
+        kv=r["kv_precision"],
+        input_len=int(r["input_len"]),
+        output_len=int(r["output_len"]),
+        concurrency=None if load == "max" else int(load),
+        max_throughput=load == "max",
+        config=cfg,
+    )
 
 
 def predict(row: ServeRow) -> float:

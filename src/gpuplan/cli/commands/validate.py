@@ -20,7 +20,7 @@ def validate(
         str,
         typer.Argument(
             help="training (step time), training-held-out (published runs never fitted to), serving "
-            "(throughput and latency), serving-kv (KV pools) or offload."
+            "(throughput and latency), serving-held-out (published engine benchmarks never fitted to), serving-kv (KV pools) or offload."
         ),
     ] = "training",
     calibrated: Annotated[
@@ -56,6 +56,14 @@ def validate(
         kdoc = kv_dict(validate_kv_pools())
         emit_json(kdoc) if json_out else render_kv_validation(kdoc)
         return
+    if kind == "serving-held-out":  # held out: throughput and latency against published engine benchmarks
+        from gpuplan.cli.render_serve import render_serving_held_out
+        from gpuplan.serve.validate_held_out import summary as ho_summary, to_rows, validate_held_out
+
+        ho_checks = validate_held_out()
+        hdoc = {"rows": to_rows(ho_checks), "summary": ho_summary(ho_checks)}
+        emit_json(hdoc) if json_out else render_serving_held_out(hdoc)
+        return
     if kind == "serving":
         from gpuplan.serve.validate import summary as serve_summary, to_dict as serve_dict, validate_serving
 
@@ -71,7 +79,7 @@ def validate(
         raise GpuplanError(
             "kind",
             f"unknown validation set {kind!r}",
-            "use training, training-held-out, serving, serving-kv or offload",
+            "use training, training-held-out, serving, serving-held-out, serving-kv or offload",
         )
     if calibrated:
         from gpuplan.estimate.calibrate import calibrated_validation

@@ -1,0 +1,167 @@
+"""Held-out serving throughput and latency against published engine benchmarks (``validate serving-held-out``).
+
+Kept apart from the shared rows (validate.py) and from the KV-pool logs (validate_kv.py): these rows
+were gathered after the engine profiles (engines.py), all-reduce model and closed-loop queueing were
+built, and nothing was fitted to them. Each row names its source (URL, with the commit for files in a
+repository) and states its engine, model, GPU, TP, weight and KV formats, input/output lengths and
+its load: a closed-loop concurrency (or a static batch) or ``max`` (offline maximum throughput).
+
+Every row is predicted the way ``gpuplan serve`` predicts it: ``engine_config`` with the row's
+engine and the memory fraction / ``max_model_len`` it states (the engine's default where it states
+none), then ``estimate_serving``; the metric is read from the same document ``serve --json`` prints:
+
+* ``output_tokens_per_s`` (``_per_gpu``: divided by the GPUs), the point's throughput;
+* ``ttft_ms`` and ``itl_ms``: the point's TTFT (queue wait included beyond the capacity) and TPOT;
+* ``e2e_latency_ms``: ``ttft + (output - 1) x tpot``, the request's end-to-end latency.
+
+``max`` rows run as validate.py runs its TensorRT-LLM rows: no ``max_num_seqs`` cap (trtllm-bench
+picks the batch by its own heuristic, which the tables do not state), so the KV pool decides. A row
+gpuplan refuses (no room for one sequence) is reported as a refusal, the engine having run it.
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from gpuplan import catalog
+from gpuplan.errors import GpuplanError
+from gpuplan.serve.engines import engine_config
+from gpuplan.serve.plan import ServeRequest, estimate_serving, to_dict
+from gpuplan.serve.validate import row_request
+
+CSV = Path(__file__).resolve().parent.parent / "catalog" / "validation" / "held_out" / "serving_runs.csv"
+METRICS = ("output_tokens_per_s", "output_tokens_per_s_per_gpu", "ttft_ms", "itl_ms", "e2e_latency_ms")
+
+
+@dataclass(frozen=True)
+class HeldOutRow:
+    id: str
+    source: str
+    url: str
+    tag: str
+    engine: str
+    gpu: str
+    tp: int
+    metric: str
+    measured: float
+    request: ServeRequest
+
+
+@dataclass(frozen=True)
+class HeldOutCheck:
+    row: HeldOutRow
+    predicted: float | None  # None: gpuplan refused a configuration the engine ran
+    refusal: str = ""
+
+    @property
+    def error(self) -> float | None:
+        return None if self.predicted is None else self.predicted / self.row.measured - 1
+
+
+def load_rows(path: Path = CSV) -> list[HeldOutRow]:
+    out = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            if r["metric"] not in METRICS:
+                raise ValueError(f"unknown metric {r['metric']!r} in {r['id']}")
+            gpu = catalog.gpu(r["gpu"])
+            tp = int(r["tp"])
+            frac = float(r["gpu_memory_utilization"]) if r["gpu_memory_utilization"] else None
+            mml = int(r["max_model_len"]) if r["max_model_len"] else None
+            cfg = engine_config(r["engine"], gpu, tp, frac, max_model_len=mml)
+            conc = r["concurrency"]
+            if conc == "max":
+                cfg = replace(cfg, max_num_seqs=None)
+            req = row_request(r, catalog.model(r["model"]), gpu, cfg, conc)
+            out.append(
+                HeldOutRow(
+                    r["id"],
+                    r["source"],
+                    r["url"],
+                    r["tag"],
+                    r["engine"],
+                    r["gpu"],
+                    tp,
+                    r["metric"],
+                    float(r["value"]),
+                    req,
+                )
+            )
+    return out
+
+
+def predict(row: HeldOutRow) -> float:
+    doc = to_dict(estimate_serving(row.request))
+    return {
+        "output_tokens_per_s": doc["output_tokens_per_s"],
+        "output_tokens_per_s_per_gpu": doc["output_tokens_per_s_per_gpu"],
+        "ttft_ms": doc["ttft_s"] * 1e3,
+        "itl_ms": doc["tpot_s"] * 1e3,
+        "e2e_latency_ms": doc["e2e_s"] * 1e3,
+    }[row.metric]
+
+
+def validate_held_out(path: Path = CSV) -> list[HeldOutCheck]:
+    checks = []
+    for row in load_rows(path):
+        try:
+            checks.append(HeldOutCheck(row, predict(row)))
+        except GpuplanError as e:  # DoesNotFit included: the engine ran what gpuplan refuses
+            checks.append(HeldOutCheck(row, None, f"{e.field}: {e.message}"))
+    return checks
+
+
+def _percentile(xs: list[float], q: float) -> float:
+    """Nearest-rank percentile of a sorted list (validate_kv.py's convention)."""
+    return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
+
+
+def _stats(checks: list[HeldOutCheck]) -> dict:
+    errors = sorted(abs(e) for c in checks if (e := c.error) is not None)
+    if not errors:
+        return {"rows": len(checks), "refused": len(checks)}
+    return {
+        "rows": len(checks),
+        "median_abs_error": statistics.median(errors),
+        "p90_abs_error": _percentile(errors, 0.9),
+        "max_abs_error": errors[-1],
+        "mean_signed_error": statistics.fmean(e for c in checks if (e := c.error) is not None),
+        "refused": sum(c.predicted is None for c in checks),
+    }
+
+
+def summary(checks: list[HeldOutCheck]) -> dict:
+    """All rows, then per engine, per GPU and per metric."""
+    groups: dict[str, dict[str, list[HeldOutCheck]]] = {"engine": {}, "gpu": {}, "metric": {}}
+    for c in checks:
+        groups["engine"].setdefault(c.row.engine, []).append(c)
+        groups["gpu"].setdefault(c.row.gpu, []).append(c)
+        groups["metric"].setdefault(c.row.metric, []).append(c)
+    return {
+        **_stats(checks),
+        "target": {"median_abs_error": 0.08, "p90_abs_error": 0.20},
+        **{f"by_{k}": {name: _stats(cs) for name, cs in sorted(g.items())} for k, g in groups.items()},
+    }
+
+
+def to_rows(checks: list[HeldOutCheck]) -> list[dict]:
+    return [
+        {
+            "id": c.row.id,
+            "source": c.row.source,
+            "url": c.row.url,
+            "tag": c.row.tag,
+            "engine": c.row.engine,
+            "gpu": c.row.gpu,
+            "tp": c.row.tp,
+            "metric": c.row.metric,
+            "measured": c.row.measured,
+            "predicted": c.predicted,
+            "error": c.error,
+            "refusal": c.refusal or None,
+        }
+        for c in checks
+    ]

@@ -1,0 +1,28 @@
+"""`validate serving-held-out` reports every held-out serving row, and predicts each as `serve` would."""
+
+import json
+
+from cli_runner import run
+
+from gpuplan.serve.validate_held_out import load_rows
+
+
+def test_validate_serving_held_out_reports_every_row(capsys):
+    code, out, _ = run(["validate", "serving-held-out", "--json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    assert len(doc["rows"]) == len(load_rows()) == doc["summary"]["rows"]
+    assert all(r["url"].startswith("https://") for r in doc["rows"])
+    assert set(doc["summary"]["by_engine"]) >= {"trtllm", "vllm", "vllm-v0"}
+    code, out, _ = run(["validate", "serving-held-out"], capsys)
+    assert code == 0 and "median |error|" in out
+
+
+def test_a_row_is_predicted_as_serve_prints_it(capsys):
+    code, out, _ = run(["validate", "serving-held-out", "--json"], capsys)
+    row = next(r for r in json.loads(out)["rows"] if r["id"] == "nim18-70b-h100-tp2-5000-500-c250-ttft")
+    args = ["serve", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "2", "--weights", "fp8", "--engine", "trtllm"]
+    args += ["--input-len", "5000", "--output-len", "500", "--concurrency", "250", "--json"]
+    code, out, _ = run(args, capsys)
+    assert code == 0
+    assert abs(json.loads(out)["ttft_s"] * 1e3 / row["predicted"] - 1) < 1e-9
