@@ -213,12 +213,13 @@ class ClusterSim:
         """Why a job can never run on this cluster, as (reason, detail): the reason to count skipped
         jobs by, the detail for an error about this job. None: it can run."""
         mask, _ = self._allowed(j)
+        named = sorted(j.gpu_models or ())  # a mask exists only for a job that names GPU models
         if mask is not None and not mask.any():
-            why = f"needs GPU model {' or '.join(sorted(j.gpu_models))}, which no node has"
+            why = f"needs GPU model {' or '.join(named)}, which no node has"
             return why, why
         have = self.capacity.sum() if mask is None else self.capacity[mask].sum()
         if j.milli > have:
-            models = "" if mask is None else f" of {'/'.join(sorted(j.gpu_models))}"
+            models = "" if mask is None else f" of {'/'.join(named)}"
             return (
                 "needs more GPUs than the cluster has",
                 f"needs {j.gpus:g} GPUs, the cluster has {have // MILLI}{models}",
@@ -288,6 +289,7 @@ class ClusterSim:
 
     def _next_failure(self) -> float:
         m, k = self.cfg.node_mtbf_s, self.cfg.weibull_shape
+        assert m is not None  # failures are scheduled only when the config names a node MTBF
         if k:
             scale = m / math.gamma(1 + 1 / k)
             return self.sim.now + scale * self.rng.weibull(k)
@@ -523,8 +525,8 @@ class ClusterSim:
         if not any(v.state == "grace" or (v.state == "running" and v.tier < j.tier) for v in self.running.values()):
             return False
         mask, cap = self._allowed(j)
-        plans = []  # (cost, node, victims)
-        for n in np.nonzero(self.up if mask is None else self.up & mask)[0]:
+        plans: list[tuple[float, int, list[Job]]] = []  # (cost, node, victims)
+        for n in map(int, np.flatnonzero(self.up if mask is None else self.up & mask)):
             on = [self.jobs_by_id[i] for i in self.on_node[n]]
             coming = int(self.free[n]) + sum(v.milli_on(n) for v in on if v.state == "grace")
             low = sorted(
@@ -540,23 +542,24 @@ class ClusterSim:
                     chosen.append(v)
                     need -= v.milli_on(n)
                 if need <= 0:
-                    plans.append((sum(self._unsaved(v) * v.gpus for v in chosen), int(n), chosen))
+                    plans.append((sum(self._unsaved(v) * v.gpus for v in chosen), n, chosen))
             elif len(low) + sum(1 for v in on if v.state == "grace") == len(on):  # every job here can go
-                plans.append((sum(self._unsaved(v) * v.gpus for v in low), int(n), low))
+                plans.append((sum(self._unsaved(v) * v.gpus for v in low), n, low))
         if j.milli <= cap:
             if not plans:
                 return False
             plans = [min(plans, key=lambda p: p[:2])]
         else:  # the cheapest nodes to empty until their GPUs hold the gang
-            chosen, room = [], 0
+            emptied: list[tuple[float, int, list[Job]]] = []
+            room = 0
             for p in sorted(plans, key=lambda p: p[:2]):
                 if room >= j.milli:
                     break
-                chosen.append(p)
+                emptied.append(p)
                 room += int(self.capacity[p[1]])
             if room < j.milli:
                 return False
-            plans = chosen
+            plans = emptied
         victims = {v.id: v for _, _, vs in plans for v in vs}
         for v in victims.values():
             v.preemptions += 1

@@ -30,6 +30,7 @@ import csv
 import json
 import math
 from collections import Counter
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -104,7 +105,7 @@ def _rows(path: Path, field: str = "trace") -> tuple[list[str], list[list[str]]]
     return [h.strip() for h in rows[0]], rows[1:]
 
 
-def _numbered(rows: list[list[str]]):
+def _numbered(rows: list[list[str]]) -> Iterator[tuple[int, list[str]]]:
     """(line number in the file, row) for the non-blank rows after the header."""
     return ((line, r) for line, r in enumerate(rows, start=2) if any(c.strip() for c in r))
 
@@ -151,7 +152,7 @@ def _field(
     return value
 
 
-def read_openb(path: str | Path) -> tuple[list[Job], Counter]:
+def read_openb(path: str | Path) -> tuple[list[Job], Counter[str]]:
     path = Path(path)
     header, rows = _rows(path)
     c = {
@@ -159,7 +160,8 @@ def read_openb(path: str | Path) -> tuple[list[Job], Counter]:
         for k in ("num_gpu", "gpu_milli", "qos", "creation_time", "deletion_time", "scheduled_time")
     }
     spec = header.index("gpu_spec") if "gpu_spec" in header else None
-    jobs, skipped = [], Counter()
+    jobs: list[Job] = []
+    skipped: Counter[str] = Counter()
     for line, r in _numbered(rows):
         n_gpu = _field(r, c["num_gpu"], "num_gpu", int, path, line, hi=1e6)
         milli = _field(r, c["gpu_milli"], "gpu_milli", int, path, line, default=0, hi=1e6)
@@ -183,7 +185,7 @@ def read_openb(path: str | Path) -> tuple[list[Job], Counter]:
     return jobs, skipped
 
 
-def read_philly(path: str | Path) -> tuple[list[Job], Counter]:
+def read_philly(path: str | Path) -> tuple[list[Job], Counter[str]]:
     from gpuplan.inputs import read_text
 
     path = Path(path)
@@ -203,7 +205,9 @@ def read_philly(path: str | Path) -> tuple[list[Job], Counter]:
             "pass cluster_job_log (a JSON list of jobs)",
         )
     fmt = "%Y-%m-%d %H:%M:%S"
-    jobs, skipped, t0 = [], Counter(), None
+    jobs: list[tuple[datetime, int, float]] = []  # (submitted, GPUs, run time)
+    skipped: Counter[str] = Counter()
+    t0: datetime | None = None
     for i, j in enumerate(log):
         if not isinstance(j, dict):
             raise GpuplanError("trace", f"{path} job {i}: {j!r:.40} is not a job object", "fix or remove that job")
@@ -228,17 +232,19 @@ def read_philly(path: str | Path) -> tuple[list[Job], Counter]:
             continue
         t0 = submitted if t0 is None else min(t0, submitted)
         jobs.append((submitted, gpus, (end - start).total_seconds()))
+    if t0 is None:  # no job ran on a GPU
+        return [], skipped
     out = [Job(k, (s - t0).total_seconds(), float(g), max(0.0, d)) for k, (s, g, d) in enumerate(sorted(jobs))]
     return out, skipped
 
 
-def read_helios(path: str | Path) -> tuple[list[Job], Counter]:
+def read_helios(path: str | Path) -> tuple[list[Job], Counter[str]]:
     path = Path(path)
     header, rows = _rows(path)
     c = {k: _col(header, k, path) for k in ("gpu_num", "submit_time", "duration", "state")}
-    jobs, skipped = [], Counter()
-    t0 = None
-    parsed = []
+    skipped: Counter[str] = Counter()
+    t0: float | None = None
+    parsed: list[tuple[float, int, float]] = []  # (submitted, GPUs, run time)
     for line, r in _numbered(rows):
         gpus = _field(r, c["gpu_num"], "gpu_num", int, path, line, hi=1e6)
         submit = _field(r, c["submit_time"], "submit_time", float, path, line)
@@ -251,17 +257,21 @@ def read_helios(path: str | Path) -> tuple[list[Job], Counter]:
             continue
         t0 = submit if t0 is None else min(t0, submit)
         parsed.append((submit, gpus, dur))
+    if t0 is None:  # no job ran on a GPU
+        return [], skipped
     jobs = [Job(k, s - t0, float(g), d) for k, (s, g, d) in enumerate(sorted(parsed))]
     return jobs, skipped
 
 
-def read_openb_nodes(path: str | Path) -> tuple[tuple[int, ...], tuple[str, ...], Counter]:
+def read_openb_nodes(path: str | Path) -> tuple[tuple[int, ...], tuple[str, ...], Counter[str]]:
     """GPUs and GPU model of each node from ``openb_node_list_gpu_node.csv`` (``sn, cpu_milli,
     memory_mib, gpu, model``); nodes without GPUs are skipped."""
     path = Path(path)
     header, rows = _rows(path, "nodes_file")
     col, mcol = _col(header, "gpu", path, "nodes_file"), _col(header, "model", path, "nodes_file")
-    gpus, models, skipped = [], [], Counter()
+    gpus: list[int] = []
+    models: list[str] = []
+    skipped: Counter[str] = Counter()
     for line, r in _numbered(rows):
         g = _field(r, col, "gpu", int, path, line, field="nodes_file", hi=1024)
         if g <= 0:
@@ -283,7 +293,7 @@ def read_reclaims(path: str | Path) -> tuple[tuple[float, float], ...]:
     path = Path(path)
     header, rows = _rows(path, "reclaims")
     ct, cg = _col(header, "time_s", path, "reclaims"), _col(header, "gpus", path, "reclaims")
-    out = []
+    out: list[tuple[float, float]] = []
     for line, r in _numbered(rows):
         t = _field(r, ct, "time_s", float, path, line, field="reclaims")
         g = _field(r, cg, "gpus", float, path, line, field="reclaims", hi=1e7)

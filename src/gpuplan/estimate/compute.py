@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass, field
 
 from gpuplan.estimate.activations import FP32
+from gpuplan.estimate.comm import efficiency
 from gpuplan.estimate.flops import mean_context
 from gpuplan.estimate.memory import _local_shape
 from gpuplan.estimate.params import Tensor, layer_tensors
@@ -45,7 +46,7 @@ def dtype_bytes(dtype: str) -> float:
 
 def gemm_compute_time(gpu: GPUSpec, dtype: str, m: float, n: float, k: float, batch: float = 1) -> float:
     """Tensor-core seconds for ``batch`` GEMMs of (m x k) @ (k x n): tiles in waves over the SMs."""
-    e = gpu.efficiency
+    e = efficiency(gpu)
     rate = gpu.peak(dtype) * e.gemm_fraction(dtype) * e.sustained
     sms = gpu.sm_count or 100
     compute = math.inf
@@ -60,7 +61,7 @@ def gemm_time(gpu: GPUSpec, dtype: str, m: float, n: float, k: float, batch: flo
     """Seconds for ``batch`` GEMMs of (m x k) @ (k x n) on one GPU."""
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         return 0.0
-    e = gpu.efficiency
+    e = efficiency(gpu)
     io = dtype_bytes(dtype) * (m * k + k * n) + 2.0 * m * n  # inputs in dtype, output in 16 bits
     memory = batch * io / (gpu.hbm_bytes_per_s * e.hbm)
     return max(gemm_compute_time(gpu, dtype, m, n, k, batch), memory) + e.kernel_overhead_s
@@ -70,7 +71,7 @@ def memory_time(gpu: GPUSpec, nbytes: float, kernels: int = 1) -> float:
     """Seconds for memory-bound kernels moving ``nbytes`` in total."""
     if nbytes <= 0:
         return 0.0
-    e = gpu.efficiency
+    e = efficiency(gpu)
     return nbytes / (gpu.hbm_bytes_per_s * e.hbm) + kernels * e.kernel_overhead_s
 
 
@@ -82,7 +83,7 @@ def flash_time(
     SDPA picks on this GPU: cuDNN by head dim where measured, else FlashAttention-2)."""
     if flops_fwd <= 0:
         return 0.0, 0.0
-    e = gpu.efficiency
+    e = efficiency(gpu)
     ramp = seq / (seq + e.seq_half)
     peak = gpu.peak(dtype) * e.sustained
     f_fwd, f_bwd = e.attention_fractions(kernel, head_dim)
@@ -119,7 +120,7 @@ FUSED_QKV = frozenset({"gpt_neox", "gpt2", "phi3", "mpt", "bloom", "falcon", "gp
 FUSED_GATE_UP = frozenset({"phi3"})
 
 
-def autocast_input_casts(m: ModelSpec, moe: bool) -> float:
+def autocast_input_casts(m: ModelSpec, moe: bool) -> int:
     """Per token of a layer: how many times autocast casts an fp32 residual-stream input to bf16,
     once per Linear that reads it (autocast caches only leaf tensors, the weights). A routed
     token is cast again for each of its experts' gate and up projections."""
@@ -272,13 +273,13 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
         )
         out.add("attention", fwd=fwd, b=bwd, core=True)
         # softmax reads the scores and writes probabilities; dropout adds a pass and a 1-byte mask
-        drop = m.attention_dropout > 0
-        sm_f = scores * (2 * a + ((2 * a + 1) if drop else 0))
-        sm_b = scores * (3 * a + ((2 * a + 1) if drop else 0))
+        attn_drop = m.attention_dropout > 0
+        sm_f = scores * (2 * a + ((2 * a + 1) if attn_drop else 0))
+        sm_b = scores * (3 * a + ((2 * a + 1) if attn_drop else 0))
         out.add(
             "softmax",
-            fwd=memory_time(gpu, sm_f, 2 if drop else 1),
-            b=memory_time(gpu, sm_b, 2 if drop else 1),
+            fwd=memory_time(gpu, sm_f, 2 if attn_drop else 1),
+            b=memory_time(gpu, sm_b, 2 if attn_drop else 1),
             core=True,
         )
 

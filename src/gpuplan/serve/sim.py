@@ -116,14 +116,19 @@ class Workload:
             "give a CSV with the header arrival_s,input_len,output_len",
         )
         cols = [header.index(c) for c in need]
-        a, i, o = [], [], []
+        a: list[float] = []  # arrival times
+        i: list[float] = []  # input and output lengths (whole numbers)
+        o: list[float] = []
         for line, row in enumerate(rows[1:], start=2):
             if not any(c.strip() for c in row):
                 continue
-            vals = []
+            vals: list[float] = []
             for name, col in zip(need, cols):
                 text = row[col].strip() if col < len(row) else None
+                v: float
                 try:
+                    if text is None:  # a short row: no cell for this column
+                        raise ValueError(name)
                     v = float(text) if name == "arrival_s" else int(text)
                 except (TypeError, ValueError):
                     raise GpuplanError(
@@ -145,9 +150,9 @@ class Workload:
             i.append(vals[1])
             o.append(vals[2])
         require(len(a) > 0, "trace", f"{path} has no requests", "add rows of arrival_s,input_len,output_len")
-        a, i, o = np.array(a, dtype=float), np.array(i, dtype=np.int64), np.array(o, dtype=np.int64)
-        order = np.argsort(a, kind="stable")
-        return cls(a[order], i[order], o[order])
+        arrival, inputs, outputs = np.array(a, dtype=float), np.array(i, dtype=np.int64), np.array(o, dtype=np.int64)
+        order = np.argsort(arrival, kind="stable")
+        return cls(arrival[order], inputs[order], outputs[order])
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TextIO
 
 import torch
 import torch.distributed as dist
@@ -167,9 +168,7 @@ def _flag(field: str, value) -> bool:
     return value
 
 
-def _path(field: str, value, optional: bool = False) -> Path | None:
-    if value is None and optional:
-        return None
+def _path(field: str, value) -> Path:
     if not isinstance(value, (str, os.PathLike)) or not str(value):
         raise GpuplanError(field, f"must be a path, got {value!r}")
     return Path(value)
@@ -214,7 +213,7 @@ class Resilient:
         if config is not None and not isinstance(config, dict):
             raise GpuplanError("config", f"must be a dict, got {type(config).__name__}")
         self.checkpoint_dir = _path("checkpoint_dir", checkpoint_dir)
-        self.telemetry_path = _path("telemetry", telemetry, optional=True)
+        self.telemetry_path = None if telemetry is None else _path("telemetry", telemetry)
         if plan is not None:  # checked now, with the reader's own rules: a bad field fails here, not in calibrate
             from gpuplan.runs.record import RunPlan
 
@@ -235,7 +234,7 @@ class Resilient:
         self._step_start = time.perf_counter()
         self._train_start = time.perf_counter()
         self._ckpt_cost: float | None = None
-        self._telemetry = None
+        self._telemetry: TextIO | None = None  # opened by __enter__ when telemetry is asked for
 
     # -- context ----------------------------------------------------------------------------------------
     def __enter__(self) -> Resilient:
@@ -307,6 +306,17 @@ class Resilient:
                 self._telemetry.close()
             self._telemetry = None
 
+    @property
+    def _manager(self) -> CheckpointManager:
+        """The checkpoint manager, which exists from ``__enter__`` on."""
+        if self.ckpt is None:
+            raise GpuplanError(
+                "checkpoint_dir",
+                "is not open: the run was used outside its `with` block",
+                "use it as `with Resilient(...) as run:`",
+            )
+        return self.ckpt
+
     @staticmethod
     def _rank() -> int:
         return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
@@ -327,10 +337,10 @@ class Resilient:
         }
 
     def resume(self) -> int:
-        state = self._state()
-        got = self.ckpt.load_latest(state)
+        state, ckpt = self._state(), self._manager
+        got = ckpt.load_latest(state)
         if got is None:
-            log.info("no checkpoint in %s: starting from step 0", self.ckpt.dir)
+            log.info("no checkpoint in %s: starting from step 0", ckpt.dir)
             return 0
         step, extra = got
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
@@ -345,7 +355,7 @@ class Resilient:
         """Checkpoint now (collective). Returns the seconds the loop stood still, as it sees them:
         building the state dict, waiting for the previous save, staging (async) or writing (sync)."""
         t0 = time.perf_counter()
-        self.ckpt.save(self.step, self._state(), self._extra())
+        self._manager.save(self.step, self._state(), self._extra())
         self._last_ckpt_time = time.monotonic()
         self._last_ckpt_step = self.step
         return time.perf_counter() - t0
@@ -387,14 +397,14 @@ class Resilient:
         elif torch.cuda.is_available() and torch.cuda.is_initialized() and self._telemetry:
             torch.cuda.synchronize()  # the wall time of the step, not of its launches
         step_s = time.perf_counter() - self._step_start
-        stall = self.ckpt.poll()  # commits a finished async save (on rank 0, done in the background)
+        stall = self._manager.poll()  # commits a finished async save (on rank 0, done in the background)
         self.stall.other(stall)
         stop, due = self._agree(signals.received() is not None, self._due())
         if due and not stop:
             t0 = time.perf_counter()
             self.checkpoint()
             if self.mtbf_s and self._ckpt_cost is None:
-                self.ckpt.wait()
+                self._manager.wait()
                 self._ckpt_cost = time.perf_counter() - t0
                 log.info(
                     "checkpoint cost %.3f s: Daly interval %.1f s for MTBF %.0f s",
@@ -411,6 +421,7 @@ class Resilient:
         self._step_start = time.perf_counter()
 
     def _write(self, record: dict) -> None:
+        assert self._telemetry is not None  # callers write only when telemetry is on
         self._telemetry.write(json.dumps(record) + "\n")
         self._telemetry.flush()
 
@@ -436,14 +447,14 @@ class Resilient:
     def _emergency_exit(self) -> None:
         """Checkpoint this step (unless it is the one just resumed from), then exit 75; the log line
         says what is really on disk."""
-        t0 = time.perf_counter()
+        t0, ckpt = time.perf_counter(), self._manager
         trained = self.step != self._last_ckpt_step
         if trained:
             self.checkpoint()
-        self.ckpt.wait()  # collective: every rank learns whether rank 0 committed it
+        ckpt.wait()  # collective: every rank learns whether rank 0 committed it
         took = time.perf_counter() - t0
         name = signal.Signals(signals.received() or signal.SIGTERM).name
-        done = self.ckpt.committed
+        done = ckpt.committed
         if not trained:
             what = (
                 f"before training (its checkpoint of step {done} is current)"
@@ -455,7 +466,7 @@ class Resilient:
             if took > self.deadline_s:
                 log.warning("emergency checkpoint took %.1f s, past the %.0f s deadline", took, self.deadline_s)
         else:
-            why = self.ckpt.last_error or "the checkpoint failed"
+            why = ckpt.last_error or "the checkpoint failed"
             then = (
                 f"a rerun resumes from step {done} ({self.step - done} steps lost)"
                 if done is not None
@@ -464,7 +475,7 @@ class Resilient:
             what = f"WITHOUT a checkpoint of this step ({why}); {then}"
         if self._rank() == 0:
             try:
-                requeue.write(self.ckpt.dir, self.step, name, checkpointed=done == self.step)
+                requeue.write(ckpt.dir, self.step, name, checkpointed=done == self.step)
             except OSError as exc:
                 log.error("could not write %s (%s): a torchrun job may not be requeued", requeue.NAME, exc.strerror)
         log.warning("stopped at step %d on %s %s; exit %d to be requeued", self.step, name, what, EXIT_REQUEUE)
