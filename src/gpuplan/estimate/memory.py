@@ -114,17 +114,19 @@ class MemoryReport:
         return self.capacity - self.per_gpu.total
 
 
-def offloaded_layers(cfg: TrainingConfig, chunk_layers: int) -> int:
-    """Layers of a pipeline chunk whose activations go to host memory. Megatron-Core needs at
-    least one layer left on the GPU (cpu_offloading_num_layers < the chunk's layers)."""
+def offloaded_layers(cfg: TrainingConfig, stage_layers: int, vp: int = 1) -> int:
+    """Layers of a pipeline rank (its ``vp`` chunks together) whose activations go to host
+    memory: ``offload_activation_layers`` of each chunk. Megatron-Core needs at least one layer
+    of a chunk left on the GPU (cpu_offloading_num_layers < the chunk's layers)."""
     n = cfg.offload_activation_layers
+    chunk_layers = stage_layers // vp
     if n and n >= chunk_layers:
         raise GpuplanError(
             "offload_activation_layers",
             f"{n} offloaded layers but a pipeline chunk holds {chunk_layers}",
             f"offload at most {max(chunk_layers - 1, 0)} layers per chunk",
         )
-    return n
+    return n * vp
 
 
 def candidate_stages(m: ModelSpec, plan: ParallelPlan) -> list[tuple[int, int, int]]:
@@ -324,7 +326,7 @@ def estimate_memory(
         if cfg.offload_activation_layers:
             # the offloaded layers' activations live in host memory; one layer's stays on the GPU
             # as the copy in flight (TransformerEngine's offload handler double-buffers)
-            n_off = offloaded_layers(cfg, n_layers // plan.vp if plan.vp > 1 else n_layers) * plan.vp
+            n_off = offloaded_layers(cfg, n_layers, plan.vp)
             biggest = act.layer(True) if sp_.n_moe else act.layer(False)
             host = n_off * biggest
             kept -= host

@@ -239,7 +239,7 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
         first += n_layers
         n_moe = _moe_layers(m, ids.start, n_layers)
         # stages with the same layers and ends take the same time: compute each kind once
-        off = offloaded_layers(cfg, n_layers // plan.vp) * plan.vp if cfg.offload_activation_layers else 0
+        off = offloaded_layers(cfg, n_layers, plan.vp)
         key = (n_layers, n_moe, stage == 0, stage == plan.head_stage, off)
         if key not in seen:
             # what a stage's time depends on, so plans that differ elsewhere share the work

@@ -71,7 +71,7 @@ def validate(req: TrainRequest) -> None:
     check_plan(get_framework(c.framework), p)  # first what the framework cannot run at all
     validity.require_valid(m, p, c.seq_len, c.micro_batch, req.global_batch)
     for n in stage_layers(m, p):  # raises for a split that cannot run (vp chunks, first/last stage layers)
-        offloaded_layers(c, n // p.vp)  # and for more offloaded layers than a chunk holds
+        offloaded_layers(c, n, p.vp)  # and for more offloaded layers than a chunk holds
     if req.mfu is not None:
         require(0 < req.mfu <= 1, "mfu", f"must be in (0, 1], got {req.mfu}", "e.g. --mfu 0.4")
     if req.price_per_gpu_hour is not None:

@@ -202,12 +202,6 @@ def _row_config(r: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-def catalog_model(name: str) -> ModelSpec:
-    from gpuplan import catalog
-
-    return catalog.model(name)
-
-
 def _measured_step_s(r: dict[str, str], gbs: int, seq: int) -> float:
     value, gpus = float(r["value"]), int(r["gpus"])
     L, h, vocab = int(r["layers"]), int(r["hidden"]), int(r["vocab"])
@@ -279,6 +273,8 @@ def category(gpu: str | GPUSpec, cfg: TrainingConfig, plan: ParallelPlan) -> tup
 
 
 def _rows(path: Path) -> list[Row]:
+    from gpuplan import catalog  # a row may name a catalog model
+
     rows = []
     with open(path, newline="") as fh:
         for r in csv.DictReader(fh):
@@ -290,7 +286,7 @@ def _rows(path: Path) -> list[Row]:
                     "fix the row's arch or its source",
                 )
             # a catalog model by name (MoE and other layouts the arch columns cannot state)
-            model = catalog_model(r["model"]) if r.get("model") else _model(src.arch or r["arch"], r, src.dropout)
+            model = catalog.model(r["model"]) if r.get("model") else _model(src.arch or r["arch"], r, src.dropout)
             seq = int(r["seq"])
             tp, pp, dp = int(r["tp"]), int(r["pp"]), int(r["dp"])
             cp, ep, zero = int(r.get("cp") or 1), int(r.get("ep") or 1), int(r.get("zero") or 0)
