@@ -19,6 +19,13 @@ PlotOpt = Annotated[
     ),
 ]
 # Options several commands share, declared once
+RecomputeModulesOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Selective recompute by module (Megatron-Core --recompute-modules), comma-separated: core_attn, "
+        "layernorm, moe_act, mlp, moe, shared_experts. Implies --recompute selective.",
+    ),
+]
 ModelArg = Annotated[str, typer.Argument(help="Catalog id (see `gpuplan models`) or a path to a config.json.")]
 ClusterOpt = Annotated[
     str | None,

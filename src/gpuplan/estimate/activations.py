@@ -133,22 +133,36 @@ def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) 
     attn, scores = _attention_saved(m, cfg, a, cfg.seq_len)
     if g != a:  # the attention kernel keeps its BF16 output; the output projection its own FP8 copy
         attn += g * m.num_heads * m.v_dim
-    if cfg.recompute == "selective":  # recompute the attention core: drop the s^2 tensors
+    mods = cfg.recomputed  # selective recompute by module (TrainingConfig.recompute_modules)
+    if "core_attn" in mods:  # recompute the attention core: drop the s^2 tensors
         scores = 0.0
         if cfg.attention == "flash":
             attn -= FP32 * m.num_heads
-    replicated = norms + drop
-    dense = replicated / rep_div + (attn + scores + _mlp_saved(m, a, profile, m.ffn_size, g)) / t
+    # "layernorm" discards the output of each norm that is a module of its own, rerunning it
+    # before the backward: the input norm before MLA and an MoE layer's pre-MLP norm (Megatron-Core
+    # transformer_layer.py: only norms that are not IdentityOp; TE fuses the rest into a linear)
+    own_norm = g * h if "layernorm" in mods and profile == "fused" else 0.0
+    replicated = norms + drop - (own_norm if m.is_mla else 0.0)
+    mlp = 0.0 if "mlp" in mods else _mlp_saved(m, a, profile, m.ffn_size, g)
+    if "mlp" in mods and profile == "fused":  # the checkpoint holds TE's LayerNormMLP: its norm output too
+        replicated_dense = replicated - g * h
+    else:
+        replicated_dense = replicated
+    dense = replicated_dense / rep_div + (attn + scores + mlp) / t
 
     moe = 0.0
     if m.is_moe:
         k = m.experts_per_token
-        routed = (
-            k * ((a + g) * h + _mlp_saved(m, a, profile, m.moe_ffn_size, g))  # dispatched in/out + expert MLP
-            + FP32 * m.num_experts
-        )  # router probabilities
+        expert_mlp = _mlp_saved(m, a, profile, m.moe_ffn_size, g)
+        if "moe_act" in mods:  # the activation's output, which is the second GEMM's input
+            expert_mlp -= g * m.moe_ffn_size
+        routed = k * ((a + g) * h + expert_mlp) + FP32 * m.num_experts  # dispatched in/out, router probs
         shared = _mlp_saved(m, a, profile, m.shared_expert_ffn_size, g) if m.shared_expert_ffn_size else 0.0
-        moe = replicated / rep_div + (attn + scores + routed + shared) / t
+        if "shared_experts" in mods:
+            shared = 0.0
+        if "moe" in mods:  # the MoE layer keeps only its input, the pre-MLP norm's output
+            routed = shared = 0.0
+        moe = (replicated - own_norm * (not m.is_mla)) / rep_div + (attn + scores + routed + shared) / t
 
     checkpoint = a * h / rep_div  # full recompute keeps each block's input
     embedding = INDEX  # token ids saved by the embedding's backward

@@ -163,26 +163,47 @@ def eager_norm_bytes(norm: str, r: float) -> tuple[float, float, int, int]:
 class OpTimes:
     """Seconds of one piece of work: forward, backward for inputs (B), backward for weights (W).
 
-    ``attn_core`` is the part of forward that selective recompute runs again.
+    ``modules``: forward seconds of each module selective recompute can run again
+    (``TrainingConfig.recompute_modules``: "core_attn" is the attention core).
     """
 
     fwd: float = 0.0
     bwd_input: float = 0.0
     bwd_weight: float = 0.0
-    attn_core: float = 0.0
     parts: dict[str, float] = field(default_factory=dict)  # forward+backward seconds by kind
+    modules: dict[str, float] = field(default_factory=dict)  # forward seconds by recomputable module
 
-    def add(self, kind: str, fwd: float = 0.0, b: float = 0.0, w: float = 0.0, core: bool = False) -> None:
+    def add(
+        self,
+        kind: str,
+        fwd: float = 0.0,
+        b: float = 0.0,
+        w: float = 0.0,
+        core: bool = False,
+        modules: tuple[str, ...] = (),
+    ) -> None:
         self.fwd += fwd
         self.bwd_input += b
         self.bwd_weight += w
-        if core:
-            self.attn_core += fwd
+        for mod in ("core_attn", *modules) if core else modules:
+            self.modules[mod] = self.modules.get(mod, 0.0) + fwd
         self.parts[kind] = self.parts.get(kind, 0.0) + fwd + b + w
 
     @property
     def bwd(self) -> float:
         return self.bwd_input + self.bwd_weight
+
+    @property
+    def attn_core(self) -> float:
+        """Forward seconds of the attention core (what Megatron's default selective recompute reruns)."""
+        return self.modules.get("core_attn", 0.0)
+
+    def recompute(self, recompute: str, modules: frozenset[str]) -> float:
+        """Forward seconds run again in the backward: the whole forward under full recompute, the
+        recomputed modules' forwards under selective (``TrainingConfig.recomputed``)."""
+        if recompute == "full":
+            return self.fwd
+        return sum(self.modules.get(mod, 0.0) for mod in modules)
 
 
 def _local_gemm(t: Tensor, tp: int, ep: int) -> tuple[int, int, int]:
@@ -230,6 +251,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
         if rows <= 0:
             continue
         kind = "gemm"
+        mods = _gemm_modules(t.name)
         # the MoE router stays in high precision (Megatron's TopKRouter is not a TE module)
         d = _high_precision(s.dtype) if t.name.endswith("router") else s.dtype
         out.add(
@@ -237,10 +259,11 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
             fwd=gemm_time(gpu, d, rows, n_out, n_in, experts),
             b=gemm_time(gpu, d, rows, n_in, n_out, experts),
             w=gemm_time(gpu, d, n_out, n_in, rows, experts),
+            modules=mods,
         )
         if d in LOW_PRECISION:
             fwd_c, bwd_c = fp8_cast_times(gpu, rows * n_in * experts, rows * n_out * experts, a, dtype_bytes(d))
-            out.add("fp8_cast", fwd=fwd_c, b=bwd_c)
+            out.add("fp8_cast", fwd=fwd_c, b=bwd_c, modules=mods)
 
     # FP8 recipes run the attention core in BF16 (TransformerEngine's FP8 dot-product attention is
     # opt-in, fp8_dpa=False; torchao converts only nn.Linear)
@@ -291,11 +314,15 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
         nf, nb, kf, kb = eager_norm_bytes(m.norm, r)
     else:
         nf, nb, kf, kb = 2 * a, 3 * a, 1, 1
-    out.add(
-        "norm",
-        fwd=memory_time(gpu, norms * nf * t_res * h, norms * kf),
-        b=memory_time(gpu, norms * nb * t_res * h, norms * kb),
-    )
+    norm_f = memory_time(gpu, norms * nf * t_res * h, norms * kf)
+    out.add("norm", fwd=norm_f, b=memory_time(gpu, norms * nb * t_res * h, norms * kb))
+    one_norm = norm_f / max(1, norms)
+    # norms that are modules of their own (an MoE layer's pre-MLP norm, the input norm before MLA)
+    # and the one TE fuses into a dense MLP (LayerNormMLP): what "layernorm" and "mlp" rerun
+    own = (1 if moe else 0) + (1 if m.is_mla else 0)
+    out.modules["layernorm"] = out.modules.get("layernorm", 0.0) + own * one_norm
+    if not moe:
+        out.modules["mlp"] = out.modules.get("mlp", 0.0) + one_norm
     if m.qk_norm:  # RMSNorm over every query and key head (Qwen3, Gemma 3), on the projections' bf16 output
         qk_width = (heads + kv_heads) * m.head_dim
         qf, qb, qkf, qkb = eager_norm_bytes(m.norm, a) if s.eager else (2 * a, 3 * a, 1, 1)
@@ -344,11 +371,15 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
         rw, kernels = ((5, 9), (2, 3)) if s.eager else ((3, 5), (1, 1))
     else:
         rw, kernels = (2, 3), (1, 1)
-    out.add(
-        "activation",
-        fwd=memory_time(gpu, rw[0] * a * f_local, kernels[0]),
-        b=memory_time(gpu, rw[1] * a * f_local, kernels[1]),
-    )
+    act_f = memory_time(gpu, rw[0] * a * f_local, kernels[0])
+    out.add("activation", fwd=act_f, b=memory_time(gpu, rw[1] * a * f_local, kernels[1]))
+    if moe:  # the experts' and the shared experts' parts of that pass
+        routed_width = m.moe_ffn_size * m.experts_per_token
+        for mod, part in (("moe_act", routed_width), ("shared_experts", m.shared_expert_ffn_size)):
+            out.modules[mod] = out.modules.get(mod, 0.0) + act_f * part / width
+        out.modules["moe"] = out.modules.get("moe", 0.0) + act_f
+    else:
+        out.modules["mlp"] = out.modules.get("mlp", 0.0) + act_f
     if s.autocast:
         # torch.autocast casts each GEMM's fp32 weight to bf16 once per forward (its weight cache
         # lasts one autocast region: again in a full recompute) and each fp32 input from the
@@ -366,8 +397,19 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
     if moe:
         # permute tokens to experts and back (read and write each routed copy), and the router softmax
         routed = T * m.experts_per_token * h * a
-        out.add("moe_permute", fwd=memory_time(gpu, 4 * routed, 2), b=memory_time(gpu, 4 * routed, 2))
+        out.add("moe_permute", fwd=memory_time(gpu, 4 * routed, 2), b=memory_time(gpu, 4 * routed, 2), modules=("moe",))
     return out
+
+
+def _gemm_modules(name: str) -> tuple[str, ...]:
+    """The recomputable modules (``TrainingConfig.recompute_modules``) a layer weight belongs to."""
+    if name.startswith("mlp."):
+        return ("mlp",)
+    if name.startswith("moe.shared."):
+        return ("moe", "shared_experts")
+    if name.startswith("moe."):
+        return ("moe",)
+    return ()
 
 
 @functools.lru_cache(maxsize=4096)  # keyed on every argument (GPUSpec hashes its efficiency)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuplan.estimate.params import count_params
+from gpuplan.estimate.params import count_params, layer_tensors
 from gpuplan.specs.model import ModelSpec
 
 
@@ -73,15 +73,39 @@ class Flops:
         return self.model_per_token + self.recompute_per_token
 
 
-def training_flops(m: ModelSpec, seq_len: int, recompute: str = "none", causal: bool = True) -> Flops:
+def module_matmul_flops_per_token(m: ModelSpec, module: str) -> float:
+    """Forward GEMM FLOPs per token of one recomputable module summed over the layers
+    (``TrainingConfig.recompute_modules``): "mlp" the dense MLPs, "moe" the router, the visited
+    experts and the shared experts, "shared_experts" the shared experts; the others are
+    elementwise (norms, activations) and count nothing, as elementwise work never does here."""
+    prefix = {"mlp": ("mlp.",), "moe": ("moe.",), "shared_experts": ("moe.shared.",)}.get(module)
+    if prefix is None:
+        return 0.0
+    frac = m.experts_per_token / m.num_experts if m.is_moe else 1.0
+    total = 0.0
+    for moe, layers in ((False, m.num_layers - m.num_moe_layers), (True, m.num_moe_layers)):
+        for t in layer_tensors(m, moe) if layers else ():
+            if t.matmul and t.name.startswith(prefix):
+                total += layers * 2.0 * t.numel * (frac if t.expert else 1.0)
+    return total
+
+
+def training_flops(
+    m: ModelSpec, seq_len: int, recompute: str = "none", causal: bool = True, modules: frozenset[str] = frozenset()
+) -> Flops:
+    """``modules``: what selective recompute reruns (``TrainingConfig.recomputed``; empty under
+    selective means the attention core, Megatron's default)."""
     params = count_params(m)
     matmul = 2.0 * params.matmul_active
     attn = attention_flops_per_token(m, seq_len, causal)
     if recompute == "full":  # every block's forward runs again; embedding and LM head do not
         head = 2.0 * m.vocab_size * (m.embed_proj_dim or m.hidden_size)
         recompute_flops = matmul - head + attn
-    elif recompute == "selective":  # only the attention core (QK^T, softmax, AV) is recomputed
-        recompute_flops = attn
+    elif recompute == "selective":  # the attention core (QK^T, softmax, AV) and any other modules named
+        mods = modules or frozenset({"core_attn"})
+        recompute_flops = (attn if "core_attn" in mods else 0.0) + sum(
+            module_matmul_flops_per_token(m, x) for x in mods
+        )
     else:
         recompute_flops = 0.0
     return Flops(

@@ -166,7 +166,7 @@ def estimate_offload_training(req: OffloadTrainRequest) -> OffloadTrainEstimate:
         other["allocator_reserve"] = c.allocator_fraction * allocated
         gpu = {"weights": weights, "gradients": grads, "activations": st.activations, "other": sum(other.values())}
         cpu_b, disk_b = per_host * n, per_disk * n
-    fl = training_flops(m, c.seq_len, c.recompute)
+    fl = training_flops(m, c.seq_len, c.recompute, modules=c.recomputed)
     tokens = c.seq_len * c.micro_batch * req.microbatches  # per rank per step
     eff = g.efficiency
     dtype = c.compute_dtype

@@ -143,8 +143,7 @@ def _layer_comm(
     and recompute together); records ``count`` copies (layers x micro-batches) into ``comm``."""
     a, h, T = cfg.activation_bytes, m.hidden_size, shape.tokens
     out: dict[str, float] = {}
-    full = cfg.recompute == "full"
-    passes_fwd = 2 if full else 1  # full recompute re-runs the forward's collectives
+    full = cfg.recompute == "full"  # full recompute re-runs the forward's collectives
     if plan.tp > 1:
         g = groups["tp"]
         blocks = 1 if m.parallel_attn else 2  # attention and MLP each start and end with a collective
@@ -153,14 +152,17 @@ def _layer_comm(
             per = [("all-gather", size), ("reduce-scatter", size)] * blocks
         else:  # one all-reduce per block forward (g operator) and one backward (f operator)
             per = [("all-reduce", size)] * blocks
+        # selective recompute of the MLP (or the MoE layer) reruns that block's collectives
+        rerun_mlp = ("moe" if moe else "mlp") in cfg.recomputed and blocks == 2
         exposed = 0.0
-        for kind, sz in per:
+        for i, (kind, sz) in enumerate(per):
             t = collective_time(kind, sz, g, gpu)
             # with overlap (TransformerEngine userbuffers) a collective hides behind its GEMM
             exp_f = t if not cfg.tp_overlap else max(0.0, t - ops.fwd / len(per))
             exp_b = t if not cfg.tp_overlap else max(0.0, t - ops.bwd / len(per))
-            e = passes_fwd * exp_f + exp_b
-            comm["tp"].add(kind, sz, g, gpu, count * (passes_fwd + 1), exposed=count * e)
+            fwd_runs = 2 if full or (rerun_mlp and i >= len(per) // 2) else 1
+            e = fwd_runs * exp_f + exp_b
+            comm["tp"].add(kind, sz, g, gpu, count * (fwd_runs + 1), exposed=count * e)
             exposed += e
         out["tp"] = exposed
     if plan.cp > 1:
@@ -174,7 +176,7 @@ def _layer_comm(
         chunk_b = ops.parts.get("attention", 0.0) / plan.cp - chunk_f
         e_f = steps * max(0.0, collective_time("p2p", size, g, gpu) - chunk_f)
         e_b = steps * max(0.0, collective_time("p2p", 2 * size, g, gpu) - max(0.0, chunk_b))
-        passes = 1 if cfg.recompute == "none" else 2
+        passes = 2 if full or "core_attn" in cfg.recomputed else 1
         comm["cp"].add("p2p", size, g, gpu, count * steps * passes, exposed=count * e_f * passes)
         comm["cp"].add("p2p", 2 * size, g, gpu, count * steps, exposed=count * e_b)
         out["cp"] = passes * e_f + e_b
@@ -186,7 +188,7 @@ def _layer_comm(
         g = groups["ep"]
         size = T * m.experts_per_token * h * a * cfg.expert_imbalance  # the busiest GPU receives the most
         t = collective_time("all-to-all", size, g, gpu)
-        n = 2 * (passes_fwd + 1)
+        n = 2 * ((2 if full or "moe" in cfg.recomputed else 1) + 1)  # recomputing the MoE layer dispatches again
         e = max(0.0, n * t - (ops.fwd + ops.bwd)) if (dualpipe or cfg.ep_overlap) else n * t
         comm["ep"].add("all-to-all", size, g, gpu, count * n, exposed=count * e)
         out["ep"] = e
@@ -324,7 +326,7 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
         breakdown["step_overhead"] = overhead
     step = sum(breakdown.values())
 
-    flops = training_flops(m, cfg.seq_len, cfg.recompute)
+    flops = training_flops(m, cfg.seq_len, cfg.recompute, modules=cfg.recomputed)
     tokens = cfg.seq_len * cfg.micro_batch * mb * plan.dp
     return StepTime(
         step_s=step,
@@ -392,7 +394,7 @@ def _stage(
         f += n * ops.fwd
         b += n * ops.bwd_input
         w += n * ops.bwd_weight
-        rec += n * (ops.fwd if cfg.recompute == "full" else ops.attn_core if cfg.recompute == "selective" else 0.0)
+        rec += n * ops.recompute(cfg.recompute, cfg.recomputed)
         for k, v in ops.parts.items():
             kinds[k] = kinds.get(k, 0.0) + n * mb * v
         if off:  # the offloaded layers are the chunk's first ones: dense before MoE

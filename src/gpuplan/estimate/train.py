@@ -93,7 +93,7 @@ def suggest_fixes(req: TrainRequest, limit: int = 5) -> tuple[Suggestion, ...]:
     order = ["none", "selective", "full"]
     for r in order[order.index(c.recompute) + 1 :]:
         try:  # the framework may not have this recompute
-            candidates.append((f"--recompute {r}", replace(req, config=replace(c, recompute=r))))
+            candidates.append((f"--recompute {r}", replace(req, config=replace(c, recompute=r, recompute_modules=()))))
         except GpuplanError:
             continue
     for z in range(p.zero + 1, 4):
@@ -155,7 +155,7 @@ def estimate_training(req: TrainRequest) -> TrainEstimate:
     validate(req)
     m, c = req.model, req.config
     memory = _memory(req)
-    flops = training_flops(m, c.seq_len, c.recompute)
+    flops = training_flops(m, c.seq_len, c.recompute, modules=c.recomputed)
     step = step_time(m, c, req.plan, req.gpu, req.microbatches)
     tokens_per_step = req.global_batch * c.seq_len
     time = training_time(

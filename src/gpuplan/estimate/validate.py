@@ -191,7 +191,8 @@ def _model(arch: str, r: dict[str, str], dropout: float) -> ModelSpec:
 
 def _row_config(r: dict[str, str]) -> dict[str, Any]:
     """Settings a row's own recipe states where it departs from its source's (optional columns
-    ``tp_overlap`` and ``ep_overlap`` yes/no and ``offload_layers``, in the held-out set)."""
+    ``tp_overlap`` and ``ep_overlap`` yes/no, ``offload_layers`` and ``recompute_modules``, in the
+    held-out set)."""
     out: dict[str, Any] = {}
     if r.get("tp_overlap"):
         out["tp_overlap"] = r["tp_overlap"] == "yes"
@@ -199,6 +200,8 @@ def _row_config(r: dict[str, str]) -> dict[str, Any]:
         out["offload_activation_layers"] = int(r["offload_layers"])
     if r.get("ep_overlap"):
         out["ep_overlap"] = r["ep_overlap"] == "yes"
+    if r.get("recompute_modules"):  # Megatron-Core --recompute-modules, space-separated
+        out["recompute_modules"] = tuple(r["recompute_modules"].split())
     return out
 
 

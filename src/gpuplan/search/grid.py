@@ -69,7 +69,18 @@ class Grid:
         self.mbs = np.array(micro_batches, dtype=np.int64)
         self.zero = np.array(zero_stages, dtype=np.int64)
         self.rec = list(rec_order)
-        self.configs = [[replace(base, micro_batch=int(b), recompute=r) for r in rec_order] for b in micro_batches]
+        self.configs = [
+            [
+                replace(
+                    base,
+                    micro_batch=int(b),
+                    recompute=r,
+                    recompute_modules=base.recompute_modules if r == "selective" else (),
+                )
+                for r in rec_order
+            ]
+            for b in micro_batches
+        ]
         rows: list[tuple] = []
         starts = []
         for li, lo in enumerate(layouts):
@@ -228,7 +239,7 @@ class Grid:
                             continue
                         o = layer_times(m, gpu, shape, moe)
                         fwd_min[i, j] = min(fwd_min[i, j], o.fwd)
-                        redo = o.fwd if rec == "full" else o.attn_core if rec == "selective" else 0.0
+                        redo = o.recompute(rec, self.configs[j][k].recomputed)
                         out[i, j, k] = o.fwd + o.bwd + redo
                     e, h = embedding_times(m, gpu, shape), head_times(m, gpu, shape)
                     ends_first[i, j, k] = e.fwd + e.bwd

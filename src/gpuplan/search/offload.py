@@ -94,7 +94,12 @@ def offload_variants(
                     continue
                 micro = base.global_batch // (lo.dp * mbs)
                 for k, rec in enumerate(rec_order):
-                    cfg = replace(base, micro_batch=mbs, recompute=rec)
+                    cfg = replace(
+                        base,
+                        micro_batch=mbs,
+                        recompute=rec,
+                        recompute_modules=base.recompute_modules if rec == "selective" else (),
+                    )
                     est = estimate_offload_training(
                         OffloadTrainRequest(
                             model=m, gpu=gpu, host=host, plan=plan, config=cfg, offload=mode, microbatches=micro

@@ -613,7 +613,7 @@ def smallest_fitting_plan(
         )
         for i in order[:20]:
             plan = fit.grid.layouts[fit.layout[i]].plan(int(fit.grid.zero[fit.zero[i]]))
-            config = replace(base, micro_batch=int(fit.grid.mbs[fit.mbs[i]]), recompute=fit.grid.rec[fit.rec[i]])
+            config = fit.grid.configs[fit.mbs[i]][fit.rec[i]]
             micro = base.global_batch // (config.micro_batch * plan.dp)
             if estimate_memory(m, config, plan, gpu.memory_bytes, micro).fits:
                 return plan, config

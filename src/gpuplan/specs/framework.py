@@ -61,6 +61,8 @@ class Framework:
     zero_with_pp: tuple[int, ...] = (0, 1, 2, 3)  # ZeRO stages that run alongside pipeline parallelism
     recompute: tuple[str, ...] = ("none", "selective", "full")
     selective_semantics: str = "attention core (Megatron)"
+    # selective recompute by module (Megatron-Core's --recompute-modules; specs/training.py)
+    recompute_modules: bool = True
     fp8_recipe: str = "TransformerEngine delayed scaling: BF16 weights, cached FP8 copies, FP32 masters"
     # FSDP2 with a MixedPrecisionPolicy shards the fp32 parameters themselves: the optimizer steps
     # them (they are the master weights) and BF16 exists only for the gathered blocks, so under
@@ -116,6 +118,7 @@ FRAMEWORKS: dict[str, Framework] = {
         ),
         Framework(
             name="torchtitan",
+            recompute_modules=False,
             source="https://github.com/pytorch/torchtitan: FSDP2 fully_shard with MixedPrecisionPolicy "
             "(mixed_precision_param bfloat16, mixed_precision_reduce float32: fp32 reduce-scatter "
             "into fp32 sharded gradients), DDP or HSDP (no ZeRO-1), reshard_after_forward never "
@@ -135,6 +138,7 @@ FRAMEWORKS: dict[str, Framework] = {
         ),
         Framework(
             name="deepspeed",
+            recompute_modules=False,
             source="https://github.com/deepspeedai/DeepSpeed: deepspeed/runtime/pipe (PipelineEngine "
             "runs TrainSchedule, 1F1B, with no interleaving; ZeRO-2 and -3 are refused with "
             "pipeline parallelism), ZeRO stages 0-3 with overlap_comm and stage-3 prefetch, "
@@ -151,6 +155,7 @@ FRAMEWORKS: dict[str, Framework] = {
         ),
         Framework(
             name="hf",
+            recompute_modules=False,
             source="https://github.com/huggingface/transformers Trainer with accelerate: no pipeline "
             "parallelism, DDP, DeepSpeed ZeRO or FSDP for data parallelism, "
             "gradient_checkpointing (whole layers), attn_implementation sdpa (PyTorch >= 2.11 runs "
@@ -183,11 +188,13 @@ def _refuse(fw: Framework, field: str, what: str, alternatives: str) -> GpuplanE
     return GpuplanError(field, f"the {fw.name} profile has no {what}", f"use {alternatives}, or another --framework")
 
 
-def check_config(fw: Framework, *, recompute: str, tp_overlap: bool) -> None:
+def check_config(fw: Framework, *, recompute: str, tp_overlap: bool, modules: tuple[str, ...] = ()) -> None:
     """Refuse training options the framework cannot run (one line, naming the profile and the
     alternatives)."""
     if recompute not in fw.recompute:
         raise _refuse(fw, "recompute", f"{recompute} recompute", "--recompute " + " or ".join(fw.recompute))
+    if modules and not fw.recompute_modules:
+        raise _refuse(fw, "recompute_modules", "recompute by module", "--recompute " + " or ".join(fw.recompute))
     if tp_overlap and not fw.can_tp_overlap:
         raise _refuse(fw, "tp_overlap", "TP communication overlap", "--no-tp-overlap")
 

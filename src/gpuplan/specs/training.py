@@ -22,6 +22,14 @@ BLOCK_SCALED = {"mxfp8": (1.0, 1 / 32, 0.0), "nvfp4": (0.5, 1 / 16, 4.0)}
 LOW_PRECISION = ("fp8", *BLOCK_SCALED)  # GEMMs in a sub-16-bit format, the rest in BF16
 OPTIMIZERS = ("adamw", "adamw8bit", "sgd", "adafactor")
 RECOMPUTE = ("none", "selective", "full")
+# Megatron-Core's selective recompute by module (TransformerConfig.recompute_modules, megatron/core/
+# transformer/transformer_config.py; --recompute-modules): "core_attn" (its default), "layernorm"
+# (the norms that are modules of their own: the pre-MLP norm of an MoE layer, the input norm before
+# MLA; TransformerEngine fuses the others into the next linear), "moe_act" (the experts'
+# activation), "mlp" (a dense MLP), "moe" (the whole MoE layer, dispatch included) and
+# "shared_experts". "layernorm" and "moe_act" discard their outputs and run again before the
+# backward (CheckpointWithoutOutput); the others keep their input and rerun their forward.
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "shared_experts")
 ATTENTION = ("flash", "eager")
 ATTENTION_KERNELS = ("fa3", "fa2", "sdpa")
 PROFILES = ("fused", "eager")
@@ -36,6 +44,8 @@ class TrainingConfig:
     master_weights: bool = True  # fp32 master copy of the weights for mixed precision
     optimizer: str = "adamw"
     recompute: str = "none"
+    # with recompute "selective": the modules recomputed (empty: Megatron's default, the attention core)
+    recompute_modules: tuple[str, ...] = ()
     attention: str = "flash"  # flash: fused kernel saves q, k, v, out, lse; eager: softmax of s^2 saved
     # which flash kernel: fa3 (FlashAttention-3 or cuDNN fused attention, what TransformerEngine picks
     # on Hopper) or fa2 (FlashAttention-2: PyTorch SDPA's flash backend, the flash_attn 2 package)
@@ -123,6 +133,19 @@ class TrainingConfig:
             f"unknown recompute {self.recompute!r}",
             f"use one of {', '.join(RECOMPUTE)}",
         )
+        unknown = [x for x in self.recompute_modules if x not in RECOMPUTE_MODULES]
+        require(
+            not unknown,
+            "recompute_modules",
+            f"unknown module {unknown[0] if unknown else ''!r}",
+            f"use any of {', '.join(RECOMPUTE_MODULES)}",
+        )
+        require(
+            not self.recompute_modules or self.recompute == "selective",
+            "recompute_modules",
+            f"modules are recomputed only under selective recompute, not {self.recompute!r}",
+            "use --recompute selective, or drop --recompute-modules",
+        )
         require(
             self.attention in ATTENTION,
             "attention",
@@ -154,7 +177,21 @@ class TrainingConfig:
             "activation offload and full recompute both drop the layers' activations (Megatron-Core refuses the pair)",
             "choose one: --recompute full or --offload-activations N",
         )
-        check_config(get_framework(self.framework), recompute=self.recompute, tp_overlap=self.tp_overlap)
+        check_config(
+            get_framework(self.framework),
+            recompute=self.recompute,
+            tp_overlap=self.tp_overlap,
+            modules=self.recompute_modules,
+        )
+
+    @property
+    def recomputed(self) -> frozenset[str]:
+        """The modules selective recompute runs again (``RECOMPUTE_MODULES``): none without it,
+        the attention core when none are named. "moe" already holds "moe_act" and "shared_experts"."""
+        if self.recompute != "selective":
+            return frozenset()
+        mods = frozenset(self.recompute_modules or ("core_attn",))
+        return mods - {"moe_act", "shared_experts"} if "moe" in mods else mods
 
     @property
     def activation_bytes(self) -> int:

@@ -18,6 +18,7 @@ from gpuplan.cli.options import (
     ModelArg,
     PlotOpt,
     PriceOpt,
+    RecomputeModulesOpt,
 )
 from gpuplan.cli.output import emit_json, plot as write_plot, report
 from gpuplan.cli.params import at_least, checked, html_file, plot as plot_path, price as price_rule
@@ -63,6 +64,7 @@ def search(
     ] = None,
     zero: Annotated[str | None, typer.Option(help="Only these ZeRO stages, e.g. 1,3.")] = None,
     recompute: Annotated[str | None, typer.Option(help="Only these recompute modes, e.g. none,selective.")] = None,
+    recompute_modules: RecomputeModulesOpt = None,
     micro_batch: Annotated[str | None, typer.Option(help="Micro-batch sizes to try (default 1,2,4,8).")] = None,
     offload: Annotated[
         str,
@@ -96,6 +98,9 @@ def search(
         precision=precision,
         optimizer=optimizer,
         allocator_fraction=reserve,
+        # the grid takes them for its selective plans (search/grid.py)
+        recompute="selective" if recompute_modules else None,
+        recompute_modules=parse_choices(recompute_modules, "recompute-modules"),
     )
     price = catalog.price_or_catalog(hw.id, price)
     constraints = Constraints(

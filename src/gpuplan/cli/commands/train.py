@@ -23,6 +23,7 @@ from gpuplan.cli.options import (
     PlotOpt,
     PpOpt,
     PriceOpt,
+    RecomputeModulesOpt,
     TpOpt,
 )
 from gpuplan.cli.output import emit_json, plot as write_plot, report
@@ -91,6 +92,7 @@ def train(
     ] = None,
     tokens: Annotated[str | None, typer.Option(help="Training tokens, e.g. 2T, 15.6e12, 300B.")] = None,
     recompute: Annotated[str, typer.Option(help="Activation recompute: none, selective, full.")] = "none",
+    recompute_modules: RecomputeModulesOpt = None,
     precision: Annotated[
         str, typer.Option(help="bf16, fp16, fp32, fp8, or mxfp8/nvfp4 (Blackwell block-scaled GEMMs).")
     ] = "bf16",
@@ -186,6 +188,7 @@ def train(
     from gpuplan import catalog
     from gpuplan.estimate.profile import calibrated
     from gpuplan.estimate.train import TrainRequest, estimate_training, to_dict
+    from gpuplan.search.plans import parse_choices
     from gpuplan.specs.parallel import ParallelPlan
     from gpuplan.specs.training import TrainingConfig
     from gpuplan.units import GiB
@@ -216,7 +219,8 @@ def train(
         precision=precision,
         master_weights=master_weights,
         optimizer=optimizer,
-        recompute=recompute,
+        recompute="selective" if recompute_modules and recompute == "none" else recompute,
+        recompute_modules=parse_choices(recompute_modules, "recompute-modules") or (),
         attention=attention,
         attention_kernel=attention_kernel,
         profile=profile,
