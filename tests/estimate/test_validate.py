@@ -167,9 +167,9 @@ def test_published_runs_the_memory_model_refuses_are_counted_and_do_not_grow(hel
     # offloaded: activations over-counted or a setting the recipe does not show), GB200 405B (its
     # layout appears only in a later preset); Llama 3 405B's three shared rows (in-flight
     # micro-batches under Meta's modified interleaved schedule).
-    # MoE: Qwen3-30B-A3B (88.6 GiB) and gpt-oss-120b (130 GiB; its recipe recomputes the norms and
-    # the expert activation, which gpuplan cannot state)
-    assert summary(held_out)["refused"] <= 5
+    # MoE: Qwen3-30B-A3B (88.6 GiB); gpt-oss-120b fits since its row states the recipe's MBS 1 and
+    # recompute modules (layernorm, moe_act)
+    assert summary(held_out)["refused"] <= 4
     assert summary(results)["refused"] <= 3
     assert all(r.capacity_bytes > 0 and r.peak_bytes > 0 for r in held_out)
 
@@ -179,9 +179,10 @@ def test_fine_grained_moe_is_far_too_fast_and_its_band_says_so(held_out):
     # ran at 5,275 tokens/s per GPU; gpuplan predicts ~2.9x that. Megatron-Core's MoE README puts
     # it on host overhead ("gaps between GPU kernels where CPU cannot launch kernels fast
     # enough") and the all-to-all; neither the host side nor the dispatcher's syncs are modelled.
-    # gpt-oss-120b (top-4 of 128, FFN 2880) is within 15%. This guard keeps the miss visible.
+    # gpt-oss-120b (top-4 of 128, FFN 2880) at its recipe's MBS 1 is ~24% too fast. This guard
+    # keeps both misses visible: MoE predictions are optimistic.
     errors = {r.row.id: r.error for r in held_out if r.row.plan.ep > 1}
-    assert errors["mb2511-qwen3-30b-a3b"] < -0.5 and abs(errors["mb2511-gpt-oss-120b"]) < 0.2
+    assert errors["mb2511-qwen3-30b-a3b"] < -0.5 and -0.35 < errors["mb2511-gpt-oss-120b"] < 0
     band = error_band(
         "h100-sxm",
         TrainingConfig(seq_len=4096, precision="fp8"),
