@@ -185,3 +185,19 @@ def test_adafactor_state_matches_torch_factored_moments():
     o.step()
     state = sum(v.numel() * 4 for s in o.state.values() for v in s.values() if torch.is_tensor(v) and v.dim() > 0)
     assert state == _adafactor_bytes(Tensor("w", (96, 64)), 1) + _adafactor_bytes(Tensor("b", (96,)), 1)
+
+
+def test_param_remainders_keep_two_bytes_of_master_per_parameter():
+    # Apex DistributedFusedAdam store_param_remainders (NeMo's default for BF16 + fp32 Adam): the
+    # fp32 master is the BF16 weight and a 16-bit remainder, so 2 bytes per parameter, sharded
+    from gpuplan.errors import GpuplanError
+    from gpuplan.specs.training import TrainingConfig
+
+    m = catalog.model("llama-3.1-8b")
+    plan = ParallelPlan(dp=8, zero=1)
+    full = estimate_memory(m, TrainingConfig(), plan, 80e9, 1).per_gpu
+    rem = estimate_memory(m, TrainingConfig(master_remainders=True), plan, 80e9, 1).per_gpu
+    assert full.master_weights == pytest.approx(4 * full.params / 8)
+    assert rem.master_weights == pytest.approx(2 * full.params / 8)
+    with pytest.raises(GpuplanError, match="master_remainders"):
+        TrainingConfig(precision="fp16", master_weights=True, master_remainders=True)

@@ -108,7 +108,16 @@ SOURCES = (
     # gradient buffer in the parameter dtype (launcher_scripts/conf/training/*: optim.name
     # distributed_fused_adam, contiguous_grad_buffer: true; grad_sync_dtype defaults to the BF16
     # parameters), overlapped gradient reduce and parameter gather.
-    Source("NeMo 24.07", "NeMo 24.07 (Megatron-Core + TransformerEngine)", "", "nemo", dict(grad_fp32=False), sp=True),
+    # NeMo sets store_param_remainders for BF16 models with an fp32 optimizer (megatron_base_model.py,
+    # setup_optimization): the fp32 master is the BF16 weight plus a 16-bit remainder.
+    Source(
+        "NeMo 24.07",
+        "NeMo 24.07 (Megatron-Core + TransformerEngine)",
+        "",
+        "nemo",
+        dict(grad_fp32=False, master_remainders=True),
+        sp=True,
+    ),
     # Megatron-Bridge (NeMo 25.11 container) performance summary, the same stack a year on:
     # FP8-CS = TE current scaling; FSDP > 0 = Megatron-FSDP (gpuplan's zero 3). Its performance
     # configs reduce and keep gradients in BF16 (scripts/performance/configs/llama/

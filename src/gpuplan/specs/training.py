@@ -42,6 +42,10 @@ class TrainingConfig:
     global_batch: int = 0  # sequences per optimizer step; 0 means micro_batch x dp (one micro-batch each)
     precision: str = "bf16"
     master_weights: bool = True  # fp32 master copy of the weights for mixed precision
+    # the fp32 master kept as the 16 bits a BF16 weight lacks (Apex DistributedFusedAdam's
+    # store_param_remainders, which NeMo 1.0 sets for BF16 models with an fp32 optimizer:
+    # nemo/collections/nlp/models/language_modeling/megatron_base_model.py, setup_optimization)
+    master_remainders: bool = False
     optimizer: str = "adamw"
     recompute: str = "none"
     # with recompute "selective": the modules recomputed (empty: Megatron's default, the attention core)
@@ -132,6 +136,12 @@ class TrainingConfig:
             "recompute",
             f"unknown recompute {self.recompute!r}",
             f"use one of {', '.join(RECOMPUTE)}",
+        )
+        require(
+            not self.master_remainders or self.precision in ("bf16", *LOW_PRECISION),
+            "master_remainders",
+            f"the remainder completes a BF16 weight to fp32; {self.precision} weights have none",
+            "drop master_remainders",
         )
         unknown = [x for x in self.recompute_modules if x not in RECOMPUTE_MODULES]
         require(
@@ -273,10 +283,11 @@ class TrainingConfig:
     def master_bytes(self) -> float:
         """Master copy per parameter: fp32 for every mixed precision, fp8 included (TE docs,
         performance_considerations, "Master weights": BF16 model weights and FP32 master weights
-        in the optimizer; Megatron's DistributedOptimizer keeps fp32 main params for fp8 runs)."""
+        in the optimizer; Megatron's DistributedOptimizer keeps fp32 main params for fp8 runs);
+        2 bytes when only the remainder below the BF16 weight is kept (``master_remainders``)."""
         if self.precision == "fp32" or not self.master_weights:
             return 0
-        return 4
+        return 2 if self.master_remainders else 4
 
     @property
     def compute_dtype(self) -> str:
