@@ -55,9 +55,13 @@ def test_no_configuration_an_engine_ran_is_refused():
     assert refused == []
 
 
-def test_errors_stay_within_what_was_measured_when_the_rows_were_added():
-    # regression guard, not the target: 10.8% median, 51.3% p90, 110% max when added (54 rows)
+def test_errors_stay_within_what_was_last_measured():
+    # regression guard, not the target: 10.8% median, 51.3% p90, 110% max when added (54 rows);
+    # 8.1%, 42.9%, 159% once the all-reduce and NVFP4 fixes landed (issue 18). The max rose: the
+    # TensorRT-LLM v0.6.1 Llama-2-70B rows had been near only because the extrapolated custom
+    # all-reduce took 36 of a 65 ms step (their likely cause, GQA KV read once per query head
+    # before XQA, is in the CSV notes)
     s = summary(validate_held_out())
-    assert s["median_abs_error"] <= 0.115
-    assert s["p90_abs_error"] <= 0.55
-    assert s["max_abs_error"] <= 1.15
+    assert s["median_abs_error"] <= 0.085
+    assert s["p90_abs_error"] <= 0.45
+    assert s["max_abs_error"] <= 1.65

@@ -1,71 +1,144 @@
-"""Tensor-parallel all-reduce at inference message sizes: latency-bound, so the algorithm matters.
+"""Tensor-parallel all-reduce at inference message sizes: which algorithm the engine runs, and its time.
 
-A decode step all-reduces a few KB to a few MB per layer (tokens x hidden x 2 bytes), where a
-collective costs its fixed latencies far more than its bytes. Two families run it:
+A decode step all-reduces a few KB to a few MB per layer (tokens x hidden x 2 bytes), a prefill
+chunk tens of MB, where a collective's fixed latencies and its protocol's bandwidth both matter.
+Two families of kernels run it inside one NVLink domain:
 
-* **NCCL**, timed by the training model (estimate/comm.py: the alpha-beta model, ring or tree
-  steps of the catalog's per-hop latency plus the bytes at the measured bus bandwidth);
-* **Custom all-reduce** of the serving engines (vLLM csrc/custom_all_reduce.cuh, which SGLang and
-  TensorRT-LLM's ONESHOT/TWOSHOT strategies resemble): one kernel reads the peers' buffers over
-  NVLink directly, one-shot below 256-512 KiB and two-shot (reduce-scatter, then all-gather) above.
-  Its kernels reach far less than the link bandwidth (a few dozen thread blocks of loads in
-  flight), so it is timed from a measurement rather than from the link: vLLM's kernel on H100
-  (NVLink4), SGLang PR #2904 (github.com/sgl-project/sglang/pull/2904, unit test without CUDA
-  graphs, so each time includes one launch), at 512 B - 1 MiB for 2, 4 and 8 GPUs; between sizes
-  linear, above 1 MiB at the last segment's rate, and for other GPUs that rate scales with their
-  NVLink bandwidth. vLLM runs it only on fully NVLink-connected GPUs in groups of 2, 4, 6 or 8
-  and for buffers up to 8 MiB (custom_all_reduce.py ``max_size``); NCCL otherwise.
+* **NCCL**, timed by NCCL's own cost model (``nccl_s``): src/graph/tuning.cc ``ncclTopoTuneModel``
+  and ``ncclTopoGetAlgoTime`` (NVIDIA/nccl, read at 5067397c). A ring all-reduce over n GPUs takes
+  ``2(n-1)`` steps; each protocol p has a base latency and a per-step NVLink latency
+  (``baseLatencies`` ring LL / LL128 / Simple = 6.6 / 14.0 / 8.4 us; ``hwLatencies[NVLINK]`` ring =
+  0.6 / 1.9 / 3.4 us) and a bus bandwidth: Simple the ring's NVLink rate B, LL128 0.92 B (120 of
+  each 128 bytes are payload), LL B / 2 capped at ``llMaxBws`` (single node: 87.7 GB/s Ampere, 141
+  Hopper, 282 Blackwell). Algorithm bandwidth = bus bandwidth x n / (2(n-1)); time = latency +
+  bytes / algorithm bandwidth, and NCCL runs the fastest protocol. B is NCCL's NVLink rate per
+  GPU, links x ``SM80/SM90/SM100_NVLINK_BW`` of src/graph/topo.h (12 x 20, 18 x 20.6, 18 x 40.1
+  GB/s), which the catalog's ``intra_bus`` fraction of the link rate reproduces (0.77-0.82 of 300,
+  450 and 900 GB/s). NVLink SHARP (NVLS), which NCCL switches to above ~32 MiB on NVSwitch
+  systems and which reaches ~25% more bus bandwidth there, is not modelled; nor are NCCL's tree
+  algorithms, which its model never prefers inside one node.
+* **Custom one-/two-shot kernels** of the serving engines (vLLM csrc/custom_all_reduce.cuh,
+  TensorRT-LLM cpp/tensorrt_llm/kernels/communicationKernels/allReduceFusionKernels.cu, which
+  SGLang reuses), which read the peers' registered buffers over NVLink directly (``custom_s``).
+  One-shot: every GPU reads the whole buffer from each of the n-1 others and sums it, one barrier;
+  two-shot: a reduce-scatter then an all-gather, each reading (n-1)/n of the buffer, two
+  barriers. Time = barriers x ``CUSTOM_SYNC_S`` + bytes read / B: the loads run at the NVLink rate
+  (vLLM's H100 one-shot reaches 330-390 GB/s of reads at 2-4 MiB, PR #24111), and a barrier with
+  its launch costs ~6 us under CUDA graphs (vLLM PR #37756: the one-shot kernel takes 7 us at
+  16-256 KiB on B300; SGLang PR #2904: TensorRT-LLM's kernel 3.7-5.9 us at 512 B on H100 with
+  its launch). vLLM's two-shot kernel measures slower than this at TP4 (43 us at 4 MiB where the
+  model says 29, PR #24111): its fixed 36-block grid keeps fewer loads in flight.
 
-Across nodes the engines use NCCL.
+Which one runs is the engine's choice (``ALGORITHMS``), read from its source:
+
+* ``vllm`` (vLLM, and SGLang's vLLM-derived kernel): custom within a fully NVLink-connected group
+  of 2, 4, 6 or 8 GPUs up to its 8 MiB buffer (vllm/distributed/device_communicators/
+  custom_all_reduce.py ``max_size``); one-shot for 2 GPUs, below 512 KiB on 4 and below 256 KiB on
+  6-8 (custom_all_reduce.cuh ``allreduce``), else two-shot; NCCL otherwise.
+* ``trtllm`` (the PyTorch backend's ``AllReduceStrategy.AUTO``, cpp/tensorrt_llm/thop/
+  allreduceOp.cpp ``selectImplementation``): NCCL above the workspace (16 MB for 2 GPUs, 8 MB for
+  more: common/customAllReduceUtils.h ``getMaxRequiredWorkspaceSize``); 2 GPUs always the fused
+  MIN_LATENCY kernel; more GPUs the MIN_LATENCY kernel up to 128 tokens
+  (``ALLREDUCE_AUTO_HEURISTIC_MIN_LATENCY_THRESHOLD_TOKEN_NUM``: "NCCL is faster than MIN_LATENCY
+  when the token number is greater than 256"), NCCL above. MIN_LATENCY is one-shot up to 128
+  tokens (``kOneShotMaxToken``), two-shot above.
+* ``nccl``: NCCL only (gpuplan's engine-neutral default; TensorRT-LLM's TensorRT engines before
+  v0.7 built without ``--use_custom_all_reduce``).
+
+Across nodes, over PCIe or on AMD GPUs the engines use NCCL / RCCL, timed by the training model's
+alpha-beta collective (estimate/comm.py).
 """
 
 from __future__ import annotations
 
-from gpuplan.estimate.comm import Group, collective_time
+from gpuplan.estimate.comm import Group, collective_time, efficiency
 from gpuplan.specs.hardware import GPUSpec
 
 US = 1e-6
-CUSTOM_SIZES = (2, 4, 6, 8)  # world sizes vLLM's custom all-reduce compiles
-CUSTOM_MAX_BYTES = 8 * 2**20  # vllm/distributed/device_communicators/custom_all_reduce.py max_size
+GB = 1e9
+MiB = 2**20
+ALGORITHMS = ("nccl", "vllm", "trtllm")
+
+# --- NCCL's model (src/graph/tuning.cc, ring algorithm, one node) -------------------------------
+PROTOCOLS = ("LL", "LL128", "Simple")
+NCCL_BASE_US = {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}  # baseLatencies[RING]
+NCCL_NVLINK_STEP_US = {"LL": 0.6, "LL128": 1.9, "Simple": 3.4}  # hwLatencies[NCCL_HW_NVLINK][RING]
+NCCL_LL_MAX_BUS = {"ampere": 87.7 * GB, "hopper": 141.0 * GB, "blackwell": 282.0 * GB}  # llMaxBws[cc][N1]
+LL128_EFFICIENCY = 0.92  # busBw * 0.92 (120.0 / 128.0) for ring LL128
+GENERATION = {"nvlink3": "ampere", "nvlink4": "hopper", "nvlink5": "blackwell"}
+
+# --- custom kernels -----------------------------------------------------------------------------
+CUSTOM_SYNC_S = 6.0 * US  # one barrier with its launch under CUDA graphs (see the module docstring)
+VLLM_SIZES = (2, 4, 6, 8)  # world sizes vLLM's custom all-reduce compiles
+VLLM_MAX_BYTES = 8 * MiB  # vllm/distributed/device_communicators/custom_all_reduce.py max_size
+TRTLLM_WORKSPACE_BYTES = {2: 16_000_000, 0: 8_000_000}  # getMaxRequiredWorkspaceSize: <= 2 GPUs, more
+TRTLLM_MIN_LATENCY_TOKENS = 128  # allreduceOp.cpp AUTO threshold; ar_fusion::kOneShotMaxToken
 
 
-# vLLM custom all-reduce on H100 SXM (SGLang PR #2904): buffer bytes -> microseconds, by GPUs
-CUSTOM_SIZES_B = (512, 4096, 32768, 262144, 524288, 1048576)
-CUSTOM_MEASURED_US = {
-    2: (9.5, 8.8, 8.7, 12.9, 17.7, 26.6),
-    4: (9.1, 8.5, 9.2, 20.6, 26.9, 40.2),
-    8: (10.1, 9.3, 11.8, 24.1, 30.4, 45.0),
-}
-MEASURED_NVLINK_BYTES_PER_S = 450e9  # H100 SXM NVLink4, per direction
+def nvlink_bus_bytes_per_s(gpu: GPUSpec) -> float:
+    """NCCL's ring bus bandwidth inside one NVLink domain: the link rate (one direction) times the
+    catalog's measured NCCL fraction."""
+    return gpu.intra_bytes_per_s * efficiency(gpu).intra_bus
 
 
-def _measured(size: float, n: int, rate_scale: float) -> float:
-    xs, ys = CUSTOM_SIZES_B, CUSTOM_MEASURED_US[n]
-    if size <= xs[0]:
-        return ys[0] * US
-    for i in range(1, len(xs)):
-        if size <= xs[i] or i == len(xs) - 1:
-            slope = (ys[i] - ys[i - 1]) * US / (xs[i] - xs[i - 1]) / rate_scale  # s per byte
-            return ys[i - 1] * US + (size - xs[i - 1]) * slope
-    raise AssertionError("unreachable")
+def nccl_s(size: float, n: int, gpu: GPUSpec) -> tuple[float, str]:
+    """(seconds, protocol) of NCCL's ring all-reduce of ``size`` bytes over ``n`` GPUs of one NVLink
+    domain, by NCCL's tuning model: the fastest of LL, LL128 and Simple."""
+    gen = GENERATION[gpu.interconnect]
+    b = nvlink_bus_bytes_per_s(gpu)
+    bus = {"LL": min(NCCL_LL_MAX_BUS[gen], b / 2), "LL128": LL128_EFFICIENCY * b, "Simple": b}
+    steps = 2 * (n - 1)
+    best = None
+    for p in PROTOCOLS:
+        latency = (NCCL_BASE_US[p] + steps * NCCL_NVLINK_STEP_US[p]) * US
+        t = latency + size / (bus[p] * n / steps)
+        if best is None or t < best[0]:
+            best = (t, p)
+    assert best is not None
+    return best[0], f"nccl ring {best[1]}"
 
 
-def custom_s(size: float, n: int, nvlink_bytes_per_s: float) -> tuple[float, str]:
-    """(seconds, algorithm) of vLLM's custom all-reduce of ``size`` bytes over n GPUs."""
-    scale = nvlink_bytes_per_s / MEASURED_NVLINK_BYTES_PER_S
-    if n in CUSTOM_MEASURED_US:
-        t = _measured(size, n, scale)
-    else:  # 6 GPUs: between the 4- and 8-GPU measurements
-        t = (_measured(size, 4, scale) + _measured(size, 8, scale)) / 2
-    one_shot = n == 2 or (n <= 4 and size < 512 * 1024) or (n <= 8 and size < 256 * 1024)
+def custom_s(size: float, n: int, gpu: GPUSpec, one_shot: bool) -> tuple[float, str]:
+    """(seconds, algorithm) of a one- or two-shot custom all-reduce of ``size`` bytes over ``n`` GPUs:
+    its barriers, and the bytes each GPU reads from its peers at the NVLink rate."""
+    read = (n - 1) * size if one_shot else 2 * (n - 1) / n * size
+    syncs = 1 if one_shot else 2
+    t = syncs * CUSTOM_SYNC_S + read / nvlink_bus_bytes_per_s(gpu)
     return t, "custom one-shot" if one_shot else "custom two-shot"
 
 
-def tp_allreduce(size: float, group: Group, gpu: GPUSpec, custom: bool) -> tuple[float, str]:
-    """(seconds, algorithm) of one tensor-parallel all-reduce of ``size`` bytes."""
+def _nvlink_group(group: Group, gpu: GPUSpec) -> bool:
+    return not group.crosses_nodes and gpu.vendor == "nvidia" and gpu.interconnect in GENERATION
+
+
+def choose(algorithm: str, size: float, n: int, tokens: float) -> str:
+    """What the engine runs for an all-reduce of ``size`` bytes (``tokens`` rows) over ``n`` GPUs of
+    one NVLink domain: "nccl", "one-shot" or "two-shot" (see the module docstring)."""
+    if algorithm == "vllm":
+        if n not in VLLM_SIZES or size > VLLM_MAX_BYTES:
+            return "nccl"
+        small = n == 2 or (n <= 4 and size < 512 * 1024) or (n <= 8 and size < 256 * 1024)
+        return "one-shot" if small else "two-shot"
+    if algorithm == "trtllm":
+        if size > TRTLLM_WORKSPACE_BYTES[2 if n <= 2 else 0]:
+            return "nccl"
+        if n > 2 and tokens > TRTLLM_MIN_LATENCY_TOKENS:
+            return "nccl"
+        return "one-shot" if tokens <= TRTLLM_MIN_LATENCY_TOKENS else "two-shot"
+    return "nccl"
+
+
+def tp_allreduce(
+    size: float, group: Group, gpu: GPUSpec, algorithm: str = "nccl", tokens: float = 1.0
+) -> tuple[float, str]:
+    """(seconds, algorithm) of one tensor-parallel all-reduce of ``size`` bytes (``tokens`` rows)
+    under an engine whose all-reduce policy is ``algorithm`` (one of ``ALGORITHMS``)."""
     n = group.size
     if n <= 1 or size <= 0:
         return 0.0, "none"
-    if custom and not group.crosses_nodes and n in CUSTOM_SIZES and size <= CUSTOM_MAX_BYTES:
-        return custom_s(size, n, gpu.intra_bytes_per_s)
-    return collective_time("all-reduce", size, group, gpu), "nccl"
+    if not _nvlink_group(group, gpu):
+        return collective_time("all-reduce", size, group, gpu), "nccl"
+    kind = choose(algorithm, size, n, tokens)
+    if kind == "nccl":
+        return nccl_s(size, n, gpu)
+    return custom_s(size, n, gpu, kind == "one-shot")

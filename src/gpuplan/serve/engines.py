@@ -51,7 +51,8 @@ class Engine:
     host_per_seq_s: float  # host seconds per sequence in the iteration
     block_size: int  # KV tokens per page
     note: str  # where the host-time figures come from
-    custom_allreduce: bool = True  # one/two-shot all-reduce kernels within NVLink (allreduce.py)
+    # TP all-reduce policy (allreduce.py ALGORITHMS): which of NCCL and the one/two-shot kernels runs
+    allreduce: str = "vllm"
     # bytes per logit the sampler's profiling run holds at its peak, for max_num_seqs sequences;
     # generic: the fp32 logits and one working copy
     sampler_bytes_per_logit: float = 8.0
@@ -114,7 +115,7 @@ ENGINES = {
             host_per_seq_s=0.0,
             block_size=16,
             note="no host time: the GPU-side model alone",
-            custom_allreduce=False,  # NCCL only
+            allreduce="nccl",  # NCCL only
         ),
         Engine(
             "vllm",
@@ -175,6 +176,7 @@ ENGINES = {
             host_per_seq_s=5.5e-3 / 256,
             block_size=64,  # tensorrt_llm/plugin/plugin.py enable_paged_kv_cache(tokens_per_block=64)
             note="host work overlapped with the GPU (TensorRT-LLM overlap scheduler)",
+            allreduce="trtllm",  # the PyTorch backend's AUTO strategy (thop/allreduceOp.cpp)
         ),
     )
 }

@@ -256,8 +256,8 @@ class StepModel:
             # DP attention: no all-reduce after attention; the MLP/MoE's tokens are gathered from
             # and scattered back to their ranks, the bytes and steps of about one all-reduce
             per_layer = 1 if m.parallel_attn or d.dp_attention else 2
-            custom = self.engine is not None and self.engine.custom_allreduce
-            t_ar, _ = tp_allreduce(rows * h * a, self.tp_group, gpu, custom)
+            policy = self.engine.allreduce if self.engine is not None else "nccl"
+            t_ar, _ = tp_allreduce(rows * h * a, self.tp_group, gpu, policy, rows)
             comm += m.num_layers * per_layer * t_ar
         if d.pp > 1:
             comm += (d.pp - 1) * collective_time("p2p", rows * h * a, self.pp_group, gpu)
