@@ -71,7 +71,9 @@ def test_every_layout_the_search_enumerates_gets_the_same_verdict_as_one_plan(mo
     rules = validity.STRUCTURE + validity.MODEL
     vector = validity.reasons(rules, layout_view(layouts, seq), m)
     for lo, code in zip(layouts, vector.tolist()):
-        plan = ParallelPlan(dp=lo.dp, tp=lo.tp, pp=lo.pp, cp=lo.cp, ep=lo.ep, vp=lo.vp, schedule=lo.schedule)
+        plan = ParallelPlan(
+            dp=lo.dp, tp=lo.tp, pp=lo.pp, cp=lo.cp, ep=lo.ep, etp=lo.etp, vp=lo.vp, schedule=lo.schedule
+        )
         rule = validity.check(m, plan, seq)
         assert (rule.reason if rule else None) == (rules[code].reason if code >= 0 else None), lo
     # and the search counts exactly those rejections
