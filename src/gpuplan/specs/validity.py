@@ -39,6 +39,7 @@ class Reason(StrEnum):
     V_LAYERS = "a V schedule needs two layers per pipeline rank"
     EP_DENSE = "expert parallelism on a dense model"
     EP_EXPERTS = "ep does not divide the experts"
+    ETP_DENSE = "expert tensor parallelism (etp) on a dense model"
     ETP_SEQUENCE = "expert tensor parallelism (etp) with tp > 1 needs sequence parallelism"
     CP_SEQUENCE = "cp (x tp) does not divide the sequence"
     SP_SEQUENCE = "sequence parallelism needs seq_len / cp divisible by tp"
@@ -210,12 +211,14 @@ MODEL: tuple[Rule, ...] = (
     Rule(
         Reason.EP_DENSE,
         "ep",
-        lambda x, m: ((x.ep == 1) & (x.folded == 0)) | m.is_moe,
-        lambda x, m: (
-            (f"{m.name} has no experts", "use --ep 1 for a dense model")
-            if x.ep > 1
-            else (f"{m.name} has no experts to split with etp", "drop --etp for a dense model")
-        ),
+        lambda x, m: (x.ep == 1) | m.is_moe,
+        lambda x, m: (f"{m.name} has no experts", "use --ep 1 for a dense model"),
+    ),
+    Rule(
+        Reason.ETP_DENSE,
+        "etp",
+        lambda x, m: (x.folded == 0) | m.is_moe,
+        lambda x, m: (f"{m.name} has no experts to split with etp={x.etp}", "drop --etp for a dense model"),
     ),
     Rule(
         Reason.EP_EXPERTS,
