@@ -81,3 +81,43 @@ def test_train_and_search_json_name_the_framework(capsys):
 def test_options_a_framework_lacks_are_one_line_with_exit_2(args, field, hint, capsys):
     code, _, err = run(["train", "llama-3.2-1b"] + args, capsys)
     assert code == 2 and err.startswith(f"error: {field}") and err.count("\n") == 1 and hint in err
+
+
+QWEN3_MOE = ["train", "qwen3-30b-a3b", "--gpus", "8", "--tp", "2", "--ep", "8", "--seq-len", "2048"]
+QWEN3_MOE += ["--global-batch", "64", "--zero", "1", "--recompute", "full"]
+
+
+def test_train_takes_etp_and_states_it_in_the_plan_line_and_the_json(capsys):
+    code, out, _ = run(QWEN3_MOE + ["--etp", "1"], capsys)
+    assert code == 0 and "ep=8 etp=1 zero=1" in out.splitlines()[0]
+    code, out, _ = run(QWEN3_MOE + ["--etp", "1", "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and doc["plan"]["etp"] == 1 and doc["plan"]["ep"] == 8
+    code, out, _ = run(
+        ["train", "qwen3-30b-a3b", "--gpus", "8", "--ep", "8", "--recompute", "full", "--zero", "3", "--json"], capsys
+    )
+    assert code == 0 and json.loads(out)["plan"]["etp"] is None  # unset: the experts split like the dense layers
+
+
+@pytest.mark.parametrize(
+    "extra,field,hint",
+    [
+        ([], "ep", "--etp 1"),  # EP 8 over dp 4 needs folding
+        (["--etp", "2"], "ep", "ep 8 x etp 2 must divide tp x cp x dp = 8"),
+        (["--etp", "0"], "etp", "positive"),
+        (["--etp", "1", "--no-sp"], "sp", "needs sequence parallelism"),
+    ],
+)
+def test_bad_expert_layouts_are_one_line_with_exit_2(extra, field, hint, capsys):
+    code, _, err = run(QWEN3_MOE + extra, capsys)
+    assert code == 2 and err.startswith(f"error: {field}") and err.count("\n") == 1 and hint in err
+
+
+def test_search_takes_etp(capsys):
+    args = ["search", "qwen3-30b-a3b", "--gpus", "8", "--seq-len", "2048", "--global-batch", "64", "--tp", "2"]
+    code, out, _ = run(args + ["--etp", "1", "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and doc["plans"] and all(p["plan"]["etp"] == 1 for p in doc["plans"])
+    assert doc["rejected"]["etp is not 1 (--etp)"] > 0
+    code, out, _ = run(args + ["--etp", "1"], capsys)
+    assert code == 0 and " etp1 " in out

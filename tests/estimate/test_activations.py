@@ -79,3 +79,23 @@ def test_sequence_parallel_shards_what_tensor_parallel_replicates():
     without_sp = activation_breakdown(m, cfg, ParallelPlan(tp=4, dp=1, sp=False)).dense_layer
     assert with_sp == pytest.approx(tp1 / 4)
     assert tp1 / 4 < without_sp < tp1
+
+
+@pytest.mark.parametrize("etp", [1, 2, 4])
+def test_folded_experts_keep_the_tokens_gathered_over_expert_tensor_parallel_ranks(etp):
+    # Megatron's all-to-all dispatcher with etp > 1 all-gathers the received token copies over the
+    # expert TP group before the grouped GEMMs, which keep that gathered input (k copies per token,
+    # etp shares of 1/tp of the tokens, hidden wide); the expert MLP's inner tensors are 1/etp as
+    # wide, so only the gathered input grows with etp. Hand count for tp 4, 512 tokens, bf16.
+    m = model_from_hf_config(CONFIGS["mixtral"])
+    cfg = TrainingConfig(seq_len=512)
+    folded = activation_breakdown(m, cfg, ParallelPlan(tp=4, dp=8, ep=2, etp=etp)).moe_layer
+    at_one = activation_breakdown(m, cfg, ParallelPlan(tp=4, dp=8, ep=2, etp=1)).moe_layer
+    k, h, tokens = m.experts_per_token, m.hidden_size, 512
+    assert folded - at_one == pytest.approx(tokens / 4 * k * (etp - 1) * 2 * h)
+    # without folding (etp unset) the experts' inputs are counted as a 1/tp share, as at etp 1
+    unfolded = activation_breakdown(m, cfg, ParallelPlan(tp=4, dp=8, ep=2)).moe_layer
+    assert unfolded == at_one
+    assert activation_breakdown(m, cfg, ParallelPlan(tp=4, dp=8, ep=2, etp=etp)).dense_layer == (
+        activation_breakdown(m, cfg, ParallelPlan(tp=4, dp=8, ep=2)).dense_layer
+    )

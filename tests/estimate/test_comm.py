@@ -71,3 +71,43 @@ def test_large_all_reduce_time_approaches_volume_over_bus_bandwidth():
     t = collective_time("all-reduce", size, g, gpu)
     assert t == pytest.approx(2 * 7 / 8 * size / bus_bandwidth(g, gpu), rel=1e-3)
     assert collective_time("all-reduce", 1.0, g, gpu) > 0  # latency alone
+
+
+def megatron_expert_group_of_rank_0(plan: ParallelPlan, dim: str) -> list[int]:
+    """The ranks of the expert group holding rank 0, as Megatron-Core numbers them
+    (megatron/core/parallel_state.py: RankGenerator(tp=etp, ep=ep, dp=edp, pp=pp, cp=1, order)
+    with the order's cp slot followed by ep, e.g. tp-cp-ep-dp-pp; generate_masked_orthogonal_
+    rank_groups gives group 0 of a token as index x (product of the sizes before it))."""
+    order = plan.order.replace("cp", "cp-ep").split("-")
+    sizes = {"tp": plan.expert_tp, "cp": 1, "ep": plan.ep, "dp": plan.expert_zero_group, "pp": plan.pp}
+    token = {"etp": "tp", "ep": "ep", "edp": "dp"}[dim]
+    stride = 1
+    for d in order[: order.index(token)]:
+        stride *= sizes[d]
+    return [j * stride for j in range(sizes[token])]
+
+
+@pytest.mark.parametrize(
+    "degrees",
+    [
+        dict(dp=4, tp=2, ep=8, etp=1),  # EP 8 over TP 2 x DP 4: one 8-GPU node
+        dict(dp=64, tp=2, pp=8, ep=64, etp=1),  # DeepSeek-V3 on 1024 H100s
+        dict(dp=16, tp=2, pp=8, ep=32, etp=1),  # Qwen3-235B-A22B on 256 H100s
+        dict(dp=8, tp=4, cp=2, ep=8, etp=2),
+        # pp inside the order: Megatron needs the expert grid's pp groups to equal the dense ones
+        dict(dp=8, tp=2, pp=4, ep=2, etp=1, order="tp-cp-pp-dp"),
+    ],
+)
+def test_folded_expert_groups_sit_where_megatrons_rank_generator_puts_them(degrees):
+    from gpuplan.estimate.comm import folded
+
+    gpu = catalog.gpu("h100-sxm")  # 8 GPUs per NVLink domain
+    plan = ParallelPlan(**degrees)
+    groups = folded(plan, gpu, tuple(plan.order.split("-")))
+    for dim in ("etp", "ep", "edp"):
+        ranks = megatron_expert_group_of_rank_0(plan, dim)
+        nodes = {r // 8 for r in ranks}
+        g = groups[dim]
+        assert (g.size, g.domains, g.per_domain) == (len(ranks), len(nodes), sum(r < 8 for r in ranks)), dim
+    if degrees == dict(dp=4, tp=2, ep=8, etp=1):
+        assert not groups["ep"].crosses_nodes and place(ParallelPlan(dp=8, tp=1, ep=8), gpu)["ep"].domains == 1

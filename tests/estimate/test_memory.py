@@ -201,3 +201,108 @@ def test_param_remainders_keep_two_bytes_of_master_per_parameter():
     assert rem.master_weights == pytest.approx(2 * full.params / 8)
     with pytest.raises(GpuplanError, match="master_remainders"):
         TrainingConfig(precision="fp16", master_weights=True, master_remainders=True)
+
+
+# -- MoE parallel folding (expert tensor parallelism) --------------------------------------------
+
+QWEN3_MOE_SMALL = dict(
+    model_type="qwen3_moe",
+    vocab_size=1000,
+    hidden_size=128,
+    intermediate_size=256,
+    moe_intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    num_experts=8,
+    num_experts_per_tok=2,
+)
+
+
+def _hand_sharded_expert_numel(hf, ep: int, etp: int) -> list[int]:
+    """Expert parameters each rank of one etp x ep expert grid holds, cut from transformers' own
+    tensors as Megatron's TEGroupedMLP shards them (megatron/core/transformer/moe/experts.py):
+    experts / ep per EP rank; fc1 (gate and up) split along its output rows and fc2 (down) along
+    its input columns over the expert TP ranks."""
+    out = []
+    for e in range(ep):
+        for t in range(etp):
+            n = 0
+            for layer in hf.model.layers:
+                ex = layer.mlp.experts
+                mine = slice(e * ex.gate_up_proj.shape[0] // ep, (e + 1) * ex.gate_up_proj.shape[0] // ep)
+                gate, up = ex.gate_up_proj[mine].chunk(2, dim=1)  # (experts, 2 x ffn, hidden): gate | up
+                n += gate.chunk(etp, dim=1)[t].numel() + up.chunk(etp, dim=1)[t].numel()
+                n += ex.down_proj[mine].chunk(etp, dim=2)[t].numel()  # (experts, hidden, ffn)
+            out.append(n)
+    return out
+
+
+@pytest.mark.parametrize("tp,ep,etp", [(2, 4, None), (2, 8, 1), (4, 2, 2), (1, 4, 2), (2, 2, 1)])
+def test_expert_params_per_gpu_equal_a_hand_sharded_transformers_moe(tp, ep, etp):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from gpuplan.estimate.memory import stage_params
+    from gpuplan.specs.hf import model_from_hf_config
+
+    m = model_from_hf_config(QWEN3_MOE_SMALL)
+    with torch.device("meta"):
+        hf = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**QWEN3_MOE_SMALL))
+    ranks = _hand_sharded_expert_numel(hf, ep, tp if etp is None else etp)
+    assert len(set(ranks)) == 1  # every rank of the expert grid holds the same share
+    # one expert grid (ep x etp ranks) holds every expert weight once
+    experts = sum(p.numel() for n, p in hf.named_parameters() if ".mlp.experts." in n)
+    assert sum(ranks) == experts
+    held = stage_params(m, 1, 0, 0, m.num_layers, tp, ep, etp=etp)
+    assert held.expert == ranks[0]
+
+
+def test_expert_states_shard_over_the_expert_data_parallel_ranks_under_folding():
+    # Qwen3-30B-A3B as Megatron-Bridge runs it on 8 GPUs with TP 2 (EP 8 folded over TP x DP,
+    # ETP 1): EDP = tp x dp / (ep x etp) = 1, so ZeRO-1 leaves the experts' fp32 states whole
+    # while the dense ones shard over dp = 4
+    m = catalog.model("qwen3-30b-a3b")
+    cfg = TrainingConfig(seq_len=4096, global_batch=256)
+    plan = ParallelPlan(dp=4, tp=2, ep=8, etp=1, zero=1)
+    assert plan.expert_zero_group == 1
+    experts_per_gpu = m.num_moe_layers * m.num_experts // 8 * 3 * m.hidden_size * m.moe_ffn_size  # whole experts
+    dense_per_gpu = count_params(m).total - m.num_moe_layers * m.num_experts * 3 * m.hidden_size * m.moe_ffn_size
+    s = estimate_memory(m, cfg, plan, 80 * GiB).per_gpu
+    assert s.params - experts_per_gpu < dense_per_gpu  # the dense rest is split by tp: less than all of it
+    dense_held = s.params - experts_per_gpu
+    assert s.optimizer == pytest.approx(8 * (dense_held / 4 + experts_per_gpu))
+    assert s.master_weights == pytest.approx(4 * (dense_held / 4 + experts_per_gpu))
+    # unfolded (etp = tp = 2, ep 4 inside dp 4) the experts are half as wide and shard over dp / ep = 1
+    legacy = estimate_memory(m, cfg, ParallelPlan(dp=4, tp=2, ep=4, zero=1), 80 * GiB).per_gpu
+    assert legacy.params - dense_held == pytest.approx(experts_per_gpu * 8 / 4 / 2)
+
+
+@pytest.mark.parametrize(
+    "model,gpus,degrees,split,recompute",
+    [
+        # Megatron-Bridge 25.09 DeepSeek-V3 on 1024 H100s: TP 2 PP 8 EP 64 ETP 1 (scripts/performance/
+        # configs/deepseek, DEEPSEEK_V3_H100_BASE_CONFIG; it recomputes the MLPs and MLA up-projections:
+        # of gpuplan's modes only full recompute keeps that little)
+        ("deepseek-v3", 1024, dict(tp=2, pp=8, ep=64, etp=1), (7, 6), "full"),
+        # Megatron-Bridge 25.11 Qwen3-235B-A22B on 256 H100s: TP 2 PP 8 EP 32 ETP 1, EP 32 > dp 16
+        # (configs/qwen3, QWEN3_235B_A22B_H100_FP8_CS_BASE_CONFIG; no recompute)
+        ("qwen3-235b-a22b", 256, dict(tp=2, pp=8, ep=32, etp=1), (11, 11), "none"),
+    ],
+)
+def test_published_folded_recipes_can_be_stated_and_fit_an_h100(model, gpus, degrees, split, recompute):
+    m = catalog.model(model)
+    cfg = TrainingConfig(seq_len=4096, global_batch=2048, precision="fp8", recompute=recompute)
+    plan = ParallelPlan.for_gpus(gpus, zero=1, first_stage_layers=split[0], last_stage_layers=split[1], **degrees)
+    assert plan.dp * plan.tp == plan.ep * plan.expert_tp * plan.expert_zero_group
+    rep = estimate_memory(m, cfg, plan, 80 * GiB, 2048 // plan.dp)
+    mid = next(s for s in rep.stages if s.stage == 1)
+    # a middle stage by hand: its MoE layers x experts / ep x 3 whole (ETP 1) matrices, and the rest
+    # of its layers (transformers' counts, test_params.py) split by tp except what TP replicates
+    ids = range(split[0], split[0] + mid.layers)
+    expert = 3 * m.hidden_size * m.moe_ffn_size
+    experts = sum(m.is_moe_layer(i) for i in ids) * m.num_experts // degrees["ep"] * expert
+    rest = sum(count_params(m).per_layer[i] - m.is_moe_layer(i) * m.num_experts * expert for i in ids)
+    assert experts + rest / degrees["tp"] <= mid.params <= experts + rest
+    assert 2 * mid.params == pytest.approx(mid.weights)
+    assert rep.per_gpu.model_states < 40 * GiB and rep.fits

@@ -232,3 +232,53 @@ def test_sdpa_frameworks_run_flashattention_2_which_hopper_runs_slower_than_fa3(
     assert flash_time(a100, "bf16", flops, 8192, "fa2") == flash_time(a100, "bf16", flops, 8192, "fa3")
     assert TrainingConfig.for_framework("torchtitan").attention_kernel == "fa2"
     assert TrainingConfig.for_framework("megatron").attention_kernel == "fa3"
+
+
+# -- MoE parallel folding ------------------------------------------------------------------------
+
+
+def test_folded_moe_layers_put_no_attention_tp_collective_around_the_experts(h100):
+    # Qwen3-30B-A3B (every layer MoE, no shared expert) with TP 2: unfolded, attention and MLP
+    # each gather in and reduce-scatter out over tp; folded, the dispatcher routes each rank's
+    # sequence-parallel share as it is (token_dispatcher.py): only the attention's pair is left
+    m = catalog.model("qwen3-30b-a3b")
+    cfg = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=16)
+    unfolded = step_time(m, cfg, ParallelPlan(dp=4, tp=2, ep=4), h100, 4)
+    folded = step_time(m, cfg, ParallelPlan(dp=4, tp=2, ep=4, etp=2), h100, 4)
+    assert folded.comm["tp"].bytes_per_gpu == pytest.approx(unfolded.comm["tp"].bytes_per_gpu / 2)
+
+
+@pytest.mark.parametrize("ep,etp", [(4, 2), (8, 1), (2, 4)])
+def test_expert_dispatch_collectives_are_sized_by_ep_and_etp(h100, ep, etp):
+    # per layer and micro-batch, by hand from Megatron's MoEAlltoAllTokenDispatcher: each rank
+    # routes its 4096 / tp tokens' k copies (hidden x bf16) over EP, all-to-all in dispatch and
+    # combine, forward and backward; the expert-TP all-gather (dispatch) and reduce-scatter
+    # (combine) move etp of those shares, once each way forward and once backward
+    m = catalog.model("qwen3-30b-a3b")
+    mb, tp = 4, 2
+    cfg = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=4 * mb)
+    st = step_time(m, cfg, ParallelPlan(dp=4, tp=tp, ep=ep, etp=etp), h100, mb)
+    share = 4096 / tp * m.experts_per_token * m.hidden_size * 2
+    per = m.num_layers * mb
+    got = st.comm["ep"].collectives
+    assert got["all-to-all"] == pytest.approx(per * 4 * share * (ep - 1) / ep)
+    gathered = share * etp * (etp - 1) / etp
+    assert got.get("all-gather", 0.0) == pytest.approx(per * 2 * gathered)
+    assert got.get("reduce-scatter", 0.0) == pytest.approx(per * 2 * gathered)
+
+
+def test_expert_gradients_reduce_over_the_expert_data_parallel_ranks(h100):
+    # TP 2 x DP 4 = 8 ranks: EP 8 x ETP 1 leaves one expert replica (EDP 1, nothing to reduce);
+    # EP 4 x ETP 1 leaves two (EDP 2: a reduce-scatter of the experts' gradients over 2 ranks)
+    from gpuplan.estimate.memory import stage_params
+
+    m = catalog.model("qwen3-30b-a3b")
+    cfg = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=16)
+    for ep, edp in ((8, 1), (4, 2)):
+        plan = ParallelPlan(dp=4, tp=2, ep=ep, etp=1, zero=1)
+        assert plan.expert_zero_group == edp
+        st = step_time(m, cfg, plan, h100, 4)
+        held = stage_params(m, 1, 0, 0, m.num_layers, 2, ep, 0, 1)
+        dense_rs = held.dense * cfg.grad_bytes * 3 / 4
+        expert_rs = held.expert * cfg.grad_bytes * (edp - 1) / edp
+        assert st.comm["dp"].collectives["reduce-scatter"] == pytest.approx(dense_rs + expert_rs)

@@ -127,3 +127,20 @@ def test_cli_search_with_constraints(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["plans"] and all(p["plan"]["tp"] == 2 and p["plan"]["pp"] <= 2 for p in doc["plans"])
     assert "tp is not 2 (--tp)" in doc["rejected"]
+
+
+def test_moe_search_tries_etp_1_beside_tp_and_a_fixed_etp_keeps_exactly_those_plans():
+    # Qwen3-30B-A3B on 8 GPUs: with tp > 1 the search tries the experts split like the dense
+    # layers (etp = tp) and MoE parallel folding at etp 1; --etp 1 keeps exactly the plans whose
+    # experts run at etp 1 (tp 1, or folded) and counts the rest under the flag
+    m = catalog.model("qwen3-30b-a3b")
+    base = TrainingConfig(seq_len=2048, global_batch=64)
+    every = search(m, GPU, 8, base, top=100_000)
+    assert {(c.plan.tp > 1, c.plan.etp) for c in every.ranked} == {(False, None), (True, None), (True, 1)}
+    assert any(c.plan.etp == 1 and c.plan.ep > c.plan.dp for c in every.ranked)  # EP folded over TP
+    r = search(m, GPU, 8, base, top=100_000, constraints=Constraints(etp=1))
+    key = lambda c: (*_key(c), c.plan.etp)  # noqa: E731
+    want = {key(c): c.step.step_s for c in every.ranked if c.plan.expert_tp == 1}
+    assert {key(c): c.step.step_s for c in r.ranked} == pytest.approx(want) and want
+    assert r.rejected["etp is not 1 (--etp)"] > 0
+    assert r.considered == every.considered and r.feasible + sum(r.rejected.values()) == r.considered

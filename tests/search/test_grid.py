@@ -81,3 +81,22 @@ def test_zb_v_plans_put_the_head_on_rank_0_in_the_grid_as_in_the_scalar_model(na
         scalar = estimate_memory(m, cfg, plan, gpu.memory_bytes, int(mb[li, mi]))
         assert peak[li, mi, zi, ri] == pytest.approx(scalar.per_gpu.total, rel=1e-9)
         assert bound[li, mi, ri] <= step_time(m, cfg, plan, gpu, int(mb[li, mi])).step_s * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("name,gpus", [("qwen3-30b-a3b", 16), ("deepseek-v3", 256)])
+def test_folded_plans_get_the_scalar_memory_and_a_bound_below_their_step(name, gpus):
+    # MoE parallel folding (etp set): expert params by etp, expert states over EDP, activations of
+    # the expert-TP-gathered tokens, all in the grid as in estimate_memory / step_time
+    base = TrainingConfig(seq_len=4096, global_batch=256)
+    m, gpu, grid = _grid(name, gpus, base)
+    mb, _ = grid.microbatches()
+    peak = grid.peak_memory(np.maximum(mb, 1))
+    bound = grid.compute_bound(gpu, np.maximum(mb, 1))
+    folded = [s for s in _samples(grid, mb, 10_000, 3) if grid.layouts[s[0]].etp is not None][:40]
+    assert len(folded) == 40
+    for li, mi, zi, ri in folded:
+        plan = grid.layouts[li].plan(int(grid.zero[zi]))
+        cfg = grid.configs[mi][ri]
+        scalar = estimate_memory(m, cfg, plan, gpu.memory_bytes, int(mb[li, mi]))
+        assert peak[li, mi, zi, ri] == pytest.approx(scalar.per_gpu.total, rel=1e-9), plan
+        assert bound[li, mi, ri] <= step_time(m, cfg, plan, gpu, int(mb[li, mi])).step_s * (1 + 1e-12)

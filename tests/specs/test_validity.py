@@ -71,7 +71,9 @@ def test_every_layout_the_search_enumerates_gets_the_same_verdict_as_one_plan(mo
     rules = validity.STRUCTURE + validity.MODEL
     vector = validity.reasons(rules, layout_view(layouts, seq), m)
     for lo, code in zip(layouts, vector.tolist()):
-        plan = ParallelPlan(dp=lo.dp, tp=lo.tp, pp=lo.pp, cp=lo.cp, ep=lo.ep, vp=lo.vp, schedule=lo.schedule)
+        plan = ParallelPlan(
+            dp=lo.dp, tp=lo.tp, pp=lo.pp, cp=lo.cp, ep=lo.ep, etp=lo.etp, vp=lo.vp, schedule=lo.schedule
+        )
         rule = validity.check(m, plan, seq)
         assert (rule.reason if rule else None) == (rules[code].reason if code >= 0 else None), lo
     # and the search counts exactly those rejections
@@ -120,3 +122,52 @@ def test_a_plan_breaking_a_rule_names_the_field_to_change():
         with pytest.raises(GpuplanError) as e:
             validity.require_valid(m, plan, 8192)
         assert e.value.field == field
+
+
+@pytest.mark.parametrize("model", ("mixtral-8x7b", "llama-3.1-8b"))
+def test_scalar_and_grid_agree_on_the_folding_rules(model):
+    m = catalog.model(model)
+    combos = list(itertools.product((1, 2, 4), (1, 2), (1, 2, 3, 4), (1, 2, 4, 8, 16), (1, 2, 4), (True, False),
+                                    (True, False)))  # fmt: skip
+    cols = {k: np.array([c[i] for c in combos]) for i, k in enumerate(("tp", "cp", "dp", "ep", "etp", "folded", "sp"))}
+    cols["etp"] = np.where(cols["folded"], cols["etp"], cols["tp"])  # unfolded: the experts split by tp
+    rules = validity.STRUCTURE + validity.MODEL
+    vector = validity.reasons(rules, validity.View(**cols, seq_len=4096), m)
+    scalar = _scalar_codes(rules, m, cols, len(combos), seq_len=4096)
+    assert (vector == scalar).all()
+    seen = {rules[c].reason for c in set(vector.tolist()) if c >= 0}
+    assert Reason.EP_DATA_PARALLEL in seen and (vector == -1).any()
+    assert (Reason.ETP_SEQUENCE if m.is_moe else Reason.ETP_DENSE) in seen
+
+
+def test_folding_lets_ep_span_the_tensor_parallel_ranks():
+    m = catalog.model("qwen3-30b-a3b")
+    # TP 2 x DP 4: EP 8 does not divide dp x cp = 4 unfolded, but 8 x ETP 1 divides tp x cp x dp
+    with pytest.raises(GpuplanError) as e:
+        ParallelPlan(dp=4, tp=2, ep=8)
+    assert e.value.field == "ep" and "--etp 1" in str(e.value)
+    validity.require_valid(m, ParallelPlan(dp=4, tp=2, ep=8, etp=1), 4096)
+    with pytest.raises(GpuplanError) as e:
+        ParallelPlan(dp=4, tp=2, ep=8, etp=2)
+    assert e.value.field == "ep"
+    assert "ep 8 x etp 2 must divide tp x cp x dp = 8" in str(e.value) and "--etp 1 --ep 8" in str(e.value)
+    # DeepSeek-V3 on 1024 H100s, PP 8: EP 64 x ETP 1 in tp x cp x dp = 128 (EDP 2); EP 256 is too many
+    assert ParallelPlan(dp=64, tp=2, pp=8, ep=64, etp=1).expert_zero_group == 2
+    with pytest.raises(GpuplanError, match="ep 256 x etp 1 must divide tp x cp x dp = 128"):
+        ParallelPlan(dp=64, tp=2, pp=8, ep=256, etp=1)
+    # ep must still divide the experts: 128 of them over 256 ranks at most EP 128
+    plan = ParallelPlan(dp=128, tp=2, ep=256, etp=1)
+    assert validity.check(catalog.model("qwen3-30b-a3b"), plan, 4096).reason is Reason.EP_EXPERTS
+
+
+def test_etp_needs_sequence_parallelism_with_tp_and_experts_to_split():
+    moe, dense = catalog.model("qwen3-30b-a3b"), catalog.model("llama-3.1-8b")
+    rule = validity.check(moe, ParallelPlan(dp=4, tp=2, ep=8, etp=1, sp=False), 4096)
+    assert rule is not None and rule.reason is Reason.ETP_SEQUENCE and rule.field == "sp"
+    assert validity.check(moe, ParallelPlan(dp=4, tp=2, ep=4, sp=False), 4096) is None  # unfolded: as before
+    with pytest.raises(GpuplanError, match="has no experts to split with etp") as e:
+        validity.require_valid(dense, ParallelPlan(dp=4, tp=2, etp=1), 4096)
+    assert e.value.field == "etp"
+    with pytest.raises(GpuplanError) as e:
+        ParallelPlan(dp=4, tp=2, etp=0)
+    assert e.value.field == "etp"

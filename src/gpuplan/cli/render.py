@@ -71,6 +71,7 @@ def render_train(est) -> None:
         + (f", {fmt_count(est.params.active)} active" if m.is_moe else "")
         + (f", {fmt_count(est.params.vision)} of them vision" if est.params.vision else "")
         + f") on {p.world_size} x {req.gpu.name}: dp={p.dp} tp={p.tp} pp={p.pp} cp={p.cp} ep={p.ep}"
+        + (f" etp={p.etp}" if p.etp is not None else "")
         + f" zero={p.zero}{' sp' if p.sp and p.tp > 1 else ''}{f' vp={p.vp}' if p.vp > 1 else ''}"
     )
     console.print(
@@ -261,6 +262,7 @@ def render_search(result, m, gpu) -> None:
         desc = (
             f"{p.world_size} GPUs: dp{p.dp} tp{p.tp} pp{p.pp} cp{p.cp}"
             + (f" ep{p.ep}" if p.ep > 1 else "")
+            + (f" etp{p.etp}" if p.etp is not None else "")
             + f" {p.schedule}"
             + (f" v{p.vp}" if p.vp > 1 else "")
             + f" zero{p.zero} mbs{c.config.micro_batch}"

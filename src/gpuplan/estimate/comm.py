@@ -3,7 +3,9 @@
 Placement: ranks are numbered with the innermost dimension first (Megatron-LM's default order
 ``tp-cp-dp-pp``; expert parallelism is carved out of the cp x dp ranks, innermost first). A
 group of dimension X with degree d has stride = product of the degrees inside it; its members
-share a scale-up domain (NVLink node or NVL72 rack) when stride x d fits in one.
+share a scale-up domain (NVLink node or NVL72 rack) when stride x d fits in one. With MoE
+parallel folding (``etp`` set) the expert groups regroup a stage's tp x cp x dp ranks instead:
+etp innermost, then ep, then edp (``folded``).
 
 Cost: the alpha-beta model (Hockney 1994; Thakur, Rabenseifner & Gropp 2005, "Optimization of
 Collective Communication Operations in MPICH"). A ring all-reduce moves 2(n-1)/n of the buffer
@@ -63,6 +65,38 @@ def place(plan: ParallelPlan, gpu: GPUSpec, order: tuple[str, ...] = DEFAULT_ORD
     # ZeRO shards dense states over dp x cp; experts over what is left of it after ep.
     groups["dp_cp"] = _group("dp_cp", plan.dp * plan.cp, groups[inner].stride, domain)
     return groups
+
+
+def folded(plan: ParallelPlan, gpu: GPUSpec, order: tuple[str, ...] = DEFAULT_ORDER) -> dict[str, Group]:
+    """The expert groups of MoE parallel folding: ``etp``, ``ep`` and ``edp`` (the expert data-
+    parallel group, which reduces the experts' gradients).
+
+    Megatron builds them from the same ranks as the attention groups (parallel_state.py,
+    initialize_model_parallel: ``expert_decoder_rank_generator = RankGenerator(tp=etp, ep=ep,
+    dp=edp, pp=pp, cp=1, order)``, its default order tp-cp-ep-dp-pp): within the tp x cp x dp
+    ranks of a pipeline stage, numbered in the plan's rank order, expert TP groups are etp
+    consecutive ranks, EP groups step by etp and EDP groups by etp x ep. So EP 8 with TP 2 on
+    8-GPU nodes is one node. The members of the group holding rank 0 are mapped to global ranks
+    (pp may sit inside the rank order) and counted per scale-up domain."""
+    domain = gpu.fast_domain
+    inner_pp = math.prod(getattr(plan, d) for d in order[: order.index("pp")])  # ranks inside one pp step
+    span = inner_pp * plan.pp  # global ranks one step of the dims outside pp covers
+
+    def group(dim: str, size: int, stride: int) -> Group:
+        if size == 1:
+            return Group(dim, 1, stride, 1, 1)
+        ranks = [(v % inner_pp) + (v // inner_pp) * span for v in range(0, size * stride, stride)]
+        per: dict[int, int] = {}
+        for r in ranks:
+            per[r // domain] = per.get(r // domain, 0) + 1
+        return Group(dim, size, ranks[1] - ranks[0], max(per.values()), len(per))
+
+    etp, ep = plan.expert_tp, plan.ep
+    return {
+        "etp": group("etp", etp, 1),
+        "ep": group("ep", ep, etp),
+        "edp": group("edp", plan.expert_zero_group, etp * ep),
+    }
 
 
 def efficiency(gpu: GPUSpec) -> Efficiency:

@@ -206,9 +206,10 @@ class OpTimes:
         return sum(self.modules.get(mod, 0.0) for mod in modules)
 
 
-def _local_gemm(t: Tensor, tp: int, ep: int) -> tuple[int, int, int]:
-    """(experts on this GPU, out, in) of a weight after tensor and expert parallelism."""
-    *lead, n_out, n_in = _local_shape(t, tp)
+def _local_gemm(t: Tensor, tp: int, ep: int, etp: int | None = None) -> tuple[int, int, int]:
+    """(experts on this GPU, out, in) of a weight after tensor and expert parallelism; a routed
+    expert's weight is split by ``etp`` (None: tp)."""
+    *lead, n_out, n_in = _local_shape(t, (tp if etp is None else etp) if t.expert else tp)
     experts = lead[0] if lead else 1
     return (max(1, experts // ep) if t.expert else experts), n_out, n_in
 
@@ -231,6 +232,7 @@ class LayerShape:
     eager: bool = False  # PyTorch ops as transformers' modeling code runs them, not fused kernels
     autocast: bool = False  # torch.autocast over fp32 parameters: fp32 residual stream and casts
     expert_imbalance: float = 1.0  # routed tokens on the busiest expert-parallel GPU over the mean
+    etp: int | None = None  # expert tensor parallelism (MoE parallel folding); None: the experts split by tp
     fused_ce: bool = True  # the cross-entropy's elementwise passes fused (TrainingConfig.fused_cross_entropy)
 
 
@@ -243,10 +245,16 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
     out = OpTimes()
     # GEMMs against weights: forward (T x in) @ (in x out); backward dX = dY @ W and dW = dY^T @ X
     routed_tokens = T * m.experts_per_token * s.ep / m.num_experts * s.expert_imbalance if moe else 0
+    etp = tp if s.etp is None else s.etp
+    if moe and etp != tp:
+        # MoE parallel folding: each rank routes its 1/tp share of the tokens (sequence parallel)
+        # and gathers etp shares over the expert TP group (Megatron's MoEAlltoAllTokenDispatcher,
+        # token_dispatcher.py dispatch_postprocess): T/tp x etp tokens' copies per expert-TP rank
+        routed_tokens = routed_tokens * etp / tp
     for t in layer_tensors(m, moe):
         if not t.matmul or len(t.shape) < 2:
             continue
-        experts, n_out, n_in = _local_gemm(t, tp, s.ep)
+        experts, n_out, n_in = _local_gemm(t, tp, s.ep, etp)
         rows = routed_tokens if t.expert else T
         if rows <= 0:
             continue
@@ -385,7 +393,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
         # lasts one autocast region: again in a full recompute) and each fp32 input from the
         # residual stream per GEMM (activations are not cached); the backward casts the weight
         # gradients and those inputs' gradients back to fp32 and sums the input gradients
-        weights = sum(math.prod(_local_gemm(t, tp, s.ep)) for t in layer_tensors(m, moe) if t.matmul)
+        weights = sum(math.prod(_local_gemm(t, tp, s.ep, etp)) for t in layer_tensors(m, moe) if t.matmul)
         readers = autocast_input_casts(m, moe)
         cast = FP32 + a
         out.add(
@@ -395,8 +403,11 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
             w=memory_time(gpu, cast * weights, 1),
         )
     if moe:
-        # permute tokens to experts and back (read and write each routed copy), and the router softmax
-        routed = T * m.experts_per_token * h * a
+        # permute tokens to experts and back (read and write each routed copy), and the router
+        # softmax; with folding a rank holds T/tp x etp tokens' copies after the expert-TP gather
+        routed: float = T * m.experts_per_token * h * a
+        if etp != tp:
+            routed = routed * etp / tp
         out.add("moe_permute", fwd=memory_time(gpu, 4 * routed, 2), b=memory_time(gpu, 4 * routed, 2), modules=("moe",))
     return out
 

@@ -177,9 +177,12 @@ def _stage_tensors(
 
 
 @functools.lru_cache(maxsize=4096)
-def _activations(m: ModelSpec, cfg: TrainingConfig, tp: int, cp: int, ep: int, sp: bool) -> ActivationBreakdown:
-    """Activation sizes depend on the plan only through tp, cp, ep and sp: cached on those."""
-    return activation_breakdown(m, cfg, ParallelPlan(dp=ep, tp=tp, cp=cp, ep=ep, sp=sp))
+def _activations(
+    m: ModelSpec, cfg: TrainingConfig, tp: int, cp: int, ep: int, sp: bool, etp: int | None = None
+) -> ActivationBreakdown:
+    """Activation sizes depend on the plan only through tp, cp, ep, sp and etp: cached on those."""
+    dp = ep * (etp or 1)  # any dp the expert grid fits in: activations do not read it
+    return activation_breakdown(m, cfg, ParallelPlan(dp=dp, tp=tp, cp=cp, ep=ep, sp=sp, etp=etp))
 
 
 @dataclass(frozen=True)
@@ -201,14 +204,26 @@ class StageParams:
 
 @functools.lru_cache(maxsize=4096)
 def stage_params(
-    m: ModelSpec, pp: int, stage: int, first: int, n_layers: int, tp: int, ep: int, head: int | None = None
+    m: ModelSpec,
+    pp: int,
+    stage: int,
+    first: int,
+    n_layers: int,
+    tp: int,
+    ep: int,
+    head: int | None = None,
+    etp: int | None = None,
 ) -> StageParams:
+    """Parameters one GPU of a stage holds: dense tensors split by ``tp``, routed experts by ``ep``
+    (experts / ep of them) and each by ``etp`` (None: tp), the expert tensor parallelism of
+    Megatron's MoE parallel folding (parallel_state.py, expert_tensor_parallel_size; experts.py,
+    TEGroupedMLP builds its linears on the expert TP group)."""
     layer_ids = range(first, first + n_layers)
     held = _stage_tensors(m, pp, stage, layer_ids, head)
+    etp = tp if etp is None else etp
 
     def per_gpu(t: Tensor) -> float:
-        n = float(t.numel) / (tp if t.split != "none" else 1)
-        return n / ep if t.expert else n
+        return _per_gpu_numel(t, tp, ep, etp)
 
     n_moe = sum(1 for i in layer_ids if m.is_moe_layer(i))
     kinds = {m.is_moe_layer(i) for i in layer_ids}
@@ -216,7 +231,7 @@ def stage_params(
         dense=sum(per_gpu(t) * c for t, c in held if not t.expert),
         expert=sum(per_gpu(t) * c for t, c in held if t.expert),
         adafactor_dense=sum(_adafactor_bytes(t, tp) * c for t, c in held if not t.expert),
-        adafactor_expert=sum(_adafactor_bytes(t, tp) / ep * c for t, c in held if t.expert),
+        adafactor_expert=sum(_adafactor_bytes(t, etp) / ep * c for t, c in held if t.expert),
         biggest_layer=max((sum(per_gpu(t) for t in layer_tensors(m, f)) for f in kinds), default=0.0),
         n_dense=n_layers - n_moe,
         n_moe=n_moe,
@@ -256,13 +271,17 @@ def fp8_gemm(t: Tensor) -> bool:
     return t.matmul and t.name != "moe.router"
 
 
-def _per_gpu(t: Tensor, plan: ParallelPlan) -> float:
+def _per_gpu_numel(t: Tensor, tp: int, ep: int, etp: int) -> float:
+    """Elements of a tensor one GPU holds: split by tp (a routed expert's by etp), an expert
+    tensor's experts by ep."""
     n = float(t.numel)
     if t.split != "none":
-        n /= plan.tp
-    if t.expert:
-        n /= plan.ep
-    return n
+        n /= etp if t.expert else tp
+    return n / ep if t.expert else n
+
+
+def _per_gpu(t: Tensor, plan: ParallelPlan) -> float:
+    return _per_gpu_numel(t, plan.tp, plan.ep, plan.expert_tp)
 
 
 def estimate_memory(
@@ -275,7 +294,7 @@ def estimate_memory(
 ) -> MemoryReport:
     """Memory of every pipeline stage. ``all_stages=False`` (the search) computes only the stages
     that can be the most loaded (``candidate_stages``)."""
-    act = _activations(m, cfg, plan.tp, plan.cp, plan.ep, plan.sp)
+    act = _activations(m, cfg, plan.tp, plan.cp, plan.ep, plan.sp, plan.etp)
     opt_per_param = optimizer_bytes_per_param(cfg)
     z = plan.zero
     stages = []
@@ -287,12 +306,14 @@ def estimate_memory(
         first += n_layers
         if candidates is not None and stage not in candidates:
             continue
-        sp_ = stage_params(m, plan.pp, stage, layer_ids.start, n_layers, plan.tp, plan.ep, plan.head_stage)
+        sp_ = stage_params(
+            m, plan.pp, stage, layer_ids.start, n_layers, plan.tp, plan.ep, plan.head_stage, plan.expert_tp
+        )
         dense, expert = sp_.dense, sp_.expert
 
         def sharded(min_stage: int) -> float:
             # ZeRO shards a state over the ranks holding replicas of it: DP x CP for dense weights,
-            # the data-parallel ranks left after EP for experts.
+            # the expert data-parallel ranks tp x cp x dp / (ep x etp) for experts.
             if z >= min_stage:
                 return dense / plan.zero_group + expert / plan.expert_zero_group
             return dense + expert

@@ -20,7 +20,7 @@ import dataclasses
 import functools
 from dataclasses import dataclass, field
 
-from gpuplan.estimate.comm import Group, bytes_sent_per_rank, collective_time, efficiency, place
+from gpuplan.estimate.comm import Group, bytes_sent_per_rank, collective_time, efficiency, folded, place
 from gpuplan.estimate.compute import LayerShape, OpTimes, embedding_times, head_times, layer_times, memory_time
 from gpuplan.estimate.flops import training_flops
 from gpuplan.estimate.memory import _activations, _per_gpu, offloaded_layers, optimizer_bytes_per_param, stage_params
@@ -123,6 +123,7 @@ def _shape(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) -> LayerShape:
         autocast=cfg.autocast,
         expert_imbalance=cfg.expert_imbalance if plan.ep > 1 else 1.0,
         fused_ce=cfg.fused_cross_entropy,
+        etp=plan.etp,
     )
 
 
@@ -147,6 +148,12 @@ def _layer_comm(
     if plan.tp > 1:
         g = groups["tp"]
         blocks = 1 if m.parallel_attn else 2  # attention and MLP each start and end with a collective
+        if moe and plan.etp is not None and not m.shared_expert_ffn_size:
+            # MoE parallel folding: the MoE block takes the attention's sequence-parallel tokens as
+            # they are (the dispatcher routes each rank's 1/tp share; its gather runs over the
+            # expert TP group, below); only a shared expert, a TP-split MLP, gathers over tp
+            # (Megatron shared_experts.py, pre_forward_comm / post_forward_comm)
+            blocks = 1
         size: float = T * h * a
         if shape.sp:  # all-gather in, reduce-scatter out; the backward mirrors them
             per = [("all-gather", size), ("reduce-scatter", size)] * blocks
@@ -180,7 +187,9 @@ def _layer_comm(
         comm["cp"].add("p2p", size, g, gpu, count * steps * passes, exposed=count * e_f * passes)
         comm["cp"].add("p2p", 2 * size, g, gpu, count * steps, exposed=count * e_b)
         out["cp"] = passes * e_f + e_b
-    if moe and plan.ep > 1:
+    if moe and plan.etp is not None and (plan.ep > 1 or plan.etp > 1):
+        out["ep"] = _folded_moe_comm(m, cfg, plan, gpu, groups, shape, ops, comm, count, dualpipe or cfg.ep_overlap)
+    elif moe and plan.ep > 1:
         # dispatch and combine: every routed token copy leaves for its expert's rank and returns.
         # DualPipe (and Megatron's EP all-to-all overlap) runs one micro-batch's forward chunk
         # beside another's backward chunk, so a layer's all-to-alls hide behind at most that
@@ -207,6 +216,50 @@ def _layer_comm(
     return out
 
 
+def _folded_moe_comm(
+    m: ModelSpec,
+    cfg: TrainingConfig,
+    plan: ParallelPlan,
+    gpu: GPUSpec,
+    groups: dict[str, Group],
+    shape: LayerShape,
+    ops: OpTimes,
+    comm: dict[str, CommLine],
+    count: float,
+    overlap: bool,
+) -> float:
+    """Exposed seconds of one MoE layer's dispatch and combine under MoE parallel folding, one
+    micro-batch (forward, backward and a full recompute's forward); records ``count`` copies into
+    ``comm["ep"]``.
+
+    Megatron's MoEAlltoAllTokenDispatcher (megatron/core/transformer/moe/token_dispatcher.py)
+    with etp: each rank permutes the routed copies of its own tokens (the attention's 1/tp
+    sequence-parallel share: no collective over the attention TP group), all-to-alls them over
+    the EP group (token_dispatch), then all-gathers the received copies over the expert TP group
+    (dispatch_postprocess, gather_from_sequence_parallel_region on pg_collection.expt_tp); the
+    combine mirrors it: reduce-scatter over the expert TP group (combine_preprocess), all-to-all
+    back (token_combine). The backward runs each collective's transpose. All-to-all size: the
+    busiest rank's routed copies, T/tp x k x hidden; expert-TP all-gather and reduce-scatter: etp
+    such shares (the whole gathered buffer). Overlap (DualPipe, Megatron's EP overlap) hides
+    them behind the paired chunk's compute, as the unfolded EP all-to-all."""
+    a, h = cfg.activation_bytes, m.hidden_size
+    passes_fwd = 2 if cfg.recompute == "full" else 1
+    local = shape.tokens / plan.tp * m.experts_per_token * h * a * cfg.expert_imbalance
+    n = passes_fwd + 1  # dispatch and combine each run once per forward and once in backward
+    parts = [
+        ("all-to-all", local, groups["ep"], 2 * n),
+        ("all-gather", local * plan.expert_tp, groups["etp"], n),
+        ("reduce-scatter", local * plan.expert_tp, groups["etp"], n),
+    ]
+    parts = [p for p in parts if p[2].size > 1]
+    times = [collective_time(kind, size, g, gpu) * k for kind, size, g, k in parts]
+    total = sum(times)
+    exposed = max(0.0, total - (ops.fwd + ops.bwd)) if overlap else total
+    for (kind, size, g, k), t in zip(parts, times):
+        comm["ep"].add(kind, size, g, gpu, count * k, exposed=count * exposed * (t / total if total else 0.0))
+    return exposed
+
+
 def optimizer_bytes_moved(cfg: TrainingConfig) -> float:
     """HBM bytes per parameter of one optimizer step, as Megatron-LM's mixed-precision optimizer
     runs it (megatron/optimizer: MixedPrecisionOptimizer.step): unscale the gradients and check for
@@ -226,6 +279,8 @@ def optimizer_bytes_moved(cfg: TrainingConfig) -> float:
 def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpec, microbatches: int) -> StepTime:
     """Predicted seconds per optimizer step, with its breakdown (see the module docstring)."""
     groups = place(plan, gpu, tuple(plan.order.split("-")))
+    if plan.etp is not None:  # MoE parallel folding: the expert groups regroup tp x cp x dp
+        groups.update(folded(plan, gpu, tuple(plan.order.split("-"))))
     shape = _shape(m, cfg, plan)
     mb = microbatches
     sched = schedules.get(plan.schedule)
@@ -246,9 +301,8 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
         if key not in seen:
             # what a stage's time depends on, so plans that differ elsewhere share the work
             z3 = groups["dp_cp"] if plan.zero == 3 and plan.zero_group > 1 else None
-            seen[key] = _stage(
-                m, cfg, _stage_plan(plan), gpu, (groups["tp"], groups["cp"], groups["ep"], z3), shape, mb, dualpipe, key
-            )
+            gl = (groups["tp"], groups["cp"], groups["ep"], z3, groups.get("etp"))
+            seen[key] = _stage(m, cfg, _stage_plan(plan), gpu, gl, shape, mb, dualpipe, key)
         st, c, kinds = seen[key]
         stages.append(dataclasses.replace(st, stage=stage, comm=dict(st.comm)))  # copies: ``seen`` is cached
         stage_comm.append(c)
@@ -281,18 +335,19 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
         p2p = transfers * collective_time("p2p", size, g, gpu)
         crit_comm["pp"].add("p2p", size, g, gpu, transfers, exposed=p2p)
 
-    # data parallelism: gradients reduced over dp x cp (experts over what is left after ep),
+    # data parallelism: gradients reduced over dp x cp (experts over the expert data-parallel ranks),
     # overlapped with the last micro-batch's backward; the sharded optimizer's updated weights
     # gathered back behind the next forward
     start = sum(s.layers for s in stages[:crit])
-    held = stage_params(m, p, crit, start, sc.layers, plan.tp, plan.ep, plan.head_stage)  # shared with memory
+    held = stage_params(m, p, crit, start, sc.layers, plan.tp, plan.ep, plan.head_stage, plan.expert_tp)  # as memory
     copies = sched.param_copies  # DualPipe keeps two stages' weights per rank
     dense, expert = copies * held.dense, copies * held.expert
     dp_exposed = 0.0
     if plan.zero < 3:
         kind = "reduce-scatter" if plan.zero >= 1 else "all-reduce"
         window = t_max - fwd[crit]  # the last micro-batch's whole backward
-        for size_params, group in ((dense, groups["dp_cp"]), (expert, _expert_dp_group(groups["dp_cp"], plan))):
+        edp = groups["edp"] if plan.etp is not None else _expert_dp_group(groups["dp_cp"], plan)
+        for size_params, group in ((dense, groups["dp_cp"]), (expert, edp)):
             if not size_params or group.size <= 1:
                 continue
             grad = size_params * cfg.grad_bytes
@@ -362,7 +417,15 @@ def _moe_layers(m: ModelSpec, first: int, n: int) -> int:
 
 def _stage_plan(plan: ParallelPlan) -> ParallelPlan:
     """The plan as a stage's time sees it (pipeline and DP layout do not change it)."""
-    return ParallelPlan(dp=plan.ep, tp=plan.tp, cp=plan.cp, ep=plan.ep, zero=3 if plan.zero == 3 else 0, sp=plan.sp)
+    return ParallelPlan(
+        dp=plan.ep * (plan.etp or 1),  # any dp the expert grid fits in: a stage's time does not read it
+        tp=plan.tp,
+        cp=plan.cp,
+        ep=plan.ep,
+        etp=plan.etp,
+        zero=3 if plan.zero == 3 else 0,
+        sp=plan.sp,
+    )
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -379,8 +442,8 @@ def _stage(
 ) -> tuple[StageTime, dict, dict]:
     """One micro-batch on a stage of ``n_layers`` (``n_moe`` of them MoE), first and/or last."""
     n_layers, n_moe, is_first, is_last, off = key
-    tp_g, cp_g, ep_g, z3 = group_list
-    groups = {"tp": tp_g, "cp": cp_g, "ep": ep_g, "dp_cp": z3}
+    tp_g, cp_g, ep_g, z3, etp_g = group_list
+    groups = {"tp": tp_g, "cp": cp_g, "ep": ep_g, "dp_cp": z3, "etp": etp_g}
     c = {d: CommLine() for d in DIMS}
     f = b = w = rec = 0.0
     exposed: dict[str, float] = {}
@@ -418,7 +481,7 @@ def _offload_exposed(
     forward and come back in backward, each copy overlapped with the next layer's compute
     (TransformerEngine's offload handler prefetches one layer ahead); what a copy takes beyond
     that layer's compute is exposed."""
-    copy = _activations(m, cfg, plan.tp, plan.cp, plan.ep, plan.sp).layer(moe) / gpu.host_bytes_per_s
+    copy = _activations(m, cfg, plan.tp, plan.cp, plan.ep, plan.sp, plan.etp).layer(moe) / gpu.host_bytes_per_s
     return off * (max(0.0, copy - ops.fwd) + max(0.0, copy - ops.bwd_input - ops.bwd_weight))
 
 

@@ -140,6 +140,7 @@ def suggest_fixes(req: TrainRequest, limit: int = 5) -> tuple[Suggestion, ...]:
             f"--gpus {plan.world_size} --tp {plan.tp} --pp {plan.pp}"
             + (f" --cp {plan.cp}" if plan.cp > 1 else "")
             + (f" --ep {plan.ep}" if plan.ep > 1 else "")
+            + (f" --etp {plan.etp}" if plan.etp is not None else "")
             + (f" --zero {plan.zero}" if plan.zero else "")
             + (f" --recompute {config.recompute}" if config.recompute != c.recompute else "")
             + (f" --micro-batch {config.micro_batch}" if config.micro_batch != c.micro_batch else "")

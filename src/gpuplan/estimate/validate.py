@@ -308,7 +308,8 @@ def _rows(path: Path) -> list[Row]:
             ends = ("first_stage_layers", "last_stage_layers")
             split = {k: src.plan[k] for k in ends if k in src.plan and pp > 1}
             split.update({k: int(r[k]) for k in ends if r.get(k)})  # a row's own uneven split
-            plan = ParallelPlan(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, zero=zero, sp=sp, **split)
+            etp = int(r["etp"]) if r.get("etp") else None  # optional column: MoE parallel folding, empty = tp
+            plan = ParallelPlan(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, etp=etp, zero=zero, sp=sp, **split)
             config = TrainingConfig.for_framework(
                 src.profile,
                 seq_len=seq,

@@ -168,6 +168,7 @@ def train_step(doc: dict) -> Figure:
 def _plan_label(p: dict) -> str:
     pl, tr = p["plan"], p["training"]
     parts = [f"{k}{pl[k]}" for k in ("dp", "tp", "pp", "cp", "ep") if pl.get(k, 1) != 1 or k == "dp"]
+    parts += [f"etp{pl['etp']}"] if pl.get("etp") is not None else []
     return " ".join(parts) + f" zero{pl['zero']} mb{tr['micro_batch']} {tr['recompute']} {pl['schedule']}"
 
 

@@ -1,6 +1,6 @@
 """The search space as numpy arrays: peak memory and a step-time lower bound for every plan at once.
 
-A *layout* fixes (tp, cp, pp, dp, ep, schedule, vp); the grid crosses each layout with every
+A *layout* fixes (tp, cp, pp, dp, ep, etp, schedule, vp); the grid crosses each layout with every
 micro-batch size, ZeRO stage and recompute mode, giving arrays of shape (layouts, mbs, zero, rec).
 
 ``peak_memory`` is the vectorised twin of ``estimate.memory.estimate_memory`` (same terms, same
@@ -43,6 +43,11 @@ class Layout:
     # uneven pipeline split (specs/parallel.py); the search itself enumerates even splits only
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
+    etp: int | None = None  # expert tensor parallelism (MoE parallel folding); None: as tp, unfolded
+
+    @property
+    def expert_tp(self) -> int:
+        return self.tp if self.etp is None else self.etp
 
     def plan(self, zero: int) -> ParallelPlan:
         return ParallelPlan(
@@ -51,6 +56,7 @@ class Layout:
             pp=self.pp,
             cp=self.cp,
             ep=self.ep,
+            etp=self.etp,
             zero=zero,
             vp=self.vp,
             schedule=self.schedule,
@@ -93,6 +99,7 @@ class Grid:
             name: np.array([getattr(layouts[r[0]], name) for r in rows], dtype=np.int64)
             for name in ("tp", "cp", "pp", "dp", "ep", "vp")
         }
+        col["etp"] = np.array([layouts[r[0]].expert_tp for r in rows], dtype=np.int64)
         self.col = col
         self.stage = np.array([r[1] for r in rows], dtype=np.int64)
         self.n_layers = np.array([r[3] for r in rows], dtype=np.int64)
@@ -106,7 +113,7 @@ class Grid:
         self.chunks = np.array([s.chunks(layouts[r[0]].vp) for s, r in zip(specs, rows)], dtype=np.int64)
         heads = np.array([head_stage(layouts[r[0]].schedule, layouts[r[0]].pp) for r in rows], dtype=np.int64)
         params = [
-            stage_params(m, layouts[li].pp, s, first, n, layouts[li].tp, layouts[li].ep, int(h))
+            stage_params(m, layouts[li].pp, s, first, n, layouts[li].tp, layouts[li].ep, int(h), layouts[li].expert_tp)
             for (li, s, first, n), h in zip(rows, heads)
         ]
         self.params = {
@@ -127,9 +134,9 @@ class Grid:
         }
         self.first_stage = self.stage == 0
         self.last_stage = self.stage == heads  # the stage holding the head (ZB-V: the first)
-        # activation and kernel-time tables keyed by the shape a stage sees: (tp, cp, ep)
-        triples = [(layouts[r[0]].tp, layouts[r[0]].cp, layouts[r[0]].ep) for r in rows]
-        keys = sorted(set(triples))
+        # activation and kernel-time tables keyed by the shape a stage sees: (tp, cp, ep, etp)
+        triples = [(layouts[r[0]].tp, layouts[r[0]].cp, layouts[r[0]].ep, layouts[r[0]].etp) for r in rows]
+        keys = sorted(set(triples), key=lambda k: (*k[:3], -1 if k[3] is None else k[3]))
         index = {k: i for i, k in enumerate(keys)}
         self.shape_key = np.array([index[k] for k in triples], dtype=np.int64)
         self.shape_keys = keys
@@ -146,10 +153,10 @@ class Grid:
         """Activation bytes per micro-batch by (shape key, mbs, rec)."""
         names = ("dense_layer", "moe_layer", "layer_checkpoint", "embedding", "head", "loss")
         out = {k: np.zeros((len(self.shape_keys), len(self.mbs), len(self.rec))) for k in names}
-        for i, (tp, cp, ep) in enumerate(self.shape_keys):
+        for i, (tp, cp, ep, etp) in enumerate(self.shape_keys):
             for j in range(len(self.mbs)):
                 for k, cfg in enumerate(self.configs[j]):
-                    a = _activations(self.m, cfg, tp, cp, ep, True)
+                    a = _activations(self.m, cfg, tp, cp, ep, True, etp)
                     for name in names[:-1]:
                         out[name][i, j, k] = getattr(a, name)
                     out["loss"][i, j, k] = a.loss_saved + a.loss_transient
@@ -161,7 +168,9 @@ class Grid:
         cfg, p = self.base, self.params
         z = self.zero[None, :]  # (1, Z)
         zg = (self.col["dp"] * self.col["cp"])[:, None].astype(np.float64)
-        ezg = (self.col["dp"] * self.col["cp"] // self.col["ep"])[:, None].astype(np.float64)
+        # the expert data-parallel ranks tp x cp x dp / (ep x etp) (ParallelPlan.expert_zero_group)
+        ezg = (self.col["tp"] * self.col["cp"] * self.col["dp"] // (self.col["ep"] * self.col["etp"]))[:, None]
+        ezg = ezg.astype(np.float64)
         copies = self.copies[:, None]
         dense, expert = copies * p["dense"][:, None], copies * p["expert"][:, None]
 
@@ -229,8 +238,8 @@ class Grid:
         dense_t = np.zeros((n_s, len(self.mbs), n_r))
         moe_t, ends_first, ends_last = np.zeros_like(dense_t), np.zeros_like(dense_t), np.zeros_like(dense_t)
         fwd_min = np.full((n_s, len(self.mbs)), np.inf)  # the cheapest layer's forward
-        for i, (tp, cp, ep) in enumerate(self.shape_keys):
-            plan = ParallelPlan(dp=ep, tp=tp, cp=cp, ep=ep)
+        for i, (tp, cp, ep, etp) in enumerate(self.shape_keys):
+            plan = ParallelPlan(dp=ep * (etp or 1), tp=tp, cp=cp, ep=ep, etp=etp)
             for j in range(len(self.mbs)):
                 shape = _shape(m, self.configs[j][0], plan)
                 for k, rec in enumerate(self.rec):

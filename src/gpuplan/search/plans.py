@@ -1,8 +1,9 @@
 """Find the best parallel plan: enumerate every valid one, keep those that fit, rank by speed or cost.
 
 The space: tp (within one scale-up domain, dividing the heads), cp (dividing the sequence), pp,
-dp (what is left), ep (MoE: dividing the experts and dp x cp), pipeline schedule and virtual
-stages, ZeRO stage, micro-batch and recompute. Every plan is counted: ranked, or rejected with a
+dp (what is left), ep (MoE: dividing the experts and dp x cp) and etp (MoE with tp > 1: unset,
+the experts split like the dense layers, or 1, MoE parallel folding with ep dividing the experts
+and tp x cp x dp), pipeline schedule and virtual stages, ZeRO stage, micro-batch and recompute. Every plan is counted: ranked, or rejected with a
 reason. Three shortcuts keep it fast without losing the best plan:
 
 * memory is checked for the whole grid at once in numpy (grid.py), on the stages that can be
@@ -88,6 +89,7 @@ class Constraints:
     cp: int | None = None
     ep: int | None = None
     dp: int | None = None
+    etp: int | None = None
     max_tp: int | None = None
     max_pp: int | None = None
     max_cp: int | None = None
@@ -95,7 +97,7 @@ class Constraints:
     schedules: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "cp", "ep", "dp", "max_tp", "max_pp", "max_cp", "max_ep"):
+        for name in ("tp", "pp", "cp", "ep", "dp", "etp", "max_tp", "max_pp", "max_cp", "max_ep"):
             value = getattr(self, name)
             require(value is None or value >= 1, name.replace("_", "-"), f"must be a positive integer, got {value}")
         for name in ("tp", "pp", "cp", "ep"):
@@ -121,6 +123,8 @@ class Constraints:
             fixed = getattr(self, name)
             if fixed is not None and getattr(lo, name) != fixed:
                 return f"{name} is not {fixed} (--{name})"
+        if self.etp is not None and lo.expert_tp != self.etp:
+            return f"etp is not {self.etp} (--etp)"
         for name in ("tp", "pp", "cp", "ep"):
             most = getattr(self, f"max_{name}")
             if most is not None and getattr(lo, name) > most:
@@ -436,12 +440,33 @@ def _branch_and_bound(m: ModelSpec, gpu: GPUSpec, pools, top: int, progress) -> 
     return tuple(out), len(timed)
 
 
+def _expert_splits(m: ModelSpec, tp: int, cp: int, dp: int, etp: int | None) -> list[tuple[int, int | None]]:
+    """(ep, etp) pairs of a (tp, cp, dp) layout: without folding (etp None) ep divides the experts
+    and dp x cp; with MoE parallel folding at etp 1 (Megatron-Bridge's MoE recipes) and at a
+    ``--etp`` asked for, ep x etp divides tp x cp x dp (specs/validity.py)."""
+    if not m.is_moe:
+        return [(1, None)]
+    out: list[tuple[int, int | None]] = [(ep, None) for ep in _divisors(math.gcd(m.num_experts, dp * cp))]
+    for e in sorted({1} | ({etp} if etp is not None else set())):
+        ranks = tp * cp * dp
+        if e == tp or ranks % e:  # etp = tp is the unfolded layout above
+            continue
+        out += [(ep, e) for ep in _divisors(math.gcd(m.num_experts, ranks // e))]
+    return out
+
+
 def enumerate_layouts(
-    m: ModelSpec, gpu: GPUSpec, gpus: int, max_vp: int, fw: Framework = FRAMEWORKS["generic"]
+    m: ModelSpec,
+    gpu: GPUSpec,
+    gpus: int,
+    max_vp: int,
+    fw: Framework = FRAMEWORKS["generic"],
+    etp: int | None = None,
 ) -> list[Layout]:
-    """The search's space of (tp, cp, pp, dp, ep, schedule, vp) on ``gpus`` GPUs: tp within one
-    scale-up domain, power-of-two cp, ep dividing the experts and dp x cp, and the schedules each
-    depth can run under ``fw``; the model and sequence rules are not applied yet (``_layouts`` counts them)."""
+    """The search's space of (tp, cp, pp, dp, ep, etp, schedule, vp) on ``gpus`` GPUs: tp within
+    one scale-up domain, power-of-two cp, ep and etp as ``_expert_splits`` gives them (``etp``: a
+    fixed --etp to enumerate too), and the schedules each depth can run under ``fw``; the model
+    and sequence rules are not applied yet (``_layouts`` counts them)."""
     out: list[Layout] = []
     for tp in _divisors(min(gpus, gpu.fast_domain)):
         for cp in _pow2_upto(gpus // tp):
@@ -449,15 +474,20 @@ def enumerate_layouts(
                 continue
             for pp in _divisors(gpus // (tp * cp)):
                 dp = gpus // (tp * cp * pp)
-                eps = [1] if not m.is_moe else _divisors(math.gcd(m.num_experts, dp * cp))
-                out += [Layout(tp, cp, pp, dp, ep, s, v) for ep in eps for s, v in _schedules(m, pp, max_vp, fw)]
+                out += [
+                    Layout(tp, cp, pp, dp, ep, s, v, etp=e)
+                    for ep, e in _expert_splits(m, tp, cp, dp, etp)
+                    for s, v in _schedules(m, pp, max_vp, fw)
+                ]
     return out
 
 
 def layout_view(layouts: list[Layout], seq_len: int) -> validity.View:
     """Layouts as arrays for the plan-validity rules (the search assumes sequence parallelism)."""
     col = {k: np.array([getattr(lo, k) for lo in layouts]) for k in ("tp", "cp", "pp", "dp", "ep", "vp", "schedule")}
-    return validity.View(**col, sp=True, seq_len=seq_len)
+    etp = np.array([lo.expert_tp for lo in layouts])
+    folded = np.array([lo.etp is not None for lo in layouts])
+    return validity.View(**col, etp=etp, folded=folded, sp=True, seq_len=seq_len)
 
 
 def _layouts(
@@ -474,7 +504,7 @@ def _layouts(
     (gpuplan.specs.validity, specs.framework); the others are counted as rejected by their first
     broken rule, ``per_layout`` plans each."""
     fw = get_framework(base.framework)
-    layouts = enumerate_layouts(m, gpu, gpus, max_vp, fw)
+    layouts = enumerate_layouts(m, gpu, gpus, max_vp, fw, constraints.etp if constraints is not None else None)
     if not layouts:
         return [], 0
     considered = len(layouts) * per_layout

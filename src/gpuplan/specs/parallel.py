@@ -1,7 +1,11 @@
 """How a training job is split across GPUs: the parallel degrees and ZeRO stage.
 
-World size = dp x tp x pp x cp. Expert parallelism (ep) is carved out of the data-parallel
-ranks (dp x cp), as in Megatron-Core, so it does not multiply the world size.
+World size = dp x tp x pp x cp. Expert parallelism (ep) does not multiply the world size: by
+default (``etp`` unset) it is carved out of the data-parallel ranks (dp x cp) and the experts are
+tensor-parallel like the dense layers. With ``etp`` set, the MoE layers are laid out apart from the
+attention layers, Megatron-Core's "MoE Parallel Folding" (Liu et al. 2025, arXiv 2504.14960;
+megatron/core/parallel_state.py, initialize_model_parallel: expert_tensor_parallel_size): the
+same tp x cp x dp ranks of a pipeline stage are regrouped as etp x ep x edp for the experts.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ class ParallelPlan:
     pp: int = 1
     cp: int = 1
     ep: int = 1
+    # expert tensor parallelism (Megatron --expert-tensor-parallel-size); None: the experts are
+    # split like the dense layers (tp) and ep is carved from dp x cp, as before folding
+    etp: int | None = None
     zero: int = 0  # 0: plain DP; 1: optimizer states; 2: + gradients; 3: + weights (FSDP full shard)
     sp: bool = True  # sequence parallelism alongside TP (Korthikanti et al. 2022)
     vp: int = 1  # virtual pipeline stages per rank (interleaved 1F1B)
@@ -43,6 +50,12 @@ class ParallelPlan:
         for name in ("dp", "tp", "pp", "cp", "ep", "vp"):
             value = getattr(self, name)
             require(isinstance(value, int) and value >= 1, name, f"must be a positive integer, got {value!r}")
+        require(
+            self.etp is None or (isinstance(self.etp, int) and self.etp >= 1),
+            "etp",
+            f"must be a positive integer, got {self.etp!r}",
+            "leave it unset to split the experts like the dense layers (tp)",
+        )
         require(self.zero in (0, 1, 2, 3), "zero", f"must be 0, 1, 2 or 3, got {self.zero!r}")
         require(
             self.schedule in SCHEDULES,
@@ -50,7 +63,7 @@ class ParallelPlan:
             f"unknown schedule {self.schedule!r}",
             f"use one of {', '.join(SCHEDULES)}",
         )
-        validity.require(validity.STRUCTURE, validity.view(self))  # ep vs dp x cp, vp, DualPipe's even pp
+        validity.require(validity.STRUCTURE, validity.view(self))  # ep x etp vs tp x cp x dp, vp, DualPipe's even pp
         for name in ("first_stage_layers", "last_stage_layers"):
             value = getattr(self, name)
             require(
@@ -111,6 +124,13 @@ class ParallelPlan:
         return self.dp * self.cp
 
     @property
+    def expert_tp(self) -> int:
+        """Tensor-parallel degree of the expert weights: etp, or tp when unset."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
     def expert_zero_group(self) -> int:
-        """Ranks that share one copy of an expert's states: the DP x CP ranks left after EP."""
-        return self.dp * self.cp // self.ep
+        """Ranks that share one copy of an expert's states, the expert data-parallel size EDP:
+        tp x cp x dp / (ep x etp) (Megatron parallel_state.py: expert_data_parallel_size =
+        world / (etp x ep x pp)); with etp unset, the dp x cp ranks left after ep."""
+        return self.tp * self.cp * self.dp // (self.ep * self.expert_tp)

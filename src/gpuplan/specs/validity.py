@@ -28,7 +28,7 @@ from gpuplan.specs.model import ModelSpec
 class Reason(StrEnum):
     """Why a plan cannot run; the values are what the search reports rejections under."""
 
-    EP_DATA_PARALLEL = "ep does not divide dp x cp"
+    EP_DATA_PARALLEL = "ep x etp does not divide tp x cp x dp"
     VP_WITHOUT_PP = "interleaving without pipeline parallelism"
     VP_SCHEDULE = "the schedule has no virtual stages"
     ODD_PP = "DualPipe needs an even pipeline depth"
@@ -39,6 +39,8 @@ class Reason(StrEnum):
     V_LAYERS = "a V schedule needs two layers per pipeline rank"
     EP_DENSE = "expert parallelism on a dense model"
     EP_EXPERTS = "ep does not divide the experts"
+    ETP_DENSE = "expert tensor parallelism (etp) on a dense model"
+    ETP_SEQUENCE = "expert tensor parallelism (etp) with tp > 1 needs sequence parallelism"
     CP_SEQUENCE = "cp (x tp) does not divide the sequence"
     SP_SEQUENCE = "sequence parallelism needs seq_len / cp divisible by tp"
     BATCH = "global batch not divisible by dp x micro-batch"
@@ -77,6 +79,8 @@ class View:
         pp: Any = 1,
         dp: Any = 1,
         ep: Any = 1,
+        etp: Any = None,
+        folded: Any = False,
         vp: Any = 1,
         sp: Any = True,
         schedule: Any = "1f1b",
@@ -87,6 +91,8 @@ class View:
     ) -> None:
         self.uneven = uneven  # first/last stage layers given: pipeline/split.py checks that split
         self.tp, self.cp, self.pp, self.dp, self.ep, self.vp, self.sp = tp, cp, pp, dp, ep, vp, sp
+        # the experts' tensor-parallel degree (None: tp) and whether it was set (MoE parallel folding)
+        self.etp, self.folded = (tp if etp is None else etp), folded
         self.schedule, self.seq_len, self.micro_batch, self.global_batch = schedule, seq_len, micro_batch, global_batch
         feats: tuple[Any, ...]
         if isinstance(schedule, str):
@@ -116,12 +122,24 @@ class Rule:
 
 STRUCTURE: tuple[Rule, ...] = (
     Rule(
+        # Megatron parallel_state.py (initialize_model_parallel): the expert grid etp x ep x edp
+        # regroups the tp x cp x dp ranks of a stage, so ep x etp must divide them; with etp unset
+        # (= tp) this is ep dividing dp x cp, experts spread over the data-parallel ranks
         Reason.EP_DATA_PARALLEL,
         "ep",
-        lambda x, m: (x.dp * x.cp) % x.ep == 0,
+        lambda x, m: (x.tp * x.cp * x.dp) % (x.ep * x.etp) == 0,
         lambda x, m: (
-            f"ep={x.ep} must divide dp x cp = {x.dp * x.cp} (experts are spread over data-parallel ranks)",
-            "pick an ep that divides dp x cp",
+            (
+                f"ep {x.ep} x etp {x.etp} must divide tp x cp x dp = {x.tp * x.cp * x.dp} "
+                "(the expert grid etp x ep x edp regroups those ranks)",
+                f"pick ep and etp whose product divides {x.tp * x.cp * x.dp}, e.g. --etp 1 "
+                f"--ep {next(d for d in range(min(x.ep, x.tp * x.cp * x.dp), 0, -1) if x.tp * x.cp * x.dp % d == 0)}",
+            )
+            if x.folded
+            else (
+                f"ep={x.ep} must divide dp x cp = {x.dp * x.cp} (experts are spread over data-parallel ranks)",
+                "pick an ep that divides dp x cp, or fold it over tp too with --etp 1 (MoE parallel folding)",
+            )
         ),
     ),
     Rule(
@@ -197,12 +215,31 @@ MODEL: tuple[Rule, ...] = (
         lambda x, m: (f"{m.name} has no experts", "use --ep 1 for a dense model"),
     ),
     Rule(
+        Reason.ETP_DENSE,
+        "etp",
+        lambda x, m: (x.folded == 0) | m.is_moe,
+        lambda x, m: (f"{m.name} has no experts to split with etp={x.etp}", "drop --etp for a dense model"),
+    ),
+    Rule(
         Reason.EP_EXPERTS,
         "ep",
         lambda x, m: (x.ep == 1) | (m.num_experts % x.ep == 0),
         lambda x, m: (
             f"ep={x.ep} does not divide the {m.num_experts} experts",
             f"use an ep that divides {m.num_experts}",
+        ),
+    ),
+    Rule(
+        # Megatron's MoELayer.forward raises in training with tp > 1 and no sequence parallelism
+        # (megatron/core/transformer/moe/moe_layer.py); gpuplan's folded MoE layer reads tokens
+        # sequence-sharded over tp, as the dispatcher receives them
+        Reason.ETP_SEQUENCE,
+        "sp",
+        lambda x, m: (x.folded == 0) | (x.tp == 1) | (x.sp == 1),
+        lambda x, m: (
+            f"expert tensor parallelism (etp={x.etp}) with tp={x.tp} needs sequence parallelism "
+            "(Megatron's MoE layer refuses tp > 1 without it)",
+            "drop --no-sp, or drop --etp",
         ),
     ),
     Rule(
@@ -276,6 +313,7 @@ def view(plan: Any, seq_len: int = 1, micro_batch: int = 1, global_batch: int | 
     """One ParallelPlan (and optionally its batch) as the rules read it."""
     return View(
         tp=plan.tp, cp=plan.cp, pp=plan.pp, dp=plan.dp, ep=plan.ep, vp=plan.vp, sp=plan.sp,
+        etp=getattr(plan, "etp", None), folded=getattr(plan, "etp", None) is not None,
         schedule=plan.schedule, seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch,
         uneven=getattr(plan, "first_stage_layers", None) is not None or getattr(plan, "last_stage_layers", None) is not None,
     )  # fmt: skip

@@ -38,6 +38,7 @@ from gpuplan.errors import DoesNotFit, GpuplanError
     dp=at_least(1),
     cp=at_least(1),
     ep=at_least(1),
+    etp=at_least(1),
     vp=at_least(1),
     zero=at_least(0, 3),
     seq_len=at_least(1, 10**8),
@@ -63,7 +64,16 @@ def train(
     pp: PpOpt = 1,
     dp: Annotated[int | None, typer.Option(help="Data-parallel degree (default: gpus / (tp*pp*cp)).")] = None,
     cp: Annotated[int, typer.Option(help="Context-parallel degree.")] = 1,
-    ep: Annotated[int, typer.Option(help="Expert-parallel degree (carved from dp*cp).")] = 1,
+    ep: Annotated[
+        int, typer.Option(help="Expert-parallel degree (carved from dp*cp; with --etp folded over tp*cp*dp).")
+    ] = 1,
+    etp: Annotated[
+        int | None,
+        typer.Option(
+            help="Expert tensor-parallel degree (Megatron --expert-tensor-parallel-size): MoE parallel folding, "
+            "the experts laid out as etp x ep x edp over tp*cp*dp (default: split like the dense layers)."
+        ),
+    ] = None,
     vp: Annotated[int, typer.Option(help="Virtual pipeline stages per rank (interleaved 1F1B).")] = 1,
     first_stage_layers: Annotated[
         int | None,
@@ -203,6 +213,7 @@ def train(
         pp=pp,
         cp=cp,
         ep=ep,
+        etp=etp,
         vp=vp,
         zero=zero,
         sp=sp,

@@ -52,6 +52,7 @@ FORMS: tuple[Form, ...] = (
             "pp",
             "cp",
             "ep",
+            "etp",
             "vp",
             "zero",
             "seq_len",
