@@ -258,3 +258,60 @@ def test_a_cache_that_even_the_disk_cannot_hold_is_one_line_naming_disk():
             )
         )
     assert e.value.field == "disk" and "--disk" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_prefill_yields_the_first_token_and_decode_steps_the_other_n_minus_1():
+    # FlexGen's cost_model.py: T = Tpre * l + Tgen * (n - 1) * l; its runtime's decode loop runs
+    # i = 1 .. n - 1 after the prefill (i = 0) has produced the first token
+    p = Placement(weights_gpu=0.0, weights_cpu=1.0, weights_disk=0.0, kv_gpu=1.0, kv_cpu=0.0)
+    for n in (1, 32):
+        req = request(input_len=512, output_len=n, gpu=gpu(flops=1e14, hbm=1e12))
+        plan = _evaluate(req, _shape(req.model, req.weights, req.kv), p, 8)
+        assert plan.throughput == pytest.approx(8 * n / (plan.prefill_s + (n - 1) * plan.step_s), rel=1e-12)
+    # here the prefill and each decode step are both the 12 layers' transfer at 1 GB/s (the
+    # rest is < 1% of it), so 32 tokens cost 32 transfers, not 33
+    assert plan.prefill_s == pytest.approx(plan.step_s, rel=0.01)
+    assert plan.throughput == pytest.approx(8 / plan.step_s, rel=0.01)
+
+
+EDGE = 2 * (50272 * 768 + 2050 * 768 + 2 * 768)  # OPT-125m's tied embedding, positions, final norm
+ACT = 2 * (4 * 768 + 2 * 3072)  # transient prefill activations per prompt token and layer
+
+
+def test_the_gpu_holds_the_most_weights_that_fit_beside_the_cache_not_a_grid_step_below():
+    # a GPU of the embeddings + a prompt's activations + 7.3 layers: 53% of the 12 layers resident
+    # (6.36) and the streaming buffers of two offloaded layers (2 x 0.47) fill it exactly, so the
+    # search keeps 53% of the weights there, not the 50% of a 5% grid; the cache costs nothing
+    # anywhere (infinite rates), so it leaves the GPU to the weights
+    memory = EDGE + 512 * ACT + 7.3 * LAYER_BYTES
+    h = host(pcie=1e9, cpu_bw=FAST, cpu_flops=FAST)
+    plan = plan_offload(request(gpu=gpu(memory=memory), host=h, batch=1, gpu_memory_utilization=1.0))
+    assert plan.placement.weights_gpu == pytest.approx(0.53, abs=2e-6)  # rounded down to 1e-6
+    assert plan.placement.weights_cpu == pytest.approx(0.47, abs=2e-6)
+    assert plan.placement.kv_gpu == 0.0
+    assert plan.gpu_bytes == pytest.approx(memory, rel=1e-6)
+
+
+def _transfer_bound_until_the_cpu_is_full(sequences: float) -> OffloadRequest:
+    # OPT-125m, one-token prompts, 32 generated, no disk, and a GPU of the embeddings, 32 prompts'
+    # activations and the two streaming buffers: no room for weights (at a block under 32, under
+    # 0.5% of them), so every block streams all 12 layers over PCIe at 1 GB/s and throughput grows
+    # with the block until the weights plus the cache ((1 + 32) tokens x 12 layers x 3,072 bytes
+    # a sequence) fill the 90% of CPU memory the planner uses
+    memory = EDGE + 32 * ACT + 2 * LAYER_BYTES
+    kv_seq = (1 + 32) * 12 * KV_LAYER
+    cpu = (12 * LAYER_BYTES + sequences * kv_seq) / 0.9
+    h = host(pcie=1e9, cpu_bw=FAST, cpu_flops=FAST, memory=cpu)
+    return request(gpu=gpu(memory=memory), host=h, input_len=1, output_len=32, gpu_memory_utilization=1.0)
+
+
+def test_the_block_search_finds_the_largest_block_that_fits_between_the_coarse_blocks():
+    # room for 100.5 sequences: 100 is the best block, between the coarse 96 and 128
+    plan = plan_offload(_transfer_bound_until_the_cpu_is_full(100.5))
+    assert plan.batch == 100
+    assert plan.placement.weights_cpu == pytest.approx(1.0) and plan.placement.kv_cpu == 1.0
+
+
+def test_the_block_search_grows_past_1024_while_the_largest_block_is_the_best():
+    plan = plan_offload(_transfer_bound_until_the_cpu_is_full(1500.5))
+    assert plan.batch == 1500

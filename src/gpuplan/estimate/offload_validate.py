@@ -1,15 +1,19 @@
 """Offload predictions against published runs (catalog/validation/offload_runs.csv).
 
-Each row carries its machine's numbers (GPU, CPU memory, PCIe, disk, CPU rate), so that rows on
-hardware outside the catalog (FlexGen's T4, ZeRO-Offload's V100) need no catalog entry; ``url`` and
-``tag`` say where the measured value was read (S: the primary source, S2: a secondary copy, D:
-derived, with the formula in the note) and the note says where each machine number comes from.
+Each row carries its machine's numbers (GPU, CPU memory, PCIe, disk, CPU rate) in SI units (GB/s
+= 1e9 B/s: FlexGen's fitted constants are in its GB of 2^30 bytes, flexgen/utils.py, and are
+converted), so that rows on hardware outside the catalog (FlexGen's T4, ZeRO-Offload's V100) need
+no catalog entry; ``url`` and ``tag`` say where the measured value was read (S: the primary source,
+S2: a secondary copy, D: derived, with the formula in the note) and the note says where each
+machine number comes from.
 Kinds (``system``):
 
 * ``flexgen``: the cost model (serve/offload.py) timing FlexGen's own placement (its ``--percent``
-  weights/KV/activations on GPU, CPU, the rest disk, and its block = GPU batch x GPU batches) on
-  its machine, against FlexGen's measured throughput; ``search_margin`` is gpuplan's best
-  placement over that same prediction (>= 0: the placement chosen is no slower by the model);
+  weights/KV/activations on GPU, CPU, the rest disk, the weights' shares as its runtime rounds them
+  to whole tensors, and its block = GPU batch x GPU batches) on its machine, against FlexGen's
+  measured throughput; ``search_margin`` is gpuplan's searched placement and block over that same
+  prediction, on the same machine and by the same model (>= 0: the placement chosen is no slower
+  than the published system's, the issue's target);
 * ``baseline``: a published system's throughput on the same machine; the error is gpuplan's best
   placement over it, which should be >= 0 (the placement chosen is no slower than theirs);
 * ``zero-offload``: the training model (estimate/offload.py): ``tflops_per_gpu`` or ``max_params``.
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import csv
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,14 +148,56 @@ def _machine(r: dict) -> tuple[GPUSpec, HostSpec]:
     return gpu, host
 
 
-def flexgen_placement(percent: str) -> Placement:
+def _flexgen_homes(sizes: Sequence[float], w_gpu: float, w_cpu: float) -> list[int]:
+    """Where FlexGen's runtime puts each tensor of one weight list (0 disk, 1 CPU, 2 GPU): whole
+    tensors, by where the midpoint of each one's bytes falls in the list's cumulative size,
+    against the cumulative percentages disk, disk + CPU, 100 (flexgen/flex_opt.py
+    ``init_weight_list`` lines 92-101 and ``get_choice`` lines 82-89, verbatim arithmetic)."""
+    w_disk = 100 - w_gpu - w_cpu
+    bounds = (w_disk, w_disk + w_cpu, w_disk + w_cpu + w_gpu)
+    total, seen, homes = sum(sizes), 0.0, []
+    for size in sizes:
+        seen += size
+        mid = (seen - size / 2) / total * 100
+        homes.append(next((i for i, b in enumerate(bounds) if mid < b), 2))
+    return homes
+
+
+def flexgen_weight_shares(hidden: int, w_gpu: float, w_cpu: float) -> tuple[float, float, float]:
+    """(GPU, CPU, disk) shares of an OPT layer's weight bytes as FlexGen's ``--percent w_gpu
+    w_cpu`` (in percent) places them.
+
+    FlexGen places whole tensors ("layer granularity for weights", paper section 4.2), each of a
+    layer's two weight lists on its own: SelfAttention (w_q, b_q, w_k, b_k, w_v, b_v, w_out, b_out,
+    w_ln, b_ln: flex_opt.py ``SelfAttention.init_weight``) and MLP (wi 4h x h, bi, wo h x 4h, bo,
+    w_ln, b_ln: ``MLP.init_weight``), so the shares that run are not the percentages asked for:
+    ``20 80`` puts only w_out and the vectors after it on the GPU, 1/12 of the layer."""
+    h = hidden
+    lists = (
+        [h * h, h, h * h, h, h * h, h, h * h, h, h, h],  # SelfAttention
+        [4 * h * h, 4 * h, 4 * h * h, h, h, h],  # MLP (OPT's ffn is 4h; FlexGen hard-codes it)
+    )
+    on = [0.0, 0.0, 0.0]
+    for sizes in lists:
+        for size, home in zip(sizes, _flexgen_homes(sizes, w_gpu, w_cpu)):
+            on[home] += size
+    total = sum(on)
+    return on[2] / total, on[1] / total, on[0] / total
+
+
+def flexgen_placement(percent: str, model: ModelSpec) -> Placement:
     """FlexGen's ``--percent`` (weights GPU, CPU; cache GPU, CPU; activations GPU, CPU; each
-    tensor's rest on disk) as a Placement; the activations' share is not modelled."""
-    w_g, w_c, c_g, c_c = (float(x) / 100 for x in percent.split()[:4])
+    tensor's rest on disk) as the Placement that runs: the weights' shares as its runtime rounds
+    them to whole tensors (``flexgen_weight_shares``); the cache's as given (FlexGen splits it
+    along batch x heads, exact for the 0/100 shares of the published runs); the activations'
+    share is not modelled."""
+    w_g, w_c, c_g, c_c = (float(x) for x in percent.split()[:4])
+    gpu, cpu, disk = flexgen_weight_shares(model.hidden_size, w_g, w_c)
+    c_g, c_c = c_g / 100, c_c / 100
     return Placement(
-        weights_gpu=w_g,
-        weights_cpu=w_c,
-        weights_disk=max(0.0, 1 - w_g - w_c),
+        weights_gpu=gpu,
+        weights_cpu=cpu,
+        weights_disk=disk,
         kv_gpu=c_g,
         kv_cpu=c_c,
         kv_disk=max(0.0, 1 - c_g - c_c),
@@ -176,7 +223,7 @@ def predict(r: dict) -> float:
     if r["kind"] == "serve":
         req = _serve_request(r)
         if r["system"] == "flexgen":
-            return evaluate_placement(req, flexgen_placement(r["percent"]), int(r["block"])).throughput
+            return evaluate_placement(req, flexgen_placement(r["percent"], req.model), int(r["block"])).throughput
         return plan_offload(req).throughput
     model = STAND_INS.get(r["model"]) or catalog.model(r["model"])
     cfg = TrainingConfig(

@@ -20,7 +20,14 @@ sequences loads each layer's weights once per step, so the transfer is amortised
 decode is memory-bound, and the batch where compute catches up with the transfer is where
 offloading stops costing throughput.
 
-Generation throughput is FlexGen's: generated tokens / (prefill time + decode time).
+Generation throughput is FlexGen's: generated tokens / (prefill time + decode time), the prefill
+yielding the first token and ``n - 1`` decode steps the rest (cost_model.py ``T = Tpre * l +
+Tgen * (n-1) * l``).
+
+The search (``plan_offload``) keeps, for each block and each placement of the cache, the most
+weights the GPU holds (the cost falls as weights move onto it, so the best share is where GPU
+memory binds, a continuous value as in FlexGen's linear program) and searches the block between
+the coarse ladder's points, where the best one sits at a memory cliff.
 
 ``--gpu-layers N`` (llama.cpp ``-ngl``) is a different execution: the first N layers run on the
 GPU, the rest run *on the CPU* from CPU memory at the CPU's bandwidth and FLOP rate, one after the
@@ -38,6 +45,7 @@ quantisation: pass ``--weights int4-awq`` for a similar byte count), multi-GPU p
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from gpuplan.errors import GpuplanError, require
@@ -60,7 +68,6 @@ CPU_USABLE = 0.9
 # the activation working set on the GPU
 PREFILL_GPU_BATCH = 32
 BATCHES = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
-_FRACTIONS = tuple(i / 20 for i in range(21))
 
 
 @dataclass(frozen=True)
@@ -250,7 +257,9 @@ def _evaluate(req: OffloadRequest, s: _Shape, p: Placement, batch: int) -> Offlo
         # cost_model.py's Tpre: a layer's disk share reaches the CPU before it crosses PCIe, and the
         # cache goes down before it goes on to disk
         prefill = L * max(ctog + pf_dtoc, gtoc + pf_ctod, pf_c + pf_cpu) + batch * s.head_flops / flops
-    total = prefill + req.output_len * step
+    # the prefill yields the first token; the other n - 1 come from decode steps (FlexGen cost_model.py
+    # ``T == Tpre * l + Tgen * (n-1) * l``, paper appendix A.3; flex_opt.py's decode loop i = 1..n-1)
+    total = prefill + (req.output_len - 1) * step
     gpu_b, cpu_b, disk_b = _memory(req, s, p, batch)
     per_seq = s.linear_flops / flops
     transfer = max(
@@ -286,38 +295,60 @@ def _fits(req: OffloadRequest, s: _Shape, p: Placement, batch: int) -> bool:
     )
 
 
-_KV_SHARES = (0.0, 0.25, 0.5, 0.75, 1.0)
+_KV_SHARES = (0.0, 0.25, 0.5, 0.75, 1.0)  # splits of the off-GPU cache between CPU and disk
+_KV_GPU_SHARES = tuple(i / 20 for i in range(21))
+
+
+def _most_weights_on_gpu(req: OffloadRequest, s: _Shape, batch: int, kv_gpu: float) -> float:
+    """The largest share of the layers' weights the GPU holds beside ``kv_gpu`` of the cache.
+
+    With the cache's placement and the block fixed, every term of the cost model falls (or stays)
+    as weights move onto the GPU (``ctog``, the disk read, the prefill's loads), so the best weight
+    placement is the most that fits: the share solving ``_memory``'s GPU line, which is linear in
+    it, ``edge + act + kv_gpu * kv + w * W + 2 * (1 - w) * layer = room``. This is what FlexGen's
+    linear program finds for the weights when GPU memory binds (paper section 4.3, appendix A.3:
+    ``gpu_home + gpu_w <= gmem`` with ``wg`` continuous), not a grid point below it."""
+    W = s.layers * s.layer_bytes
+    kv = batch * (req.input_len + req.output_len) * s.layers * s.kv_layer
+    act = min(batch, PREFILL_GPU_BATCH) * req.input_len * s.act_per_token
+    room = req.gpu.memory_bytes * req.gpu_memory_utilization - s.edge_bytes - act - kv_gpu * kv
+    slope = W - 2 * s.layer_bytes  # a share on the GPU no longer needs its streaming buffers
+    if slope <= 0:  # a model of one or two layers: all of it on the GPU needs the least memory
+        return 1.0
+    share = (room - 2 * s.layer_bytes) / slope
+    # rounded down to a millionth so that the fit check, in floating point, agrees
+    return min(1.0, max(0.0, math.floor(share * 1e6) / 1e6))
 
 
 def _placements(req: OffloadRequest, s: _Shape, batch: int):
-    """Candidate placements: for each GPU share of weights and KV, and each split of the off-GPU
-    KV between CPU and disk (disk only when the host has one), the rest of the weights go to the
-    CPU as far as it holds them (it is faster than disk) and the remainder to disk. A split whose
-    CPU share of the KV alone overflows CPU memory is skipped (the fit check would refuse it)."""
+    """Candidate placements: for each GPU share of the KV cache (steps of 5%) and each split of
+    the off-GPU cache between CPU and disk (disk only when the host has one), the most weights the
+    GPU holds beside that cache (``_most_weights_on_gpu``), the rest on the CPU as far as it holds
+    them (it is faster than disk) and the remainder on disk. A split whose CPU share of the cache
+    alone overflows CPU memory is skipped (the fit check would refuse it)."""
     W = s.layers * s.layer_bytes
     kv = batch * (req.input_len + req.output_len) * s.layers * s.kv_layer
     cpu_room = req.host.cpu_memory_bytes * CPU_USABLE
-    w_options = (1.0,) if req.offload in ("none", "kv") else _FRACTIONS
-    kv_options = (1.0,) if req.offload in ("none", "weights") else _KV_SHARES
+    kv_options = (1.0,) if req.offload in ("none", "weights") else _KV_GPU_SHARES
     disk_options = _KV_SHARES if req.host.disk_bytes > 0 else (0.0,)
-    for wg in w_options:
-        for cg in kv_options:
-            for share in disk_options if cg < 1 else (0.0,):
-                kd = (1 - cg) * share
-                kc = 1 - cg - kd
-                if kc * kv > cpu_room:
-                    continue
-                rest = (1 - wg) * W
-                room = cpu_room - kc * kv
-                wc = min(rest, room) / W
-                yield Placement(
-                    weights_gpu=wg,
-                    weights_cpu=wc,
-                    weights_disk=max(0.0, 1 - wg - wc),
-                    kv_gpu=cg,
-                    kv_cpu=kc,
-                    kv_disk=kd,
-                )
+    for cg in kv_options:
+        wg = 1.0 if req.offload in ("none", "kv") else _most_weights_on_gpu(req, s, batch, cg)
+        for share in disk_options if cg < 1 else (0.0,):
+            kd = (1 - cg) * share
+            kc = 1 - cg - kd
+            if kc * kv > cpu_room:
+                continue
+            rest = (1 - wg) * W
+            room = cpu_room - kc * kv
+            wc = min(rest, room) / W
+            yield Placement(
+                weights_gpu=wg,
+                weights_cpu=wc,
+                weights_disk=max(0.0, 1 - wg - wc),
+                kv_gpu=cg,
+                kv_cpu=kc,
+                kv_disk=kd,
+            )
 
 
 def _no_fit(req: OffloadRequest, s: _Shape) -> GpuplanError:
@@ -376,28 +407,71 @@ def evaluate_placement(req: OffloadRequest, placement: Placement, batch: int) ->
 
 def plan_offload(req: OffloadRequest) -> OffloadPlan:
     """The placement and block batch that maximise generation throughput (FlexGen section 4.3's
-    objective), or the given ``--gpu-layers`` split evaluated (llama.cpp)."""
+    objective), or the given ``--gpu-layers`` split evaluated (llama.cpp).
+
+    The block is searched in passes: the coarse ``BATCHES`` (carried on past 1,024 while the
+    largest is the best and fits), then the blocks between the best one's neighbours (``_FINE`` of them, evenly spaced), then every block within a step of the best
+    of those. Throughput climbs with the
+    block while the weight transfer is amortised and falls once the cache crowds the weights off
+    the GPU or onto slower tiers, so the best block sits at such a cliff, anywhere between two
+    coarse points (FlexGen's own OPT-30B block is 144 = 48 x 3: its policy search enumerates GPU
+    batch and count, section 4.3)."""
     s = _shape(req.model, req.weights, req.kv)
     if req.gpu_layers is not None:
         return _split(req, s)
-    batches = (req.batch,) if req.batch else BATCHES
-    best: OffloadPlan | None = None
-    by_batch = []
-    for b in batches:
-        top = None
-        for p in _placements(req, s, b):
-            if not _fits(req, s, p, b):
+    tops: dict[int, OffloadPlan] = {}
+
+    def search(batches) -> None:
+        for b in batches:
+            if b in tops:
                 continue
-            plan = _evaluate(req, s, p, b)
-            if top is None or _better(plan, top):
-                top = plan
-        if top is not None:
-            by_batch.append((b, top.throughput))
-            if best is None or top.throughput > best.throughput * (1 + _TIE):
-                best = top  # on a tie the smaller batch: same speed, less memory and latency
-    if best is None:
+            top = None
+            for p in _placements(req, s, b):
+                if not _fits(req, s, p, b):
+                    continue
+                plan = _evaluate(req, s, p, b)
+                if top is None or _better(plan, top):
+                    top = plan
+            if top is not None:
+                tops[b] = top
+
+    if req.batch:
+        search((req.batch,))
+    else:
+        coarse = list(BATCHES)
+        search(coarse)
+        # the largest block still the best: keep growing it (x1.5, x4/3: the same ladder) while it fits
+        while tops and _best(tops).batch == coarse[-1] and coarse[-1] < _MAX_BATCH:
+            c = coarse[-1]
+            coarse.append(c * 3 // 2 if c & (c - 1) == 0 else c * 4 // 3)
+            search(coarse[-1:])
+        if tops:
+            best_b = _best(tops).batch
+            i = coarse.index(best_b)
+            lo, hi = coarse[max(i - 1, 0)], coarse[min(i + 1, len(coarse) - 1)]
+            step = max(1, (hi - lo) // _FINE)
+            search(range(lo + 1, hi, step))
+            if step > 1:  # then every block within a step of the best of those
+                best_b = _best(tops).batch
+                search(range(max(lo + 1, best_b - step + 1), min(hi, best_b + step)))
+    if not tops:
         raise _no_fit(req, s)
-    return _with_curve(best, tuple(by_batch))
+    by_batch = tuple((b, tops[b].throughput) for b in sorted(tops))
+    return _with_curve(_best(tops), by_batch)
+
+
+_FINE = 32  # blocks tried between the coarse best's neighbours
+_MAX_BATCH = 1 << 16  # sequences per block: beyond any host's memory for a model that needs offload
+
+
+def _best(tops: dict[int, OffloadPlan]) -> OffloadPlan:
+    """The fastest block; on a tie the smaller (same speed, less memory and latency)."""
+    best: OffloadPlan | None = None
+    for b in sorted(tops):
+        if best is None or tops[b].throughput > best.throughput * (1 + _TIE):
+            best = tops[b]
+    assert best is not None
+    return best
 
 
 _TIE = 1e-9
