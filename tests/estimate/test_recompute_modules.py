@@ -82,7 +82,8 @@ def test_recompute_time_is_the_forward_of_the_named_modules():
     assert 0 < ops.recompute("selective", frozenset({"moe_act"})) < ops.recompute("selective", frozenset({"moe"}))
     assert ops.recompute("selective", frozenset({"moe"})) < ops.fwd
     assert ops.recompute("full", frozenset()) == ops.fwd
-    assert ops.recompute("selective", frozenset({"core_attn"})) == ops.attn_core
+    # the attention core reruns its forward only: less than its forward + backward, more than nothing
+    assert 0 < ops.recompute("selective", frozenset({"core_attn"})) < ops.parts["attention"]
     dense = layer_times(m, gpu, shape, False)
     assert dense.recompute("selective", frozenset({"moe"})) == 0.0
     assert dense.recompute("selective", frozenset({"mlp"})) > 0.0
@@ -144,3 +145,10 @@ def test_cli_unknown_module_is_one_line_exit_2(capsys):
     assert code == 2
     assert "recompute_modules" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_search_refuses_modules_when_its_recompute_modes_leave_out_selective(capsys):
+    args = ["search", MOE, "--gpus", "16", "--global-batch", "64", "--recompute", "none,full"]
+    code, _, err = run([*args, "--recompute-modules", "moe_act"], capsys)
+    assert code == 2
+    assert err.startswith("error: recompute_modules") and len(err.strip().splitlines()) == 1

@@ -115,7 +115,7 @@ def _attention_saved(m: ModelSpec, cfg: TrainingConfig, a: int, seq_keys: int) -
     return q + kv + out, softmax * nh * seq_keys
 
 
-def _dispatched_saved(a: int, g: float, h: int, tp: int, etp: int | None) -> float:
+def _dispatched_saved(a: int, g: float, h: int, etp: int | None) -> float:
     """Bytes per routed token copy, before the division by tp of the layer's other terms, that the
     dispatch keeps: the expert input (``g`` per element, as the first expert GEMM keeps it) and the
     expert output (``a``) over the hidden width.
@@ -174,7 +174,7 @@ def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) 
         if "moe_act" in mods:  # the activation's output, which is the second GEMM's input
             expert_mlp -= g * m.moe_ffn_size
         # dispatched in/out + expert MLP, router probabilities
-        routed = k * (_dispatched_saved(a, g, h, t, plan.etp) + expert_mlp) + FP32 * m.num_experts
+        routed = k * (_dispatched_saved(a, g, h, plan.etp) + expert_mlp) + FP32 * m.num_experts
         shared = _mlp_saved(m, a, profile, m.shared_expert_ffn_size, g) if m.shared_expert_ffn_size else 0.0
         if "shared_experts" in mods:
             shared = 0.0

@@ -186,12 +186,16 @@ class OpTimes:
         self.bwd_input += b
         self.bwd_weight += w
         for mod in ("core_attn", *modules) if core else modules:
-            self.modules[mod] = self.modules.get(mod, 0.0) + fwd
+            self.credit(mod, fwd)
         self.parts[kind] = self.parts.get(kind, 0.0) + fwd + b + w
 
     @property
     def bwd(self) -> float:
         return self.bwd_input + self.bwd_weight
+
+    def credit(self, module: str, fwd: float) -> None:
+        """Count ``fwd`` seconds (already in ``fwd``) as part of ``module``'s forward."""
+        self.modules[module] = self.modules.get(module, 0.0) + fwd
 
     @property
     def attn_core(self) -> float:
@@ -259,7 +263,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
         if rows <= 0:
             continue
         kind = "gemm"
-        mods = _gemm_modules(t.name)
+        mods = t.recompute_modules
         # the MoE router stays in high precision (Megatron's TopKRouter is not a TE module)
         d = _high_precision(s.dtype) if t.name.endswith("router") else s.dtype
         out.add(
@@ -328,9 +332,9 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
     # norms that are modules of their own (an MoE layer's pre-MLP norm, the input norm before MLA)
     # and the one TE fuses into a dense MLP (LayerNormMLP): what "layernorm" and "mlp" rerun
     own = (1 if moe else 0) + (1 if m.is_mla else 0)
-    out.modules["layernorm"] = out.modules.get("layernorm", 0.0) + own * one_norm
+    out.credit("layernorm", own * one_norm)
     if not moe:
-        out.modules["mlp"] = out.modules.get("mlp", 0.0) + one_norm
+        out.credit("mlp", one_norm)
     if m.qk_norm:  # RMSNorm over every query and key head (Qwen3, Gemma 3), on the projections' bf16 output
         qk_width = (heads + kv_heads) * m.head_dim
         qf, qb, qkf, qkb = eager_norm_bytes(m.norm, a) if s.eager else (2 * a, 3 * a, 1, 1)
@@ -384,10 +388,10 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
     if moe:  # the experts' and the shared experts' parts of that pass
         routed_width = m.moe_ffn_size * m.experts_per_token
         for mod, part in (("moe_act", routed_width), ("shared_experts", m.shared_expert_ffn_size)):
-            out.modules[mod] = out.modules.get(mod, 0.0) + act_f * part / width
-        out.modules["moe"] = out.modules.get("moe", 0.0) + act_f
+            out.credit(mod, act_f * part / width)
+        out.credit("moe", act_f)
     else:
-        out.modules["mlp"] = out.modules.get("mlp", 0.0) + act_f
+        out.credit("mlp", act_f)
     if s.autocast:
         # torch.autocast casts each GEMM's fp32 weight to bf16 once per forward (its weight cache
         # lasts one autocast region: again in a full recompute) and each fp32 input from the
@@ -410,17 +414,6 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
             routed = routed * etp / tp
         out.add("moe_permute", fwd=memory_time(gpu, 4 * routed, 2), b=memory_time(gpu, 4 * routed, 2), modules=("moe",))
     return out
-
-
-def _gemm_modules(name: str) -> tuple[str, ...]:
-    """The recomputable modules (``TrainingConfig.recompute_modules``) a layer weight belongs to."""
-    if name.startswith("mlp."):
-        return ("mlp",)
-    if name.startswith("moe.shared."):
-        return ("moe", "shared_experts")
-    if name.startswith("moe."):
-        return ("moe",)
-    return ()
 
 
 @functools.lru_cache(maxsize=4096)  # keyed on every argument (GPUSpec hashes its efficiency)

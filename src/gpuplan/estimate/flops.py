@@ -78,14 +78,11 @@ def module_matmul_flops_per_token(m: ModelSpec, module: str) -> float:
     (``TrainingConfig.recompute_modules``): "mlp" the dense MLPs, "moe" the router, the visited
     experts and the shared experts, "shared_experts" the shared experts; the others are
     elementwise (norms, activations) and count nothing, as elementwise work never does here."""
-    prefix = {"mlp": ("mlp.",), "moe": ("moe.",), "shared_experts": ("moe.shared.",)}.get(module)
-    if prefix is None:
-        return 0.0
     frac = m.experts_per_token / m.num_experts if m.is_moe else 1.0
     total = 0.0
     for moe, layers in ((False, m.num_layers - m.num_moe_layers), (True, m.num_moe_layers)):
         for t in layer_tensors(m, moe) if layers else ():
-            if t.matmul and t.name.startswith(prefix):
+            if t.matmul and module in t.recompute_modules:
                 total += layers * 2.0 * t.numel * (frac if t.expert else 1.0)
     return total
 

@@ -32,6 +32,19 @@ class Tensor:
     def numel(self) -> int:
         return math.prod(self.shape)
 
+    @property
+    def recompute_modules(self) -> tuple[str, ...]:
+        """The selective-recompute modules (``TrainingConfig.recompute_modules``) this weight
+        belongs to: a dense MLP's to "mlp"; an MoE layer's router and experts to "moe", its shared
+        experts to "moe" and "shared_experts"."""
+        if self.name.startswith("mlp."):
+            return ("mlp",)
+        if self.name.startswith("moe.shared."):
+            return ("moe", "shared_experts")
+        if self.name.startswith("moe."):
+            return ("moe",)
+        return ()
+
 
 def _linear(name: str, n_in: int, n_out: int, split: str, bias: bool, **kw) -> list[Tensor]:
     out = [Tensor(f"{name}.weight", (n_out, n_in), split, **kw)]

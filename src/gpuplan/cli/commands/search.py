@@ -88,6 +88,7 @@ def search(
     """Every valid parallel plan that fits, ranked; rejected plans counted by reason."""
     from gpuplan import catalog
     from gpuplan.catalog.hosts import load_host
+    from gpuplan.errors import require
     from gpuplan.estimate.profile import calibrated
     from gpuplan.search.plans import RECOMPUTE_ORDER, Constraints, SearchResult, parse_choices, search as run_search
     from gpuplan.search.report import to_dict
@@ -123,6 +124,12 @@ def search(
     )
     zero_stages = parse_choices(zero, "zero", int) or (0, 1, 2, 3)
     recompute_modes = parse_choices(recompute, "recompute") or RECOMPUTE_ORDER
+    require(
+        not recompute_modules or "selective" in recompute_modes,
+        "recompute_modules",
+        "apply only to selective recompute, which --recompute leaves out",
+        "add selective to --recompute, or drop --recompute-modules",
+    )
     micro_batches = parse_choices(micro_batch, "micro-batch", int) or (1, 2, 4, 8)
     # --host: a catalog host id or a hardware file; None: the catalog's host for the GPU
     host_spec = None if host is None else load_host(host)
