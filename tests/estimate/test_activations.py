@@ -93,9 +93,9 @@ def test_folded_experts_keep_the_tokens_gathered_over_expert_tensor_parallel_ran
     at_one = activation_breakdown(m, cfg, ParallelPlan(tp=4, dp=8, ep=2, etp=1)).moe_layer
     k, h, tokens = m.experts_per_token, m.hidden_size, 512
     assert folded - at_one == pytest.approx(tokens / 4 * k * (etp - 1) * 2 * h)
-    # without folding (etp unset) the experts' inputs are counted as a 1/tp share, as at etp 1
-    unfolded = activation_breakdown(m, cfg, ParallelPlan(tp=4, dp=8, ep=2)).moe_layer
-    assert unfolded == at_one
+    # etp unset is Megatron's default etp = tp (model_parallel_config.py __post_init__)
+    unset = activation_breakdown(m, cfg, ParallelPlan(tp=4, dp=8, ep=2)).moe_layer
+    assert unset == activation_breakdown(m, cfg, ParallelPlan(tp=4, dp=8, ep=2, etp=4)).moe_layer
     assert activation_breakdown(m, cfg, ParallelPlan(tp=4, dp=8, ep=2, etp=etp)).dense_layer == (
         activation_breakdown(m, cfg, ParallelPlan(tp=4, dp=8, ep=2)).dense_layer
     )

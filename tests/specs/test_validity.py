@@ -137,7 +137,7 @@ def test_scalar_and_grid_agree_on_the_folding_rules(model):
     assert (vector == scalar).all()
     seen = {rules[c].reason for c in set(vector.tolist()) if c >= 0}
     assert Reason.EP_DATA_PARALLEL in seen and (vector == -1).any()
-    assert (Reason.ETP_SEQUENCE if m.is_moe else Reason.ETP_DENSE) in seen
+    assert (Reason.MOE_SEQUENCE if m.is_moe else Reason.ETP_DENSE) in seen
 
 
 def test_folding_lets_ep_span_the_tensor_parallel_ranks():
@@ -160,11 +160,14 @@ def test_folding_lets_ep_span_the_tensor_parallel_ranks():
     assert validity.check(catalog.model("qwen3-30b-a3b"), plan, 4096).reason is Reason.EP_EXPERTS
 
 
-def test_etp_needs_sequence_parallelism_with_tp_and_experts_to_split():
+def test_moe_with_tp_needs_sequence_parallelism_and_etp_needs_experts_to_split():
     moe, dense = catalog.model("qwen3-30b-a3b"), catalog.model("llama-3.1-8b")
     rule = validity.check(moe, ParallelPlan(dp=4, tp=2, ep=8, etp=1, sp=False), 4096)
-    assert rule is not None and rule.reason is Reason.ETP_SEQUENCE and rule.field == "sp"
-    assert validity.check(moe, ParallelPlan(dp=4, tp=2, ep=4, sp=False), 4096) is None  # unfolded: as before
+    assert rule is not None and rule.reason is Reason.MOE_SEQUENCE and rule.field == "sp"
+    # etp unset is etp = tp: Megatron's MoE layer refuses tp > 1 without sequence parallelism too
+    rule = validity.check(moe, ParallelPlan(dp=4, tp=2, ep=4, sp=False), 4096)
+    assert rule is not None and rule.reason is Reason.MOE_SEQUENCE
+    assert validity.check(moe, ParallelPlan(dp=4, tp=2, ep=4), 4096) is None
     with pytest.raises(GpuplanError, match="has no experts to split with etp") as e:
         validity.require_valid(dense, ParallelPlan(dp=4, tp=2, etp=1), 4096)
     assert e.value.field == "etp"

@@ -115,20 +115,18 @@ def _attention_saved(m: ModelSpec, cfg: TrainingConfig, a: int, seq_keys: int) -
     return q + kv + out, softmax * nh * seq_keys
 
 
-def _dispatched_saved(a: int, g: float, h: int, etp: int | None) -> float:
+def _dispatched_saved(a: int, g: float, h: int, etp: int) -> float:
     """Bytes per routed token copy, before the division by tp of the layer's other terms, that the
     dispatch keeps: the expert input (``g`` per element, as the first expert GEMM keeps it) and the
     expert output (``a``) over the hidden width.
 
-    ``etp`` None (no folding): both on this rank's 1/tp share of the copies. With MoE parallel
-    folding, Megatron's MoEAlltoAllTokenDispatcher (megatron/core/transformer/moe/
-    token_dispatcher.py, dispatch_postprocess) all-gathers the tokens each rank received over the
-    expert TP group after the EP all-to-all, so an expert-TP rank's experts read etp shares of
-    copies at full width, and the grouped GEMM keeps that gathered input; the output is
-    reduce-scattered back to one share (combine_preprocess) before the combine. The expert MLP's
-    inner width is split by etp, which cancels the etp shares (``_mlp_saved`` per copy / tp)."""
-    if etp is None:
-        return (a + g) * h
+    Megatron's MoEAlltoAllTokenDispatcher (megatron/core/transformer/moe/token_dispatcher.py,
+    dispatch_postprocess) all-gathers the tokens each rank received over the expert TP group after
+    the EP all-to-all, so an expert-TP rank's experts read etp shares of copies at full width, and
+    the grouped GEMM keeps that gathered input; the output is reduce-scattered back to one share
+    (combine_preprocess) before the combine. The expert MLP's inner width is split by etp, which
+    cancels the etp shares (``_mlp_saved`` per copy / tp). Megatron's default etp is tp
+    (model_parallel_config.py __post_init__: ``expert_tensor_parallel_size`` None -> tp)."""
     return a * h + g * h * etp
 
 
@@ -174,7 +172,7 @@ def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) 
         if "moe_act" in mods:  # the activation's output, which is the second GEMM's input
             expert_mlp -= g * m.moe_ffn_size
         # dispatched in/out + expert MLP, router probabilities
-        routed = k * (_dispatched_saved(a, g, h, plan.etp) + expert_mlp) + FP32 * m.num_experts
+        routed = k * (_dispatched_saved(a, g, h, plan.expert_tp) + expert_mlp) + FP32 * m.num_experts
         shared = _mlp_saved(m, a, profile, m.shared_expert_ffn_size, g) if m.shared_expert_ffn_size else 0.0
         if "shared_experts" in mods:
             shared = 0.0

@@ -294,7 +294,7 @@ def estimate_memory(
 ) -> MemoryReport:
     """Memory of every pipeline stage. ``all_stages=False`` (the search) computes only the stages
     that can be the most loaded (``candidate_stages``)."""
-    act = _activations(m, cfg, plan.tp, plan.cp, plan.ep, plan.sp, plan.etp)
+    act = _activations(m, cfg, plan.tp, plan.cp, plan.ep, plan.sp, plan.expert_tp)
     opt_per_param = optimizer_bytes_per_param(cfg)
     z = plan.zero
     stages = []

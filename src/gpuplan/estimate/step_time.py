@@ -123,7 +123,7 @@ def _shape(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) -> LayerShape:
         autocast=cfg.autocast,
         expert_imbalance=cfg.expert_imbalance if plan.ep > 1 else 1.0,
         fused_ce=cfg.fused_cross_entropy,
-        etp=plan.etp,
+        etp=plan.expert_tp,
     )
 
 
@@ -148,11 +148,11 @@ def _layer_comm(
     if plan.tp > 1:
         g = groups["tp"]
         blocks = 1 if m.parallel_attn else 2  # attention and MLP each start and end with a collective
-        if moe and plan.etp is not None and not m.shared_expert_ffn_size:
-            # MoE parallel folding: the MoE block takes the attention's sequence-parallel tokens as
-            # they are (the dispatcher routes each rank's 1/tp share; its gather runs over the
-            # expert TP group, below); only a shared expert, a TP-split MLP, gathers over tp
-            # (Megatron shared_experts.py, pre_forward_comm / post_forward_comm)
+        if moe and not m.shared_expert_ffn_size:
+            # the MoE block takes the attention's sequence-parallel tokens as they are (the
+            # dispatcher routes each rank's 1/tp share; its gather runs over the expert TP group,
+            # below); only a shared expert, a TP-split MLP, gathers over tp (Megatron
+            # shared_experts.py, pre_forward_comm / post_forward_comm)
             blocks = 1
         size: float = T * h * a
         if shape.sp:  # all-gather in, reduce-scatter out; the backward mirrors them
@@ -187,20 +187,8 @@ def _layer_comm(
         comm["cp"].add("p2p", size, g, gpu, count * steps * passes, exposed=count * e_f * passes)
         comm["cp"].add("p2p", 2 * size, g, gpu, count * steps, exposed=count * e_b)
         out["cp"] = passes * e_f + e_b
-    if moe and plan.etp is not None and (plan.ep > 1 or plan.etp > 1):
-        out["ep"] = _folded_moe_comm(m, cfg, plan, gpu, groups, shape, ops, comm, count, dualpipe or cfg.ep_overlap)
-    elif moe and plan.ep > 1:
-        # dispatch and combine: every routed token copy leaves for its expert's rank and returns.
-        # DualPipe (and Megatron's EP all-to-all overlap) runs one micro-batch's forward chunk
-        # beside another's backward chunk, so a layer's all-to-alls hide behind at most that
-        # pair's compute (DeepSeek-V3 report, section 3.2.1, Fig. 4); the rest is exposed
-        g = groups["ep"]
-        size = T * m.experts_per_token * h * a * cfg.expert_imbalance  # the busiest GPU receives the most
-        t = collective_time("all-to-all", size, g, gpu)
-        n = 2 * ((2 if full or "moe" in cfg.recomputed else 1) + 1)  # recomputing the MoE layer dispatches again
-        e = max(0.0, n * t - (ops.fwd + ops.bwd)) if (dualpipe or cfg.ep_overlap) else n * t
-        comm["ep"].add("all-to-all", size, g, gpu, count * n, exposed=count * e)
-        out["ep"] = e
+    if moe and (plan.ep > 1 or plan.expert_tp > 1):
+        out["ep"] = _moe_dispatch_comm(m, cfg, plan, gpu, groups, shape, ops, comm, count, dualpipe or cfg.ep_overlap)
     if plan.zero == 3 and groups["dp_cp"] is not None and groups["dp_cp"].size > 1:
         # FSDP: gather the layer's weights for forward and again for backward, reduce-scatter its
         # gradients; prefetch hides them behind the neighbouring layer's compute
@@ -216,7 +204,7 @@ def _layer_comm(
     return out
 
 
-def _folded_moe_comm(
+def _moe_dispatch_comm(
     m: ModelSpec,
     cfg: TrainingConfig,
     plan: ParallelPlan,
@@ -228,22 +216,23 @@ def _folded_moe_comm(
     count: float,
     overlap: bool,
 ) -> float:
-    """Exposed seconds of one MoE layer's dispatch and combine under MoE parallel folding, one
-    micro-batch (forward, backward and a full recompute's forward); records ``count`` copies into
-    ``comm["ep"]``.
+    """Exposed seconds of one MoE layer's dispatch and combine, one micro-batch (forward, backward
+    and a recompute's forward); records ``count`` copies into ``comm["ep"]``.
 
     Megatron's MoEAlltoAllTokenDispatcher (megatron/core/transformer/moe/token_dispatcher.py)
-    with etp: each rank permutes the routed copies of its own tokens (the attention's 1/tp
+    with expert TP etp (tp when unset): each rank permutes the routed copies of its own tokens (the attention's 1/tp
     sequence-parallel share: no collective over the attention TP group), all-to-alls them over
     the EP group (token_dispatch), then all-gathers the received copies over the expert TP group
     (dispatch_postprocess, gather_from_sequence_parallel_region on pg_collection.expt_tp); the
     combine mirrors it: reduce-scatter over the expert TP group (combine_preprocess), all-to-all
     back (token_combine). The backward runs each collective's transpose. All-to-all size: the
     busiest rank's routed copies, T/tp x k x hidden; expert-TP all-gather and reduce-scatter: etp
-    such shares (the whole gathered buffer). Overlap (DualPipe, Megatron's EP overlap) hides
-    them behind the paired chunk's compute, as the unfolded EP all-to-all."""
+    such shares (the whole gathered buffer). DualPipe (and Megatron's EP all-to-all overlap) runs
+    one micro-batch's forward chunk beside another's backward chunk, so a layer's dispatch and
+    combine hide behind at most that pair's compute (DeepSeek-V3 report, section 3.2.1, Fig. 4);
+    the rest is exposed."""
     a, h = cfg.activation_bytes, m.hidden_size
-    passes_fwd = 2 if cfg.recompute == "full" else 1
+    passes_fwd = 2 if cfg.recompute == "full" or "moe" in cfg.recomputed else 1  # a rerun dispatches again
     local = shape.tokens / plan.tp * m.experts_per_token * h * a * cfg.expert_imbalance
     n = passes_fwd + 1  # dispatch and combine each run once per forward and once in backward
     parts = [
@@ -279,8 +268,9 @@ def optimizer_bytes_moved(cfg: TrainingConfig) -> float:
 def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpec, microbatches: int) -> StepTime:
     """Predicted seconds per optimizer step, with its breakdown (see the module docstring)."""
     groups = place(plan, gpu, tuple(plan.order.split("-")))
-    if plan.etp is not None:  # MoE parallel folding: the expert groups regroup tp x cp x dp
-        groups.update(folded(plan, gpu, tuple(plan.order.split("-"))))
+    # the expert groups (etp, ep, edp) regroup each stage's tp x cp x dp ranks (MoE parallel
+    # folding; with etp unset, etp = tp as in Megatron, which gives the unfolded groups)
+    groups.update(folded(plan, gpu, tuple(plan.order.split("-"))))
     shape = _shape(m, cfg, plan)
     mb = microbatches
     sched = schedules.get(plan.schedule)
@@ -346,8 +336,7 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
     if plan.zero < 3:
         kind = "reduce-scatter" if plan.zero >= 1 else "all-reduce"
         window = t_max - fwd[crit]  # the last micro-batch's whole backward
-        edp = groups["edp"] if plan.etp is not None else _expert_dp_group(groups["dp_cp"], plan)
-        for size_params, group in ((dense, groups["dp_cp"]), (expert, edp)):
+        for size_params, group in ((dense, groups["dp_cp"]), (expert, groups["edp"])):
             if not size_params or group.size <= 1:
                 continue
             grad = size_params * cfg.grad_bytes
@@ -481,12 +470,5 @@ def _offload_exposed(
     forward and come back in backward, each copy overlapped with the next layer's compute
     (TransformerEngine's offload handler prefetches one layer ahead); what a copy takes beyond
     that layer's compute is exposed."""
-    copy = _activations(m, cfg, plan.tp, plan.cp, plan.ep, plan.sp, plan.etp).layer(moe) / gpu.host_bytes_per_s
+    copy = _activations(m, cfg, plan.tp, plan.cp, plan.ep, plan.sp, plan.expert_tp).layer(moe) / gpu.host_bytes_per_s
     return off * (max(0.0, copy - ops.fwd) + max(0.0, copy - ops.bwd_input - ops.bwd_weight))
-
-
-def _expert_dp_group(dp_cp: Group, plan: ParallelPlan) -> Group:
-    """Ranks sharing one expert's replicas: the dp x cp ranks left after expert parallelism."""
-    size = plan.expert_zero_group
-    per = max(1, min(size, dp_cp.per_domain // plan.ep)) if dp_cp.per_domain >= plan.ep else 1
-    return Group("edp", size, dp_cp.stride * plan.ep, per, -(-size // per))

@@ -1,11 +1,11 @@
 """How a training job is split across GPUs: the parallel degrees and ZeRO stage.
 
-World size = dp x tp x pp x cp. Expert parallelism (ep) does not multiply the world size: by
-default (``etp`` unset) it is carved out of the data-parallel ranks (dp x cp) and the experts are
-tensor-parallel like the dense layers. With ``etp`` set, the MoE layers are laid out apart from the
-attention layers, Megatron-Core's "MoE Parallel Folding" (Liu et al. 2025, arXiv 2504.14960;
-megatron/core/parallel_state.py, initialize_model_parallel: expert_tensor_parallel_size): the
-same tp x cp x dp ranks of a pipeline stage are regrouped as etp x ep x edp for the experts.
+World size = dp x tp x pp x cp. Expert parallelism (ep) does not multiply the world size: the MoE
+layers are laid out apart from the attention layers, Megatron-Core's "MoE Parallel Folding" (Liu
+et al. 2025, arXiv 2504.14960; megatron/core/parallel_state.py, initialize_model_parallel:
+expert_tensor_parallel_size): the same tp x cp x dp ranks of a pipeline stage are regrouped as
+etp x ep x edp for the experts. ``etp`` unset is Megatron's default, etp = tp
+(model_parallel_config.py __post_init__), where ep is carved out of the dp x cp ranks.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ class ParallelPlan:
     pp: int = 1
     cp: int = 1
     ep: int = 1
-    # expert tensor parallelism (Megatron --expert-tensor-parallel-size); None: the experts are
-    # split like the dense layers (tp) and ep is carved from dp x cp, as before folding
+    # expert tensor parallelism (Megatron --expert-tensor-parallel-size); None: Megatron's
+    # default, the experts split like the dense layers (etp = tp) and ep carved from dp x cp
     etp: int | None = None
     zero: int = 0  # 0: plain DP; 1: optimizer states; 2: + gradients; 3: + weights (FSDP full shard)
     sp: bool = True  # sequence parallelism alongside TP (Korthikanti et al. 2022)

@@ -40,7 +40,7 @@ class Reason(StrEnum):
     EP_DENSE = "expert parallelism on a dense model"
     EP_EXPERTS = "ep does not divide the experts"
     ETP_DENSE = "expert tensor parallelism (etp) on a dense model"
-    ETP_SEQUENCE = "expert tensor parallelism (etp) with tp > 1 needs sequence parallelism"
+    MOE_SEQUENCE = "MoE with tp > 1 needs sequence parallelism"
     CP_SEQUENCE = "cp (x tp) does not divide the sequence"
     SP_SEQUENCE = "sequence parallelism needs seq_len / cp divisible by tp"
     BATCH = "global batch not divisible by dp x micro-batch"
@@ -231,15 +231,14 @@ MODEL: tuple[Rule, ...] = (
     ),
     Rule(
         # Megatron's MoELayer.forward raises in training with tp > 1 and no sequence parallelism
-        # (megatron/core/transformer/moe/moe_layer.py); gpuplan's folded MoE layer reads tokens
+        # (megatron/core/transformer/moe/moe_layer.py); gpuplan's MoE layer reads tokens
         # sequence-sharded over tp, as the dispatcher receives them
-        Reason.ETP_SEQUENCE,
+        Reason.MOE_SEQUENCE,
         "sp",
-        lambda x, m: (x.folded == 0) | (x.tp == 1) | (x.sp == 1),
+        lambda x, m: (not m.is_moe) | (x.tp == 1) | (x.sp == 1),
         lambda x, m: (
-            f"expert tensor parallelism (etp={x.etp}) with tp={x.tp} needs sequence parallelism "
-            "(Megatron's MoE layer refuses tp > 1 without it)",
-            "drop --no-sp, or drop --etp",
+            f"an MoE model with tp={x.tp} needs sequence parallelism (Megatron's MoE layer refuses tp > 1 without it)",
+            "drop --no-sp, or use tp 1",
         ),
     ),
     Rule(

@@ -71,7 +71,7 @@ def train(
         int | None,
         typer.Option(
             help="Expert tensor-parallel degree (Megatron --expert-tensor-parallel-size): MoE parallel folding, "
-            "the experts laid out as etp x ep x edp over tp*cp*dp (default: split like the dense layers)."
+            "the experts laid out as etp x ep x edp over tp*cp*dp (default: tp, as Megatron)."
         ),
     ] = None,
     vp: Annotated[int, typer.Option(help="Virtual pipeline stages per rank (interleaved 1F1B).")] = 1,
