@@ -14,7 +14,8 @@ import pytest
 from cli_runner import run
 
 from gpuplan import catalog
-from gpuplan.estimate.compute import LayerShape, gemm_compute_time, layer_times
+from gpuplan.estimate.compute import LayerShape, layer_times
+from gpuplan.estimate.kernels import gemm_compute_time
 from gpuplan.estimate.memory import estimate_memory
 from gpuplan.estimate.params import count_params
 from gpuplan.estimate.validate import error_band

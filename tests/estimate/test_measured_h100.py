@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpuplan import catalog
-from gpuplan.estimate.compute import gemm_time
+from gpuplan.estimate.kernels import gemm_time
 from gpuplan.runs.compare import compare_run
 from gpuplan.runs.readers import read_telemetry
 

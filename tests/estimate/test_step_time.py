@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from gpuplan import catalog
-from gpuplan.estimate.compute import gemm_time
+from gpuplan.estimate.kernels import gemm_time
 from gpuplan.estimate.step_time import step_time
 from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.training import TrainingConfig
@@ -194,7 +194,8 @@ def test_fp8_runs_the_attention_core_and_output_layer_in_bf16(h100):
 
 
 def test_fp8_pays_a_cast_and_transpose_of_every_gemm_input_and_output_gradient(h100):
-    from gpuplan.estimate.compute import LayerShape, layer_times, memory_time
+    from gpuplan.estimate.compute import LayerShape, layer_times
+    from gpuplan.estimate.kernels import memory_time
 
     m = catalog.model("llama-3.1-8b")
     T = 8192
@@ -218,7 +219,7 @@ def test_fp8_training_is_faster_than_bf16_by_less_than_the_peak_ratio(h100):
 
 
 def test_sdpa_frameworks_run_flashattention_2_which_hopper_runs_slower_than_fa3(h100):
-    from gpuplan.estimate.compute import flash_time
+    from gpuplan.estimate.kernels import flash_time
 
     flops = 1e12
     fa3 = flash_time(h100, "bf16", flops, 8192, "fa3")

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from gpuplan import catalog
-from gpuplan.estimate.compute import gemm_compute_time
+from gpuplan.estimate.kernels import gemm_compute_time
 
 B200 = catalog.gpu("b200")
 DATA = Path(__file__).resolve().parent.parent / "data" / "gemm" / "vllm_b200_nvfp4.csv"

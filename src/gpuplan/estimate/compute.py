@@ -1,15 +1,10 @@
-"""Kernel times on one GPU: GEMMs, attention and memory-bound ops, from shapes and rates.
+"""Compute and memory time of one transformer block, the embedding and the head on one GPU: the
+kernels a layer launches, each timed by the primitives in ``kernels.py``.
 
-* GEMMs: a roofline (Williams, Waterman & Patterson 2009) with the compute roof lowered to the
-  GPU's measured maximum achievable matmul rate (MAMF) and split into thread-block tiles over
-  the SMs: a GEMM costs ``waves`` x one tile's time, so partial tiles (tile quantization) and a
-  part-filled last wave (wave quantization) are paid for in full (NVIDIA Deep Learning
-  Performance guide, "Matrix Multiplication Background"). cuBLAS picks the fastest of a few tile
-  shapes; so does this model.
-* Attention: FlashAttention kernels run at a measured fraction of peak that falls for short
-  sequences (Dao 2023, FlashAttention-2, Figs. 4-6; Shah et al. 2024, FlashAttention-3); the
-  backward does 2.5x the forward FLOPs (it recomputes QK^T). Eager attention is two batched GEMMs
-  and a softmax over s^2 scores (Megatron's fused scale-mask-softmax).
+* GEMMs against the layer's weights after tensor/expert parallelism (forward, input gradient,
+  weight gradient), FP8 casts around them; attention by kernel (FlashAttention rates, or eager
+  attention as two batched GEMMs and a softmax over s^2 scores, Megatron's fused
+  scale-mask-softmax).
 * Memory-bound ops (norms, activations, rotary, residual adds, dropout, softmax, cross-entropy,
   the optimizer step): bytes read and written over the achievable HBM bandwidth. The fused
   profile counts one fused kernel per op (TransformerEngine, Apex); the eager profile counts each
@@ -18,7 +13,6 @@
   Trainer) adds its casts of weights, GEMM inputs and weight gradients and an fp32 residual
   stream. Measured on one H100 (measurements/h100-sxm-2026-11-23: profiler traces of eager
   Hugging Face steps), these memory-bound kernels are 45-70% of a 0.5-1.4B model's GPU time.
-Every kernel also pays a fixed launch/tail gap (``kernel_overhead_s``).
 """
 
 from __future__ import annotations
@@ -28,90 +22,13 @@ import math
 from dataclasses import dataclass, field
 
 from gpuplan.estimate.activations import FP32
-from gpuplan.estimate.comm import efficiency
 from gpuplan.estimate.flops import mean_context
-from gpuplan.estimate.memory import _local_shape
+from gpuplan.estimate.kernels import dtype_bytes, flash_time, fp8_cast_times, gemm_time, high_precision, memory_time
 from gpuplan.estimate.params import Tensor, layer_tensors
+from gpuplan.estimate.stage_params import _local_shape
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
-from gpuplan.specs.training import BLOCK_SCALED, LOW_PRECISION
-
-
-def dtype_bytes(dtype: str) -> float:
-    """Bytes per element; MXFP8 and NVFP4 with their block scales (specs/training.py BLOCK_SCALED)."""
-    return {"fp8": 1.0, "int8": 1.0, "bf16": 2.0, "fp16": 2.0, "tf32": 4.0, "fp32": 4.0}.get(dtype) or (
-        BLOCK_SCALED[dtype][0] + BLOCK_SCALED[dtype][1]
-    )
-
-
-def gemm_compute_time(gpu: GPUSpec, dtype: str, m: float, n: float, k: float, batch: float = 1) -> float:
-    """Tensor-core seconds for ``batch`` GEMMs of (m x k) @ (k x n): tiles in waves over the SMs."""
-    e = efficiency(gpu)
-    rate = gpu.peak(dtype) * e.gemm_fraction(dtype) * e.sustained
-    sms = gpu.sm_count or 100
-    compute = math.inf
-    for tm, tn, rel in e.tiles:
-        tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
-        waves = max(1.0, tiles / sms) if e.persistent_tiles else math.ceil(tiles / sms)
-        compute = min(compute, waves * sms * 2.0 * tm * tn * (k + e.tile_k_fill) / (rate * rel))
-    return compute
-
-
-def gemm_time(gpu: GPUSpec, dtype: str, m: float, n: float, k: float, batch: float = 1) -> float:
-    """Seconds for ``batch`` GEMMs of (m x k) @ (k x n) on one GPU."""
-    if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
-        return 0.0
-    e = efficiency(gpu)
-    io = dtype_bytes(dtype) * (m * k + k * n) + 2.0 * m * n  # inputs in dtype, output in 16 bits
-    memory = batch * io / (gpu.hbm_bytes_per_s * e.hbm)
-    return max(gemm_compute_time(gpu, dtype, m, n, k, batch), memory) + e.kernel_overhead_s
-
-
-def memory_time(gpu: GPUSpec, nbytes: float, kernels: int = 1) -> float:
-    """Seconds for memory-bound kernels moving ``nbytes`` in total."""
-    if nbytes <= 0:
-        return 0.0
-    e = efficiency(gpu)
-    return nbytes / (gpu.hbm_bytes_per_s * e.hbm) + kernels * e.kernel_overhead_s
-
-
-def flash_time(
-    gpu: GPUSpec, dtype: str, flops_fwd: float, seq: float, kernel: str = "fa3", head_dim: int = 128
-) -> tuple[float, float]:
-    """(forward, backward) seconds of a FlashAttention kernel doing ``flops_fwd`` forward FLOPs;
-    ``kernel`` fa3 (the GPU's best fused kernel), fa2 (FlashAttention-2) or sdpa (what PyTorch's
-    SDPA picks on this GPU: cuDNN by head dim where measured, else FlashAttention-2)."""
-    if flops_fwd <= 0:
-        return 0.0, 0.0
-    e = efficiency(gpu)
-    ramp = seq / (seq + e.seq_half)
-    peak = gpu.peak(dtype) * e.sustained
-    f_fwd, f_bwd = e.attention_fractions(kernel, head_dim)
-    fwd = flops_fwd / (peak * f_fwd * ramp) + e.kernel_overhead_s
-    bwd = 2.5 * flops_fwd / (peak * f_bwd * ramp) + e.kernel_overhead_s
-    return fwd, bwd
-
-
-def _high_precision(dtype: str) -> str:
-    """The dtype of what an FP8 (or MXFP8/NVFP4) recipe leaves in high precision (attention core,
-    output layer, router)."""
-    return "bf16" if dtype in LOW_PRECISION else dtype
-
-
-def fp8_cast_times(
-    gpu: GPUSpec, inputs: float, grads: float, act_bytes: float, quant_bytes: float = 1.0
-) -> tuple[float, float]:
-    """(forward, backward) seconds of quantizing one FP8 GEMM's operands: the forward casts its
-    input X (``inputs`` elements) and the backward the output gradient dY (``grads``), each read in
-    BF16 and written as FP8 plus its FP8 transpose, which the other backward GEMM consumes
-    (TransformerEngine's cast_transpose kernels; Micikevicius et al. 2022, "FP8 Formats for Deep
-    Learning", section 4: per-tensor scaled casts around every GEMM). Weights are cast once per
-    step and cached over the micro-batches (TE ``is_first_microbatch``), so are not counted here;
-    the per-step amax/scale update is one small kernel per tensor, inside the launch overhead.
-    MXFP8/NVFP4 casts write ``quant_bytes`` per element per copy, their block scales included."""
-    per = act_bytes + 2.0 * quant_bytes  # read the high-precision tensor; write it quantized and transposed
-    return memory_time(gpu, inputs * per), memory_time(gpu, grads * per)
-
+from gpuplan.specs.training import LOW_PRECISION
 
 # transformers model types whose attention projects q, k and v with one Linear (GPTNeoX's
 # query_key_value, GPT-2's c_attn, Phi-3's qkv_proj, MPT's Wqkv, BLOOM's and Falcon's
@@ -265,7 +182,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
         kind = "gemm"
         mods = t.recompute_modules
         # the MoE router stays in high precision (Megatron's TopKRouter is not a TE module)
-        d = _high_precision(s.dtype) if t.name.endswith("router") else s.dtype
+        d = high_precision(s.dtype) if t.name.endswith("router") else s.dtype
         out.add(
             kind,
             fwd=gemm_time(gpu, d, rows, n_out, n_in, experts),
@@ -279,7 +196,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
 
     # FP8 recipes run the attention core in BF16 (TransformerEngine's FP8 dot-product attention is
     # opt-in, fp8_dpa=False; torchao converts only nn.Linear)
-    attn_dtype = _high_precision(s.dtype)
+    attn_dtype = high_precision(s.dtype)
     heads = m.num_heads // tp
     kv_heads = max(1, m.num_kv_heads // tp) if not m.is_mla else heads
     window = m.sliding_window if m.num_sliding_layers else None
@@ -430,7 +347,7 @@ def head_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape) -> OpTimes:
     )
     # the output layer stays in BF16 under FP8 recipes: Megatron's output_layer is not a TE module
     # and torchtitan's float8 conversion skips "output"
-    d = _high_precision(s.dtype)
+    d = high_precision(s.dtype)
     out.add("gemm", fwd=gemm_time(gpu, d, T, v, h), b=gemm_time(gpu, d, T, h, v), w=gemm_time(gpu, d, v, h, T))
     logits = T * v
     f_bytes, f_kernels, b_bytes, b_kernels = cross_entropy_bytes(a, s.fused_ce or s.eager)

@@ -2,7 +2,7 @@
 
 For each pipeline stage and one micro-batch: forward F, backward-for-inputs B and
 backward-for-weights W (compute.py), plus the communication each dimension puts on that path
-(comm.py) minus what overlap hides. The pipeline then runs m micro-batches:
+(layer_comm.py, over comm.py's collectives) minus what overlap hides. The pipeline then runs m micro-batches:
 
 m x t_max plus the bubble of the schedule, simulated on the stages' F, B and W times
 (pipeline/bubble.py): for equal stages this is 1F1B's and interleaved 1F1B's (p-1)/v x t
@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from gpuplan.estimate.comm import Group, bytes_sent_per_rank, collective_time, efficiency, folded, place
-from gpuplan.estimate.compute import LayerShape, OpTimes, embedding_times, head_times, layer_times, memory_time
+from gpuplan.estimate.comm import collective_time, efficiency, folded, place
+from gpuplan.estimate.compute import LayerShape, OpTimes, embedding_times, head_times, layer_times
 from gpuplan.estimate.flops import training_flops
-from gpuplan.estimate.memory import _activations, _per_gpu, offloaded_layers, optimizer_bytes_per_param, stage_params
-from gpuplan.estimate.params import layer_tensors
+from gpuplan.estimate.kernels import memory_time
+from gpuplan.estimate.layer_comm import CommLine, layer_comm, overlap_contention
+from gpuplan.estimate.memory import _activations, offloaded_layers, optimizer_bytes_per_param
+from gpuplan.estimate.stage_params import stage_params
 from gpuplan.pipeline.bubble import pipeline_bubble
 from gpuplan.pipeline.split import stage_layers
 from gpuplan.specs import schedules, validity
@@ -34,32 +36,6 @@ from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.training import TrainingConfig
 
 DIMS = ("tp", "cp", "ep", "pp", "dp")
-
-
-@dataclass
-class CommLine:
-    """One dimension's communication over a step, on the critical stage."""
-
-    bytes_per_gpu: float = 0.0  # bytes each GPU sends
-    time: float = 0.0  # seconds if nothing overlapped
-    exposed: float = 0.0  # seconds on the critical path
-    collectives: dict[str, float] = field(default_factory=dict)  # kind -> bytes sent per GPU
-
-    @property
-    def hidden(self) -> float:
-        return self.time - self.exposed
-
-    def add(
-        self, kind: str, size: float, group: Group, gpu: GPUSpec, count: float, exposed: float | None = None
-    ) -> float:
-        """Record ``count`` collectives of ``size`` bytes; returns the seconds of one."""
-        t = collective_time(kind, size, group, gpu)
-        sent = bytes_sent_per_rank(kind, size, group.size) * count
-        self.bytes_per_gpu += sent
-        self.collectives[kind] = self.collectives.get(kind, 0.0) + sent
-        self.time += t * count
-        self.exposed += (t * count) if exposed is None else exposed
-        return t
 
 
 @dataclass(frozen=True)
@@ -125,128 +101,6 @@ def _shape(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) -> LayerShape:
         fused_ce=cfg.fused_cross_entropy,
         etp=plan.expert_tp,
     )
-
-
-def _layer_comm(
-    m: ModelSpec,
-    cfg: TrainingConfig,
-    plan: ParallelPlan,
-    gpu: GPUSpec,
-    groups: dict[str, Group],
-    shape: LayerShape,
-    ops: OpTimes,
-    moe: bool,
-    comm: dict[str, CommLine],
-    count: float,
-    dualpipe: bool,
-) -> dict[str, float]:
-    """Exposed communication seconds of one layer and micro-batch by dimension (forward, backward
-    and recompute together); records ``count`` copies (layers x micro-batches) into ``comm``."""
-    a, h, T = cfg.activation_bytes, m.hidden_size, shape.tokens
-    out: dict[str, float] = {}
-    full = cfg.recompute == "full"  # full recompute re-runs the forward's collectives
-    if plan.tp > 1:
-        g = groups["tp"]
-        blocks = 1 if m.parallel_attn else 2  # attention and MLP each start and end with a collective
-        if moe and not m.shared_expert_ffn_size:
-            # the MoE block takes the attention's sequence-parallel tokens as they are (the
-            # dispatcher routes each rank's 1/tp share; its gather runs over the expert TP group,
-            # below); only a shared expert, a TP-split MLP, gathers over tp (Megatron
-            # shared_experts.py, pre_forward_comm / post_forward_comm)
-            blocks = 1
-        size: float = T * h * a
-        if shape.sp:  # all-gather in, reduce-scatter out; the backward mirrors them
-            per = [("all-gather", size), ("reduce-scatter", size)] * blocks
-        else:  # one all-reduce per block forward (g operator) and one backward (f operator)
-            per = [("all-reduce", size)] * blocks
-        # selective recompute of the MLP (or the MoE layer) reruns that block's collectives
-        rerun_mlp = ("moe" if moe else "mlp") in cfg.recomputed and blocks == 2
-        exposed = 0.0
-        for i, (kind, sz) in enumerate(per):
-            t = collective_time(kind, sz, g, gpu)
-            # with overlap (TransformerEngine userbuffers) a collective hides behind its GEMM
-            exp_f = t if not cfg.tp_overlap else max(0.0, t - ops.fwd / len(per))
-            exp_b = t if not cfg.tp_overlap else max(0.0, t - ops.bwd / len(per))
-            fwd_runs = 2 if full or (rerun_mlp and i >= len(per) // 2) else 1
-            e = fwd_runs * exp_f + exp_b
-            comm["tp"].add(kind, sz, g, gpu, count * (fwd_runs + 1), exposed=count * e)
-            exposed += e
-        out["tp"] = exposed
-    if plan.cp > 1:
-        # ring attention: cp-1 steps, each sending this rank's K,V chunk while computing on the
-        # previous one; the backward also passes dK, dV (Liu et al. 2023; Megatron-Core CP)
-        g = groups["cp"]
-        kv = m.num_heads * (m.qk_head_dim + m.v_dim) if m.is_mla else 2 * m.num_kv_heads * m.head_dim
-        size = T * kv / plan.tp * a
-        steps = plan.cp - 1
-        chunk_f = ops.attn_core / plan.cp
-        chunk_b = ops.parts.get("attention", 0.0) / plan.cp - chunk_f
-        e_f = steps * max(0.0, collective_time("p2p", size, g, gpu) - chunk_f)
-        e_b = steps * max(0.0, collective_time("p2p", 2 * size, g, gpu) - max(0.0, chunk_b))
-        passes = 2 if full or "core_attn" in cfg.recomputed else 1
-        comm["cp"].add("p2p", size, g, gpu, count * steps * passes, exposed=count * e_f * passes)
-        comm["cp"].add("p2p", 2 * size, g, gpu, count * steps, exposed=count * e_b)
-        out["cp"] = passes * e_f + e_b
-    if moe and (plan.ep > 1 or plan.expert_tp > 1):
-        out["ep"] = _moe_dispatch_comm(m, cfg, plan, gpu, groups, shape, ops, comm, count, dualpipe or cfg.ep_overlap)
-    if plan.zero == 3 and groups["dp_cp"] is not None and groups["dp_cp"].size > 1:
-        # FSDP: gather the layer's weights for forward and again for backward, reduce-scatter its
-        # gradients; prefetch hides them behind the neighbouring layer's compute
-        g = groups["dp_cp"]
-        w = sum(_per_gpu(t, plan) for t in layer_tensors(m, moe))
-        ag = collective_time("all-gather", w * cfg.weight_bytes, g, gpu)
-        rs = collective_time("reduce-scatter", w * cfg.grad_bytes, g, gpu)
-        e_f = max(0.0, ag - ops.fwd)
-        e_b = max(0.0, ag + rs - ops.bwd)
-        comm["dp"].add("all-gather", w * cfg.weight_bytes, g, gpu, 2 * count, exposed=count * e_f)
-        comm["dp"].add("reduce-scatter", w * cfg.grad_bytes, g, gpu, count, exposed=count * e_b)
-        out["dp"] = e_f + e_b
-    return out
-
-
-def _moe_dispatch_comm(
-    m: ModelSpec,
-    cfg: TrainingConfig,
-    plan: ParallelPlan,
-    gpu: GPUSpec,
-    groups: dict[str, Group],
-    shape: LayerShape,
-    ops: OpTimes,
-    comm: dict[str, CommLine],
-    count: float,
-    overlap: bool,
-) -> float:
-    """Exposed seconds of one MoE layer's dispatch and combine, one micro-batch (forward, backward
-    and a recompute's forward); records ``count`` copies into ``comm["ep"]``.
-
-    Megatron's MoEAlltoAllTokenDispatcher (megatron/core/transformer/moe/token_dispatcher.py)
-    with expert TP etp (tp when unset): each rank permutes the routed copies of its own tokens (the attention's 1/tp
-    sequence-parallel share: no collective over the attention TP group), all-to-alls them over
-    the EP group (token_dispatch), then all-gathers the received copies over the expert TP group
-    (dispatch_postprocess, gather_from_sequence_parallel_region on pg_collection.expt_tp); the
-    combine mirrors it: reduce-scatter over the expert TP group (combine_preprocess), all-to-all
-    back (token_combine). The backward runs each collective's transpose. All-to-all size: the
-    busiest rank's routed copies, T/tp x k x hidden; expert-TP all-gather and reduce-scatter: etp
-    such shares (the whole gathered buffer). DualPipe (and Megatron's EP all-to-all overlap) runs
-    one micro-batch's forward chunk beside another's backward chunk, so a layer's dispatch and
-    combine hide behind at most that pair's compute (DeepSeek-V3 report, section 3.2.1, Fig. 4);
-    the rest is exposed."""
-    a, h = cfg.activation_bytes, m.hidden_size
-    passes_fwd = 2 if cfg.recompute == "full" or "moe" in cfg.recomputed else 1  # a rerun dispatches again
-    local = shape.tokens / plan.tp * m.experts_per_token * h * a * cfg.expert_imbalance
-    n = passes_fwd + 1  # dispatch and combine each run once per forward and once in backward
-    parts = [
-        ("all-to-all", local, groups["ep"], 2 * n),
-        ("all-gather", local * plan.expert_tp, groups["etp"], n),
-        ("reduce-scatter", local * plan.expert_tp, groups["etp"], n),
-    ]
-    parts = [p for p in parts if p[2].size > 1]
-    times = [collective_time(kind, size, g, gpu) * k for kind, size, g, k in parts]
-    total = sum(times)
-    exposed = max(0.0, total - (ops.fwd + ops.bwd)) if overlap else total
-    for (kind, size, g, k), t in zip(parts, times):
-        comm["ep"].add(kind, size, g, gpu, count * k, exposed=count * exposed * (t / total if total else 0.0))
-    return exposed
 
 
 def optimizer_bytes_moved(cfg: TrainingConfig) -> float:
@@ -387,18 +241,6 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
     )
 
 
-def overlap_contention(comm: dict[str, CommLine], gpu: GPUSpec) -> float:
-    """Seconds compute loses to the collectives it hides: a running NCCL collective holds one
-    thread block per channel, each on its own SM, so the kernels beside it run on the other SMs
-    (NCCL's channels; Rashidi et al. 2021, "Enabling Compute-Communication Overlap in Distributed
-    Deep Learning Training Platforms", measured overlapped compute slowing by up to 1.4x).
-    Overlap is never free: hidden time x (SMs NCCL holds / SMs)."""
-    e = efficiency(gpu)
-    if not e.comm_sms or not gpu.sm_count:
-        return 0.0
-    return sum(c.hidden for c in comm.values()) * min(1.0, e.comm_sms / gpu.sm_count)
-
-
 @functools.lru_cache(maxsize=4096)
 def _moe_layers(m: ModelSpec, first: int, n: int) -> int:
     return sum(1 for i in range(first, first + n) if m.is_moe_layer(i))
@@ -441,7 +283,7 @@ def _stage(
         if not n:
             continue
         ops = layer_times(m, gpu, shape, moe)
-        for d, e in _layer_comm(m, cfg, plan, gpu, groups, shape, ops, moe, c, n * mb, dualpipe).items():
+        for d, e in layer_comm(m, cfg, plan, gpu, groups, shape, ops, moe, c, n * mb, dualpipe).items():
             exposed[d] = exposed.get(d, 0.0) + n * e
         f += n * ops.fwd
         b += n * ops.bwd_input

@@ -4,7 +4,7 @@ Engines with continuous batching (Orca, Yu et al. 2022; vLLM; TensorRT-LLM in-fl
 run one forward pass per iteration over every running sequence's next token plus chunks of new
 prompts. Its time on one GPU of the tensor-parallel group, summed over pipeline stages:
 
-* GEMMs on a roofline (compute.py): the weights are read once per iteration, so few tokens are
+* GEMMs on a roofline (estimate/kernels.py): the weights are read once per iteration, so few tokens are
   bandwidth-bound and many are compute-bound; fp8/int8 W8A8 formats run at the 8-bit peak.
   Weight-only formats (AWQ, GPTQ, NF4, GGUF) read fewer bytes but unpack every weight to 16 bits
   on the CUDA cores, once per 64-token tile of rows (Marlin, Frantar et al. 2024; AWQ's GEMM
@@ -13,7 +13,7 @@ prompts. Its time on one GPU of the tensor-parallel group, summed over pipeline 
   than 64 rows run as split-K/GEMV kernels padded to 16 rows (TensorRT-LLM's and vLLM's small-M
   kernels) rather than as 64-row tiles.
 * Attention: decode reads each sequence's KV cache (memory-bound, FlashDecoding/PagedAttention);
-  prefill runs FlashAttention over the prompt (compute.flash_time).
+  prefill runs FlashAttention over the prompt (kernels.flash_time).
 * Norms, residual adds, rotary and activations: bytes over HBM bandwidth.
 * Tensor parallelism: two all-reduces of the activations per layer (Megatron-LM, Shoeybi et al.
   2019), one for parallel attention+MLP blocks, timed at their small sizes by allreduce.py (NCCL's
@@ -34,7 +34,8 @@ import numpy as np
 
 from gpuplan.errors import require
 from gpuplan.estimate.comm import collective_time, efficiency, place
-from gpuplan.estimate.compute import _local_gemm, flash_time, gemm_compute_time, memory_time
+from gpuplan.estimate.compute import _local_gemm
+from gpuplan.estimate.kernels import flash_time, gemm_compute_time, memory_time
 from gpuplan.estimate.params import embedding_tensors, head_tensors, layer_tensors
 from gpuplan.serve.allreduce import tp_allreduce
 from gpuplan.serve.engines import Engine

@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 import math
 
-from gpuplan.estimate.memory import _local_shape, layers_per_stage
+from gpuplan.estimate.memory import layers_per_stage
 from gpuplan.estimate.params import Tensor, embedding_tensors, head_tensors, layer_tensors, vision_tensors
+from gpuplan.estimate.stage_params import _local_shape
 from gpuplan.serve.formats import WeightFormat
 from gpuplan.specs.model import ModelSpec
 

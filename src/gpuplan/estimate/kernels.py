@@ -1,0 +1,99 @@
+"""Kernel times on one GPU from shapes and rates: the primitives ``compute.py`` builds a layer from.
+
+* GEMMs: a roofline (Williams, Waterman & Patterson 2009) with the compute roof lowered to the
+  GPU's measured maximum achievable matmul rate (MAMF) and split into thread-block tiles over
+  the SMs: a GEMM costs ``waves`` x one tile's time, so partial tiles (tile quantization) and a
+  part-filled last wave (wave quantization) are paid for in full (NVIDIA Deep Learning
+  Performance guide, "Matrix Multiplication Background"). cuBLAS picks the fastest of a few tile
+  shapes; so does this model.
+* Attention: FlashAttention kernels run at a measured fraction of peak that falls for short
+  sequences (Dao 2023, FlashAttention-2, Figs. 4-6; Shah et al. 2024, FlashAttention-3); the
+  backward does 2.5x the forward FLOPs (it recomputes QK^T).
+* Memory-bound kernels: bytes read and written over the achievable HBM bandwidth.
+* FP8 casts: TransformerEngine's cast-transpose of each GEMM operand.
+Every kernel also pays a fixed launch/tail gap (``kernel_overhead_s``).
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpuplan.estimate.comm import efficiency
+from gpuplan.specs.hardware import GPUSpec
+from gpuplan.specs.training import BLOCK_SCALED, LOW_PRECISION
+
+
+def dtype_bytes(dtype: str) -> float:
+    """Bytes per element; MXFP8 and NVFP4 with their block scales (specs/training.py BLOCK_SCALED)."""
+    return {"fp8": 1.0, "int8": 1.0, "bf16": 2.0, "fp16": 2.0, "tf32": 4.0, "fp32": 4.0}.get(dtype) or (
+        BLOCK_SCALED[dtype][0] + BLOCK_SCALED[dtype][1]
+    )
+
+
+def gemm_compute_time(gpu: GPUSpec, dtype: str, m: float, n: float, k: float, batch: float = 1) -> float:
+    """Tensor-core seconds for ``batch`` GEMMs of (m x k) @ (k x n): tiles in waves over the SMs."""
+    e = efficiency(gpu)
+    rate = gpu.peak(dtype) * e.gemm_fraction(dtype) * e.sustained
+    sms = gpu.sm_count or 100
+    compute = math.inf
+    for tm, tn, rel in e.tiles:
+        tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
+        waves = max(1.0, tiles / sms) if e.persistent_tiles else math.ceil(tiles / sms)
+        compute = min(compute, waves * sms * 2.0 * tm * tn * (k + e.tile_k_fill) / (rate * rel))
+    return compute
+
+
+def gemm_time(gpu: GPUSpec, dtype: str, m: float, n: float, k: float, batch: float = 1) -> float:
+    """Seconds for ``batch`` GEMMs of (m x k) @ (k x n) on one GPU."""
+    if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
+        return 0.0
+    e = efficiency(gpu)
+    io = dtype_bytes(dtype) * (m * k + k * n) + 2.0 * m * n  # inputs in dtype, output in 16 bits
+    memory = batch * io / (gpu.hbm_bytes_per_s * e.hbm)
+    return max(gemm_compute_time(gpu, dtype, m, n, k, batch), memory) + e.kernel_overhead_s
+
+
+def memory_time(gpu: GPUSpec, nbytes: float, kernels: int = 1) -> float:
+    """Seconds for memory-bound kernels moving ``nbytes`` in total."""
+    if nbytes <= 0:
+        return 0.0
+    e = efficiency(gpu)
+    return nbytes / (gpu.hbm_bytes_per_s * e.hbm) + kernels * e.kernel_overhead_s
+
+
+def flash_time(
+    gpu: GPUSpec, dtype: str, flops_fwd: float, seq: float, kernel: str = "fa3", head_dim: int = 128
+) -> tuple[float, float]:
+    """(forward, backward) seconds of a FlashAttention kernel doing ``flops_fwd`` forward FLOPs;
+    ``kernel`` fa3 (the GPU's best fused kernel), fa2 (FlashAttention-2) or sdpa (what PyTorch's
+    SDPA picks on this GPU: cuDNN by head dim where measured, else FlashAttention-2)."""
+    if flops_fwd <= 0:
+        return 0.0, 0.0
+    e = efficiency(gpu)
+    ramp = seq / (seq + e.seq_half)
+    peak = gpu.peak(dtype) * e.sustained
+    f_fwd, f_bwd = e.attention_fractions(kernel, head_dim)
+    fwd = flops_fwd / (peak * f_fwd * ramp) + e.kernel_overhead_s
+    bwd = 2.5 * flops_fwd / (peak * f_bwd * ramp) + e.kernel_overhead_s
+    return fwd, bwd
+
+
+def high_precision(dtype: str) -> str:
+    """The dtype of what an FP8 (or MXFP8/NVFP4) recipe leaves in high precision (attention core,
+    output layer, router)."""
+    return "bf16" if dtype in LOW_PRECISION else dtype
+
+
+def fp8_cast_times(
+    gpu: GPUSpec, inputs: float, grads: float, act_bytes: float, quant_bytes: float = 1.0
+) -> tuple[float, float]:
+    """(forward, backward) seconds of quantizing one FP8 GEMM's operands: the forward casts its
+    input X (``inputs`` elements) and the backward the output gradient dY (``grads``), each read in
+    BF16 and written as FP8 plus its FP8 transpose, which the other backward GEMM consumes
+    (TransformerEngine's cast_transpose kernels; Micikevicius et al. 2022, "FP8 Formats for Deep
+    Learning", section 4: per-tensor scaled casts around every GEMM). Weights are cast once per
+    step and cached over the micro-batches (TE ``is_first_microbatch``), so are not counted here;
+    the per-step amax/scale update is one small kernel per tensor, inside the launch overhead.
+    MXFP8/NVFP4 casts write ``quant_bytes`` per element per copy, their block scales included."""
+    per = act_bytes + 2.0 * quant_bytes  # read the high-precision tensor; write it quantized and transposed
+    return memory_time(gpu, inputs * per), memory_time(gpu, grads * per)
