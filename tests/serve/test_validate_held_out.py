@@ -57,11 +57,11 @@ def test_no_configuration_an_engine_ran_is_refused():
 
 def test_errors_stay_within_what_was_last_measured():
     # regression guard, not the target: 10.8% median, 51.3% p90, 110% max when added (54 rows);
-    # 8.1%, 42.9%, 159% once the all-reduce and NVFP4 fixes landed (issue 18). The max rose: the
-    # TensorRT-LLM v0.6.1 Llama-2-70B rows had been near only because the extrapolated custom
-    # all-reduce took 36 of a 65 ms step (their likely cause, GQA KV read once per query head
-    # before XQA, is in the CSV notes)
+    # 8.1%, 42.9%, 159% once the all-reduce and NVFP4 fixes landed (issue 18); 7.4%, 34.6%, 65%
+    # once the TensorRT-LLM v0.5/v0.6.1 rows ran under the trtllm-0.6 profile (their Llama-2-70B
+    # GQA KV read once per query head by the masked MHA kernel before XQA: +107%/+159% -> -13%/-6%)
     s = summary(validate_held_out())
-    assert s["median_abs_error"] <= 0.085
-    assert s["p90_abs_error"] <= 0.45
-    assert s["max_abs_error"] <= 1.65
+    assert s["median_abs_error"] <= 0.078
+    assert s["p90_abs_error"] <= 0.36
+    assert s["max_abs_error"] <= 0.70
+    assert s["by_engine"]["trtllm-0.6"]["max_abs_error"] <= 0.15

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from gpuplan.serve.memory import ServeConfig
 
 MEMORY_RULES = ("total", "free", "static")
+DECODE_ATTENTION = ("grouped", "per_query_head")
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,28 @@ class Engine:
     # bytes per logit the sampler's profiling run holds at its peak, for max_num_seqs sequences;
     # generic: the fp32 logits and one working copy
     sampler_bytes_per_logit: float = 8.0
+    # how a decode step's attention reads a GQA/MQA model's KV cache (see ``kv_reads_per_kv_head``):
+    # "grouped" (one read serves the KV head's query-head group) or "per_query_head"
+    decode_attention: str = "grouped"
+
+    def kv_reads_per_kv_head(self, query_heads: int, kv_heads: int) -> float:
+        """How many times a decode step reads each cached KV head, for ``query_heads`` query heads
+        over ``kv_heads`` KV heads on a GPU.
+
+        * ``grouped``: once. FlashAttention/FlashInfer decode, vLLM's paged kernels and TensorRT-LLM's
+          XQA kernel (docs/source/blogs/XQA-kernel.md: "optimization for MQA and GQA during
+          generation phase ... reducing data loading") load a KV head once for its whole group.
+        * ``per_query_head``: TensorRT-LLM's masked multi-head attention kernel before XQA (v0.5-0.6;
+          the XQA blog, measured on v0.8a, says XQA arrives "in the v0.8 releases") launches one
+          thread block per (query head, sequence) and each reads its KV head
+          (cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/
+          decoderMaskedMultiheadAttentionTemplate.h at v0.6.1, 138f96d4: ``hi = blockIdx.x``,
+          ``hi_kv = hi / qhead_per_kv``), so a KV head is read once per query head of its group,
+          ``query_heads / kv_heads`` times (L2 hits among the group's blocks not credited).
+        """
+        if self.decode_attention == "per_query_head" and kv_heads > 0:
+            return max(1.0, query_heads / kv_heads)
+        return 1.0
 
     def fraction(self, tp: int) -> float:
         """The default memory fraction (``gpu_memory_utilization`` / ``free_gpu_memory_fraction`` /
@@ -177,6 +200,20 @@ ENGINES = {
             block_size=64,  # tensorrt_llm/plugin/plugin.py enable_paged_kv_cache(tokens_per_block=64)
             note="host work overlapped with the GPU (TensorRT-LLM overlap scheduler)",
             allreduce="trtllm",  # the PyTorch backend's AUTO strategy (thop/allreduceOp.cpp)
+        ),
+        Engine(
+            "trtllm-0.6",
+            "0.5-0.6.1 (TensorRT engine, gptSessionBenchmark), before the XQA kernel",
+            "free",
+            overlap=True,  # the C++ runtime, as the later executor (host work off the GPU's path)
+            host_fixed_s=0.0,
+            host_per_seq_s=5.5e-3 / 256,
+            block_size=64,
+            note="C++ runtime; decode attention in the masked MHA kernel, one KV read per query head",
+            # docs/source/performance.md at v0.6.1 (138f96d4): the engines are built without
+            # --use_custom_all_reduce, so the TP all-reduces run in NCCL
+            allreduce="nccl",
+            decode_attention="per_query_head",
         ),
     )
 }

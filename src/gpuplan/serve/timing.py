@@ -134,6 +134,11 @@ class StepModel:
         self.tp_group, self.pp_group = groups["tp"], groups["pp"]
         self.kv_token_layer = kv_bytes_per_token_layer(m, d.kv, d.tp)
         self.heads = m.num_heads // (1 if d.dp_attention else d.tp)  # query heads this GPU attends with
+        # times a decode step reads each cached KV head (engines.py Engine.kv_reads_per_kv_head):
+        # more than once only in the engines whose decode kernel runs a block per query head
+        self.kv_reads = (
+            1.0 if engine is None or m.is_mla else engine.kv_reads_per_kv_head(self.heads, kv_heads_per_gpu(m, d.tp))
+        )
         if m.is_mla:  # absorbed MLA decode: scores over the latent + rotary key, values from the latent
             self.attn_dims = m.kv_lora_rank + m.qk_rope_head_dim + m.kv_lora_rank
         else:
@@ -230,7 +235,7 @@ class StepModel:
         attn = 0.0
         if decode:
             mine = decode / d.kv_groups  # DP attention: each rank attends for its own sequences
-            kv_bytes = mine * cached_tokens(m, decode_context) * self.kv_token_layer
+            kv_bytes = mine * cached_tokens(m, decode_context) * self.kv_token_layer * self.kv_reads
             flops = 2.0 * mine * self.heads * self.attn_dims * cached_tokens(m, decode_context)
             rate = gpu.peak(d.dtype16) * self.eff.attention_fractions("fa3")[0]
             attn += max(kv_bytes / self.hbm, flops / rate) + m.num_layers * self.overhead
