@@ -272,7 +272,7 @@ def category(gpu: str | GPUSpec, cfg: TrainingConfig, plan: ParallelPlan) -> tup
     spec = catalog.gpu(gpu) if isinstance(gpu, str) else gpu
     eff = spec.efficiency
     family = eff.name if eff is not None else spec.id  # GPUs sharing an efficiency file share a calibration
-    # MXFP8 and NVFP4 are their own kinds: no published run of them in the set, so uncalibrated
+    # MXFP8 and NVFP4 are their own kinds (their bands: the held-out Megatron-Bridge runs of them)
     precision = cfg.precision if cfg.precision in LOW_PRECISION else "16-bit"
     context = "long (>= 32K)" if cfg.seq_len >= 32768 else "short (< 32K)"
     if plan.ep > 1:
