@@ -118,13 +118,13 @@ SOURCES = (
         dict(grad_fp32=False, master_remainders=True),
         sp=True,
     ),
-    # Megatron-Bridge (NeMo 25.11 container) performance summary, the same stack a year on:
-    # FP8-CS = TE current scaling; FSDP > 0 = Megatron-FSDP (gpuplan's zero 3). Its performance
-    # configs reduce and keep gradients in BF16 (scripts/performance/configs/llama/
-    # llama3_llm_pretrain.py, set_llama3_common_configs: grad_reduce_in_fp32 = False).
+    # Megatron-Bridge performance summaries (NeMo 25.11 to 26.06 containers), the same stack a year
+    # on: FP8-CS = TE current scaling; FSDP > 0 = Megatron-FSDP (gpuplan's zero 3). Their performance
+    # configs reduce and keep gradients in BF16 (scripts/performance/configs/*/*_llm_pretrain.py,
+    # set_{llama3,llama31,qwen3,gpt_oss}_common_configs: grad_reduce_in_fp32 = False, r0.2.0 to v0.5.0).
     Source(
-        "Megatron-Bridge 25.11",
-        "Megatron-Bridge 25.11 (NeMo container)",
+        "Megatron-Bridge",
+        "Megatron-Bridge (NeMo container)",
         "",
         "nemo",
         dict(grad_fp32=False),
@@ -272,7 +272,7 @@ def category(gpu: str | GPUSpec, cfg: TrainingConfig, plan: ParallelPlan) -> tup
     spec = catalog.gpu(gpu) if isinstance(gpu, str) else gpu
     eff = spec.efficiency
     family = eff.name if eff is not None else spec.id  # GPUs sharing an efficiency file share a calibration
-    # MXFP8 and NVFP4 are their own kinds: no published run of them in the set, so uncalibrated
+    # MXFP8 and NVFP4 are their own kinds (their bands: the held-out Megatron-Bridge runs of them)
     precision = cfg.precision if cfg.precision in LOW_PRECISION else "16-bit"
     context = "long (>= 32K)" if cfg.seq_len >= 32768 else "short (< 32K)"
     if plan.ep > 1:
