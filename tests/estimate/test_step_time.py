@@ -287,3 +287,25 @@ def test_expert_gradients_reduce_over_the_expert_data_parallel_ranks(h100):
         dense_rs = held.dense * cfg.grad_bytes * 3 / 4
         expert_rs = held.expert * cfg.grad_bytes * (edp - 1) / edp
         assert st.comm["dp"].collectives["reduce-scatter"] == pytest.approx(dense_rs + expert_rs)
+
+
+def test_interleaved_pipeline_hides_its_sends_behind_the_next_chunk_but_1f1b_waits_for_each(h100):
+    # Megatron-Core's interleaved schedule (overlap_p2p_comm) posts each receive ahead: only the
+    # 2(p-1) hops of the fill and drain wait, as long as a transfer is shorter than a chunk's
+    # forward; plain 1F1B's blocking send/recv waits for every one of its 2(m + p - 1) transfers.
+    # By hand: each TP rank sends its 1/tp slice, 4096 tokens x 8192 x bf16 / 4, over the
+    # neighbour link (pp across nodes in tp-cp-dp-pp order with tp 4 x dp 2 = one node per stage)
+    from gpuplan.estimate.comm import collective_time, place
+
+    m = catalog.model("llama-3.1-70b")
+    cfg = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=32)
+    p, mb = 4, 16
+    size = 4096 * 8192 * 2 / 4
+    plain_plan = ParallelPlan(dp=2, tp=4, pp=p)
+    t = collective_time("p2p", size, place(plain_plan, h100, ("tp", "cp", "dp", "pp"))["pp"], h100)
+    plain = step_time(m, cfg, plain_plan, h100, mb)
+    assert plain.breakdown["pp_comm"] == pytest.approx(2 * (mb + p - 1) * t)
+    interleaved = step_time(m, cfg, ParallelPlan(dp=2, tp=4, pp=p, vp=5), h100, mb)
+    assert interleaved.stages[0].fwd / 5 > t  # a chunk (4 layers) outlasts a transfer
+    assert interleaved.breakdown["pp_comm"] == pytest.approx(2 * (p - 1) * t)
+    assert interleaved.comm["pp"].time == pytest.approx(2 * (mb * 5 + p - 1) * t)  # all still sent

@@ -167,8 +167,7 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
         d: CommLine(c.bytes_per_gpu, c.time, c.exposed, dict(c.collectives)) for d, c in stage_comm[crit].items()
     }
 
-    # pipeline point-to-point: one activation (or gradient) per micro-batch and chunk boundary;
-    # Megatron's blocking send/recv puts each on the path
+    # pipeline point-to-point: one activation (or gradient) per micro-batch and chunk boundary
     p2p = 0.0
     if p > 1:
         g = groups["pp"]
@@ -176,7 +175,18 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
         # (Narayanan et al. 2021, section 4.1, scatter/gather); with SP the slice is the activation
         size = shape.tokens * m.hidden_size * cfg.activation_bytes / plan.tp
         transfers = 2 * (mb * v + p - 1)
-        p2p = transfers * collective_time("p2p", size, g, gpu)
+        t = collective_time("p2p", size, g, gpu)
+        if v > 1 and sched.interleaved:
+            # interleaved 1F1B posts each chunk's receive ahead and waits for it only before the
+            # chunk that needs it, sending while the next chunk computes (Megatron-Core
+            # schedules.py, overlap_p2p_comm, which Megatron-LM and Megatron-Bridge turn on for
+            # every interleaved run; torch.distributed.pipelining's _PipelineScheduleRuntime posts
+            # RECV_F/RECV_B actions ahead too): a transfer hides behind one chunk's forward, the
+            # shortest compute beside it; the 2(p-1) hops of the fill and the drain still wait
+            p2p = 2 * (p - 1) * t + 2 * mb * v * max(0.0, t - fwd[crit] / v)
+        else:
+            # 1F1B's blocking batched send/recv (Megatron's batch_p2p_comm) puts each on the path
+            p2p = transfers * t
         crit_comm["pp"].add("p2p", size, g, gpu, transfers, exposed=p2p)
 
     # data parallelism: gradients reduced over dp x cp (experts over the expert data-parallel ranks),
