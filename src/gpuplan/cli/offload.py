@@ -107,12 +107,12 @@ def render_train_offload(doc: dict) -> None:
     )
 
 
-def render_offload_validation(checks, summary: dict) -> None:
+def render_offload_validation(checks, summary: dict, title: str = "offload: predicted vs published") -> None:
     from rich.table import Table
 
     from gpuplan.cli.render import console
 
-    t = Table(title="offload: predicted vs published")
+    t = Table(title=title)
     for col in ("id", "tag", "metric", "measured", "predicted", "error", "search"):
         t.add_column(col)
     for c in checks:
@@ -127,6 +127,11 @@ def render_offload_validation(checks, summary: dict) -> None:
         + (
             f"; published lower bounds: least margin {summary['min_bound_margin']:+.1%}"
             if summary.get("min_bound_margin") is not None
+            else ""
+        )
+        + (
+            f"; gpuplan's best over FlexGen's searched best: least {summary['min_best_margin']:+.1%}"
+            if summary.get("min_best_margin") is not None
             else ""
         )
         + ")"
