@@ -75,7 +75,7 @@ def _row(row_id: str) -> dict:
 
 def test_flexgen_opt30b_row_matches_the_cost_model_worked_by_hand():
     # FlexGen's OPT-30B run: --percent 20 80 (h^2 + 6h of each layer on the GPU, as its runtime
-    # places whole tensors, the rest on the CPU) with the cache on the CPU, block 144, prompt 512,
+    # places whole tensors, the rest on the CPU) with the cache on the CPU, block 48 x 3, prompt 512,
     # 32 generated: the prefill yields the first token, 31 decode steps the rest (FlexGen's
     # cost_model.py T = Tpre * l + Tgen * (n - 1) * l). OPT-30B: 48 layers, h = 7168, a layer
     # 12h^2 + 13h parameters in fp16; KV 4h bytes per token and layer; machine rates from the row.
@@ -90,10 +90,11 @@ def test_flexgen_opt30b_row_matches_the_cost_model_worked_by_hand():
     ctx = s_in + n / 2
     # decode, per layer: ctog + hop + (GPU matmul + CPU attention, one after the other on the
     # layer's dependency path: cost_model.py's compg adds them); a matmul weight is 2 FLOPs
-    # per token per parameter (biases and norms are not matmuls: 12h^2 of the 12h^2 + 13h)
+    # per token per parameter (biases and norms are not matmuls: 12h^2 of the 12h^2 + 13h); the
+    # block runs as 3 GPU batches of 48 (FlexGen's Algorithm 1), each reading the layer from HBM
     ctog = on_cpu * layer / pcie
     hop = b * 4 * h * 2 / pcie
-    gpu_c = max(b * 2 * 12 * h * h / gemm, layer / hbm)
+    gpu_c = max(b * 2 * 12 * h * h / gemm, 3 * layer / hbm)
     cpu_c = b * ctx * 4 * h / cpu_flops
     vocab, embed = 50272, 7168
     head_flops = 2 * vocab * embed
@@ -102,7 +103,7 @@ def test_flexgen_opt30b_row_matches_the_cost_model_worked_by_hand():
     step = L * (ctog + hop + gpu_c + cpu_c) + head
     # prefill, per layer: max(ctog, cache down over PCIe, GPU matmul + GPU attention)
     tokens = b * s_in
-    pf_c = max(tokens * 2 * 12 * h * h / gemm, layer / hbm) + b * s_in * s_in / 2 * 4 * h / gemm
+    pf_c = max(tokens * 2 * 12 * h * h / gemm, 3 * layer / hbm) + b * s_in * s_in / 2 * 4 * h / gemm
     gtoc = tokens * kv_tok / pcie
     prefill = L * max(ctog, gtoc, pf_c) + b * head_flops / gemm
     oracle = b * n / (prefill + (n - 1) * step)

@@ -51,7 +51,9 @@ def render_serve_offload(doc: dict) -> None:
         + ("; attention over the off-GPU KV runs on the CPU" if p["attention_on_cpu"] else "")
     )
     console.print(
-        f"batch {doc['batch']}: {doc['throughput_tokens_per_s']:.2f} tokens/s generated (prefill included), "
+        f"batch {doc['batch']}"
+        + (f" (GPU batches of {doc['gpu_batch']})" if doc.get("gpu_batch", doc["batch"]) < doc["batch"] else "")
+        + f": {doc['throughput_tokens_per_s']:.2f} tokens/s generated (prefill included), "
         f"{doc['decode_tokens_per_s']:.2f} tokens/s decoding, {fmt_duration(doc['per_token_s'])} per token"
     )
     t = Table(title="one decode step of the block")

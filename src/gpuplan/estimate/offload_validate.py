@@ -10,7 +10,7 @@ Kinds (``system``):
 
 * ``flexgen``: the cost model (serve/offload.py) timing FlexGen's own placement (its ``--percent``
   weights/KV/activations on GPU, CPU, the rest disk, the weights' shares as its runtime rounds them
-  to whole tensors, and its block = GPU batch x GPU batches) on its machine, against FlexGen's
+  to whole tensors, and its block, written ``GxK``: GPU batch x GPU batches) on its machine, against FlexGen's
   measured throughput; ``search_margin`` is gpuplan's searched placement and block over that same
   prediction, on the same machine and by the same model (>= 0: the placement chosen is no slower
   than the published system's, the issue's target);
@@ -215,6 +215,14 @@ def flexgen_placement(percent: str, model: ModelSpec) -> Placement:
     )
 
 
+def flexgen_block(block: str) -> tuple[int, int]:
+    """(block, GPU batch) from a row's ``block``: FlexGen's ``--gpu-batch-size`` x
+    ``--num-gpu-batches`` written ``GxK`` (the block is G x K sequences, run as K GPU batches of G),
+    or a bare block run as one GPU batch."""
+    g, _, k = block.partition("x")
+    return int(g) * int(k or 1), int(g)
+
+
 def _serve_request(r: dict) -> OffloadRequest:
     gpu, host = _machine(r)
     return OffloadRequest(
@@ -234,7 +242,8 @@ def predict(r: dict) -> float:
     if r["kind"] == "serve":
         req = _serve_request(r)
         if r["system"] == "flexgen":
-            plan = evaluate_placement(req, flexgen_placement(r["percent"], req.model), int(r["block"]))
+            block, gpu_batch = flexgen_block(r["block"])
+            plan = evaluate_placement(req, flexgen_placement(r["percent"], req.model), block, gpu_batch)
             return plan.decode_throughput if r["metric"] == "decode_tokens_per_s" else plan.throughput
         return plan_offload(req).throughput  # flexgen-best and baseline: gpuplan's own best placement
     model = STAND_INS.get(r["model"]) or catalog.model(r["model"])
