@@ -118,5 +118,5 @@ def test_validate_offload_held_out_prints_every_held_out_row_with_its_error(caps
     code, out, _ = run(["validate", "offload-held-out", "--json"], capsys)
     assert code == 0
     doc = json.loads(out)
-    assert len(doc["rows"]) == 40 and all("error" in r and r["system"] for r in doc["rows"])
+    assert len(doc["rows"]) == 46 and all("error" in r and r["system"] for r in doc["rows"])
     assert doc["summary"]["median_abs_error"] is not None

@@ -14,6 +14,9 @@ Kinds (``system``):
   measured throughput; ``search_margin`` is gpuplan's searched placement and block over that same
   prediction, on the same machine and by the same model (>= 0: the placement chosen is no slower
   than the published system's, the issue's target);
+* ``zero-inference``: likewise DeepSpeed ZeRO-Inference's stated placement (every layer streamed from
+  CPU memory or NVMe, written as FlexGen's ``--percent``, the KV cache on the CPU with its attention
+  there) and batch, one GPU batch (its row-by-row schedule);
 * ``flexgen-best``: FlexGen's policy-searched best where the source read does not give the policy:
   the prediction is gpuplan's own searched placement on the same machine, so the error is both a
   throughput check and a placement check (>= 0: the placement chosen is no slower);
@@ -57,6 +60,8 @@ from gpuplan.specs.training import TrainingConfig
 
 CSV = Path(__file__).resolve().parent.parent / "catalog" / "validation" / "offload_runs.csv"
 HELD_OUT = CSV.parent / "held_out" / "offload_runs.csv"
+# serving systems whose rows state the placement that ran, timed as it ran (module doc)
+TIMED = ("flexgen", "zero-inference")
 
 
 def _gpt(name: str, hidden: int, layers: int) -> ModelSpec:
@@ -241,7 +246,7 @@ def predict(r: dict) -> float:
     gpu, host = _machine(r)
     if r["kind"] == "serve":
         req = _serve_request(r)
-        if r["system"] == "flexgen":
+        if r["system"] in TIMED:
             block, gpu_batch = flexgen_block(r["block"])
             plan = evaluate_placement(req, flexgen_placement(r["percent"], req.model), block, gpu_batch)
             return plan.decode_throughput if r["metric"] == "decode_tokens_per_s" else plan.throughput
@@ -275,7 +280,7 @@ def validate_offload(path: Path = CSV) -> list[OffloadCheck]:
     for r in rows:
         predicted = predict(r)
         margin = None
-        if r["system"] == "flexgen" and r["metric"] == "generation_tokens_per_s":
+        if r["system"] in TIMED and r["metric"] == "generation_tokens_per_s":
             margin = plan_offload(_serve_request(r)).throughput / predicted - 1
         out.append(
             OffloadCheck(
