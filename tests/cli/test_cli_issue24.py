@@ -112,3 +112,11 @@ def test_search_without_offload_names_offload_as_the_fix(capsys):
     args = ["search", "llama-3.1-8b", "--gpu", "rtx-4090", "--gpus", "1", "--seq-len", "2048", "--global-batch", "16"]
     code, _, err = run(args, capsys)
     assert code == 3 and "--offload auto" in err and err.strip().count("\n") == 0  # 3: does not fit
+
+
+def test_validate_offload_held_out_prints_every_held_out_row_with_its_error(capsys):
+    code, out, _ = run(["validate", "offload-held-out", "--json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    assert len(doc["rows"]) == 46 and all("error" in r and r["system"] for r in doc["rows"])
+    assert doc["summary"]["median_abs_error"] is not None

@@ -6,7 +6,14 @@ import statistics
 import pytest
 
 from gpuplan import catalog
-from gpuplan.estimate.offload_validate import CSV, flexgen_placement, summary, validate_offload
+from gpuplan.estimate.offload_validate import (
+    CSV,
+    HELD_OUT,
+    flexgen_block,
+    flexgen_placement,
+    summary,
+    validate_offload,
+)
 
 
 def test_every_row_is_predicted_and_its_error_is_predicted_over_measured_minus_one():
@@ -75,7 +82,7 @@ def _row(row_id: str) -> dict:
 
 def test_flexgen_opt30b_row_matches_the_cost_model_worked_by_hand():
     # FlexGen's OPT-30B run: --percent 20 80 (h^2 + 6h of each layer on the GPU, as its runtime
-    # places whole tensors, the rest on the CPU) with the cache on the CPU, block 144, prompt 512,
+    # places whole tensors, the rest on the CPU) with the cache on the CPU, block 48 x 3, prompt 512,
     # 32 generated: the prefill yields the first token, 31 decode steps the rest (FlexGen's
     # cost_model.py T = Tpre * l + Tgen * (n - 1) * l). OPT-30B: 48 layers, h = 7168, a layer
     # 12h^2 + 13h parameters in fp16; KV 4h bytes per token and layer; machine rates from the row.
@@ -90,10 +97,11 @@ def test_flexgen_opt30b_row_matches_the_cost_model_worked_by_hand():
     ctx = s_in + n / 2
     # decode, per layer: ctog + hop + (GPU matmul + CPU attention, one after the other on the
     # layer's dependency path: cost_model.py's compg adds them); a matmul weight is 2 FLOPs
-    # per token per parameter (biases and norms are not matmuls: 12h^2 of the 12h^2 + 13h)
+    # per token per parameter (biases and norms are not matmuls: 12h^2 of the 12h^2 + 13h); the
+    # block runs as 3 GPU batches of 48 (FlexGen's Algorithm 1), each reading the layer from HBM
     ctog = on_cpu * layer / pcie
     hop = b * 4 * h * 2 / pcie
-    gpu_c = max(b * 2 * 12 * h * h / gemm, layer / hbm)
+    gpu_c = max(b * 2 * 12 * h * h / gemm, 3 * layer / hbm)
     cpu_c = b * ctx * 4 * h / cpu_flops
     vocab, embed = 50272, 7168
     head_flops = 2 * vocab * embed
@@ -102,7 +110,7 @@ def test_flexgen_opt30b_row_matches_the_cost_model_worked_by_hand():
     step = L * (ctog + hop + gpu_c + cpu_c) + head
     # prefill, per layer: max(ctog, cache down over PCIe, GPU matmul + GPU attention)
     tokens = b * s_in
-    pf_c = max(tokens * 2 * 12 * h * h / gemm, layer / hbm) + b * s_in * s_in / 2 * 4 * h / gemm
+    pf_c = max(tokens * 2 * 12 * h * h / gemm, 3 * layer / hbm) + b * s_in * s_in / 2 * 4 * h / gemm
     gtoc = tokens * kv_tok / pcie
     prefill = L * max(ctog, gtoc, pf_c) + b * head_flops / gemm
     oracle = b * n / (prefill + (n - 1) * step)
@@ -143,3 +151,53 @@ def test_gpuplan_search_is_no_slower_than_flexgen_s_own_placement_by_the_model()
     checks = [c for c in validate_offload() if c.search_margin is not None]
     assert len(checks) == 6
     assert summary(validate_offload())["min_search_margin"] >= 0
+
+
+def _held_out_rows() -> list[dict]:
+    with open(HELD_OUT, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_the_held_out_set_shares_no_published_run_with_the_shared_set_and_names_its_sources():
+    with open(CSV, newline="") as f:
+        shared = list(csv.DictReader(f))
+    held = _held_out_rows()
+    assert {r["id"] for r in held}.isdisjoint(r["id"] for r in shared)
+    seen = {
+        (r["model"], r["input_len"], r["output_len"], r["system"], r["percent"], r["block"], r["metric"])
+        for r in shared
+    }
+    for r in held:
+        assert r["tag"] in ("S", "S2", "D") and r["url"].startswith("https://") and r["source"], r["id"]
+        assert r["system"] in ("flexgen", "zero-inference", "flexgen-best", "baseline"), r["id"]
+        if r["system"] in ("flexgen", "zero-inference"):  # the system's own placement, stated
+            assert r["percent"] and "x" in r["block"], r["id"]
+        # the same run under the same metric is not in the shared set (disk rates aside: Table 24's runs)
+        key = (r["model"], r["input_len"], r["output_len"], r["system"], r["percent"], r["block"], r["metric"])
+        assert key not in seen or r["disk_read_gbps"] != "2", r["id"]
+
+
+def test_validate_offload_held_out_reports_each_row_and_its_summary():
+    rows = _held_out_rows()
+    checks = validate_offload(HELD_OUT)
+    assert [c.id for c in checks] == [r["id"] for r in rows]
+    for c, r in zip(checks, rows):
+        assert c.measured == float(r["value"]) and c.error == c.predicted / c.measured - 1
+    s = summary(checks)
+    own = [abs(c.error) for c in checks if c.kind != "baseline"]
+    assert s["median_abs_error"] == statistics.median(own) and s["max_abs_error"] == max(own)
+    # visible guards of what the rows say now (not tuned): the median is within the issue's 20%;
+    # gpuplan's searched placement is no slower than FlexGen's own placement timed by the same
+    # model, nor than any published baseline
+    assert s["median_abs_error"] < 0.12  # 10.4% now
+    assert s["min_search_margin"] >= 0 and s["min_baseline_margin"] >= 0
+    # rows the model does not match say why in their note
+    for c, r in zip(checks, rows):
+        if c.kind != "baseline" and abs(c.error) > 0.2:
+            assert r["note"].startswith("NOT MATCHED"), c.id
+
+
+def test_a_flexgen_block_written_gxk_is_g_times_k_sequences_in_gpu_batches_of_g():
+    assert flexgen_block("48x3") == (144, 48)
+    assert flexgen_block("12x12") == (144, 12)
+    assert flexgen_block("7") == (7, 7)

@@ -12,7 +12,15 @@ import pytest
 from gpuplan import catalog
 from gpuplan.errors import GpuplanError
 from gpuplan.serve.formats import KV_FORMATS, WEIGHT_FORMATS
-from gpuplan.serve.offload import OffloadRequest, Placement, _evaluate, _shape, plan_offload
+from gpuplan.serve.offload import (
+    _HBM_EFF,
+    OffloadRequest,
+    Placement,
+    _evaluate,
+    _shape,
+    evaluate_placement,
+    plan_offload,
+)
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.host import HostSpec
 
@@ -293,12 +301,13 @@ def test_the_gpu_holds_the_most_weights_that_fit_beside_the_cache_not_a_grid_ste
 
 
 def _transfer_bound_until_the_cpu_is_full(sequences: float) -> OffloadRequest:
-    # OPT-125m, one-token prompts, 32 generated, no disk, and a GPU of the embeddings, 32 prompts'
-    # activations and the two streaming buffers: no room for weights (at a block under 32, under
-    # 0.5% of them), so every block streams all 12 layers over PCIe at 1 GB/s and throughput grows
+    # OPT-125m, one-token prompts, 32 generated, no disk, and a GPU of the embeddings, 4 prompts'
+    # activations (the smallest GPU batch searched) and the two streaming buffers: no room for
+    # weights (at a block under 4, under 0.1% of them), so every block streams all 12 layers over
+    # PCIe at 1 GB/s and throughput grows
     # with the block until the weights plus the cache ((1 + 32) tokens x 12 layers x 3,072 bytes
     # a sequence) fill the 90% of CPU memory the planner uses
-    memory = EDGE + 32 * ACT + 2 * LAYER_BYTES
+    memory = EDGE + 4 * ACT + 2 * LAYER_BYTES
     kv_seq = (1 + 32) * 12 * KV_LAYER
     cpu = (12 * LAYER_BYTES + sequences * kv_seq) / 0.9
     h = host(pcie=1e9, cpu_bw=FAST, cpu_flops=FAST, memory=cpu)
@@ -315,3 +324,43 @@ def test_the_block_search_finds_the_largest_block_that_fits_between_the_coarse_b
 def test_the_block_search_grows_past_1024_while_the_largest_block_is_the_best():
     plan = plan_offload(_transfer_bound_until_the_cpu_is_full(1500.5))
     assert plan.batch == 1500
+
+
+def test_each_gpu_batch_of_a_block_reads_the_layer_weights_from_hbm_again():
+    # FlexGen's Algorithm 1: a block of 8 run as 4 GPU batches of 2 runs each layer's matmuls 4
+    # times, each reading the layer's 14.2 MB from HBM; with compute free (FAST FLOP/s) and the
+    # weights and cache on the GPU, a decode step costs 3 more layer reads per layer than one GPU
+    # batch of 8 (the cache reads and the LM head are the same in both)
+    hbm = 1e11
+    req = request(gpu=gpu(hbm=hbm))
+    s = _shape(req.model, req.weights, req.kv)
+    p = Placement(weights_gpu=1.0, weights_cpu=0.0, weights_disk=0.0, kv_gpu=1.0, kv_cpu=0.0)
+    one, four = _evaluate(req, s, p, 8, gpu_batch=8), _evaluate(req, s, p, 8, gpu_batch=2)
+    assert four.gpu_batch == 2 and one.gpu_batch == 8
+    # the achievable HBM rate is the datasheet's times the default efficiency for a GPU without one
+    assert four.step_s - one.step_s == pytest.approx(12 * 3 * LAYER_BYTES / (hbm * _HBM_EFF), rel=1e-9)
+
+
+def test_the_prompt_activations_on_the_gpu_are_one_gpu_batch_s():
+    # the prefill holds one GPU batch's activations (the authors' cost model sizes its GPU working
+    # memory by the GPU batch), so a block of 32 run as 8 batches of 4 needs 28 prompts' fewer
+    req = request(input_len=512)
+    p = Placement(weights_gpu=1.0, weights_cpu=0.0, weights_disk=0.0, kv_gpu=1.0, kv_cpu=0.0)
+    whole = evaluate_placement(req, p, 32, gpu_batch=32).gpu_bytes
+    assert whole - evaluate_placement(req, p, 32, gpu_batch=4).gpu_bytes == pytest.approx(28 * 512 * ACT)
+
+
+def test_the_search_runs_a_block_as_smaller_gpu_batches_when_its_prompts_crowd_out_the_weights():
+    # a GPU that holds all 12 layers, the embeddings, the block's cache and 8 prompts' activations
+    # but not 64 prompts': with the block fixed at 64, the search keeps every weight on the GPU by
+    # running the block as GPU batches of at most 8 rather than streaming weights over PCIe
+    b, s_in, n = 64, 512, 32
+    kv = b * (s_in + n) * 12 * KV_LAYER
+    memory = EDGE + 12 * LAYER_BYTES + kv + 8 * s_in * ACT
+    h = host(pcie=1e9, cpu_bw=1e9, cpu_flops=1e9)
+    plan = plan_offload(
+        request(gpu=gpu(memory=memory, hbm=1e12), host=h, batch=b, input_len=s_in, gpu_memory_utilization=1.0)
+    )
+    assert plan.batch == b and plan.gpu_batch <= 8
+    assert plan.placement.weights_gpu == 1.0 and plan.placement.kv_gpu == 1.0
+    assert plan.gpu_bytes <= memory

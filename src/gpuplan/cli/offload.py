@@ -51,7 +51,9 @@ def render_serve_offload(doc: dict) -> None:
         + ("; attention over the off-GPU KV runs on the CPU" if p["attention_on_cpu"] else "")
     )
     console.print(
-        f"batch {doc['batch']}: {doc['throughput_tokens_per_s']:.2f} tokens/s generated (prefill included), "
+        f"batch {doc['batch']}"
+        + (f" (GPU batches of {doc['gpu_batch']})" if doc.get("gpu_batch", doc["batch"]) < doc["batch"] else "")
+        + f": {doc['throughput_tokens_per_s']:.2f} tokens/s generated (prefill included), "
         f"{doc['decode_tokens_per_s']:.2f} tokens/s decoding, {fmt_duration(doc['per_token_s'])} per token"
     )
     t = Table(title="one decode step of the block")
@@ -107,12 +109,12 @@ def render_train_offload(doc: dict) -> None:
     )
 
 
-def render_offload_validation(checks, summary: dict) -> None:
+def render_offload_validation(checks, summary: dict, title: str = "offload: predicted vs published") -> None:
     from rich.table import Table
 
     from gpuplan.cli.render import console
 
-    t = Table(title="offload: predicted vs published")
+    t = Table(title=title)
     for col in ("id", "tag", "metric", "measured", "predicted", "error", "search"):
         t.add_column(col)
     for c in checks:
@@ -127,6 +129,11 @@ def render_offload_validation(checks, summary: dict) -> None:
         + (
             f"; published lower bounds: least margin {summary['min_bound_margin']:+.1%}"
             if summary.get("min_bound_margin") is not None
+            else ""
+        )
+        + (
+            f"; gpuplan's best over FlexGen's searched best: least {summary['min_best_margin']:+.1%}"
+            if summary.get("min_best_margin") is not None
             else ""
         )
         + ")"

@@ -10,13 +10,26 @@ Kinds (``system``):
 
 * ``flexgen``: the cost model (serve/offload.py) timing FlexGen's own placement (its ``--percent``
   weights/KV/activations on GPU, CPU, the rest disk, the weights' shares as its runtime rounds them
-  to whole tensors, and its block = GPU batch x GPU batches) on its machine, against FlexGen's
+  to whole tensors, and its block, written ``GxK``: GPU batch x GPU batches) on its machine, against FlexGen's
   measured throughput; ``search_margin`` is gpuplan's searched placement and block over that same
   prediction, on the same machine and by the same model (>= 0: the placement chosen is no slower
   than the published system's, the issue's target);
+* ``zero-inference``: likewise DeepSpeed ZeRO-Inference's stated placement (every layer streamed from
+  CPU memory or NVMe, written as FlexGen's ``--percent``, the KV cache on the CPU with its attention
+  there) and batch, one GPU batch (its row-by-row schedule);
+* ``flexgen-best``: FlexGen's policy-searched best where the source read does not give the policy:
+  the prediction is gpuplan's own searched placement on the same machine, so the error is both a
+  throughput check and a placement check (>= 0: the placement chosen is no slower);
 * ``baseline``: a published system's throughput on the same machine; the error is gpuplan's best
   placement over it, which should be >= 0 (the placement chosen is no slower than theirs);
 * ``zero-offload``: the training model (estimate/offload.py): ``tflops_per_gpu`` or ``max_params``.
+
+A serving row's ``metric`` is ``generation_tokens_per_s`` (FlexGen's generated tokens / (prefill +
+decode time)) or ``decode_tokens_per_s`` (the decode phase alone: FlexGen paper Table 3).
+
+The held-out set (catalog/validation/held_out/offload_runs.csv, ``gpuplan validate
+offload-held-out``) has the same columns: published runs read after the model was built and never
+used to set a constant.
 
 A row whose ``compare`` is ``at_least`` publishes a lower bound (ZeRO-Infinity fits a trillion
 parameters; its largest is not stated): like a baseline, the check is predicted / measured >= 1,
@@ -46,6 +59,9 @@ from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.training import TrainingConfig
 
 CSV = Path(__file__).resolve().parent.parent / "catalog" / "validation" / "offload_runs.csv"
+HELD_OUT = CSV.parent / "held_out" / "offload_runs.csv"
+# serving systems whose rows state the placement that ran, timed as it ran (module doc)
+TIMED = ("flexgen", "zero-inference")
 
 
 def _gpt(name: str, hidden: int, layers: int) -> ModelSpec:
@@ -204,6 +220,14 @@ def flexgen_placement(percent: str, model: ModelSpec) -> Placement:
     )
 
 
+def flexgen_block(block: str) -> tuple[int, int]:
+    """(block, GPU batch) from a row's ``block``: FlexGen's ``--gpu-batch-size`` x
+    ``--num-gpu-batches`` written ``GxK`` (the block is G x K sequences, run as K GPU batches of G),
+    or a bare block run as one GPU batch."""
+    g, _, k = block.partition("x")
+    return int(g) * int(k or 1), int(g)
+
+
 def _serve_request(r: dict) -> OffloadRequest:
     gpu, host = _machine(r)
     return OffloadRequest(
@@ -222,9 +246,11 @@ def predict(r: dict) -> float:
     gpu, host = _machine(r)
     if r["kind"] == "serve":
         req = _serve_request(r)
-        if r["system"] == "flexgen":
-            return evaluate_placement(req, flexgen_placement(r["percent"], req.model), int(r["block"])).throughput
-        return plan_offload(req).throughput
+        if r["system"] in TIMED:
+            block, gpu_batch = flexgen_block(r["block"])
+            plan = evaluate_placement(req, flexgen_placement(r["percent"], req.model), block, gpu_batch)
+            return plan.decode_throughput if r["metric"] == "decode_tokens_per_s" else plan.throughput
+        return plan_offload(req).throughput  # flexgen-best and baseline: gpuplan's own best placement
     model = STAND_INS.get(r["model"]) or catalog.model(r["model"])
     cfg = TrainingConfig(
         seq_len=int(r["input_len"]),
@@ -247,13 +273,14 @@ def predict(r: dict) -> float:
 
 
 def validate_offload(path: Path = CSV) -> list[OffloadCheck]:
+    """Every row of ``path`` predicted (``predict``) beside its published value."""
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     out = []
     for r in rows:
         predicted = predict(r)
         margin = None
-        if r["system"] == "flexgen":
+        if r["system"] in TIMED and r["metric"] == "generation_tokens_per_s":
             margin = plan_offload(_serve_request(r)).throughput / predicted - 1
         out.append(
             OffloadCheck(
@@ -274,8 +301,10 @@ def validate_offload(path: Path = CSV) -> list[OffloadCheck]:
 
 def summary(checks: list[OffloadCheck]) -> dict:
     """Median and max |error| over the rows that predict a system's own number (not baselines),
-    and the least margin over the baselines (>= 0: gpuplan's placement is no slower)."""
+    and the least margin over the baselines (>= 0: gpuplan's placement is no slower); ``flexgen-best``
+    rows count in both (gpuplan's best placement against FlexGen's best)."""
     own = [abs(c.error) for c in checks if c.kind != "baseline" and not c.at_least]
+    best = [c.error for c in checks if c.kind == "flexgen-best"]
     margins = [c.error for c in checks if c.kind == "baseline"]
     bounds = [c.error for c in checks if c.at_least]
     searched = [c.search_margin for c in checks if c.search_margin is not None]
@@ -286,6 +315,7 @@ def summary(checks: list[OffloadCheck]) -> dict:
         "min_baseline_margin": min(margins) if margins else None,
         "min_search_margin": min(searched) if searched else None,
         "min_bound_margin": min(bounds) if bounds else None,
+        "min_best_margin": min(best) if best else None,
     }
 
 
@@ -296,6 +326,7 @@ def to_dict(checks: list[OffloadCheck]) -> dict[str, Any]:
             {
                 "id": c.id,
                 "source": c.source,
+                "system": c.kind,
                 "metric": c.metric,
                 "measured": c.measured,
                 "predicted": c.predicted,

@@ -24,7 +24,15 @@ Generation throughput is FlexGen's: generated tokens / (prefill time + decode ti
 yielding the first token and ``n - 1`` decode steps the rest (cost_model.py ``T = Tpre * l +
 Tgen * (n-1) * l``).
 
-The search (``plan_offload``) keeps, for each block and each placement of the cache, the most
+A block runs as ``ceil(block / gpu batch)`` GPU batches, one after the other, through each layer
+(FlexGen paper Algorithm 1, the loop over GPU batches inside a layer; its ``--gpu-batch-size`` and
+``--num-gpu-batches``): each GPU batch's matmuls read the layer's weights from HBM again, so a layer
+costs ``max(block x matmul FLOPs / rate, GPU batches x layer bytes / HBM rate)`` on the GPU, and the
+prompt's activations on the GPU are one GPU batch's (the authors' cost model,
+experimental/cost_model.py ``solve_lp``: the GPU working memory ``interp`` scales with ``gbs``, the
+costs with the block ``bls``).
+
+The search (``plan_offload``) keeps, for each block, GPU batch and placement of the cache, the most
 weights the GPU holds (the cost falls as weights move onto it, so the best share is where GPU
 memory binds, a continuous value as in FlexGen's linear program) and searches the block between
 the coarse ladder's points, where the best one sits at a memory cliff.
@@ -40,7 +48,9 @@ over it as over the CPU share. The disk's read and write are separate terms of t
 authors' cost model (FlexGen repository, experimental/cost_model.py, ``dtocg`` and ``ctodg``).
 
 Not modelled (yet): activations on disk, weight compression (FlexGen's 4-bit group
-quantisation: pass ``--weights int4-awq`` for a similar byte count), multi-GPU pipelines.
+quantisation: pass ``--weights int4-awq`` for a similar byte count), multi-GPU pipelines, the OS
+page cache over disk-resident tensors (FlexGen paper Table 24: the same OPT-175B run gives 0.69
+token/s with it on, 0.49 with it off).
 """
 
 from __future__ import annotations
@@ -64,9 +74,12 @@ MODES = ("auto", "none", "weights", "kv")
 _GEMM_EFF, _HBM_EFF = 0.7, 0.85
 # Share of CPU memory an engine can pin: the OS and the process itself keep the rest (assumed)
 CPU_USABLE = 0.9
-# Sequences whose prefill runs at once: FlexGen's GPU batch (its tables use 32-64), which bounds
-# the activation working set on the GPU
+# Sequences whose prefill runs at once when no GPU batch is given: FlexGen's GPU batch (its tables
+# use 32-64), which bounds the activation working set on the GPU
 PREFILL_GPU_BATCH = 32
+# GPU batches the search tries below a block (and the block itself): FlexGen's policy search
+# enumerates the GPU batch too (paper section 4.3; its published ones are 1 to 160)
+GPU_BATCHES = (4, 8, 16, 32, 64, 128, 256)
 BATCHES = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
 
 
@@ -133,6 +146,7 @@ class OffloadPlan:
     disk_bytes: float
     balanced_batch: float  # batch at which GPU compute equals the per-layer weight transfer
     by_batch: tuple[tuple[int, float], ...] = field(default=())  # best throughput at each batch searched
+    gpu_batch: int = 0  # sequences per GPU batch; the block runs ceil(batch / gpu_batch) of them
 
     @property
     def per_token_s(self) -> float:
@@ -186,14 +200,23 @@ def _rates(req: OffloadRequest) -> tuple[float, float]:
     return g.peak(dtype) * gemm, g.hbm_bytes_per_s * hbm
 
 
-def _memory(req: OffloadRequest, s: _Shape, p: Placement, batch: int) -> tuple[float, float, float]:
+def _gpu_batch(batch: int, gpu_batch: int | None) -> int:
+    """Sequences per GPU batch: the one given (at most the block), else the block up to
+    ``PREFILL_GPU_BATCH``."""
+    return min(batch, gpu_batch) if gpu_batch else min(batch, PREFILL_GPU_BATCH)
+
+
+def _memory(
+    req: OffloadRequest, s: _Shape, p: Placement, batch: int, gpu_batch: int | None = None
+) -> tuple[float, float, float]:
     """(GPU, CPU, disk) bytes: weights and KV where placed, plus the GPU's streaming buffers.
 
     Streaming the offloaded share needs the current and the next layer's offloaded weights on
-    the GPU (FlexGen's double buffer, section 4.2)."""
+    the GPU (FlexGen's double buffer, section 4.2); the prompt's activations on the GPU are one
+    GPU batch's (module doc)."""
     W = s.layers * s.layer_bytes
     kv = batch * (req.input_len + req.output_len) * s.layers * s.kv_layer
-    prefill_act = min(batch, PREFILL_GPU_BATCH) * req.input_len * s.act_per_token
+    prefill_act = _gpu_batch(batch, gpu_batch) * req.input_len * s.act_per_token
     streamed = 1 - p.weights_gpu
     gpu = s.edge_bytes + p.weights_gpu * W + p.kv_gpu * kv + 2 * streamed * s.layer_bytes + prefill_act
     if p.gpu_layers is not None:  # llama.cpp: CPU layers never visit the GPU
@@ -201,8 +224,10 @@ def _memory(req: OffloadRequest, s: _Shape, p: Placement, batch: int) -> tuple[f
     return gpu, p.weights_cpu * W + p.kv_cpu * kv, p.weights_disk * W + p.kv_disk * kv
 
 
-def _evaluate(req: OffloadRequest, s: _Shape, p: Placement, batch: int) -> OffloadPlan:
+def _evaluate(req: OffloadRequest, s: _Shape, p: Placement, batch: int, gpu_batch: int | None = None) -> OffloadPlan:
     flops, hbm = _rates(req)
+    gbs = _gpu_batch(batch, gpu_batch)
+    reads = math.ceil(batch / gbs)  # GPU batches a layer runs, each reading its weights from HBM
     h = req.host
     pcie = h.pcie_per_gpu(1)
     cpu_bw, cpu_flops = h.cpu_memory_bytes_per_s, h.cpu_flops
@@ -233,7 +258,7 @@ def _evaluate(req: OffloadRequest, s: _Shape, p: Placement, batch: int) -> Offlo
         ctod = p.kv_disk * batch * s.kv_layer / h.disk_write_bytes_per_s if p.kv_disk else 0.0
         # with CPU attention only q and the new k, v go down and the attention output comes back
         hop = (batch * 4 * s.hidden * 2 / pcie) if kv_off else 0.0
-        gpu_c = max(batch * s.linear_flops / flops, s.layer_bytes / hbm)
+        gpu_c = max(batch * s.linear_flops / flops, reads * s.layer_bytes / hbm)
         gpu_c += p.kv_gpu * batch * max(ctx * s.kv_layer / hbm, ctx * s.attn_flops_per_ctx / flops)
         cpu_c = kv_off * batch * max(ctx * s.kv_layer / cpu_bw, ctx * s.attn_flops_per_ctx / cpu_flops)
         layer = ctog + hop + max(dtoc, ctod, gpu_c + cpu_c)  # cost_model.py's Tgen (module doc)
@@ -247,7 +272,7 @@ def _evaluate(req: OffloadRequest, s: _Shape, p: Placement, batch: int) -> Offlo
         # written to the CPU goes up over PCIe (device-to-host, the other direction: it overlaps
         # the weight loads).
         tokens = batch * req.input_len
-        pf_c = max(tokens * s.linear_flops / flops, s.layer_bytes / hbm)
+        pf_c = max(tokens * s.linear_flops / flops, reads * s.layer_bytes / hbm)
         pf_c += batch * req.input_len * req.input_len / 2 * s.attn_flops_per_ctx / flops
         pf_cpu = 0.0
         gtoc = kv_off * tokens * s.kv_layer / pcie
@@ -260,7 +285,7 @@ def _evaluate(req: OffloadRequest, s: _Shape, p: Placement, batch: int) -> Offlo
     # the prefill yields the first token; the other n - 1 come from decode steps (FlexGen cost_model.py
     # ``T == Tpre * l + Tgen * (n-1) * l``, paper appendix A.3; flex_opt.py's decode loop i = 1..n-1)
     total = prefill + (req.output_len - 1) * step
-    gpu_b, cpu_b, disk_b = _memory(req, s, p, batch)
+    gpu_b, cpu_b, disk_b = _memory(req, s, p, batch, gbs)
     per_seq = s.linear_flops / flops
     transfer = max(
         (p.weights_cpu + p.weights_disk) * s.layer_bytes / pcie,
@@ -283,11 +308,12 @@ def _evaluate(req: OffloadRequest, s: _Shape, p: Placement, batch: int) -> Offlo
         cpu_bytes=cpu_b,
         disk_bytes=disk_b,
         balanced_batch=transfer / per_seq,
+        gpu_batch=gbs,
     )
 
 
-def _fits(req: OffloadRequest, s: _Shape, p: Placement, batch: int) -> bool:
-    g, c, d = _memory(req, s, p, batch)
+def _fits(req: OffloadRequest, s: _Shape, p: Placement, batch: int, gpu_batch: int | None = None) -> bool:
+    g, c, d = _memory(req, s, p, batch, gpu_batch)
     return (
         g <= req.gpu.memory_bytes * req.gpu_memory_utilization
         and c <= req.host.cpu_memory_bytes * CPU_USABLE
@@ -299,7 +325,9 @@ _KV_SHARES = (0.0, 0.25, 0.5, 0.75, 1.0)  # splits of the off-GPU cache between 
 _KV_GPU_SHARES = tuple(i / 20 for i in range(21))
 
 
-def _most_weights_on_gpu(req: OffloadRequest, s: _Shape, batch: int, kv_gpu: float) -> float:
+def _most_weights_on_gpu(
+    req: OffloadRequest, s: _Shape, batch: int, kv_gpu: float, gpu_batch: int | None = None
+) -> float:
     """The largest share of the layers' weights the GPU holds beside ``kv_gpu`` of the cache.
 
     With the cache's placement and the block fixed, every term of the cost model falls (or stays)
@@ -310,7 +338,7 @@ def _most_weights_on_gpu(req: OffloadRequest, s: _Shape, batch: int, kv_gpu: flo
     ``gpu_home + gpu_w <= gmem`` with ``wg`` continuous), not a grid point below it."""
     W = s.layers * s.layer_bytes
     kv = batch * (req.input_len + req.output_len) * s.layers * s.kv_layer
-    act = min(batch, PREFILL_GPU_BATCH) * req.input_len * s.act_per_token
+    act = _gpu_batch(batch, gpu_batch) * req.input_len * s.act_per_token
     room = req.gpu.memory_bytes * req.gpu_memory_utilization - s.edge_bytes - act - kv_gpu * kv
     slope = W - 2 * s.layer_bytes  # a share on the GPU no longer needs its streaming buffers
     if slope <= 0:  # a model of one or two layers: all of it on the GPU needs the least memory
@@ -320,19 +348,25 @@ def _most_weights_on_gpu(req: OffloadRequest, s: _Shape, batch: int, kv_gpu: flo
     return min(1.0, max(0.0, math.floor(share * 1e6) / 1e6))
 
 
-def _placements(req: OffloadRequest, s: _Shape, batch: int):
+def _placements(req: OffloadRequest, s: _Shape, batch: int, gpu_batch: int | None = None):
     """Candidate placements: for each GPU share of the KV cache (steps of 5%) and each split of
     the off-GPU cache between CPU and disk (disk only when the host has one), the most weights the
     GPU holds beside that cache (``_most_weights_on_gpu``), the rest on the CPU as far as it holds
     them (it is faster than disk) and the remainder on disk. A split whose CPU share of the cache
-    alone overflows CPU memory is skipped (the fit check would refuse it)."""
+    alone overflows CPU memory is skipped (the fit check would refuse it), and so is every GPU share
+    of the cache from the first that leaves no room on the GPU even with the weights' least there
+    (GPU memory only grows with the cache's share)."""
     W = s.layers * s.layer_bytes
     kv = batch * (req.input_len + req.output_len) * s.layers * s.kv_layer
     cpu_room = req.host.cpu_memory_bytes * CPU_USABLE
     kv_options = (1.0,) if req.offload in ("none", "weights") else _KV_GPU_SHARES
     disk_options = _KV_SHARES if req.host.disk_bytes > 0 else (0.0,)
+    gpu_room = req.gpu.memory_bytes * req.gpu_memory_utilization
     for cg in kv_options:
-        wg = 1.0 if req.offload in ("none", "kv") else _most_weights_on_gpu(req, s, batch, cg)
+        wg = 1.0 if req.offload in ("none", "kv") else _most_weights_on_gpu(req, s, batch, cg, gpu_batch)
+        probe = Placement(weights_gpu=wg, weights_cpu=1 - wg, weights_disk=0.0, kv_gpu=cg, kv_cpu=1 - cg)
+        if _memory(req, s, probe, batch, gpu_batch)[0] > gpu_room:
+            break
         for share in disk_options if cg < 1 else (0.0,):
             kd = (1 - cg) * share
             kc = 1 - cg - kd
@@ -388,10 +422,13 @@ def _no_fit(req: OffloadRequest, s: _Shape) -> GpuplanError:
     )
 
 
-def evaluate_placement(req: OffloadRequest, placement: Placement, batch: int) -> OffloadPlan:
-    """One given placement and block batch timed by the cost model, without the memory check: a
-    published run's placement (FlexGen's ``--percent`` and block) fitted its machine whatever this
-    model's memory estimate says, so validation times it as it ran."""
+def evaluate_placement(
+    req: OffloadRequest, placement: Placement, batch: int, gpu_batch: int | None = None
+) -> OffloadPlan:
+    """One given placement, block batch and GPU batch timed by the cost model, without the memory
+    check: a published run's placement (FlexGen's ``--percent``, block and ``--gpu-batch-size``)
+    fitted its machine whatever this model's memory estimate says, so validation times it as it
+    ran."""
     for name in ("weights", "kv"):
         parts = [v for k, v in vars(placement).items() if k.startswith(name + "_")]
         require(
@@ -400,8 +437,9 @@ def evaluate_placement(req: OffloadRequest, placement: Placement, batch: int) ->
             f"the {name} shares must be >= 0 and sum to 1, got {parts}",
         )
     require(batch >= 1, "batch", f"must be a positive integer, got {batch}")
+    require(gpu_batch is None or gpu_batch >= 1, "gpu_batch", f"must be a positive integer, got {gpu_batch}")
     s = _shape(req.model, req.weights, req.kv)
-    plan = _evaluate(req, s, placement, batch)
+    plan = _evaluate(req, s, placement, batch, gpu_batch)
     return _with_curve(plan, ((batch, plan.throughput),))
 
 
@@ -426,12 +464,19 @@ def plan_offload(req: OffloadRequest) -> OffloadPlan:
             if b in tops:
                 continue
             top = None
-            for p in _placements(req, s, b):
-                if not _fits(req, s, p, b):
+            for g in _gpu_batches(b):
+                at_g = None
+                for p in _placements(req, s, b, g):
+                    if not _fits(req, s, p, b, g):
+                        continue
+                    plan = _evaluate(req, s, p, b, g)
+                    if at_g is None or _better(plan, at_g):
+                        at_g = plan
+                if at_g is None:
                     continue
-                plan = _evaluate(req, s, p, b)
-                if top is None or _better(plan, top):
-                    top = plan
+                if top is not None and not _better(at_g, top):
+                    break  # a smaller GPU batch freed memory that bought less than its HBM re-reads cost
+                top = at_g
             if top is not None:
                 tops[b] = top
 
@@ -458,6 +503,12 @@ def plan_offload(req: OffloadRequest) -> OffloadPlan:
         raise _no_fit(req, s)
     by_batch = tuple((b, tops[b].throughput) for b in sorted(tops))
     return _with_curve(_best(tops), by_batch)
+
+
+def _gpu_batches(batch: int) -> list[int]:
+    """GPU batches tried for a block: the whole block (one GPU batch), then the ``GPU_BATCHES``
+    below it, largest first (a smaller one frees GPU memory for weights and re-reads them more)."""
+    return [batch] + [g for g in reversed(GPU_BATCHES) if g < batch]
 
 
 _FINE = 32  # blocks tried between the coarse best's neighbours
@@ -531,6 +582,7 @@ def to_dict(plan: OffloadPlan) -> dict:
             "attention_on_cpu": p.kv_cpu + p.kv_disk > 0,
         },
         "batch": plan.batch,
+        "gpu_batch": plan.gpu_batch,
         "throughput_tokens_per_s": plan.throughput,
         "decode_tokens_per_s": plan.decode_throughput,
         "per_token_s": plan.per_token_s,

@@ -20,7 +20,7 @@ def validate(
         str,
         typer.Argument(
             help="training (step time), training-held-out (published runs never fitted to), serving "
-            "(throughput and latency), serving-held-out (published engine benchmarks never fitted to), serving-kv (KV pools) or offload."
+            "(throughput and latency), serving-held-out (published engine benchmarks never fitted to), serving-kv (KV pools), offload or offload-held-out (published offload runs never fitted to)."
         ),
     ] = "training",
     calibrated: Annotated[
@@ -38,16 +38,23 @@ def validate(
         raise GpuplanError(
             "calibrated", "--calibrated refits on the shared training runs only", "use: gpuplan validate training"
         )
-    if kind == "offload":
-        from gpuplan.estimate.offload_validate import summary as off_summary, to_dict as off_dict, validate_offload
+    if kind in ("offload", "offload-held-out"):
+        from gpuplan.estimate.offload_validate import (
+            CSV as OFF_CSV,
+            HELD_OUT as OFF_HELD_OUT,
+            summary as off_summary,
+            to_dict as off_dict,
+            validate_offload,
+        )
 
-        off_checks = validate_offload()
+        off_checks = validate_offload(OFF_HELD_OUT if kind == "offload-held-out" else OFF_CSV)
         if json_out:
             emit_json(off_dict(off_checks))
             return
         from gpuplan.cli.offload import render_offload_validation
 
-        render_offload_validation(off_checks, off_summary(off_checks))
+        title = "offload, held out: predicted vs published" if kind == "offload-held-out" else None
+        render_offload_validation(off_checks, off_summary(off_checks), *([title] if title else []))
         return
     if kind == "serving-kv":  # held out: KV pools against engines' startup logs
         from gpuplan.cli.render_serve import render_kv_validation
@@ -79,7 +86,7 @@ def validate(
         raise GpuplanError(
             "kind",
             f"unknown validation set {kind!r}",
-            "use training, training-held-out, serving, serving-held-out, serving-kv or offload",
+            "use training, training-held-out, serving, serving-held-out, serving-kv, offload or offload-held-out",
         )
     if calibrated:
         from gpuplan.estimate.calibrate import calibrated_validation
