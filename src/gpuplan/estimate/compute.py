@@ -155,6 +155,7 @@ class LayerShape:
     expert_imbalance: float = 1.0  # routed tokens on the busiest expert-parallel GPU over the mean
     etp: int | None = None  # expert tensor parallelism (MoE parallel folding); None: the experts split by tp
     fused_ce: bool = True  # the cross-entropy's elementwise passes fused (TrainingConfig.fused_cross_entropy)
+    fp8_current: bool = False  # per-tensor FP8 with current scaling: an amax pass before each cast
 
 
 @functools.lru_cache(maxsize=4096)  # keyed on every argument (GPUSpec hashes its efficiency)
@@ -191,7 +192,9 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
             modules=mods,
         )
         if d in LOW_PRECISION:
-            fwd_c, bwd_c = fp8_cast_times(gpu, rows * n_in * experts, rows * n_out * experts, a, dtype_bytes(d))
+            fwd_c, bwd_c = fp8_cast_times(
+                gpu, rows * n_in * experts, rows * n_out * experts, a, dtype_bytes(d), s.fp8_current
+            )
             out.add("fp8_cast", fwd=fwd_c, b=bwd_c, modules=mods)
 
     # FP8 recipes run the attention core in BF16 (TransformerEngine's FP8 dot-product attention is

@@ -85,7 +85,7 @@ def high_precision(dtype: str) -> str:
 
 
 def fp8_cast_times(
-    gpu: GPUSpec, inputs: float, grads: float, act_bytes: float, quant_bytes: float = 1.0
+    gpu: GPUSpec, inputs: float, grads: float, act_bytes: float, quant_bytes: float = 1.0, amax_pass: bool = False
 ) -> tuple[float, float]:
     """(forward, backward) seconds of quantizing one FP8 GEMM's operands: the forward casts its
     input X (``inputs`` elements) and the backward the output gradient dY (``grads``), each read in
@@ -94,6 +94,16 @@ def fp8_cast_times(
     Learning", section 4: per-tensor scaled casts around every GEMM). Weights are cast once per
     step and cached over the micro-batches (TE ``is_first_microbatch``), so are not counted here;
     the per-step amax/scale update is one small kernel per tensor, inside the launch overhead.
-    MXFP8/NVFP4 casts write ``quant_bytes`` per element per copy, their block scales included."""
+    MXFP8/NVFP4 casts write ``quant_bytes`` per element per copy, their block scales included.
+
+    ``amax_pass``: per-tensor current scaling (TE Float8CurrentScalingQuantizer::quantize_impl,
+    transformer_engine/pytorch/csrc/quantizer.cpp) first reduces the tensor's amax
+    (nvte_compute_amax_with_config: one more read of it), turns it into a scale
+    (nvte_compute_scale_from_amax), then casts: two more kernels. Delayed scaling knows its scale
+    from the amax history, and the block-scaled formats find each block's amax inside the cast."""
     per = act_bytes + 2.0 * quant_bytes  # read the high-precision tensor; write it quantized and transposed
-    return memory_time(gpu, inputs * per), memory_time(gpu, grads * per)
+    kernels = 1
+    if amax_pass:
+        per += act_bytes
+        kernels = 3
+    return memory_time(gpu, inputs * per, kernels), memory_time(gpu, grads * per, kernels)

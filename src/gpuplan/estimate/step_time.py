@@ -100,6 +100,7 @@ def _shape(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) -> LayerShape:
         expert_imbalance=cfg.expert_imbalance if plan.ep > 1 else 1.0,
         fused_ce=cfg.fused_cross_entropy,
         etp=plan.expert_tp,
+        fp8_current=cfg.precision == "fp8" and cfg.fp8_scaling == "current",
     )
 
 

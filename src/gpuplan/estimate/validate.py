@@ -119,7 +119,8 @@ SOURCES = (
         sp=True,
     ),
     # Megatron-Bridge performance summaries (NeMo 25.11 to 26.06 containers), the same stack a year
-    # on: FP8-CS = TE current scaling; FSDP > 0 = Megatron-FSDP (gpuplan's zero 3). Their performance
+    # on: FP8-CS = TE current scaling (every FP8 row is FP8-CS, the pages' "fp8_cs" recipes);
+    # FSDP > 0 = Megatron-FSDP (gpuplan's zero 3). Their performance
     # configs reduce and keep gradients in BF16 (scripts/performance/configs/*/*_llm_pretrain.py,
     # set_{llama3,llama31,qwen3,gpt_oss}_common_configs: grad_reduce_in_fp32 = False, r0.2.0 to v0.5.0).
     Source(
@@ -127,7 +128,7 @@ SOURCES = (
         "Megatron-Bridge (NeMo container)",
         "",
         "nemo",
-        dict(grad_fp32=False),
+        dict(grad_fp32=False, fp8_scaling="current"),
         sp=True,
     ),
     # llm-foundry: Composer + PyTorch FSDP FULL_SHARD, amp_bf16 (fp32 masters and reduction),

@@ -13,6 +13,7 @@ from gpuplan.specs.framework import check_config, get as get_framework
 from gpuplan.units import GiB
 
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8", "mxfp8", "nvfp4")
+FP8_SCALINGS = ("delayed", "current")  # per-tensor FP8 recipes (TrainingConfig.fp8_scaling)
 # Block-scaled training formats (Blackwell tensor cores), per GEMM operand element: value bytes,
 # scale bytes per block, and one FP32 per-tensor scale (bytes per matrix). OCP Microscaling Formats
 # (MX) v1.0 spec, section 5: MXFP8 = E4M3 values, one E8M0 scale per 32 elements; NVIDIA NVFP4
@@ -46,6 +47,10 @@ class TrainingConfig:
     # store_param_remainders, which NeMo 1.0 sets for BF16 models with an fp32 optimizer:
     # nemo/collections/nlp/models/language_modeling/megatron_base_model.py, setup_optimization)
     master_remainders: bool = False
+    # how FP8 (precision "fp8") scales each tensor: "delayed" (TransformerEngine's DelayedScaling:
+    # the scale from the amax history, known before the cast) or "current" (Float8CurrentScaling,
+    # Megatron-Bridge's FP8-CS: each tensor's own amax, a reduction pass before the cast)
+    fp8_scaling: str = "delayed"
     optimizer: str = "adamw"
     recompute: str = "none"
     # with recompute "selective": the modules recomputed (empty: Megatron's default, the attention core)
@@ -142,6 +147,12 @@ class TrainingConfig:
             "master_remainders",
             f"the remainder completes a BF16 weight to fp32; {self.precision} weights have none",
             "drop master_remainders",
+        )
+        require(
+            self.fp8_scaling in FP8_SCALINGS,
+            "fp8_scaling",
+            f"unknown FP8 scaling {self.fp8_scaling!r}",
+            f"use one of {', '.join(FP8_SCALINGS)}",
         )
         unknown = [x for x in self.recompute_modules if x not in RECOMPUTE_MODULES]
         require(

@@ -46,6 +46,9 @@ def search(
         str, typer.Option(help="bf16, fp16, fp32, fp8, or mxfp8/nvfp4 (Blackwell block-scaled GEMMs).")
     ] = "bf16",
     optimizer: Annotated[str, typer.Option(help="adamw, adamw8bit, sgd or adafactor.")] = "adamw",
+    fp8_scaling: Annotated[
+        str, typer.Option("--fp8-scaling", help="FP8 per-tensor scaling: delayed or current (FP8-CS).")
+    ] = "delayed",
     objective: Annotated[str, typer.Option(help="Rank by throughput or cost.")] = "throughput",
     top: Annotated[int, typer.Option(help="How many plans to show.")] = 5,
     framework: FrameworkOpt = "generic",
@@ -102,6 +105,7 @@ def search(
         seq_len=seq_len,
         global_batch=inputs.global_batch(global_batch, seq_len),
         precision=precision,
+        fp8_scaling=fp8_scaling,
         optimizer=optimizer,
         allocator_fraction=reserve,
         # the grid takes them for its selective plans (search/grid.py)

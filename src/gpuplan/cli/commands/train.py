@@ -161,6 +161,14 @@ def train(
             "(Megatron-Core --cpu-offloading-num-layers); copies overlap the next layer.",
         ),
     ] = 0,
+    fp8_scaling: Annotated[
+        str,
+        typer.Option(
+            "--fp8-scaling",
+            help="FP8 per-tensor scaling: delayed (TransformerEngine DelayedScaling) or current "
+            "(Float8CurrentScaling, Megatron-Bridge's FP8-CS: an amax pass before each cast).",
+        ),
+    ] = "delayed",
     grad_dtype: Annotated[
         str | None,
         typer.Option(
@@ -243,6 +251,7 @@ def train(
         ep_overlap=ep_overlap,
         offload_activation_layers=offload_activations,
         grad_fp32=_grad_fp32(grad_dtype),
+        fp8_scaling=fp8_scaling,
     )
     if offload is not None:  # the offload model (estimate/offload.py) answers instead
         from gpuplan.cli.offload import host_from_flags, render_train_offload
