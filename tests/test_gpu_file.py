@@ -33,6 +33,17 @@ def test_a_toml_file_plans_like_the_catalog_entry(tmp_path):
     assert mine.efficiency == ref.efficiency
 
 
+def test_a_gpu_with_its_own_measured_matmul_rate_keeps_its_familys_other_fractions():
+    # GB200's MAMF (ML Engineering's table: 1822.0 of 2500 TFLOP/s bf16, 3615.6 of 5000 fp8) is its
+    # own; attention, memory and network fractions stay B200's
+    gb200, b200 = catalog.gpu("gb200"), catalog.gpu("b200")
+    assert gb200.efficiency.gemm_fraction("bf16") * 2500 == pytest.approx(1822, abs=1)
+    assert gb200.efficiency.gemm_fraction("mxfp8") * 5000 == pytest.approx(3615.6, abs=1)
+    assert b200.efficiency.gemm_fraction("bf16") * 2250 == pytest.approx(1745, abs=2)
+    assert gb200.efficiency.name == b200.efficiency.name
+    assert gb200.efficiency.flash_fwd == b200.efficiency.flash_fwd and gb200.efficiency.hbm == b200.efficiency.hbm
+
+
 def test_minimal_file_defaults_the_optional_fields(tmp_path):
     path = tmp_path / "card.toml"
     path.write_text(
@@ -65,6 +76,7 @@ def _bad(tmp_path, text):
         ("nic_gbit = 400", "", "nic_gbit: is missing while nics_per_node is set"),
         ("[tflops]", "[tflopz]", "tflopz: is not a GPU field; did you mean tflops?"),
         ('name = "NVIDIA H100 SXM5 80GB"', "name = 1", "name: must be a string"),
+        ("[tflops]", "[mamf]\nbf16 = 1.2\n[tflops]", "mamf.bf16: must be a dtype's fraction in (0, 1]"),
     ],
 )
 def test_field_level_errors(tmp_path, old, new, says):

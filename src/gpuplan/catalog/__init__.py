@@ -51,10 +51,19 @@ def gpu(gpu_id: str) -> GPUSpec:
     if key not in entries:
         if gpu_id.endswith(".toml") or Path(gpu_id).is_file():
             data = read_gpu_file(gpu_id)
-            return GPUSpec.from_catalog(Path(gpu_id).stem, data, efficiency(data.get("efficiency", "default")))
+            return GPUSpec.from_catalog(Path(gpu_id).stem, data, _gpu_efficiency(data))
         raise _unknown("gpu", gpu_id, list(entries), "run `gpuplan gpus` to list them, or pass a GPU TOML file")
     data = entries[key]
-    return GPUSpec.from_catalog(key, data, efficiency(data.get("efficiency", "default")))
+    return GPUSpec.from_catalog(key, data, _gpu_efficiency(data))
+
+
+def _gpu_efficiency(data: dict) -> Efficiency:
+    """The GPU's efficiency family, with its GEMM fractions replaced by the GPU's own measured
+    MAMF where its entry has one (``[mamf]``: e.g. GB200 at its 2500 TFLOP/s peak shares B200's
+    other fractions but not its matmul rate over peak)."""
+    family = efficiency(data.get("efficiency", "default"))
+    own = {k: float(v) for k, v in data.get("mamf", {}).items() if k != "source"}
+    return dataclasses.replace(family, gemm={**family.gemm, **own}) if own else family
 
 
 @functools.cache

@@ -36,6 +36,9 @@ FIELDS: dict[str, tuple[type, bool, str]] = {
     "nic_gbit": (float, False, "per NIC, Gbit/s, one direction"),
     "c2c_gbps": (float, False, "NVLink-C2C to the host CPU, GB/s"),
     "efficiency": (str, False, "name of a catalog/efficiency file (default: default)"),
+    # this GPU's own measured maximum achievable matmul rate over its dense peak, per dtype, where
+    # it differs from its efficiency family's (a part with another clock or power limit)
+    "mamf": (dict, False, "measured matmul rate over the dense peak per dtype, e.g. {bf16 = 0.729}"),
     "memory_note": (str, False, "how memory_bytes was read"),
     "network_source": (str, False, "where the network numbers come from"),
 }
@@ -82,6 +85,15 @@ def validate_gpu(data: dict[str, Any], where: str) -> dict[str, Any]:
                 f"{where}: tflops.{dtype}",
                 f"must be a positive number, got {value!r}",
                 "dense peak TFLOP/s (not the 'with sparsity' figure)",
+            )
+    for dtype, value in data.get("mamf", {}).items():
+        if dtype == "source":
+            continue
+        if dtype not in DTYPES or isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+            raise GpuplanError(
+                f"{where}: mamf.{dtype}",
+                f"must be a dtype's fraction in (0, 1], got {value!r}",
+                "measured matmul TFLOP/s over the dense peak",
             )
     if not any(d in data["tflops"] for d in ("bf16", "fp16", "fp32")):
         raise GpuplanError(f"{where}: tflops", "has none of bf16, fp16, fp32", "give at least the 16-bit dense peak")
