@@ -44,3 +44,33 @@ def test_an_unknown_fp8_scaling_is_refused_naming_the_field():
     with pytest.raises(GpuplanError) as e:
         TrainingConfig(precision="fp8", fp8_scaling="blockwise")
     assert e.value.field == "fp8_scaling"
+
+
+def test_fp8_params_hold_the_block_gemm_weights_only_as_their_fp8_copies():
+    # Megatron --fp8-param-gather: no BF16 copy of the block GEMM weights (2 bytes each, by hand
+    # from the layer tensors), the FP8 copies and everything else unchanged; the DP parameter
+    # all-gather moves 1 byte per parameter instead of 2
+    from gpuplan.estimate.memory import estimate_memory
+    from gpuplan.estimate.params import layer_tensors
+
+    m, gpu = catalog.model("llama-3.1-8b"), catalog.gpu("h100-sxm")
+    plan = ParallelPlan(dp=8, zero=1)
+    base = TrainingConfig(seq_len=4096, precision="fp8", global_batch=8)
+    fp8p = dataclasses.replace(base, fp8_params=True)
+    a, b = estimate_memory(m, base, plan, gpu.memory_bytes, 1), estimate_memory(m, fp8p, plan, gpu.memory_bytes, 1)
+    gemm = m.num_layers * sum(t.numel for t in layer_tensors(m, False) if t.matmul)
+    assert a.stages[0].weights - b.stages[0].weights == pytest.approx(2 * gemm)
+    assert a.stages[0].other["fp8_weight_copies"] == b.stages[0].other["fp8_weight_copies"]
+    ta, tb = step_time(m, base, plan, gpu, 1), step_time(m, fp8p, plan, gpu, 1)
+    assert tb.comm["dp"].collectives["all-gather"] == pytest.approx(ta.comm["dp"].collectives["all-gather"] / 2)
+
+
+def test_fp8_params_need_a_transformer_engine_low_precision_recipe_and_no_zero3():
+    with pytest.raises(GpuplanError) as e:
+        TrainingConfig(precision="bf16", fp8_params=True)
+    assert e.value.field == "fp8_params"
+    from gpuplan.estimate.memory import estimate_memory
+
+    cfg = TrainingConfig(precision="fp8", fp8_params=True, global_batch=8)
+    with pytest.raises(GpuplanError, match="not modelled"):
+        estimate_memory(catalog.model("llama-3.1-8b"), cfg, ParallelPlan(dp=8, zero=3), 80e9, 1)

@@ -173,6 +173,15 @@ def estimate_memory(
         dense, expert = copies * dense, copies * expert
         # FSDP2's sharded parameters are the fp32 masters: no sharded BF16 copy besides them
         weights = 0.0 if z == 3 and cfg.sharded_params_are_masters else cfg.weight_bytes * sharded(3)
+        if cfg.fp8_params:
+            if z == 3:
+                raise GpuplanError(
+                    "fp8_params",
+                    "FP8 parameters under ZeRO-3 / FSDP are not modelled",
+                    "drop fp8_params or use zero < 3",
+                )
+            # the block GEMM weights exist only as their low-precision copies (fp8_weight_copies)
+            weights -= cfg.weight_bytes * copies * sp_.gemm
         grads = cfg.grad_bytes * sharded(2)
         master = cfg.master_bytes * sharded(1)
         if cfg.optimizer == "adafactor":

@@ -212,7 +212,7 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
             crit_comm["dp"].add(kind, grad, group, gpu, 1, exposed=e)
             dp_exposed += e
             if plan.zero >= 1:
-                wb = size_params * cfg.weight_bytes
+                wb = size_params * cfg.gathered_weight_bytes
                 t_ag = collective_time("all-gather", wb, group, gpu)
                 e = t_ag if not cfg.overlap_param_gather else max(0.0, t_ag - fwd[crit])
                 crit_comm["dp"].add("all-gather", wb, group, gpu, 1, exposed=e)

@@ -201,8 +201,12 @@ def _model(arch: str, r: dict[str, str], dropout: float) -> ModelSpec:
 
 def _row_config(r: dict[str, str]) -> dict[str, Any]:
     """Settings a row's own recipe states where it departs from its source's (optional columns
-    ``tp_overlap`` and ``ep_overlap`` yes/no, ``offload_layers`` and ``recompute_modules``, in the
-    held-out set)."""
+    ``tp_overlap``, ``ep_overlap`` and ``fp8_params`` yes/no, ``offload_layers`` and
+    ``recompute_modules``, in the held-out set). ``fp8_params``: the Megatron-Bridge FP8-CS and MXFP8
+    presets set fp8_param_gather (src/megatron/bridge/training/mixed_precision.py,
+    bf16_with_fp8_current_scaling_mixed and bf16_with_mxfp8_mixed, v0.1.0rc4 to v0.6.0), which the
+    scripts/performance configs keep except gpt-oss's (configs/gpt_oss: fp8_param_gather False);
+    Megatron-FSDP rows and the 26.08 perf_recipes rows (per-recipe settings) are left without it."""
     out: dict[str, Any] = {}
     if r.get("tp_overlap"):
         out["tp_overlap"] = r["tp_overlap"] == "yes"
@@ -212,6 +216,8 @@ def _row_config(r: dict[str, str]) -> dict[str, Any]:
         out["ep_overlap"] = r["ep_overlap"] == "yes"
     if r.get("recompute_modules"):  # Megatron-Core --recompute-modules, space-separated
         out["recompute_modules"] = tuple(r["recompute_modules"].split())
+    if r.get("fp8_params"):  # Megatron-Core --fp8-param-gather (TrainingConfig.fp8_params)
+        out["fp8_params"] = r["fp8_params"] == "yes"
     return out
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from gpuplan.errors import GpuplanError
 from gpuplan.estimate.compute import embedding_times, head_times, layer_times
 from gpuplan.estimate.memory import _activations, candidate_stages, optimizer_bytes_per_param, stage_params
 from gpuplan.estimate.step_time import _moe_layers, _shape
@@ -71,6 +72,8 @@ class Grid:
     def __init__(
         self, m: ModelSpec, base: TrainingConfig, layouts: list[Layout], micro_batches, zero_stages, rec_order
     ):
+        if base.fp8_params:  # its memory term (estimate_memory) is not mirrored below
+            raise GpuplanError("fp8_params", "search does not enumerate FP8-parameter plans", "plan them with train")
         self.m, self.base, self.layouts = m, base, layouts
         self.mbs = np.array(micro_batches, dtype=np.int64)
         self.zero = np.array(zero_stages, dtype=np.int64)

@@ -51,6 +51,11 @@ class TrainingConfig:
     # the scale from the amax history, known before the cast) or "current" (Float8CurrentScaling,
     # Megatron-Bridge's FP8-CS: each tensor's own amax, a reduction pass before the cast)
     fp8_scaling: str = "delayed"
+    # the block GEMM weights held only as their low-precision copies, the fp32 master in the
+    # optimizer and no BF16 weight (Megatron-Core --fp8-param-gather, TransformerEngine
+    # fp8_model_init; Megatron-Bridge's FP8 and MXFP8 presets set fp8_param_gather): the
+    # data-parallel parameter all-gather moves them in low precision too
+    fp8_params: bool = False
     optimizer: str = "adamw"
     recompute: str = "none"
     # with recompute "selective": the modules recomputed (empty: Megatron's default, the attention core)
@@ -154,6 +159,13 @@ class TrainingConfig:
             f"unknown FP8 scaling {self.fp8_scaling!r}",
             f"use one of {', '.join(FP8_SCALINGS)}",
         )
+        require(
+            not self.fp8_params or (self.precision in LOW_PRECISION and self.profile == "fused"),
+            "fp8_params",
+            f"FP8 parameters need a low-precision recipe run by TransformerEngine, got {self.precision} "
+            f"with the {self.profile} profile",
+            "drop fp8_params, or use precision fp8/mxfp8/nvfp4 with the fused profile",
+        )
         unknown = [x for x in self.recompute_modules if x not in RECOMPUTE_MODULES]
         require(
             not unknown,
@@ -240,6 +252,13 @@ class TrainingConfig:
         precision and quantizes them to low precision before each GEMM"; torchao float8 casts
         its bf16 nn.Linear weight the same way). The FP8 copies are ``fp8_copy_bytes``."""
         return 4 if self.precision == "fp32" else 2  # fp8, mxfp8, nvfp4: BF16 weights, quantized per GEMM
+
+    @property
+    def gathered_weight_bytes(self) -> float:
+        """Bytes per parameter the data-parallel parameter all-gather moves: the weights, or their
+        low-precision data with ``fp8_params`` (Megatron's --fp8-param-gather gathers the FP8
+        tensors; the column-wise copy is made after the gather)."""
+        return self.quantized_bytes if self.fp8_params else self.weight_bytes
 
     @property
     def fp8_copy_bytes(self) -> float:

@@ -169,6 +169,14 @@ def train(
             "(Float8CurrentScaling, Megatron-Bridge's FP8-CS: an amax pass before each cast).",
         ),
     ] = "delayed",
+    fp8_params: Annotated[
+        bool,
+        typer.Option(
+            "--fp8-params/--no-fp8-params",
+            help="Keep the GEMM weights only in FP8 (Megatron --fp8-param-gather): no BF16 copy, "
+            "FP8 parameter all-gather.",
+        ),
+    ] = False,
     grad_dtype: Annotated[
         str | None,
         typer.Option(
@@ -252,6 +260,7 @@ def train(
         offload_activation_layers=offload_activations,
         grad_fp32=_grad_fp32(grad_dtype),
         fp8_scaling=fp8_scaling,
+        fp8_params=fp8_params,
     )
     if offload is not None:  # the offload model (estimate/offload.py) answers instead
         from gpuplan.cli.offload import host_from_flags, render_train_offload
