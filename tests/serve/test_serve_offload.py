@@ -364,3 +364,38 @@ def test_the_search_runs_a_block_as_smaller_gpu_batches_when_its_prompts_crowd_o
     assert plan.batch == b and plan.gpu_batch <= 8
     assert plan.placement.weights_gpu == 1.0 and plan.placement.kv_gpu == 1.0
     assert plan.gpu_bytes <= memory
+
+
+def _req_70b(**kw):
+    g = catalog.gpu("rtx-4090")
+    h = host(pcie=25e9, cpu_bw=65e9, cpu_flops=1e12, memory=256e9, disk=2e12, disk_bw=7e9)
+    return OffloadRequest(
+        model=catalog.model("llama-3.1-70b"),
+        gpu=g,
+        host=h,
+        weights=WEIGHT_FORMATS["bf16"],
+        kv=KV_FORMATS["bf16"],
+        **kw,
+    )
+
+
+def test_an_inter_token_target_picks_the_fastest_placement_whose_decode_step_keeps_it():
+    free = plan_offload(_req_70b())
+    one = plan_offload(_req_70b(batch=1))
+    target = (one.step_s + free.step_s) / 2  # binding: the throughput-best block misses it
+    assert one.step_s < target < free.step_s
+    kept = plan_offload(_req_70b(max_itl_s=target))
+    assert kept.step_s <= target
+    assert one.throughput <= kept.throughput <= free.throughput
+    # no block between it and the throughput-best one that keeps the target is faster
+    for b in range(kept.batch + 1, free.batch + 1, max(1, (free.batch - kept.batch) // 8)):
+        p = plan_offload(_req_70b(batch=b))
+        assert p.step_s > target or p.throughput <= kept.throughput * (1 + 1e-9)
+
+
+def test_an_unreachable_inter_token_target_names_the_fastest_step_in_one_line():
+    one = plan_offload(_req_70b(batch=1))
+    with pytest.raises(GpuplanError) as e:
+        plan_offload(_req_70b(max_itl_s=one.step_s / 2))
+    assert e.value.field == "itl_slo" and "\n" not in str(e.value)
+    assert f"takes {one.step_s * 1e3:.0f} ms" in str(e.value)

@@ -96,6 +96,10 @@ class OffloadRequest:
     gpu_layers: int | None = None  # llama.cpp split; None: search FlexGen placements
     batch: int | None = None  # sequences per block; None: search
     gpu_memory_utilization: float = 0.9
+    # latency targets (None: throughput alone): a decode step of the block yields one token per
+    # sequence, so it is the inter-token latency; the block's prefill precedes its first token
+    max_itl_s: float | None = None
+    max_ttft_s: float | None = None
 
     def __post_init__(self) -> None:
         require(self.offload in MODES, "offload", f"unknown mode {self.offload!r}", f"use one of {', '.join(MODES)}")
@@ -103,6 +107,9 @@ class OffloadRequest:
         require(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization", "must be in (0, 1]")
         if self.batch is not None:
             require(self.batch >= 1, "batch", f"must be a positive integer, got {self.batch}")
+        for name in ("max_itl_s", "max_ttft_s"):
+            value = getattr(self, name)
+            require(value is None or value > 0, name, f"must be a positive number of seconds, got {value}")
         if self.gpu_layers is not None:
             L = self.model.num_layers
             require(
@@ -470,6 +477,8 @@ def plan_offload(req: OffloadRequest) -> OffloadPlan:
                     if not _fits(req, s, p, b, g):
                         continue
                     plan = _evaluate(req, s, p, b, g)
+                    if not _meets_targets(req, plan):
+                        continue
                     if at_g is None or _better(plan, at_g):
                         at_g = plan
                 if at_g is None:
@@ -500,9 +509,39 @@ def plan_offload(req: OffloadRequest) -> OffloadPlan:
                 best_b = _best(tops).batch
                 search(range(max(lo + 1, best_b - step + 1), min(hi, best_b + step)))
     if not tops:
+        if req.max_itl_s is not None or req.max_ttft_s is not None:
+            raise _no_target(req)
         raise _no_fit(req, s)
     by_batch = tuple((b, tops[b].throughput) for b in sorted(tops))
     return _with_curve(_best(tops), by_batch)
+
+
+def _meets_targets(req: OffloadRequest, plan: OffloadPlan) -> bool:
+    """Whether a plan keeps the request's latency targets: its decode step (every sequence of
+    the block gets one token per step) within ``max_itl_s``, its prefill within ``max_ttft_s``."""
+    if req.max_itl_s is not None and plan.step_s > req.max_itl_s:
+        return False
+    return req.max_ttft_s is None or plan.prefill_s <= req.max_ttft_s
+
+
+def _no_target(req: OffloadRequest) -> GpuplanError:
+    """No placement meets the latency targets: name the fastest one of a single sequence."""
+    from dataclasses import replace
+
+    fastest = plan_offload(replace(req, batch=1, max_itl_s=None, max_ttft_s=None))
+    if req.max_itl_s is not None and fastest.step_s > req.max_itl_s:
+        return GpuplanError(
+            "itl_slo",
+            f"no placement decodes a token within {req.max_itl_s * 1e3:.0f} ms: the fastest, one sequence "
+            f"({fastest.placement.weights_gpu:.0%} of the weights on the GPU), takes {fastest.step_s * 1e3:.0f} ms",
+            "relax the inter-token target, or add GPU memory (more GPUs, a larger card)",
+        )
+    return GpuplanError(
+        "ttft_slo",
+        f"no placement meets the targets together: one sequence alone takes {fastest.prefill_s * 1e3:.0f} ms "
+        f"to its first token and {fastest.step_s * 1e3:.0f} ms per token",
+        "relax the time-to-first-token or inter-token target",
+    )
 
 
 def _gpu_batches(batch: int) -> list[int]:

@@ -153,6 +153,8 @@ def serve(
             gpu_layers=gpu_layers,
             batch=concurrency,
             gpu_memory_utilization=gpu_memory_utilization if gpu_memory_utilization is not None else 0.9,
+            max_itl_s=itl,
+            max_ttft_s=ttft,
         )
         doc = {**od(plan_offload(oreq)), **described}
         report(html, "serve", doc)
