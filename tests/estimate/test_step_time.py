@@ -309,3 +309,6 @@ def test_interleaved_pipeline_hides_its_sends_behind_the_next_chunk_but_1f1b_wai
     assert interleaved.stages[0].fwd / 5 > t  # a chunk (4 layers) outlasts a transfer
     assert interleaved.breakdown["pp_comm"] == pytest.approx(2 * (p - 1) * t)
     assert interleaved.comm["pp"].time == pytest.approx(2 * (mb * 5 + p - 1) * t)  # all still sent
+    # Megatron-LM 2021-22 waited on each batch_isend_irecv: every interleaved transfer on the path
+    blocking = step_time(m, dataclasses.replace(cfg, overlap_p2p=False), ParallelPlan(dp=2, tp=4, pp=p, vp=5), h100, mb)
+    assert blocking.breakdown["pp_comm"] == pytest.approx(2 * (mb * 5 + p - 1) * t)

@@ -177,7 +177,7 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
         size = shape.tokens * m.hidden_size * cfg.activation_bytes / plan.tp
         transfers = 2 * (mb * v + p - 1)
         t = collective_time("p2p", size, g, gpu)
-        if v > 1 and sched.interleaved:
+        if v > 1 and sched.interleaved and cfg.overlap_p2p:
             # interleaved 1F1B posts each chunk's receive ahead and waits for it only before the
             # chunk that needs it, sending while the next chunk computes (Megatron-Core
             # schedules.py, overlap_p2p_comm, which Megatron-LM and Megatron-Bridge turn on for

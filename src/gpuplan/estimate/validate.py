@@ -72,7 +72,9 @@ class Source:
 # Each entry is what the source itself says about how it ran (read in the source; a field it does
 # not state is gpuplan's default). Megatron-LM 2021-22: fp16 loss scaling, no FlashAttention yet
 # (fused scale-mask-softmax), gradients reduced after the backward (LocalDDP), dropout 0.1.
-_MEGATRON_2021 = dict(attention="eager", overlap_grad_reduce=False, overlap_param_gather=False)
+# Megatron-LM 2021-22: no gradient/parameter overlap, and its pipeline p2p blocked
+# (p2p_communication.py at 64a83fb588: batch_isend_irecv, req.wait(), torch.cuda.synchronize())
+_MEGATRON_2021 = dict(attention="eager", overlap_grad_reduce=False, overlap_param_gather=False, overlap_p2p=False)
 SOURCES = (
     Source("Narayanan et al. 2021", "Megatron-LM (2021)", "gpt", "megatron", _MEGATRON_2021, dropout=0.1),
     Source("Korthikanti et al. 2022", "Megatron-LM (2022)", "gpt", "megatron", _MEGATRON_2021, dropout=0.1),

@@ -76,6 +76,10 @@ class TrainingConfig:
     tp_overlap: bool = False  # TP collectives hidden behind GEMMs (TransformerEngine userbuffers)
     overlap_grad_reduce: bool = True  # DP gradient reduce in buckets during the last backward
     overlap_param_gather: bool = True  # ZeRO parameter all-gather behind the next forward
+    # interleaved 1F1B posts each chunk's receive ahead and sends while the next chunk computes
+    # (Megatron-Core overlap_p2p_comm, on for interleaved runs since 2023; Megatron-LM 2021-22
+    # waited on every batch_isend_irecv and synchronized: megatron/p2p_communication.py)
+    overlap_p2p: bool = True
     # MoE: the most loaded expert-parallel GPU's routed tokens over the mean (``gpuplan experts``
     # reports it for a placement); the slowest GPU sets the pace of the expert GEMMs and all-to-all
     expert_imbalance: float = 1.0
