@@ -148,7 +148,10 @@ def nccl_fabric(group: Group, gpu: GPUSpec) -> nccl.Fabric | None:
         return None
     e = efficiency(gpu)
     nvlink = gpu.intra_bytes_per_s * e.intra_bus
-    return nccl.Fabric(gen, nvlink, bus_bandwidth(group, gpu), gpu.inter_bytes_per_s, gen in nccl.NVLS_GENERATIONS)
+    # the NIC at the same measured efficiency as the ring's (catalog ``inter_bus``): one factor
+    # for the network whichever algorithm NCCL picks, so a calibration that fits it moves them all
+    nic = gpu.inter_bytes_per_s * e.inter_bus
+    return nccl.Fabric(gen, nvlink, bus_bandwidth(group, gpu), nic, gen in nccl.NVLS_GENERATIONS)
 
 
 def nccl_choice(kind: str, size: float, group: Group, gpu: GPUSpec) -> nccl.Choice | None:

@@ -183,7 +183,7 @@ class Fabric:
     generation: str  # "ampere", "hopper", "blackwell"
     nvlink_bus: float  # B in a node: nChannels x bwIntra of the ring graph
     network_bus: float  # ring bus bandwidth across nodes: min(B, ppn x NIC x inter_bus)
-    nic: float  # one GPU's NIC rate, one direction (an NVLS_TREE head's bwInter)
+    nic: float  # one GPU's NIC rate at its measured efficiency, one direction (an NVLS_TREE head's bwInter)
     nvls: bool  # NVSwitch with multicast (NVLink SHARP)
 
 
