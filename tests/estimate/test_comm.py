@@ -64,13 +64,22 @@ def test_bus_bandwidth_uses_one_nic_per_rank_in_the_node():
     assert bus_bandwidth(inside, gpu) == pytest.approx(300e9 * e.intra_bus)
 
 
-def test_large_all_reduce_time_approaches_volume_over_bus_bandwidth():
-    gpu = catalog.gpu("h100-sxm")
+def test_large_all_reduce_time_approaches_volume_over_bus_bandwidth_without_nvlink_sharp():
+    gpu = catalog.gpu("a100-sxm-80gb")  # NVLink3: NCCL's ring, no NVLS
     g = _group("tp", 8, 1, 8)
     size = 8e9
     t = collective_time("all-reduce", size, g, gpu)
     assert t == pytest.approx(2 * 7 / 8 * size / bus_bandwidth(g, gpu), rel=1e-3)
     assert collective_time("all-reduce", 1.0, g, gpu) > 0  # latency alone
+
+
+def test_nvlink_sharp_beats_the_ring_bus_bandwidth_on_8_h100s():
+    # NVLS: 2 B x 0.85 x 7/9 of bus bandwidth against the ring's B (estimate/nccl.py)
+    gpu = catalog.gpu("h100-sxm")
+    g = _group("tp", 8, 1, 8)
+    size = 8e9
+    ring = 2 * 7 / 8 * size / bus_bandwidth(g, gpu)
+    assert collective_time("all-reduce", size, g, gpu) == pytest.approx(ring / (2 * 0.85 * 7 / 9), rel=1e-3)
 
 
 def megatron_expert_group_of_rank_0(plan: ParallelPlan, dim: str) -> list[int]:

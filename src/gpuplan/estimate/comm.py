@@ -13,6 +13,11 @@ through each rank, all-gather and reduce-scatter (n-1)/n (the "bus bandwidth" co
 NVIDIA's nccl-tests, PERFORMANCE.md). Across nodes, a ring through k ranks per node uses k NICs
 in parallel (NCCL builds one ring per NIC rail), so the bus bandwidth is min(scale-up link,
 k x per-GPU NIC share), each times its measured efficiency (catalog/efficiency).
+
+On NVIDIA GPUs joined by NVLink, all-reduce, all-gather and reduce-scatter are timed by NCCL's own
+cost model instead (estimate/nccl.py: tuning.cc's ring, tree, NVLS and NVLS_TREE algorithms with
+their LL / LL128 / Simple protocols, the fastest one as NCCL picks it), on the same bus bandwidths.
+Over PCIe and on AMD GPUs (RCCL) the alpha-beta model above remains.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuplan.errors import GpuplanError, require
+from gpuplan.estimate import nccl
 from gpuplan.specs.hardware import Efficiency, GPUSpec
 from gpuplan.specs.parallel import ParallelPlan
 
@@ -134,11 +140,36 @@ def bytes_sent_per_rank(kind: str, size: float, n: int) -> float:
     return (n - 1) / n * size
 
 
+def nccl_fabric(group: Group, gpu: GPUSpec) -> nccl.Fabric | None:
+    """What NCCL's cost model reads of ``gpu`` for a collective over ``group``; None where NCCL's
+    model does not apply (no NVLink, or not an NVIDIA GPU)."""
+    gen = nccl.GENERATION.get(gpu.interconnect)
+    if gen is None or gpu.vendor != "nvidia":
+        return None
+    e = efficiency(gpu)
+    nvlink = gpu.intra_bytes_per_s * e.intra_bus
+    # the NIC at the same measured efficiency as the ring's (catalog ``inter_bus``): one factor
+    # for the network whichever algorithm NCCL picks, so a calibration that fits it moves them all
+    nic = gpu.inter_bytes_per_s * e.inter_bus
+    return nccl.Fabric(gen, nvlink, bus_bandwidth(group, gpu), nic, gen in nccl.NVLS_GENERATIONS)
+
+
+def nccl_choice(kind: str, size: float, group: Group, gpu: GPUSpec) -> nccl.Choice | None:
+    """NCCL's algorithm, protocol and time for ``kind`` over ``group``, where its model applies."""
+    fabric = nccl_fabric(group, gpu) if kind in nccl.KINDS else None
+    if fabric is None:
+        return None
+    return nccl.choose(kind, size, group.size, group.domains, fabric)
+
+
 def collective_time(kind: str, size: float, group: Group, gpu: GPUSpec) -> float:
     """Seconds for one collective of ``size`` bytes over ``group`` (see ``bytes_sent_per_rank``)."""
     n = group.size
     if kind != "p2p" and (n <= 1 or size <= 0):
         return 0.0
+    choice = nccl_choice(kind, size, group, gpu)
+    if choice is not None:
+        return choice.time_s
     alpha = latency(group, gpu)
     volume = bytes_sent_per_rank(kind, size, n)
     if kind == "all-reduce":
@@ -168,8 +199,10 @@ def collective_report(kind: str, size: float, ranks: int, stride: int, gpu: GPUS
     group = _group(kind, ranks, stride, gpu.fast_domain)
     sent = bytes_sent_per_rank(kind, size, ranks)
     t = collective_time(kind, size, group, gpu)
+    choice = nccl_choice(kind, size, group, gpu) if ranks > 1 and size > 0 else None
     return {
         "collective": kind,
+        "algorithm": choice.name if choice else "alpha-beta",
         "size_bytes": size,
         "ranks": ranks,
         "gpu": gpu.id,

@@ -4,19 +4,14 @@ A decode step all-reduces a few KB to a few MB per layer (tokens x hidden x 2 by
 chunk tens of MB, where a collective's fixed latencies and its protocol's bandwidth both matter.
 Two families of kernels run it inside one NVLink domain:
 
-* **NCCL**, timed by NCCL's own cost model (``nccl_s``): src/graph/tuning.cc ``ncclTopoTuneModel``
-  and ``ncclTopoGetAlgoTime`` (NVIDIA/nccl, read at 5067397c). A ring all-reduce over n GPUs takes
-  ``2(n-1)`` steps; each protocol p has a base latency and a per-step NVLink latency
-  (``baseLatencies`` ring LL / LL128 / Simple = 6.6 / 14.0 / 8.4 us; ``hwLatencies[NVLINK]`` ring =
-  0.6 / 1.9 / 3.4 us) and a bus bandwidth: Simple the ring's NVLink rate B, LL128 0.92 B (120 of
-  each 128 bytes are payload), LL B / 2 capped at ``llMaxBws`` (single node: 87.7 GB/s Ampere, 141
-  Hopper, 282 Blackwell). Algorithm bandwidth = bus bandwidth x n / (2(n-1)); time = latency +
-  bytes / algorithm bandwidth, and NCCL runs the fastest protocol. B is NCCL's NVLink rate per
-  GPU, links x ``SM80/SM90/SM100_NVLINK_BW`` of src/graph/topo.h (12 x 20, 18 x 20.6, 18 x 40.1
-  GB/s), which the catalog's ``intra_bus`` fraction of the link rate reproduces (0.77-0.82 of 300,
-  450 and 900 GB/s). NVLink SHARP (NVLS), which NCCL switches to above ~32 MiB on NVSwitch
-  systems and which reaches ~25% more bus bandwidth there, is not modelled; nor are NCCL's tree
-  algorithms, which its model never prefers inside one node.
+* **NCCL**, timed by NCCL's own cost model (``nccl_s``; estimate/nccl.py, from src/graph/tuning.cc
+  of NVIDIA/nccl at 5067397c): ring LL / LL128 / Simple, tree, and on NVSwitch boards of Hopper
+  and Blackwell NVLink SHARP (NVLS), whichever its model predicts fastest. NVLS raises the bus
+  bandwidth of an all-reduce over n GPUs to 2 B eff (n-1)/(n+1) (eff 0.85 Hopper, 0.74
+  Blackwell): above the ring's B from 5 GPUs, +32% on 8 H100s, +15% on 8 B200s; with its 25 us
+  latency NCCL's model prefers it from ~2 MiB on 8 GPUs. Measured (tests/data/collectives) NVLS
+  reaches that rate only above ~128 MiB: at 4-64 MiB on 8 H100s it runs 20-35% slower than
+  NCCL's model says, as fast as the ring there.
 * **Custom one-/two-shot kernels** of the serving engines (vLLM csrc/custom_all_reduce.cuh,
   TensorRT-LLM cpp/tensorrt_llm/kernels/communicationKernels/allReduceFusionKernels.cu, which
   SGLang reuses), which read the peers' registered buffers over NVLink directly (``custom_s``).
@@ -51,21 +46,14 @@ alpha-beta collective (estimate/comm.py).
 
 from __future__ import annotations
 
-from gpuplan.estimate.comm import Group, collective_time, efficiency
+from gpuplan.estimate import nccl
+from gpuplan.estimate.comm import Group, collective_time, efficiency, nccl_choice
 from gpuplan.specs.hardware import GPUSpec
 
 US = 1e-6
 GB = 1e9
 MiB = 2**20
 ALGORITHMS = ("nccl", "vllm", "trtllm")
-
-# --- NCCL's model (src/graph/tuning.cc, ring algorithm, one node) -------------------------------
-PROTOCOLS = ("LL", "LL128", "Simple")
-NCCL_BASE_US = {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}  # baseLatencies[RING]
-NCCL_NVLINK_STEP_US = {"LL": 0.6, "LL128": 1.9, "Simple": 3.4}  # hwLatencies[NCCL_HW_NVLINK][RING]
-NCCL_LL_MAX_BUS = {"ampere": 87.7 * GB, "hopper": 141.0 * GB, "blackwell": 282.0 * GB}  # llMaxBws[cc][N1]
-LL128_EFFICIENCY = 0.92  # busBw * 0.92 (120.0 / 128.0) for ring LL128
-GENERATION = {"nvlink3": "ampere", "nvlink4": "hopper", "nvlink5": "blackwell"}
 
 # --- custom kernels -----------------------------------------------------------------------------
 CUSTOM_SYNC_S = 6.0 * US  # one barrier with its launch under CUDA graphs (see the module docstring)
@@ -82,20 +70,11 @@ def nvlink_bus_bytes_per_s(gpu: GPUSpec) -> float:
 
 
 def nccl_s(size: float, n: int, gpu: GPUSpec) -> tuple[float, str]:
-    """(seconds, protocol) of NCCL's ring all-reduce of ``size`` bytes over ``n`` GPUs of one NVLink
-    domain, by NCCL's tuning model: the fastest of LL, LL128 and Simple."""
-    gen = GENERATION[gpu.interconnect]
-    b = nvlink_bus_bytes_per_s(gpu)
-    bus = {"LL": min(NCCL_LL_MAX_BUS[gen], b / 2), "LL128": LL128_EFFICIENCY * b, "Simple": b}
-    steps = 2 * (n - 1)
-    best = None
-    for p in PROTOCOLS:
-        latency = (NCCL_BASE_US[p] + steps * NCCL_NVLINK_STEP_US[p]) * US
-        t = latency + size / (bus[p] * n / steps)
-        if best is None or t < best[0]:
-            best = (t, p)
-    assert best is not None
-    return best[0], f"nccl ring {best[1]}"
+    """(seconds, "nccl <algorithm> <protocol>") of NCCL's all-reduce of ``size`` bytes over ``n``
+    GPUs of one NVLink domain, by NCCL's tuning model (estimate/nccl.py)."""
+    choice = nccl_choice("all-reduce", size, Group("tp", n, 1, n, 1), gpu)
+    assert choice is not None
+    return choice.time_s, choice.name
 
 
 def custom_s(size: float, n: int, gpu: GPUSpec, one_shot: bool) -> tuple[float, str]:
@@ -108,7 +87,7 @@ def custom_s(size: float, n: int, gpu: GPUSpec, one_shot: bool) -> tuple[float, 
 
 
 def _nvlink_group(group: Group, gpu: GPUSpec) -> bool:
-    return not group.crosses_nodes and gpu.vendor == "nvidia" and gpu.interconnect in GENERATION
+    return not group.crosses_nodes and gpu.vendor == "nvidia" and gpu.interconnect in nccl.GENERATION
 
 
 def choose(algorithm: str, size: float, n: int, tokens: float) -> str:
