@@ -15,7 +15,7 @@ the node and network facts the catalog entry carries, in the catalog's units and
     [intra]                   # scale-up: NVLink / xGMI inside a node (or an NVL72 rack)
     interconnect = "nvlink4"  # a name, shown in reports
     gbps = 900                # per GPU, GB/s, both directions together (datasheet figure)
-    latency_us = 3.0          # one collective step
+    latency_us = 3.0          # one step of a p2p or all-to-all (NCCL's tables time the rest on NVLink)
     domain = 8                # GPUs in one scale-up domain when larger than a node (NVL72: 72)
 
     [inter]                   # scale-out: the NICs between nodes
@@ -53,13 +53,21 @@ FIELDS: dict[str, dict[str, tuple[type, str]]] = {
     "intra": {
         "interconnect": (str, "scale-up link name, e.g. nvlink4, xgmi, pcie4"),
         "gbps": (float, "scale-up bandwidth per GPU, GB/s, both directions together"),
-        "latency_us": (float, "latency of one collective step inside the domain, microseconds"),
+        "latency_us": (
+            float,
+            "latency of one collective step inside the domain, microseconds (point-to-point and "
+            "all-to-all; on NVLink GPUs NCCL's own tables time all-reduce, all-gather and reduce-scatter)",
+        ),
         "domain": (int, "GPUs in one scale-up domain when larger than a node (GB200 NVL72: 72)"),
     },
     "inter": {
         "nics_per_node": (int, "scale-out NICs per node"),
         "nic_gbit": (float, "per NIC, Gbit/s, one direction"),
-        "latency_us": (float, "latency of one collective step across nodes, microseconds"),
+        "latency_us": (
+            float,
+            "latency of one collective step across nodes, microseconds (point-to-point and all-to-all; "
+            "on NVLink GPUs NCCL's own tables time all-reduce, all-gather and reduce-scatter)",
+        ),
     },
 }
 REQUIRED = ("gpu", "nodes")
