@@ -47,7 +47,7 @@ from gpuplan.cluster.job import MILLI, Job, JobRun, JobState
 from gpuplan.cluster.policies import PLACEMENTS, POLICIES
 from gpuplan.cluster.report import ClusterReport, Metrics, Segment, build_report, utilisation_series
 from gpuplan.cluster.scheduling import Scheduling
-from gpuplan.errors import GpuplanError, require
+from gpuplan.errors import GpuplanError, field_ref, require
 from gpuplan.estimate.checkpoint_interval import daly_interval
 
 __all__ = [
@@ -183,8 +183,8 @@ class ClusterSim(Scheduling):
                         else ""
                     )
                     + f"{self.cfg.spot_reclaim_per_hour:g} spot reclaims per hour per job and the jobs' "
-                    "restarts leave no time for work: use a longer --node-mtbf, a shorter --restart or fewer "
-                    "reclaims (or fewer --jobs)",
+                    f"restarts leave no time for work: use a longer {field_ref('node_mtbf')}, a shorter "
+                    f"{field_ref('restart')} or fewer reclaims (or fewer {field_ref('jobs')})",
                 )
 
         for j in self.jobs:

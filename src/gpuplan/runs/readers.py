@@ -42,7 +42,7 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
-from gpuplan.errors import GpuplanError
+from gpuplan.errors import GpuplanError, field_ref
 from gpuplan.runs.framework_logs import read_hf, read_megatron, read_torchtitan
 from gpuplan.runs.parse import ANSI, err
 from gpuplan.runs.record import Run, RunPlan
@@ -107,7 +107,7 @@ def sniff(path: str | Path, text: str) -> str:
     plain = ANSI.sub("", head)
     if re.search(r"\bstep:\s*\d+\s", plain) and re.search(r"\b(tps|wps):", plain):
         return "torchtitan"
-    raise err(path, None, "cannot tell the log's format", f"pass --format ({', '.join(FORMATS)})")
+    raise err(path, None, "cannot tell the log's format", f"pass {field_ref('format')} ({', '.join(FORMATS)})")
 
 
 READERS: dict[str, Callable[..., Run]] = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from gpuplan.errors import DoesNotFit, GpuplanError
+from gpuplan.errors import DoesNotFit, GpuplanError, field_ref
 from gpuplan.estimate.memory import estimate_memory
 from gpuplan.search.constraints import Constraints
 from gpuplan.search.space import RECOMPUTE_ORDER, SCHEDULE_ORDER, feasible_plans, valid_layouts
@@ -41,7 +41,11 @@ def no_plan_error(
         return GpuplanError(
             "gpus",
             f"no parallel plan of {gpus} GPUs for {m.name} meets the constraints ({reasons})",
-            "relax --tp/--pp/--cp/--ep/--dp, the --max-* bounds or --schedule",
+            "relax "
+            + "/".join(map(field_ref, ("tp", "pp", "cp", "ep", "dp")))
+            + ", the "
+            + "/".join(field_ref(f"max_{d}") for d in ("tp", "pp", "cp", "ep"))
+            + f" bounds or {field_ref('schedule')}",
         )
     if not rejected.get(Reason.MEMORY):
         # Suggest a count that really has a plan (the nearest below, then above), never the one that failed
@@ -54,18 +58,18 @@ def no_plan_error(
     fixes = []
     for k in (2, 4, 8, 16, 32, 64, 128):
         if _fits_somehow(m, gpu, gpus * k, base, constraints):
-            fixes.append(f"--gpus {gpus * k}")
+            fixes.append(field_ref("gpus", gpus * k))
             break
     seq = base.seq_len // 2
     while seq >= 512 and not fixes[1:]:
         if _fits_somehow(m, gpu, gpus, replace(base, seq_len=seq, global_batch=base.global_batch)):
-            fixes.append(f"--seq-len {seq}")
+            fixes.append(field_ref("seq_len", seq))
             break
         seq //= 2
     if base.optimizer == "adamw" and _fits_somehow(m, gpu, gpus, replace(base, optimizer="adamw8bit")):
-        fixes.append("--optimizer adamw8bit")
+        fixes.append(field_ref("optimizer", "adamw8bit"))
     if not offload_modes and base.optimizer == "adamw" and _fits_with_offload(m, gpu, gpus, base, constraints):
-        fixes.append("--offload auto")
+        fixes.append(field_ref("offload", "auto"))
     fix = "try " + " or ".join(fixes) if fixes else "use a GPU with more memory"
     return DoesNotFit(
         "gpus",

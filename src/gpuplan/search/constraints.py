@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuplan.errors import GpuplanError, require
+from gpuplan.errors import GpuplanError, field_ref, require
 from gpuplan.search.grid import Layout
 from gpuplan.specs import schedules
 
@@ -38,13 +38,13 @@ class Constraints:
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "cp", "ep", "dp", "etp", "max_tp", "max_pp", "max_cp", "max_ep"):
             value = getattr(self, name)
-            require(value is None or value >= 1, name.replace("_", "-"), f"must be a positive integer, got {value}")
+            require(value is None or value >= 1, name, f"must be a positive integer, got {value}")
         for name in ("tp", "pp", "cp", "ep"):
             fixed, most = getattr(self, name), getattr(self, f"max_{name}")
             require(
                 fixed is None or most is None or fixed <= most,
                 name,
-                f"--{name} {fixed} is above --max-{name} {most}",
+                f"{field_ref(name, fixed)} is above {field_ref(f'max_{name}', most)}",
                 "drop one of them",
             )
         if self.schedules is not None:
@@ -84,6 +84,7 @@ def parse_choices(text: str | None, field: str, kind: type = str) -> tuple | Non
     try:
         values = tuple(kind(x) for x in items)
     except ValueError:
-        raise GpuplanError(field, f"cannot read {text!r}", f"give a comma-separated list, e.g. --{field} 1,3") from None
-    require(bool(values), field, "is empty", f"give a comma-separated list, e.g. --{field} 1,3")
+        fix = f"give a comma-separated list, e.g. {field_ref(field, '1,3')}"
+        raise GpuplanError(field, f"cannot read {text!r}", fix) from None
+    require(bool(values), field, "is empty", f"give a comma-separated list, e.g. {field_ref(field, '1,3')}")
     return values

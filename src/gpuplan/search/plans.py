@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuplan.errors import require
+from gpuplan.errors import field_ref, require
 from gpuplan.estimate.memory import MemoryReport, estimate_memory
 from gpuplan.estimate.offload import OffloadTrainEstimate
 from gpuplan.estimate.step_time import StepTime, step_time
@@ -121,7 +121,9 @@ def search(
     require(
         objective in OBJECTIVES, "objective", f"unknown objective {objective!r}", f"use one of {', '.join(OBJECTIVES)}"
     )
-    require(base.global_batch >= 1, "global_batch", "the search needs a global batch", "pass --global-batch")
+    require(
+        base.global_batch >= 1, "global_batch", "the search needs a global batch", f"pass {field_ref('global_batch')}"
+    )
     fw = get_framework(base.framework)
     # only what the framework runs: its recompute modes and ZeRO stages
     for z in zero_stages:
@@ -139,7 +141,7 @@ def search(
         bool(rec_order and zero_stages),
         "framework",
         f"the {fw.name} profile runs none of the recompute modes or ZeRO stages asked for",
-        "widen the search, or use another --framework",
+        f"widen the search, or use another {field_ref('framework')}",
     )
     # variants the framework runs but the caller left out, counted per plan enumerated below
     all_rec = [r for r in RECOMPUTE_ORDER if r in fw.recompute]
