@@ -24,6 +24,11 @@ class JobState(StrEnum):
     DONE = "done"
 
 
+# the members as module names: the simulator's inner loops compare with these (reading an enum
+# member off its class costs several times a comparison)
+NEW, QUEUED, RUNNING, GRACE, DONE = (JobState.NEW, JobState.QUEUED, JobState.RUNNING, JobState.GRACE, JobState.DONE)
+
+
 @dataclass(frozen=True)
 class Job:
     """A job as submitted: size, work, tier and checkpoint policy."""
@@ -49,7 +54,7 @@ class Job:
         return self.checkpoint == "sigterm"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class JobRun:
     """A job's run on the simulated cluster: the simulator's state and what the job went through."""
 
@@ -65,35 +70,19 @@ class JobRun:
     finish_s: float = math.nan
     preemptions: int = 0
     interruptions: int = 0
+    # copies of the spec's fields the simulator's inner loops read (never changed)
+    id: int = field(init=False)
+    gpus: float = field(init=False)
+    milli: int = field(init=False)
+    tier: int = field(init=False)
+    spot: bool = field(init=False)
+    cost_s: float = field(init=False)
+    restart_s: float = field(init=False)
 
-    # the spec's fields, read through the run for brevity in the simulator
-    @property
-    def id(self) -> int:
-        return self.job.id
-
-    @property
-    def gpus(self) -> float:
-        return self.job.gpus
-
-    @property
-    def milli(self) -> int:
-        return self.job.milli
-
-    @property
-    def tier(self) -> int:
-        return self.job.tier
-
-    @property
-    def spot(self) -> bool:
-        return self.job.spot
-
-    @property
-    def cost_s(self) -> float:
-        return self.job.cost_s
-
-    @property
-    def restart_s(self) -> float:
-        return self.job.restart_s
+    def __post_init__(self) -> None:
+        j = self.job
+        self.id, self.gpus, self.milli, self.tier = j.id, j.gpus, j.milli, j.tier
+        self.spot, self.cost_s, self.restart_s = j.spot, j.cost_s, j.restart_s
 
     @property
     def arrival_s(self) -> float:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gpuplan.cluster.job import Job, JobRun, JobState
+from gpuplan.cluster.job import GRACE, RUNNING, Job, JobRun
 from gpuplan.cluster.policies import BLOCKED, PREEMPTING, STARTED, Outcome, Placement, Policy
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -134,18 +134,15 @@ class Scheduling:
         their grace period count as coming free, so a job whose room is on its way preempts no one
         more. True when room is on its way: the job waits for it, and the policy must not hand
         that room to jobs behind it (else they restart on it, are preempted again, and so on)."""
-        if not any(
-            v.state == JobState.GRACE or (v.state == JobState.RUNNING and v.tier < j.tier)
-            for v in self.running.values()
-        ):
+        if not any(v.state == GRACE or (v.state == RUNNING and v.tier < j.tier) for v in self.running.values()):
             return False
         mask, cap = self._allowed(j.job)
         plans: list[tuple[float, int, list[JobRun]]] = []  # (cost, node, victims)
         for n in map(int, np.flatnonzero(self.up if mask is None else self.up & mask)):
             on = [self.runs[i] for i in self.on_node[n]]
-            coming = int(self._free[n]) + sum(v.milli_on(n) for v in on if v.state == JobState.GRACE)
+            coming = int(self._free[n]) + sum(v.milli_on(n) for v in on if v.state == GRACE)
             low = sorted(
-                (v for v in on if v.state == JobState.RUNNING and v.tier < j.tier),
+                (v for v in on if v.state == RUNNING and v.tier < j.tier),
                 key=lambda v: self._unsaved(v) * v.gpus,
             )
             if j.milli <= cap:
@@ -159,7 +156,7 @@ class Scheduling:
                     need -= v.milli_on(n)
                 if need <= 0:
                     plans.append((sum(self._unsaved(v) * v.gpus for v in chosen), n, chosen))
-            elif len(low) + sum(1 for v in on if v.state == JobState.GRACE) == len(on):  # every job here can go
+            elif len(low) + sum(1 for v in on if v.state == GRACE) == len(on):  # every job here can go
                 plans.append((sum(self._unsaved(v) * v.gpus for v in low), n, low))
         if j.milli <= cap:
             if not plans:

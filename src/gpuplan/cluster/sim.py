@@ -43,7 +43,7 @@ from gpuplan.cluster.config import (
     ClusterConfig,
 )
 from gpuplan.cluster.des import Simulator
-from gpuplan.cluster.job import MILLI, Job, JobRun, JobState
+from gpuplan.cluster.job import DONE, GRACE, MILLI, QUEUED, RUNNING, Job, JobRun, JobState
 from gpuplan.cluster.policies import PLACEMENTS, POLICIES
 from gpuplan.cluster.report import ClusterReport, Metrics, Segment, build_report, utilisation_series
 from gpuplan.cluster.scheduling import Scheduling
@@ -209,7 +209,7 @@ class ClusterSim(Scheduling):
         return self.queues.setdefault(j.tier if self.policy.tiered else 0, deque())
 
     def _arrive(self, sim, j: JobRun):
-        j.state = JobState.QUEUED
+        j.state = QUEUED
         self._queue(j).append(j)
         self._schedule_pass()
 
@@ -223,7 +223,7 @@ class ClusterSim(Scheduling):
         for n, milli in placed:
             self._free[n] -= milli
             self.on_node[n].add(j.id)
-        j.placed, j.state, j.start_s = placed, JobState.RUNNING, now
+        j.placed, j.state, j.start_s = placed, RUNNING, now
         self.running[j.id] = j
         self._run_start[j.id] = now
         if math.isnan(j.first_start_s):
@@ -283,7 +283,7 @@ class ClusterSim(Scheduling):
         j.remaining_s = max(0.0, j.remaining_s - done)
 
     def _finish(self, sim, j: JobRun, epoch: int):
-        if epoch != j.epoch or j.state not in (JobState.RUNNING, JobState.GRACE):
+        if epoch != j.epoch or j.state not in (RUNNING, GRACE):
             return
         self._account(j, sim.now, None)
         self._done(j)
@@ -291,7 +291,7 @@ class ClusterSim(Scheduling):
         self._schedule_pass()
 
     def _done(self, j: JobRun) -> None:
-        j.state, j.finish_s = JobState.DONE, self.sim.now
+        j.state, j.finish_s = DONE, self.sim.now
         self.end_s = max(self.end_s, self.sim.now)
         self.left -= 1
         if not self.left:
@@ -304,7 +304,7 @@ class ClusterSim(Scheduling):
         j.restarting = True
         j.epoch += 1
         self._release(j, cause)
-        j.state = JobState.QUEUED
+        j.state = QUEUED
         self._queue(j).appendleft(j)
 
     def _fail(self, sim, n: int):
@@ -323,7 +323,7 @@ class ClusterSim(Scheduling):
         self._schedule_pass()
 
     def _reclaim(self, sim, j: JobRun, epoch: int):
-        if epoch != j.epoch or j.state != JobState.RUNNING:
+        if epoch != j.epoch or j.state != RUNNING:
             return
         self.m.reclaims += 1
         self._begin_grace(j, "reclaim")
@@ -331,7 +331,7 @@ class ClusterSim(Scheduling):
     def _reclaim_event(self, sim, gpus: float):
         """The provider takes back ``gpus`` GPUs of spot capacity: SIGTERM to running spot jobs,
         in random order, until they hold that many."""
-        spot = sorted((j for j in self.running.values() if j.spot and j.state == JobState.RUNNING), key=lambda j: j.id)
+        spot = sorted((j for j in self.running.values() if j.spot and j.state == RUNNING), key=lambda j: j.id)
         taken = 0.0
         for k in self.rng.permutation(len(spot)):
             if taken >= gpus:
@@ -343,7 +343,7 @@ class ClusterSim(Scheduling):
     def _begin_grace(self, j: JobRun, cause: str) -> None:
         """SIGTERM now, SIGKILL after the grace period (or once a SIGTERM checkpoint is written)."""
         now, g = self.sim.now, self.cfg.grace_s
-        j.state = JobState.GRACE
+        j.state = GRACE
         j.epoch += 1
         if j.on_sigterm and g >= j.cost_s:
             # everything done so far is saved by a checkpoint written in the grace window
@@ -373,7 +373,7 @@ class ClusterSim(Scheduling):
         if j.remaining_s <= 0:
             self._done(j)
         else:
-            j.state = JobState.QUEUED
+            j.state = QUEUED
             self._queue(j).appendleft(j)
         self._schedule_pass()
 
