@@ -53,7 +53,7 @@ def main() -> int:
         price_per_gpu_hour=3.0,
     )
     t0 = time.perf_counter()
-    r = ClusterSim(cfg, jobs).run().report()
+    r = ClusterSim(cfg, jobs).run().report().to_dict()
     took = time.perf_counter() - t0
     _, passed, text = verdict(took, reference_s(), TARGET_RATIO)
     ok = passed and r["finished"] == len(jobs)

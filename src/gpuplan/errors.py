@@ -8,6 +8,10 @@ Exit codes of the CLI (documented in the README):
   change found that does fit, checked by running the estimate again.
 
 The library raises them and never prints; the CLI renders them.
+
+A message or fix that names another input writes it as a field, in backticks: ```seq_len``` or
+```seq_len=4096``` (``field_ref``), as a Python caller passes it. The CLI shows each as its flag
+(``--seq-len 4096``: gpuplan/cli/flags.py), so the library never names a CLI flag.
 """
 
 from __future__ import annotations
@@ -36,6 +40,11 @@ class DoesNotFit(GpuplanError):
     can tell a typo from a model that needs more GPUs."""
 
     exit_code = EXIT_DOES_NOT_FIT
+
+
+def field_ref(field: str, value: object = None) -> str:
+    """A field named inside a message or a fix: ```field``` or ```field=value``` (module docstring)."""
+    return f"`{field}`" if value is None else f"`{field}={value}`"
 
 
 def require(condition: bool, field: str, message: str, fix: str | None = None) -> None:

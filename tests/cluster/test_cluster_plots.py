@@ -16,16 +16,16 @@ def _sim():
 def test_the_report_carries_every_percentile_of_the_wait_so_the_tail_can_be_drawn():
     sim = _sim()
     report = sim.report()
-    for tier, v in report["tiers"].items():
-        q = v["wait_quantiles_s"]
-        waits = [j.first_start_s - j.arrival_s for j in sim.jobs if str(j.tier) == tier and j.state == "done"]
+    for tier, v in report.tiers.items():
+        q = v.wait_quantiles_s
+        waits = [r.wait_s for r in sim.runs.values() if str(r.tier) == tier and r.state == "done"]
         assert len(q) == 101 and q == sorted(q)
-        assert q[-1] == pytest.approx(max(waits)) and q[99] == pytest.approx(v["p99_wait_s"])
+        assert q[-1] == pytest.approx(max(waits)) and q[99] == pytest.approx(v.p99_wait_s)
 
 
 def test_the_utilisation_series_integrates_to_the_busy_gpu_time():
     sim = _sim()
-    u = sim.report()["utilisation_over_time"]
+    u = sim.report().utilisation_over_time
     t = np.array(u["t_s"])
     width = t[1] - t[0]
     assert (np.array(u["busy_fraction"]) * width * 16).sum() == pytest.approx(sim.busy_gpu_s, rel=1e-9)
@@ -53,6 +53,6 @@ def test_the_plot_draws_the_wait_tail_on_a_log_axis(tmp_path):
         plt.Figure.savefig = real
     waits_ax = saved["fig"].axes[1]
     assert waits_ax.get_xscale() == "log"
-    p99 = max(v["p99_wait_s"] for v in _sim().report()["tiers"].values())
+    p99 = max(v.p99_wait_s for v in _sim().report().tiers.values())
     assert waits_ax.get_xlim()[1] >= p99  # the tail is inside the picture, not cut at a whisker
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"

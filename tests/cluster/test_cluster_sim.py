@@ -32,8 +32,8 @@ def test_single_gpu_jobs_under_fifo_wait_as_long_as_erlang_c_says():
     waits = []
     for seed in range(16):  # the mean wait is noisy: 16 x 48,000 jobs put its standard error near 2%
         jobs = _poisson_jobs(50_000, lam, mean, seed)
-        ClusterSim(ClusterConfig(nodes=2, gpus_per_node=8, policy="fifo"), jobs).run()
-        w = np.array([j.first_start_s - j.arrival_s for j in jobs])[2000:]  # past the warm-up
+        sim = ClusterSim(ClusterConfig(nodes=2, gpus_per_node=8, policy="fifo"), jobs).run()
+        w = np.array([sim.runs[j.id].wait_s for j in jobs])[2000:]  # past the warm-up
         waits.append(w.mean())
     assert np.mean(waits) == pytest.approx(erlang_c_wait(c, lam, 1 / mean), rel=0.05)
 
@@ -48,8 +48,8 @@ def test_a_job_under_exponential_failures_wastes_what_daly_predicts():
         # at once, and its node's failures (MTBF each) are the job's failures
         job = Job(0, 0.0, 8.0, 200 * 3600.0, checkpoint=str(tau), cost_s=cost, restart_s=restart)
         cfg = ClusterConfig(nodes=64, gpus_per_node=8, node_mtbf_s=mtbf, repair_s=1.0, seed=seed)
-        ClusterSim(cfg, [job]).run()
-        waste.append(1 - job.work_s / (job.finish_s - job.arrival_s))
+        sim = ClusterSim(cfg, [job]).run()
+        waste.append(1 - job.work_s / sim.runs[0].jct_s)
     assert np.mean(waste) == pytest.approx(expected_waste_fraction(tau, cost, mtbf, restart), rel=0.05)
 
 
@@ -78,10 +78,10 @@ def test_gpu_hours_add_up_and_the_same_seed_repeats_the_run():
     jobs, a = run(0)
     _, b = run(0)
     assert a == b
-    assert a["finished"] == 400
+    assert a.finished == 400
     work_h = sum(j.gpus * j.work_s for j in jobs) / 3600
-    assert a["gpu_hours"]["useful"] == pytest.approx(work_h, rel=1e-9)
-    assert a["preemptions"] > 0 and a["reclaims"] > 0
+    assert a.gpu_hours["useful"] == pytest.approx(work_h, rel=1e-9)
+    assert a.preemptions > 0 and a.reclaims > 0
 
 
 def test_a_higher_tier_preempts_the_job_with_the_least_unsaved_work():
@@ -89,10 +89,10 @@ def test_a_higher_tier_preempts_the_job_with_the_least_unsaved_work():
     low_new = Job(1, 550.0, 8.0, 10_000.0, tier=0, checkpoint="600", cost_s=10)
     high = Job(2, 650.0, 8.0, 100.0, tier=1)
     cfg = ClusterConfig(nodes=2, gpus_per_node=8, policy="priority", grace_s=30)
-    ClusterSim(cfg, [low_old, low_new, high]).run()
+    runs = ClusterSim(cfg, [low_old, low_new, high]).run().runs
     # at 650 s the old job saved 600 s of work at 610 s (40 s unsaved), the new one has 100 s unsaved
-    assert low_old.preemptions == 1 and low_new.preemptions == 0
-    assert high.first_start_s == pytest.approx(650 + 30)
+    assert runs[0].preemptions == 1 and runs[1].preemptions == 0
+    assert runs[2].first_start_s == pytest.approx(650 + 30)
 
 
 def test_jobs_larger_than_the_cluster_are_refused():
@@ -131,9 +131,9 @@ def test_a_gang_preempts_whole_nodes_not_gpus_scattered_over_the_cluster():
     # four nodes of 8, each holding two 4-GPU low jobs; a 16-GPU high job needs two whole nodes
     lows = [Job(i, 0.0, 4.0, 10_000.0, tier=0, checkpoint="1000", cost_s=10) for i in range(8)]
     high = Job(8, 100.0, 16.0, 500.0, tier=1)
-    ClusterSim(ClusterConfig(nodes=4, gpus_per_node=8, policy="priority", grace_s=60), lows + [high]).run()
-    assert sum(v.preemptions for v in lows) == 4  # two nodes' worth, not any four jobs
-    assert high.first_start_s == pytest.approx(160.0)
+    runs = ClusterSim(ClusterConfig(nodes=4, gpus_per_node=8, policy="priority", grace_s=60), lows + [high]).run().runs
+    assert sum(runs[v.id].preemptions for v in lows) == 4  # two nodes' worth, not any four jobs
+    assert runs[8].first_start_s == pytest.approx(160.0)
 
 
 def test_nodes_of_different_sizes_place_jobs_where_they_fit():
@@ -142,7 +142,7 @@ def test_nodes_of_different_sizes_place_jobs_where_they_fit():
     runs = {s[0]: s[2] for s in sim.segments}
     assert runs[0] == (1,) and runs[1] == (0,)  # 4 GPUs only fit the big node; 2 GPUs best-fit the small one
     assert sorted(runs[2]) == [0, 1]  # a 10-GPU gang takes both whole nodes
-    assert sim.report()["gpus"] == 10
+    assert sim.report().gpus == 10
 
 
 @pytest.mark.parametrize("shape", [None, 0.7, 2.0])
@@ -152,7 +152,7 @@ def test_node_failures_come_at_the_configured_mean_rate_for_exponential_and_weib
     job = Job(0, 0.0, 1.0, span, checkpoint="3600", cost_s=1.0)
     cfg = ClusterConfig(nodes=200, gpus_per_node=1, node_mtbf_s=mtbf, weibull_shape=shape, repair_s=1.0, seed=2)
     sim = ClusterSim(cfg, [job]).run()
-    elapsed = job.finish_s
+    elapsed = sim.runs[0].finish_s
     expected = 200 * elapsed / mtbf  # renewal process: failures per node ~ time / mean
     assert sim.m.failures == pytest.approx(expected, rel=0.1)
 
@@ -246,8 +246,8 @@ def test_room_freed_for_a_waiting_gang_is_not_backfilled_by_the_jobs_it_preempte
     jobs = [Job(i, 0.0, 1.0, 10_000.0, checkpoint="sigterm", cost_s=10.0 + i, restart_s=5.0) for i in range(16)]
     jobs.append(Job(16, 100.0, 16.0, 1000.0, tier=1))
     sim = ClusterSim(ClusterConfig(nodes=2, gpus_per_node=8, policy="backfill", grace_s=120.0), jobs).run()
-    assert sim.jobs_by_id[16].first_start_s == 100.0 + 25.0  # when the slowest checkpoint is written
-    assert sim.m.preemptions == 16 and sim.report()["finished"] == 17
+    assert sim.runs[16].first_start_s == 100.0 + 25.0  # when the slowest checkpoint is written
+    assert sim.m.preemptions == 16 and sim.report().finished == 17
 
 
 @pytest.mark.parametrize("policy", ["fifo", "priority", "backfill"])
@@ -281,8 +281,61 @@ def test_every_job_finishes_under_each_policy_with_failures_reclaims_and_preempt
                 seed=seed,
             )
             r = ClusterSim(cfg, jobs).run().report()
-            assert r["finished"] == 150
+            assert r.finished == 150
             if policy == "fifo":
-                assert r["preemptions"] == 0
+                assert r.preemptions == 0
     finally:
         signal.alarm(0)
+
+
+def test_a_run_leaves_the_submitted_jobs_as_they_were_and_keeps_its_state_per_job():
+    import dataclasses
+
+    jobs = [Job(i, float(i), 8.0, 3600.0, checkpoint="daly", cost_s=60.0, restart_s=30.0) for i in range(4)]
+    before = [dataclasses.replace(j) for j in jobs]
+    mtbf = 10 * 86400.0
+    sim = ClusterSim(ClusterConfig(nodes=2, gpus_per_node=8, node_mtbf_s=mtbf, seed=1), jobs).run()
+    assert jobs == before  # the spec is frozen: a second run starts from the same jobs
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        jobs[0].work_s = 1.0  # type: ignore[misc]
+    # one node's failures interrupt an 8-GPU job: Daly's interval for that MTBF (Daly 2006, eq. 20)
+    assert all(r.interval_s == pytest.approx(daly_interval(60.0, mtbf)) for r in sim.runs.values())
+    assert all(r.state == "done" and r.finish_s >= r.first_start_s >= r.job.arrival_s for r in sim.runs.values())
+
+
+def test_policies_see_the_nodes_read_only():
+    from gpuplan.cluster.policies import Placement
+
+    class Meddler(Placement):
+        name = "meddler"
+
+        def node(self, sim, job, candidates):
+            sim.free[int(candidates[0])] = 0  # a placement must not change what is free
+            return int(candidates[0])
+
+    with pytest.raises(ValueError, match="read-only"):
+        ClusterSim(ClusterConfig(nodes=1, gpus_per_node=8, placement=Meddler()), [Job(0, 0.0, 1.0, 10.0)]).run()
+
+
+def test_the_report_is_typed_and_its_json_document_carries_the_same_numbers():
+    import json
+
+    jobs = [Job(i, float(i * 10), 4.0, 600.0, tier=i % 2) for i in range(20)]
+    cfg = ClusterConfig(nodes=1, gpus_per_node=8, preempt=False, price_per_gpu_hour=2.0)
+    r = ClusterSim(cfg, jobs).run().report()
+    doc = json.loads(json.dumps(r.to_dict()))
+    assert doc["finished"] == r.finished == 20
+    assert doc["tiers"]["1"]["p99_wait_s"] == r.tiers["1"].p99_wait_s
+    # no failures, preemption or checkpoints: every busy GPU-hour is useful, nothing is lost
+    assert r.gpu_hours["useful"] == pytest.approx(20 * 4 * 600 / 3600) and r.usd_lost == 0.0
+
+
+def test_events_at_the_same_time_run_capacity_changes_then_arrivals_then_finishes():
+    from gpuplan.cluster.sim import EventPriority
+
+    assert EventPriority.CAPACITY < EventPriority.ARRIVAL < EventPriority.FINISH
+    # a job finishing at t = 100 and one arriving then on a full node: the arrival is handled
+    # first, so it waits for the finish's scheduling pass and starts at 100, not later
+    jobs = [Job(0, 0.0, 8.0, 100.0), Job(1, 100.0, 8.0, 50.0)]
+    sim = ClusterSim(ClusterConfig(nodes=1, gpus_per_node=8), jobs).run()
+    assert sim.runs[1].first_start_s == 100.0 and sim.runs[1].finish_s == 150.0

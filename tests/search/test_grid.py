@@ -7,7 +7,8 @@ from gpuplan import catalog
 from gpuplan.estimate.memory import estimate_memory
 from gpuplan.estimate.step_time import step_time
 from gpuplan.search.grid import Grid
-from gpuplan.search.plans import RECOMPUTE_ORDER, _layouts
+from gpuplan.search.plans import RECOMPUTE_ORDER
+from gpuplan.search.space import valid_layouts as _layouts
 from gpuplan.specs.training import BLOCK_SCALED, TrainingConfig
 
 CASES = [

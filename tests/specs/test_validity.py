@@ -14,7 +14,8 @@ from gpuplan.errors import GpuplanError
 from gpuplan.estimate.step_time import step_time
 from gpuplan.estimate.train import TrainRequest, estimate_training
 from gpuplan.pipeline.schedules import build
-from gpuplan.search.plans import _layouts, enumerate_layouts, layout_view, search
+from gpuplan.search.plans import enumerate_layouts, layout_view, search
+from gpuplan.search.space import valid_layouts as _layouts
 from gpuplan.specs import schedules, validity
 from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.training import TrainingConfig

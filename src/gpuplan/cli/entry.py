@@ -44,7 +44,9 @@ def main(argv: list[str] | None = None) -> None:
         code = command.main(args=args, prog_name="gpuplan", standalone_mode=False)
     except GpuplanError as exc:
         sys.stdout.flush()
-        sys.stderr.write(f"error: {' '.join(str(exc).split())}\n")
+        from gpuplan.cli.flags import as_flags  # the library names fields; the CLI shows its flags
+
+        sys.stderr.write(f"error: {as_flags(' '.join(str(exc).split()))}\n")
         sys.exit(exc.exit_code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)

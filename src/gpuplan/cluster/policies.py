@@ -2,7 +2,7 @@
 
 A *scheduling policy* decides which queued jobs a scheduling pass tries to start, and in what
 order; the simulator does the rest (placing, preempting, accounting) through
-``ClusterSim.try_start``. A *placement* decides where a job that fits goes. Pass an instance of a
+``ClusterView.try_start``. A *placement* decides where a job that fits goes. Pass an instance of a
 subclass as ``ClusterConfig.policy`` or ``ClusterConfig.placement`` to plug in your own; the names
 in ``POLICIES`` and ``PLACEMENTS`` are the built-in ones.
 
@@ -24,18 +24,64 @@ Built-in placement:
   whole nodes, so it spans as few racks as possible.
 
 A gang (a job bigger than the biggest node it may use) always takes whole free nodes.
+
+Policies see the simulator only through :class:`ClusterView`: the queues, ``try_start``, and the
+nodes' capacity, free GPUs and racks (read-only arrays in milli-GPUs); the simulator's other state
+is its own.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections import deque
+from enum import StrEnum
+from typing import Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:  # pragma: no cover
-    from gpuplan.cluster.sim import ClusterSim, Job
+from gpuplan.cluster.job import JobRun
 
-STARTED, PREEMPTING, BLOCKED = "started", "preempting", "blocked"
+
+class Outcome(StrEnum):
+    """What ``try_start`` did with a queued job; compares equal to its name."""
+
+    STARTED = "started"  # it runs now and has left its queue
+    PREEMPTING = "preempting"  # room is being made (victims in their grace period): it waits for it
+    BLOCKED = "blocked"  # it cannot start, and no preemption can make room
+
+
+STARTED, PREEMPTING, BLOCKED = Outcome.STARTED, Outcome.PREEMPTING, Outcome.BLOCKED
+
+
+class ClusterView(Protocol):
+    """What a scheduling policy or a placement may see and do of the simulator."""
+
+    @property
+    def queue_depth(self) -> int:
+        """Jobs a backfill pass looks at per queue (Slurm's ``bf_max_job_test``)."""
+        ...
+
+    @property
+    def capacity(self) -> np.ndarray:
+        """Milli-GPUs of each node."""
+        ...
+
+    @property
+    def free(self) -> np.ndarray:
+        """Milli-GPUs free on each node now."""
+        ...
+
+    @property
+    def rack(self) -> np.ndarray:
+        """The rack of each node."""
+        ...
+
+    def queues_by_tier(self) -> list[deque[JobRun]]:
+        """The queues, highest tier first (one queue when the policy is not tiered)."""
+        ...
+
+    def try_start(self, q: deque[JobRun], i: int) -> Outcome:
+        """Start the ``i``-th job of ``q`` if it fits, else preempt for it if allowed, else BLOCKED."""
+        ...
 
 
 class Policy:
@@ -47,11 +93,11 @@ class Policy:
     tiered = True
     preempts = True
 
-    def schedule(self, sim: ClusterSim) -> None:
+    def schedule(self, sim: ClusterView) -> None:
         raise NotImplementedError
 
 
-def _head_of_line(sim: ClusterSim) -> None:
+def _head_of_line(sim: ClusterView) -> None:
     for q in sim.queues_by_tier():
         while q:
             if sim.try_start(q, 0) != STARTED:
@@ -61,22 +107,22 @@ def _head_of_line(sim: ClusterSim) -> None:
 class Fifo(Policy):
     name, tiered, preempts = "fifo", False, False
 
-    def schedule(self, sim: ClusterSim) -> None:
+    def schedule(self, sim: ClusterView) -> None:
         _head_of_line(sim)
 
 
 class Priority(Policy):
     name = "priority"
 
-    def schedule(self, sim: ClusterSim) -> None:
+    def schedule(self, sim: ClusterView) -> None:
         _head_of_line(sim)
 
 
 class Backfill(Policy):
     name = "backfill"
 
-    def schedule(self, sim: ClusterSim) -> None:
-        depth = sim.cfg.queue_depth
+    def schedule(self, sim: ClusterView) -> None:
+        depth = sim.queue_depth
         for q in sim.queues_by_tier():
             i = 0
             while i < min(len(q), depth):
@@ -94,31 +140,31 @@ class Placement:
 
     name = "custom"
 
-    def node(self, sim: ClusterSim, job: Job, candidates: np.ndarray) -> int:
+    def node(self, sim: ClusterView, job: JobRun, candidates: np.ndarray) -> int:
         raise NotImplementedError
 
-    def gang(self, sim: ClusterSim, job: Job, candidates: np.ndarray) -> np.ndarray:
+    def gang(self, sim: ClusterView, job: JobRun, candidates: np.ndarray) -> np.ndarray:
         return candidates[np.argsort(-sim.capacity[candidates], kind="stable")]  # biggest first: fewest nodes
 
 
 class Pack(Placement):
     name = "pack"
 
-    def node(self, sim, job, candidates):
+    def node(self, sim: ClusterView, job: JobRun, candidates: np.ndarray) -> int:
         return int(candidates[np.argmin(sim.free[candidates])])
 
 
 class Spread(Placement):
     name = "spread"
 
-    def node(self, sim, job, candidates):
+    def node(self, sim: ClusterView, job: JobRun, candidates: np.ndarray) -> int:
         return int(candidates[np.argmax(sim.free[candidates])])
 
 
 class Topology(Pack):
     name = "topology"
 
-    def gang(self, sim, job, candidates):
+    def gang(self, sim: ClusterView, job: JobRun, candidates: np.ndarray) -> np.ndarray:
         racks, counts = np.unique(sim.rack[candidates], return_counts=True)
         order = np.argsort(-counts, kind="stable")  # the rack with the most free whole nodes first
         return np.concatenate([candidates[sim.rack[candidates] == racks[i]] for i in order])

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gpuplan.cluster.job import JobState
 from gpuplan.cluster.sim import ClusterSim
 from gpuplan.units import fmt_duration
 
@@ -24,7 +25,7 @@ def chrome_trace(sim: ClusterSim, max_nodes: int = 512) -> dict:
             }
         )
     lanes: dict[int, list[float]] = {}  # node -> end time of each lane (jobs sharing a node get lanes)
-    for job, tier, nodes, start, end, outcome, gpus in sorted(sim.segments, key=lambda s: s[3]):
+    for job, tier, nodes, start, end, outcome, gpus in sorted(sim.segments, key=lambda s: s.start_s):
         for n in nodes:
             if n >= max_nodes:
                 continue
@@ -75,7 +76,7 @@ def write_plot(sim: ClusterSim, path: str | Path) -> None:
     a.set_title("Utilisation over time")
     floor = 1.0  # seconds: a job that did not wait is drawn here (log axis)
     for k, tier in enumerate(sorted({j.tier for j in sim.jobs})):
-        waits = np.sort([j.first_start_s - j.arrival_s for j in sim.jobs if j.tier == tier and j.state == "done"])
+        waits = np.sort([r.wait_s for r in sim.runs.values() if r.tier == tier and r.state == JobState.DONE])
         if not len(waits):
             continue
         share = np.arange(1, len(waits) + 1) / len(waits) * 100

@@ -9,7 +9,7 @@ from collections import Counter
 
 from gpuplan import inputs
 from gpuplan.cluster.sim import NODE_MTBF_PRESETS, ClusterConfig, ClusterSim, Job
-from gpuplan.errors import GpuplanError
+from gpuplan.errors import GpuplanError, field_ref
 from gpuplan.estimate.checkpoint_interval import daly_interval, expected_waste_fraction
 from gpuplan.units import fmt_duration
 
@@ -50,8 +50,9 @@ def check_progress(mtbf_s: float | None, spot_reclaims_per_s: float, cost_s: flo
                 f"a job interrupted every {fmt_duration(every)} has no time to work ({waste:.1%} "
                 f"of it goes to restarts of {fmt_duration(restart_s)}, checkpoints of "
                 f"{fmt_duration(cost_s)} and lost work)",
-                "use a longer --node-mtbf (llama3: 264 node-days), fewer --spot-reclaim-per-hour, "
-                "or a shorter --restart or --checkpoint-cost",
+                f"use a longer {field_ref('node_mtbf')} (llama3: 264 node-days), fewer "
+                f"{field_ref('spot_reclaim_per_hour')}, or a shorter {field_ref('restart')} or "
+                f"{field_ref('checkpoint_cost')}",
             )
 
 

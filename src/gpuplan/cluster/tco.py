@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuplan.errors import require
+from gpuplan.errors import field_ref, require
 from gpuplan.estimate.checkpoint_interval import daly_interval, expected_waste_fraction
 
 HOURS_PER_MONTH = 730.0
@@ -71,7 +71,7 @@ def tco(x: TCOInput) -> dict:
             "spot_mtbf",
             f"with a preemption every {x.spot_mtbf_s:g} s, checkpoints of "
             f"{x.checkpoint_cost_s:g} s and restarts of {x.restart_s:g} s, spot capacity does no work",
-            "use a longer --spot-mtbf or a faster --checkpoint-cost",
+            f"use a longer {field_ref('spot_mtbf')} or a faster {field_ref('checkpoint_cost')}",
         )
         spot = useful_h / (1 - waste) * x.spot_per_gpu_hour
     busy_kw = x.gpus * x.tdp_w * x.node_overhead / 1000 * x.pue

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpuplan.errors import require
+from gpuplan.errors import field_ref, require
 from gpuplan.estimate.checkpoint_interval import daly_interval
 from gpuplan.units import HOUR
 
@@ -79,7 +79,7 @@ def loss(
             mtbf_s is not None and mtbf_s > 0,
             "mtbf",
             "the optimal interval needs a mean time between preemptions",
-            "pass --mtbf, e.g. --mtbf 24h",
+            f"pass {field_ref('mtbf')}, e.g. {field_ref('mtbf', '24h')}",
         )
         tau = daly_interval(cost_s, mtbf_s)  # type: ignore[arg-type]  # required above
     else:

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from gpuplan.cluster.sim import Job
-from gpuplan.errors import GpuplanError, require
+from gpuplan.errors import GpuplanError, field_ref, require
 
 
 def synthetic(
@@ -283,7 +283,7 @@ def read_openb_nodes(path: str | Path) -> tuple[tuple[int, ...], tuple[str, ...]
         len(gpus) > 0,
         "nodes_file",
         f"{path} lists no node with GPUs",
-        "pass openb_node_list_gpu_node.csv (sn,cpu_milli,memory_mib,gpu,model), or drop --nodes-file",
+        f"pass openb_node_list_gpu_node.csv (sn,cpu_milli,memory_mib,gpu,model), or drop {field_ref('nodes_file')}",
     )
     return tuple(gpus), tuple(models), skipped
 

@@ -1,13 +1,7 @@
-"""Fit what no datasheet gives: the tensor-core rate a GPU family holds in long multi-GPU runs.
+"""Fit what no datasheet gives, from measured runs.
 
-A GPU's datasheet peak and its measured short-burst matmul rate (MAMF, catalog/efficiency) are
-both above what a training run sustains: dense GEMM load pulls the clocks below boost under the
-power limit, and thousands of GPUs wait for the slowest. ``sustained`` (catalog/efficiency,
-[gemm]) is that remaining fraction of the MAMF. It is one number per GPU family, fitted over
-every published run of the family in the validation set (never per row): the value that
-minimises the mean absolute step-time error, on a 0.01 grid. ``scripts/fit_sustained.py``
-prints the fit and writes it into the catalog.
-
+The catalog's fits over published runs (``fit_sustained``: the tensor-core rate a GPU family
+holds in long multi-GPU runs) live in fit_catalog.py and are re-exported here.
 ``calibrate_runs`` does the same for a user's own cluster from the user's own runs
 (``gpuplan.runs``), over a few named factors at once (``FACTORS``: GEMM sustained fraction,
 attention rate, HBM fraction, intra- and inter-node bus efficiency, per-step overhead), each within
@@ -31,51 +25,50 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gpuplan.errors import GpuplanError
+from gpuplan.estimate.factors import (
+    FACTOR_NAMES,
+    FACTORS,
+    KERNEL_KINDS,
+    Factor,
+    apply_factors,
+    factor_bounds,
+    factor_values,
+    measured_kernel,
+    predicted_kernel,
+)
+from gpuplan.estimate.fit_catalog import GRID, errors_at, family_rows, fit_attention_table, fit_sustained
+from gpuplan.estimate.least_squares import Space, jacobian, least_squares
 from gpuplan.estimate.validate import Row, load_rows
 from gpuplan.specs.hardware import Efficiency
+
+__all__ = [
+    "FACTORS",
+    "FACTOR_NAMES",
+    "GRID",
+    "KERNEL_KINDS",
+    "Calibration",
+    "Factor",
+    "FactorFit",
+    "Observation",
+    "RunFit",
+    "apply_factors",
+    "calibrate_runs",
+    "calibrated_validation",
+    "errors_at",
+    "factor_bounds",
+    "factor_values",
+    "family_rows",
+    "fit_attention_table",
+    "fit_sustained",
+    "measured_kernel",
+    "observations",
+    "predicted_kernel",
+    "resolve_runs",
+]
 
 if TYPE_CHECKING:
     from gpuplan.estimate.step_time import StepTime
     from gpuplan.runs.record import Resolved, Run
-
-GRID = tuple(round(0.50 + 0.01 * i, 2) for i in range(51))  # 0.50 .. 1.00
-
-
-def family_rows(family: str, rows: tuple[Row, ...] | None = None) -> list[Row]:
-    """The validation rows run on GPUs of one efficiency family (e.g. ``h100-sxm``)."""
-    from gpuplan import catalog
-
-    name = catalog.efficiency(family).name
-    return [
-        r
-        for r in (rows if rows is not None else load_rows())
-        if getattr(catalog.gpu(r.gpu).efficiency, "name", None) == name
-    ]
-
-
-def errors_at(family: str, sustained: float, rows: list[Row]) -> list[float]:
-    """Signed step-time errors of ``rows`` with the family's ``sustained`` set to a value."""
-    from gpuplan import catalog
-    from gpuplan.estimate.step_time import step_time
-
-    out = []
-    for r in rows:
-        g = catalog.gpu(r.gpu)
-        assert g.efficiency is not None  # family_rows only returns GPUs with efficiency data
-        g = dataclasses.replace(g, efficiency=dataclasses.replace(g.efficiency, sustained=sustained))
-        out.append(step_time(r.model, r.config, r.plan, g, r.microbatches).step_s / r.measured_step_s - 1)
-    return out
-
-
-def fit_sustained(family: str, rows: tuple[Row, ...] | None = None) -> tuple[float, float]:
-    """(sustained, mean |error| there) minimising the family's mean absolute step-time error."""
-    fam = family_rows(family, rows)
-    if not fam:
-        raise ValueError(f"no validation rows for GPU family {family!r}")
-    best = min(GRID, key=lambda s: (sum(abs(e) for e in errors_at(family, s, fam)), -s))
-    errs = errors_at(family, best, fam)
-    return best, sum(abs(e) for e in errs) / len(errs)
-
 
 # -- Fitting a cluster profile to the user's own runs ----------------------------------------------
 #
@@ -83,113 +76,12 @@ def fit_sustained(family: str, rows: tuple[Row, ...] | None = None) -> tuple[flo
 # each bounded by what is physical, fitted to every run the user gives (bounded Gauss-Newton with
 # Levenberg damping on log relative errors), keeping only the factors the runs can pin down.
 
-
-@dataclass(frozen=True)
-class Factor:
-    """One fitted number: its name, physical bounds and what it scales."""
-
-    name: str
-    lo: float
-    hi: float
-    doc: str
-    additive: bool = False  # seconds (fitted on a linear scale), not a fraction (log scale)
-
-
-FACTORS = (
-    Factor(
-        "gemm_sustained",
-        0.30,
-        1.00,
-        "tensor-core rate held over the measured MAMF (Efficiency.sustained); scales GEMMs and attention",
-    ),
-    Factor(
-        "attention_scale",
-        0.30,
-        1.00,
-        "attention kernels' rate relative to the catalog's, whichever kernel runs (Efficiency.attention_scale; "
-        "upper bound: flash_fwd/flash_bwd reach 1)",
-    ),
-    Factor("hbm", 0.30, 1.00, "streaming kernels' bandwidth over the HBM peak (Efficiency.hbm)"),
-    Factor("intra_bus", 0.20, 1.00, "NCCL bus bandwidth over the scale-up link (Efficiency.intra_bus)"),
-    Factor("inter_bus", 0.10, 1.00, "NCCL bus bandwidth over the NIC rate (Efficiency.inter_bus)"),
-    Factor(
-        "step_overhead_s",
-        0.0,
-        60.0,
-        "seconds per step outside the modelled kernels (Efficiency.step_overhead_s)",
-        additive=True,
-    ),
-)
-FACTOR_NAMES = tuple(f.name for f in FACTORS)
 MIN_SENSITIVITY = 0.01  # RMS elasticity below which no run tells the factor apart from noise
 MIN_INDEPENDENT = 0.20  # share of a factor's effect not explained by factors already chosen
 # relative (log) standard error up to which a factor counts as identified (2 sigma = 5%), and above
 # which it is not fitted at all
 MAX_STANDARD_ERROR = 0.025
 MAX_LOOSE_ERROR = 0.10
-# What a profiler trace measures (gpuplan.runs.trace categories) that the model predicts: GEMM and
-# attention kernels, the other kernels (elementwise, norms, the optimizer step: memory-bound), and
-# the NCCL all-reduce/all-gather/reduce-scatter kernels (send/recv also carries pipeline waits)
-KERNEL_KINDS = ("gemm", "attention", "elementwise", "nccl")
-NCCL_MEASURED = ("nccl_all_gather", "nccl_reduce_scatter", "nccl_all_reduce")
-NCCL_MODELLED = ("all-reduce", "all-gather", "reduce-scatter")
-
-
-def measured_kernel(kernels_s: dict[str, float], kind: str) -> float:
-    """A trace's seconds per step for one of ``KERNEL_KINDS``."""
-    if kind == "nccl":
-        return sum(kernels_s.get(k, 0.0) for k in NCCL_MEASURED)
-    return kernels_s.get(kind, 0.0)
-
-
-def predicted_kernel(st: StepTime, kind: str) -> float:
-    """The model's seconds per step for one of ``KERNEL_KINDS`` on the critical stage (kernels as
-    run once: recompute is not in ``StepTime.ops``, so runs with recompute give no kernel terms)."""
-    if kind in ("gemm", "attention"):
-        return st.ops.get(kind, 0.0)
-    if kind == "elementwise":
-        return sum(v for k, v in st.ops.items() if k not in ("gemm", "attention")) + st.breakdown.get("optimizer", 0.0)
-    # NCCL kernels run for the whole collective, hidden or not; a dimension's time is split over its
-    # collective kinds by the bytes each sends
-    total = 0.0
-    for line in st.comm.values():
-        sent = sum(line.collectives.values())
-        if sent:
-            total += line.time * sum(line.collectives.get(k, 0.0) for k in NCCL_MODELLED) / sent
-    return total
-
-
-def factor_values(eff: Efficiency) -> dict[str, float]:
-    """The factors' values in an efficiency."""
-    return {
-        "gemm_sustained": eff.sustained,
-        "attention_scale": eff.attention_scale,
-        "hbm": eff.hbm,
-        "intra_bus": eff.intra_bus,
-        "inter_bus": eff.inter_bus,
-        "step_overhead_s": eff.step_overhead_s,
-    }
-
-
-def factor_bounds(base: Efficiency) -> dict[str, tuple[float, float]]:
-    """Physical bounds; attention's upper bound keeps both flash fractions at most 1."""
-    out = {f.name: (f.lo, f.hi) for f in FACTORS}
-    out["attention_scale"] = (0.30, 1.0 / max(base.flash_fwd, base.flash_bwd))
-    return out
-
-
-def apply_factors(base: Efficiency, values: dict[str, float]) -> Efficiency:
-    """``base`` with the given factors (missing ones unchanged)."""
-    v = {**factor_values(base), **values}
-    return dataclasses.replace(
-        base,
-        sustained=v["gemm_sustained"],
-        attention_scale=v["attention_scale"],  # every kernel's rate (Efficiency.attention_fractions)
-        hbm=v["hbm"],
-        intra_bus=v["intra_bus"],
-        inter_bus=v["inter_bus"],
-        step_overhead_s=v["step_overhead_s"],
-    )
 
 
 @dataclass(frozen=True)
@@ -240,64 +132,6 @@ def _residuals(
         pred = st.step_s if o.kind == "step" else predicted_kernel(st, o.kind)
         out.append(math.log(max(pred, 1e-12) / o.measured))
     return np.array(out)
-
-
-class _Space:
-    """Fitted coordinates: ln(value) for fractions, value / typical step for seconds, so that a
-    unit step means about the same relative change for every factor."""
-
-    def __init__(self, names: list[str], bounds: dict[str, tuple[float, float]], step_scale: float):
-        self.names, self.bounds, self.scale = names, bounds, step_scale
-        self.additive = {f.name for f in FACTORS if f.additive}
-
-    def to_u(self, values: dict[str, float]) -> np.ndarray:
-        return np.array([values[n] / self.scale if n in self.additive else math.log(values[n]) for n in self.names])
-
-    def to_values(self, u: np.ndarray) -> dict[str, float]:
-        return {n: (float(x) * self.scale if n in self.additive else math.exp(float(x))) for n, x in zip(self.names, u)}
-
-    def clip(self, u: np.ndarray) -> np.ndarray:
-        lo = self.to_u(
-            {n: self.bounds[n][0] if n in self.additive else max(self.bounds[n][0], 1e-9) for n in self.names}
-        )
-        hi = self.to_u({n: self.bounds[n][1] for n in self.names})
-        return np.clip(u, lo, hi)
-
-
-def _jacobian(fun, u: np.ndarray, r0: np.ndarray, space: _Space, h: float = 1e-3) -> np.ndarray:
-    """One-sided differences (the model is piecewise smooth: max() of overlapped times), stepping
-    back from an upper bound so that no fraction goes past 1."""
-    hi = space.clip(np.full(len(u), np.inf))
-    J = np.zeros((len(r0), len(u)))
-    for k in range(len(u)):
-        step = -h if u[k] + h > hi[k] else h
-        du = u.copy()
-        du[k] += step
-        J[:, k] = (fun(du) - r0) / step
-    return J
-
-
-def _least_squares(fun, u0: np.ndarray, space: _Space, iterations: int = 40) -> tuple[np.ndarray, np.ndarray]:
-    """Bounded Levenberg-Marquardt (Marquardt 1963) with the step clipped to the bounds."""
-    u = space.clip(u0)
-    r = fun(u)
-    lam = 1e-3
-    for _ in range(iterations):
-        J = _jacobian(fun, u, r, space)
-        H, g = J.T @ J, J.T @ r
-        improved = False
-        for _ in range(8):
-            step = np.linalg.solve(H + lam * np.diag(np.diag(H) + 1e-12), -g)
-            u_new = space.clip(u + step)
-            r_new = fun(u_new)
-            if r_new @ r_new < r @ r:
-                gain = r @ r - r_new @ r_new
-                u, r, lam, improved = u_new, r_new, max(lam / 3, 1e-7), True
-                break
-            lam *= 4
-        if not improved or gain < 1e-12 * max(1.0, float(r @ r)):
-            break
-    return u, r
 
 
 @dataclass(frozen=True)
@@ -378,29 +212,29 @@ def _fit_factors(
     bounds = factor_bounds(base)
     names = list(only or FACTOR_NAMES)
     scale = float(np.median([o.measured for o in obs if o.kind == "step"]))
-    space_all = _Space(names, bounds, scale)
+    space_all = Space(names, bounds, scale)
     start = dict(prior)
 
-    def fun_for(space: _Space):  # factors outside ``space`` stay at the prior
+    def fun_for(space: Space):  # factors outside ``space`` stay at the prior
         return lambda u: _residuals(base, {**prior, **space.to_values(u)}, resolved, obs)
 
     u0 = space_all.to_u(start)
     r0 = fun_for(space_all)(u0)
-    chosen, why = _choose(_jacobian(fun_for(space_all), u0, r0, space_all), names, len(obs))
+    chosen, why = _choose(jacobian(fun_for(space_all), u0, r0, space_all), names, len(obs))
     values: dict[str, float] = dict(prior)
     se: dict[str, float] = {}
     for attempt in range(2):
         if not chosen:
             break
-        space = _Space(chosen, bounds, scale)
+        space = Space(chosen, bounds, scale)
         fun = fun_for(space)
-        u, r = _least_squares(fun, space.to_u(start), space)
+        u, r = least_squares(fun, space.to_u(start), space)
         values = {**prior, **space.to_values(u)}
         dof = len(obs) - len(chosen)
         if dof <= 0:  # an exact fit: nothing left to judge the spread with
             se = {}
             break
-        J = _jacobian(fun, u, r, space)
+        J = jacobian(fun, u, r, space)
         cov = float(r @ r) / dof * np.linalg.pinv(J.T @ J)
         se = {n: math.sqrt(max(cov[i, i], 0.0)) for i, n in enumerate(chosen)}
         # a factor the runs barely pin would wander to wherever noise puts it: it keeps the prior
@@ -558,27 +392,3 @@ def calibrated_validation(rows: tuple[Row, ...] | None = None) -> dict[str, dict
             "per_run": per_run,
         }
     return out
-
-
-def fit_attention_table(
-    rows: list[dict], peak_flops: float, sustained: float, backend: str = "cudnn", min_seq: int = 4096
-) -> tuple[tuple[int, float, float], ...]:
-    """(head_dim, forward, backward) long-sequence rates of one SDPA backend over
-    ``peak_flops x sustained``, from ``scripts/measure_gpu.py``'s attention rows (causal, at least
-    ``min_seq`` tokens: past the ramp ``seq_half`` models; the median over those lengths). The
-    kernels ran back to back, at the power-capped clock that ``sustained`` stands for; backward
-    FLOPs are 2.5x forward, FlashAttention's convention that ``flash_time`` uses."""
-    by_dim: dict[int, tuple[list[float], list[float]]] = {}
-    for r in rows:
-        if r.get("backend") != backend or not r.get("causal") or r["seq"] < min_seq or "fwd_s" not in r:
-            continue
-        f, b = by_dim.setdefault(int(r["d"]), ([], []))
-        f.append(r["flops_fwd"] / r["fwd_s"])
-        b.append(2.5 * r["flops_fwd"] / (r["fwd_bwd_s"] - r["fwd_s"]))
-    if not by_dim:
-        raise GpuplanError("attention", f"no causal {backend} rows of at least {min_seq} tokens")
-    scale = peak_flops * sustained
-    return tuple(
-        (d, round(float(np.median(f)) / scale, 3), round(float(np.median(b)) / scale, 3))
-        for d, (f, b) in sorted(by_dim.items())
-    )

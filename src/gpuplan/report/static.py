@@ -28,7 +28,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuplan.errors import GpuplanError
+from gpuplan.errors import GpuplanError, field_ref
 from gpuplan.report.figures import Figure, figures
 
 if TYPE_CHECKING:
@@ -289,7 +289,7 @@ def write_plot(path: str | Path, command: str, doc: dict, slo: dict | None = Non
         raise GpuplanError(
             "plot",
             f"{command} has no picture of this plan (its document lacks what the pictures draw)",
-            "drop --plot; --json and --html show its numbers",
+            f"drop {field_ref('plot')}; {field_ref('json')} and {field_ref('html')} show its numbers",
         )
     out = render(figs)
     # text stays text in an SVG (searchable, smaller) rather than outlined glyphs

@@ -29,7 +29,6 @@ coordinator wrote the metadata, so rank 0 commits without asking the others.
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -44,29 +43,36 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
-from gpuplan.errors import GpuplanError
 from gpuplan.train import integrity, validate
+from gpuplan.train.ckpt_disk import (
+    EXTRA,
+    MARKER,
+    PASS_THROUGH,
+    PREFIX,
+    TMP,
+    CheckpointError,
+    complete,
+    describe,
+    fsync_dir,
+    fsync_tree as _fsync_tree,  # a module global: tests make it fail
+    is_dist,
+    make_room,
+    marker_bytes,
+    move_aside,
+    quarantined,
+    rank,
+    room_short,
+    step_of,
+)
+from gpuplan.train.ckpt_load import newest_good, quarantine
 from gpuplan.train.lock import DirectoryLock, LockHeld
-from gpuplan.train.space import free_bytes, human, tree_bytes
+from gpuplan.train.space import free_bytes, human
+
+__all__ = ["CheckpointError", "CheckpointManager", "complete", "describe", "quarantined", "step_of"]
 
 log = logging.getLogger("gpuplan.train")
 # a single process saves without a process group, on purpose
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
-
-MARKER = "COMPLETE"
-EXTRA = "extra.pt"
-PREFIX = "step-"
-TMP = ".tmp-"
-CORRUPT = ".corrupt-"
-OLD_RUNS = "old-runs"
-ROOM_MARGIN = 1.05  # a save needs the last one's size, and a little more for what grew
-# never swallowed: interpreter shutdown and exits. Everything else that a save or a load raises is
-# handled, BaseException included (DCP's CheckpointException is not an Exception)
-PASS_THROUGH = (KeyboardInterrupt, SystemExit, GeneratorExit)
-
-
-class CheckpointError(GpuplanError):
-    pass
 
 
 @dataclass
@@ -75,71 +81,6 @@ class Pending:
     tmp: Path
     job: Future
     started: float
-
-
-def _dist() -> bool:
-    return dist.is_available() and dist.is_initialized()
-
-
-def _rank() -> int:
-    return dist.get_rank() if _dist() else 0
-
-
-def describe(exc: BaseException) -> str:
-    """What went wrong, for one log line: the OSError behind it when there is one (DCP wraps them
-    in CheckpointException.failures, torch.save in a RuntimeError), else the exception's first line."""
-    seen, todo = set(), [exc]
-    while todo:
-        e = todo.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, OSError):
-            if e.errno == errno.ENOSPC:
-                return "no space left on device"
-            return e.strerror or str(e)
-        for v in (getattr(e, "failures", None) or {}).values():
-            todo.append(v[0] if isinstance(v, tuple) else v)
-        todo += [x for x in (e.__cause__, e.__context__) if x is not None]
-    text = (str(exc).strip().splitlines() or [""])[0][:200]
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _fsync_tree(path: Path) -> None:
-    for root, _, files in os.walk(path):
-        for name in files:
-            fd = os.open(os.path.join(root, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        _fsync_dir(Path(root))
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def step_of(path: Path) -> int | None:
-    """The step of a ``step-00000123`` directory (not of a quarantined or temporary one)."""
-    digits = path.name[len(PREFIX) :]
-    return int(digits) if path.name.startswith(PREFIX) and digits.isdigit() else None
-
-
-def complete(directory: Path) -> list[tuple[int, Path]]:
-    """Committed checkpoints (those with a marker), newest first. Reads only: takes no lock."""
-    out = [
-        (s, p) for p in Path(directory).glob(f"{PREFIX}*") if (s := step_of(p)) is not None and (p / MARKER).is_file()
-    ]
-    return sorted(out, reverse=True)
-
-
-def quarantined(directory: Path) -> list[Path]:
-    return sorted(p for p in Path(directory).glob(f"{PREFIX}*{CORRUPT}*") if p.is_dir())
 
 
 class CheckpointManager:
@@ -160,9 +101,9 @@ class CheckpointManager:
         self._space_warned = False
         # async saves run collectives from a background thread: give them their own group so they
         # never interleave with the training loop's collectives (DCP's advice for async_save)
-        self.group = dist.new_group(backend="gloo") if _dist() else None
+        self.group = dist.new_group(backend="gloo") if is_dist() else None
         err = None
-        if _rank() == 0:
+        if rank() == 0:
             try:
                 self._open()
             except CheckpointError as exc:
@@ -202,7 +143,7 @@ class CheckpointManager:
             shutil.rmtree(stale, ignore_errors=True)
         done = self.complete()
         if done:
-            self.last_bytes = self._marker_bytes(done[0][1])
+            self.last_bytes = marker_bytes(done[0][1])
 
     def close(self) -> None:
         """Release the directory (call after ``wait``)."""
@@ -221,7 +162,7 @@ class CheckpointManager:
 
     def _bcast(self, obj):
         """Rank 0's ``obj`` on every rank."""
-        if not _dist():
+        if not is_dist():
             return obj
         box = [obj]
         dist.broadcast_object_list(box, src=0, group=self.group)
@@ -232,14 +173,6 @@ class CheckpointManager:
         """Complete checkpoints, newest first."""
         return complete(self.dir)
 
-    @staticmethod
-    def _marker_bytes(path: Path) -> int | None:
-        try:
-            n = json.loads((path / MARKER).read_text()).get("bytes")
-            return int(n) if n else tree_bytes(path)
-        except (OSError, ValueError, AttributeError, TypeError):
-            return None
-
     # -- saving --------------------------------------------------------------------------------------
     def save(self, step: int, state: dict, extra: dict) -> float:
         """Start a checkpoint of ``state`` (DCP state dict) and ``extra`` (picklable); collective.
@@ -249,7 +182,7 @@ class CheckpointManager:
         self.wait()  # one checkpoint in flight at a time
         tmp = self.dir / f"{TMP}{PREFIX}{step:08d}"
         failure = None
-        if _rank() == 0:
+        if rank() == 0:
             try:
                 self._make_room(step)
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -264,10 +197,10 @@ class CheckpointManager:
             return time.perf_counter() - t0
         try:
             if self.async_save:
-                fut = dcp.async_save(state, checkpoint_id=str(tmp), process_group=self.group, no_dist=not _dist())
+                fut = dcp.async_save(state, checkpoint_id=str(tmp), process_group=self.group, no_dist=not is_dist())
                 fut = getattr(fut, "upload_completion", fut)
             else:
-                dcp.save(state, checkpoint_id=str(tmp), process_group=self.group, no_dist=not _dist())
+                dcp.save(state, checkpoint_id=str(tmp), process_group=self.group, no_dist=not is_dist())
                 fut = None
         except PASS_THROUGH:
             raise
@@ -295,7 +228,7 @@ class CheckpointManager:
         """Wait for DCP's write; on rank 0 commit it. Returns the checkpoint's bytes (rank 0)."""
         if fut is not None:
             fut.result()
-        if _rank() != 0:
+        if rank() != 0:
             return None
         torch.save(extra, tmp / EXTRA)
         files = integrity.manifest(tmp)
@@ -315,12 +248,12 @@ class CheckpointManager:
             json.dump(marker, f)
             f.flush()
             os.fsync(f.fileno())
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         final = self.dir / f"{PREFIX}{step:08d}"
         if final.exists():  # only a leftover that no load accepted could be there: ours replaces it
             shutil.rmtree(final)
         os.rename(tmp, final)
-        _fsync_dir(self.dir)
+        fsync_dir(self.dir)
         self._prune()
         return nbytes
 
@@ -336,7 +269,7 @@ class CheckpointManager:
         """Finish the checkpoint in flight (blocking). ``collective`` (every rank calls it): all
         ranks then agree on rank 0's outcome (``committed``, ``last_error``)."""
         self._collect()
-        if collective and _dist():
+        if collective and is_dist():
             self.committed, self.last_error = self._bcast((self.committed, self.last_error))
 
     def _collect(self) -> None:
@@ -351,7 +284,7 @@ class CheckpointManager:
             self._failed(p.step, p.tmp, describe(exc))
             return
         self.committed, self.last_error, self.failures = p.step, None, 0
-        if _rank() == 0:
+        if rank() == 0:
             self.last_bytes = nbytes or self.last_bytes
             log.info(
                 "checkpoint step %d committed in %.3f s (%s)", p.step, time.perf_counter() - p.started, human(nbytes)
@@ -362,7 +295,7 @@ class CheckpointManager:
         """A save failed (a full disk, say): drop the partial one, keep the previous, go on."""
         self.failures += 1
         self.last_error = f"checkpoint of step {step} failed: {what}"
-        if _rank() != 0:
+        if rank() != 0:
             return
         shutil.rmtree(tmp, ignore_errors=True)
         prev = self.complete()
@@ -376,41 +309,14 @@ class CheckpointManager:
             f"; {self.failures} failed in a row" if self.failures > 1 else "",
         )
 
-    def _prune(self) -> None:
-        for _, p in self.complete()[self.keep :]:
-            shutil.rmtree(p, ignore_errors=True)
-
-    # -- space ---------------------------------------------------------------------------------------
     def _make_room(self, step: int) -> None:
-        """Before writing: if the free space is below what the last checkpoint took, remove older
-        checkpoints, oldest first, never the newest complete one."""
-        need = self.last_bytes
-        free = free_bytes(self.dir)
-        if not need or free is None or free >= need * ROOM_MARGIN:
-            return
-        for s, path in reversed(self.complete()[1:]):
-            shutil.rmtree(path, ignore_errors=True)
-            free = free_bytes(self.dir) or 0
-            log.warning(
-                "low on space in %s: removed step %d before writing step %d (%s free now, a checkpoint "
-                "takes %s; the newest is kept)",
-                self.dir,
-                s,
-                step,
-                human(free),
-                human(need),
-            )
-            if free >= need * ROOM_MARGIN:
-                return
+        make_room(self.dir, self.last_bytes, step)
 
     def _check_space(self) -> None:
         """After a commit: warn (once until it recovers) when even removing every older checkpoint
         would not make room for one more."""
-        need, free = self.last_bytes, free_bytes(self.dir)
-        if not need or free is None:
-            return
-        reclaimable = sum(self._marker_bytes(p) or 0 for _, p in self.complete()[1:])
-        if free + reclaimable >= need * ROOM_MARGIN:
+        short = room_short(self.dir, self.last_bytes)
+        if short is None:
             self._space_warned = False
         elif not self._space_warned:
             self._space_warned = True
@@ -418,98 +324,25 @@ class CheckpointManager:
                 "%s has %s free (%s more in older checkpoints): not enough for one more checkpoint (%s); "
                 "the next saves will fail until space is freed (training goes on)",
                 self.dir,
-                human(free),
-                human(reclaimable),
-                human(need),
+                human(short[0]),
+                human(short[1]),
+                human(self.last_bytes),
             )
+
+    def _prune(self) -> None:
+        for _, p in self.complete()[self.keep :]:
+            shutil.rmtree(p, ignore_errors=True)
 
     # -- runs ----------------------------------------------------------------------------------------
     def archive(self) -> Path | None:
         """Move every checkpoint of this directory (quarantined ones too) to ``old-runs/<time>/``,
         so that the newest checkpoint is always the current run's. Collective."""
-        dest, err = None, None
-        if _rank() == 0:
-            olds = [p for p in self.dir.iterdir() if p.name.startswith(PREFIX)]
-            if olds:
-                stamp = time.strftime("%Y%m%d-%H%M%S")
-                dest = self.dir / OLD_RUNS / stamp
-                n = 1
-                while dest.exists():
-                    n += 1
-                    dest = self.dir / OLD_RUNS / f"{stamp}-{n}"
-                try:
-                    dest.mkdir(parents=True)
-                    for p in olds:
-                        os.rename(p, dest / p.name)
-                    _fsync_dir(self.dir)
-                except OSError as exc:
-                    err = (
-                        "checkpoint_dir",
-                        f"could not move the previous run's checkpoints in {self.dir} aside ({exc.strerror})",
-                        "free some space, or pass another --checkpoint-dir",
-                    )
-                else:
-                    log.warning(
-                        "restart: moved the previous run's %d checkpoint(s) to %s (delete it when you no "
-                        "longer need them)",
-                        len(olds),
-                        dest,
-                    )
+        dest, err = move_aside(self.dir) if rank() == 0 else (None, None)
         dest, err = self._bcast((dest, err))
         if err:
             raise CheckpointError(*err)
         self.committed = None
         return dest
-
-    # -- loading -------------------------------------------------------------------------------------
-    def _quarantine(self, path: Path, reason: str, why: str) -> str:
-        target = path.with_name(f"{path.name}{CORRUPT}{reason}")
-        n = 1
-        while target.exists():
-            n += 1
-            target = path.with_name(f"{path.name}{CORRUPT}{reason}-{n}")
-        try:
-            os.rename(path, target)
-            _fsync_dir(self.dir)
-            moved = f"moved to {target.name}"
-        except OSError as exc:  # a read-only directory, say: still skip it
-            moved = f"could not move it aside ({exc.strerror})"
-        return f"{path.name}: {why}, {moved}"
-
-    def _choose(self, problems: list[str]):
-        """Rank 0: the newest checkpoint that passes its marker, config and checksums, quarantining
-        those that do not. ("load", step, path) | ("config", field, message, fix) | None."""
-        for path in sorted(
-            (p for p in self.dir.glob(f"{PREFIX}*") if step_of(p) is not None and p.is_dir()),
-            key=lambda p: step_of(p) or 0,
-            reverse=True,
-        ):
-            step = step_of(path)
-            try:
-                try:
-                    marker = json.loads((path / MARKER).read_text())
-                except FileNotFoundError:
-                    raise integrity.Damaged("no-marker", f"no {MARKER} marker") from None
-                except (OSError, ValueError) as exc:
-                    raise integrity.Damaged("marker", f"corrupt marker ({exc})") from None
-                if not isinstance(marker, dict) or marker.get("step") != step:
-                    raise integrity.Damaged("marker", "corrupt marker (it does not describe this checkpoint)")
-                integrity.check_seal(marker)
-                if self.config_hash and marker.get("config_hash") not in ("", self.config_hash):
-                    return (
-                        "config",
-                        "checkpoint_dir",
-                        f"{path} was written by a different model or config (hash {marker.get('config_hash')}, "
-                        f"this run {self.config_hash})",
-                        "use another --checkpoint-dir, or --restart to start over",
-                    )
-                integrity.verify(path, marker.get("files"))
-            except integrity.Damaged as exc:
-                problems.append(self._quarantine(path, exc.reason, exc.detail))
-                log.warning("damaged checkpoint %s; trying the one before", problems[-1])
-                continue
-            return ("load", step, str(path))
-        return None
 
     def load_latest(self, state: dict) -> tuple[int, dict] | None:
         """Load the newest good checkpoint into ``state`` (in place); collective. Returns (step,
@@ -517,7 +350,7 @@ class CheckpointManager:
         are quarantined; if there are checkpoints but none loads, CheckpointError names them all."""
         problems: list[str] = []
         while True:
-            choice = self._bcast(self._choose(problems) if _rank() == 0 else None)
+            choice = self._bcast(newest_good(self.dir, self.config_hash, problems) if rank() == 0 else None)
             if choice is None:
                 break
             if choice[0] == "config":
@@ -525,19 +358,19 @@ class CheckpointManager:
             _, step, path = choice
             err = None
             try:
-                dcp.load(state, checkpoint_id=path, process_group=self.group, no_dist=not _dist())
+                dcp.load(state, checkpoint_id=path, process_group=self.group, no_dist=not is_dist())
                 extra = torch.load(Path(path) / EXTRA, weights_only=False)
             except PASS_THROUGH:
                 raise
             except BaseException as exc:  # CheckpointException too: any failure means "try the one before"
                 err = describe(exc)
-            if _dist():
+            if is_dist():
                 errs = [None] * dist.get_world_size()
                 dist.all_gather_object(errs, err, group=self.group)
                 err = next((e for e in errs if e), None)
             if err:
-                if _rank() == 0:
-                    problems.append(self._quarantine(Path(path), "unloadable", f"could not be loaded ({err})"))
+                if rank() == 0:
+                    problems.append(quarantine(self.dir, Path(path), "unloadable", f"could not be loaded ({err})"))
                     log.warning("damaged checkpoint %s; trying the one before", problems[-1])
                 continue
             log.warning("resumed from %s (step %d)", Path(path).name, step)
@@ -551,7 +384,7 @@ class CheckpointManager:
                 f"rename one back to {PREFIX}<step> to try it again, or pass --restart to start over "
                 f"(the damaged ones are kept)",
             )
-        left = self._bcast([p.name for p in quarantined(self.dir)] if _rank() == 0 else None)
+        left = self._bcast([p.name for p in quarantined(self.dir)] if rank() == 0 else None)
         if left:  # an earlier start quarantined every checkpoint: starting from 0 would lose the run
             raise CheckpointError(
                 "checkpoint_dir",

@@ -193,7 +193,7 @@ def cluster_sim(
     with progress(json_out) as bar:
         task = bar.add_task(f"simulating {len(work):,} jobs on {gpus:,} GPUs", total=len(work))
         sim = ClusterSim(cfg, work).run(progress=lambda done: bar.update(task, completed=done))
-        result = sim.report()
+        result = sim.report().to_dict()
     if trace_out or plot:
         from gpuplan.cluster.render import write_plot, write_trace
 

@@ -110,7 +110,7 @@ def search(
         allocator_fraction=reserve,
         # the grid takes them for its selective plans (search/grid.py)
         recompute="selective" if recompute_modules else None,
-        recompute_modules=parse_choices(recompute_modules, "recompute-modules"),
+        recompute_modules=parse_choices(recompute_modules, "recompute_modules"),
     )
     price = catalog.price_or_catalog(hw.id, price)
     constraints = Constraints(
@@ -134,7 +134,7 @@ def search(
         "apply only to selective recompute, which --recompute leaves out",
         "add selective to --recompute, or drop --recompute-modules",
     )
-    micro_batches = parse_choices(micro_batch, "micro-batch", int) or (1, 2, 4, 8)
+    micro_batches = parse_choices(micro_batch, "micro_batch", int) or (1, 2, 4, 8)
     # --host: a catalog host id or a hardware file; None: the catalog's host for the GPU
     host_spec = None if host is None else load_host(host)
 

@@ -247,7 +247,7 @@ def train(
         master_weights=master_weights,
         optimizer=optimizer,
         recompute="selective" if recompute_modules and recompute == "none" else recompute,
-        recompute_modules=parse_choices(recompute_modules, "recompute-modules") or (),
+        recompute_modules=parse_choices(recompute_modules, "recompute_modules") or (),
         attention=attention,
         attention_kernel=attention_kernel,
         profile=profile,

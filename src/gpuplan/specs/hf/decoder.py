@@ -1,0 +1,335 @@
+"""The Llama-shaped families of ``config.json``: one normaliser (``decoder``) reading the shared
+keys through each family's defaults and quirks (``FAMILIES``), as its ``transformers``
+configuration class does."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from gpuplan.errors import GpuplanError
+from gpuplan.specs.hf.reader import MISSING, Config, activation
+from gpuplan.specs.model import ModelSpec
+
+# --- one normaliser for the Llama-shaped families ------------------------------------------------
+# Llama, Mistral, Mixtral, Qwen2/3, Qwen3-MoE, Gemma 2/3, Phi-3/4, gpt-oss, Llama 4, GLM-4 MoE and
+# DeepSeek-V2/V3 share the keys of LlamaConfig; they differ in defaults (the family's transformers
+# configuration class), in which biases and norms exist, in how layers alternate between local and
+# global attention, and in how MoE layers are laid out. ``_Family`` names those differences; one
+# function, ``decoder``, reads every config through it.
+
+LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
+
+
+def _every(step: int) -> Callable[[int], bool]:
+    """Layer rule: every ``step``-th layer, counting from 1 (Gemma 3: sliding unless (i+1) % 6 == 0)."""
+    return lambda i: bool((i + 1) % step)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Family:
+    """How one ``model_type`` reads the shared keys (defaults as its transformers config class)."""
+
+    head_dim: int | None = None  # default head_dim (None: hidden_size // num_attention_heads)
+    tied: bool = False  # default tie_word_embeddings
+    act: str = "silu"  # default hidden_act
+    attention_bias: bool = False  # default attention_bias
+    bias: str = "all"  # what attention_bias switches on: "all" (q, k, v, o) or "qkv" (o has none)
+    qkv_bias: bool = False  # q, k, v always biased (Qwen2)
+    qk_norm: bool | str = False  # True, or the boolean key that switches it on (GLM-4 MoE: use_qk_norm)
+    sinks: bool = False
+    gemma: bool = False  # (1 + w) RMSNorm, four norms per layer, sqrt(hidden)-scaled embeddings
+    vocab: int | None = None  # default vocab_size (Gemma 3's text_config omits it)
+    # local/global layout when the config has no layer_types: default window and which layers slide
+    window: int | None = None
+    sliding: Callable[[Config, int], Callable[[int], bool] | None] | None = None
+    chunked: bool = False  # the local layers are Llama 4's chunked attention
+    # MoE: the experts key and its default, experts per token, the expert width key, shared experts
+    experts: tuple[str, int | None] | None = None
+    top_k: int | None = None
+    expert_ffn: str = "moe_intermediate_size"
+    expert_ffn_default: int | None = None
+    shared: str = ""  # "n_shared_experts" (DeepSeek, GLM: n x expert width) or "one" (Llama 4)
+    shared_default: int = 1
+    moe_rule: str = "all"  # all | deepseek | qwen3_moe | llama4
+    dense_ffn: str = "intermediate_size"  # Llama 4's dense layers use intermediate_size_mlp
+    first_dense_default: int = 0
+    router_bias: bool = False
+    expert_bias: bool = False
+    mla: bool = False
+    softcap: bool = False  # Gemma 2's attention and final logit soft-capping
+    max_pos: int = 2048  # default max_position_embeddings (Gemma 3's Hub configs omit it)
+
+
+def _mistral_layout(c: Config, layers: int) -> Callable[[int], bool] | None:
+    return (lambda i: True) if c.get("sliding_window", default=None) else None
+
+
+def _qwen_layout(c: Config, layers: int) -> Callable[[int], bool] | None:
+    # Qwen2/Qwen3 configuration: sliding only with use_sliding_window, from max_window_layers on
+    if not c.get("use_sliding_window", default=False, kind=bool):
+        return None
+    default = {"qwen2": layers, "qwen2_5_vl_text": 80}.get(str(c.data.get("model_type")), 28)
+    first = c.get("max_window_layers", default=default)
+    return lambda i: i >= first
+
+
+def _gemma2_layout(c: Config, layers: int) -> Callable[[int], bool] | None:
+    return lambda i: i % 2 == 0  # even layers slide
+
+
+def _gemma3_layout(c: Config, layers: int) -> Callable[[int], bool] | None:
+    return _every(c.get("sliding_window_pattern", default=6))
+
+
+def _gpt_oss_layout(c: Config, layers: int) -> Callable[[int], bool] | None:
+    return _every(2)  # sliding, full, sliding, ... (GptOssConfig)
+
+
+def _llama4_layout(c: Config, layers: int) -> Callable[[int], bool] | None:
+    # Llama4TextConfig: layers with RoPE use chunked attention, the NoPE layers (every
+    # no_rope_layer_interval-th) attend globally; no_rope_layers holds 1 for the RoPE layers
+    if not c.get("attention_chunk_size", default=8192):
+        return None
+    flags = c.data.get("no_rope_layers") or None
+    if flags is None:
+        return _every(c.get("no_rope_layer_interval", default=4))
+    if not isinstance(flags, list) or len(flags) != layers:
+        raise GpuplanError(f"{c.where}: no_rope_layers", f"must list one 0/1 per layer ({layers})")
+    return lambda i: bool(flags[i])
+
+
+def _phi3_layout(c: Config, layers: int) -> Callable[[int], bool] | None:
+    return (lambda i: True) if c.get("sliding_window", default=None) else None
+
+
+FAMILIES: dict[str, _Family] = {
+    "llama": _Family(),
+    "mistral": _Family(sliding=_mistral_layout),
+    "mixtral": _Family(
+        sliding=_mistral_layout, experts=("num_local_experts", 8), top_k=2, expert_ffn="intermediate_size"
+    ),
+    "qwen2": _Family(qkv_bias=True, sliding=_qwen_layout),
+    "qwen3": _Family(head_dim=128, qk_norm=True, sliding=_qwen_layout, window=4096),
+    "qwen3_moe": _Family(
+        qk_norm=True,
+        sliding=_qwen_layout,
+        window=4096,
+        experts=("num_experts", 128),
+        top_k=8,
+        expert_ffn_default=768,
+        moe_rule="qwen3_moe",
+    ),
+    # the text models of Qwen2.5-VL (Qwen2-shaped) and Qwen3-VL (Qwen3-shaped)
+    "qwen2_5_vl_text": _Family(qkv_bias=True, sliding=_qwen_layout, vocab=152_064),
+    "qwen3_vl_text": _Family(head_dim=128, qk_norm=True, vocab=151_936),
+    "gemma2": _Family(
+        head_dim=256, tied=True, act="gelu_pytorch_tanh", gemma=True, window=4096, sliding=_gemma2_layout, softcap=True
+    ),
+    "gemma3_text": _Family(
+        head_dim=256,
+        tied=True,
+        act="gelu_pytorch_tanh",
+        gemma=True,
+        qk_norm=True,
+        vocab=262_208,
+        window=4096,
+        sliding=_gemma3_layout,
+    ),
+    "phi3": _Family(sliding=_phi3_layout),
+    "gpt_oss": _Family(
+        head_dim=64,
+        attention_bias=True,
+        sinks=True,
+        window=128,
+        sliding=_gpt_oss_layout,
+        experts=("num_local_experts", 128),
+        top_k=4,
+        expert_ffn="intermediate_size",
+        router_bias=True,
+        expert_bias=True,
+    ),
+    "llama4_text": _Family(
+        head_dim=128,
+        vocab=202_048,
+        window=8192,
+        sliding=_llama4_layout,
+        chunked=True,
+        experts=("num_local_experts", 16),
+        top_k=1,
+        expert_ffn="intermediate_size",
+        shared="one",
+        moe_rule="llama4",
+        dense_ffn="intermediate_size_mlp",
+    ),
+    "glm4_moe": _Family(
+        bias="qkv",
+        qk_norm="use_qk_norm",
+        experts=("n_routed_experts", 128),
+        top_k=8,
+        expert_ffn_default=1408,
+        shared="n_shared_experts",
+        moe_rule="deepseek",
+        first_dense_default=1,
+    ),
+    "deepseek_v2": _Family(
+        mla=True,
+        experts=("n_routed_experts", 64),
+        expert_ffn_default=1407,
+        shared="n_shared_experts",
+        shared_default=2,
+        moe_rule="deepseek",
+    ),
+    "deepseek_v3": _Family(
+        mla=True, experts=("n_routed_experts", None), shared="n_shared_experts", moe_rule="deepseek"
+    ),
+}
+# default max_position_embeddings of each family's transformers config class, where it is not
+# LlamaConfig's 2048 (tests/specs/test_hf_defaults.py reads them from transformers)
+for _type, _pos in {
+    "mistral": 131072,
+    "mixtral": 131072,
+    "qwen2": 32768,
+    "qwen3": 32768,
+    "qwen3_moe": 32768,
+    "qwen2_5_vl_text": 32768,
+    "qwen3_vl_text": 128000,
+    "gemma2": 8192,
+    "gemma3_text": 131072,
+    "phi3": 4096,
+    "gpt_oss": 131072,
+    "llama4_text": 131072,
+    "glm4_moe": 131072,
+    "deepseek_v3": 4096,
+}.items():
+    FAMILIES[_type] = dataclasses.replace(FAMILIES[_type], max_pos=_pos)
+
+
+def _layer_flags(c: Config, f: _Family, layers: int) -> tuple[int | None, int]:
+    """(window, number of local layers): from ``layer_types`` when present, else the family's rule."""
+    window = c.get("attention_chunk_size" if f.chunked else "sliding_window", default=f.window)
+    if f.sliding is _qwen_layout and not c.get("use_sliding_window", default=False, kind=bool):
+        return None, 0  # Qwen2/3 configuration: sliding_window is dropped without use_sliding_window
+    types = c.data.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != layers or any(t not in LAYER_TYPES for t in types):
+            raise GpuplanError(
+                f"{c.where}: layer_types",
+                f"must list one of {LAYER_TYPES} per layer ({layers})",
+                "fix layer_types or leave it out",
+            )
+        local = sum(t != "full_attention" for t in types)
+    else:
+        rule = f.sliding(c, layers) if f.sliding else None
+        local = sum(rule(i) for i in range(layers)) if rule else 0
+    if local and not window:
+        if types is not None and f.window is None:
+            raise GpuplanError(
+                f"{c.where}: sliding_window",
+                "is missing but layer_types has local layers",
+                "add sliding_window to config.json",
+            )
+        local = 0  # a null window: every layer attends globally (transformers builds full masks)
+    return (window if local else None), local
+
+
+def _moe_layers(c: Config, f: _Family, layers: int) -> dict[str, Any]:
+    if f.moe_rule == "deepseek":  # DeepseekV3DecoderLayer: MoE from first_k_dense_replace on
+        return dict(
+            first_dense_layers=c.get("first_k_dense_replace", default=f.first_dense_default),
+            moe_layer_freq=c.get("moe_layer_freq", default=1),
+        )
+    if f.moe_rule == "qwen3_moe":  # Qwen3MoeDecoderLayer
+        step = c.get("decoder_sparse_step", default=1)
+        dense = c.get("mlp_only_layers", default=[], kind=list)
+        return dict(moe_layers=tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0))
+    if f.moe_rule == "llama4":  # Llama4TextConfig.moe_layers, default every interleave_moe_layer_step-th
+        given = c.get("moe_layers", default=None, kind=list)
+        if given is None:
+            step = c.get("interleave_moe_layer_step", default=1)
+            given = list(range(step - 1, layers, step))
+        return dict(moe_layers=tuple(int(i) for i in given))
+    return {}
+
+
+def decoder(c: Config, name: str, model_type: str) -> ModelSpec:
+    """Every Llama-shaped family: the shared keys, read through the family's :class:`_Family`."""
+    f = FAMILIES[model_type]
+    hidden = c.get("hidden_size")
+    heads = c.get("num_attention_heads")
+    layers = c.get("num_hidden_layers")
+    attention_bias = c.get("attention_bias", default=f.attention_bias, kind=bool)
+    qk_norm = c.get(f.qk_norm, default=False, kind=bool) if isinstance(f.qk_norm, str) else f.qk_norm
+    dense_ffn = c.get(f.dense_ffn, default=16384 if f.dense_ffn == "intermediate_size_mlp" else MISSING)
+    window, local = _layer_flags(c, f, layers)
+    kw: dict[str, Any] = dict(
+        name=name,
+        model_type=model_type,
+        vocab_size=c.get("vocab_size", default=f.vocab or MISSING),
+        hidden_size=hidden,
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=c.get("num_key_value_heads", default=heads),
+        head_dim=c.get("head_dim", default=f.head_dim or (hidden // heads if heads else 0)),
+        ffn_size=dense_ffn,
+        gated_mlp=True,
+        activation=activation(c.get("hidden_act", "hidden_activation", default=f.act, kind=str), c.where),
+        qkv_bias=attention_bias or f.qkv_bias,
+        o_bias=attention_bias and f.bias == "all",
+        mlp_bias=c.get("mlp_bias", default=False, kind=bool),
+        tied_embeddings=c.get("tie_word_embeddings", default=f.tied, kind=bool),
+        max_position_embeddings=c.get("max_position_embeddings", default=f.max_pos),
+        attention_dropout=c.get("attention_dropout", default=0.0, kind=float),
+        sliding_window=window,
+        num_sliding_layers=local,
+        attention_chunked=f.chunked and local > 0,
+        qk_norm=qk_norm,
+        attn_sinks=f.sinks,
+    )
+    if f.gemma:
+        kw.update(norm="rmsnorm_gemma", pre_norms_per_layer=2, post_norms_per_layer=2)
+        kw["activation"] = activation(c.get("hidden_activation", "hidden_act", default=f.act, kind=str), c.where)
+    if f.softcap:
+        kw.update(
+            attn_logit_softcap=c.get("attn_logit_softcapping", default=50.0, kind=float),
+            final_logit_softcap=c.get("final_logit_softcapping", default=30.0, kind=float),
+        )
+    if f.experts:
+        key, default = f.experts
+        experts = c.get(key, default=MISSING if default is None else default)
+        expert_ffn = c.get(f.expert_ffn, default=MISSING if f.expert_ffn_default is None else f.expert_ffn_default)
+        shared = 0
+        if f.shared == "n_shared_experts":
+            shared = expert_ffn * c.get("n_shared_experts", default=f.shared_default)
+        elif f.shared == "one":
+            shared = expert_ffn
+        kw.update(
+            num_experts=experts,
+            experts_per_token=c.get("num_experts_per_tok", default=MISSING if f.top_k is None else f.top_k),
+            moe_ffn_size=expert_ffn,
+            shared_expert_ffn_size=shared,
+            router_bias=f.router_bias,
+            **_moe_layers(c, f, layers),
+        )
+        if f.expert_bias:
+            kw["mlp_bias"] = True  # gpt-oss experts carry gate_up and down biases
+    if f.mla:
+        # MLA: head_dim is the "nope" part of queries and keys; q_lora_rank null = a plain q_proj
+        kw["head_dim"] = c.get("qk_nope_head_dim", default=128)
+        # q_lora_rank: null (DeepSeek-V2-Lite) means no query compression; a missing key means the
+        # configuration class's default, 1536
+        q_rank = c.data.get("q_lora_rank", 1536)
+        if q_rank is not None:
+            q_rank = c.get("q_lora_rank")
+        kw.update(
+            q_lora_rank=q_rank or 0,
+            kv_lora_rank=c.get("kv_lora_rank"),
+            qk_rope_head_dim=c.get("qk_rope_head_dim", default=64),
+            v_head_dim=c.get("v_head_dim", default=128),
+        )
+    notes = []
+    mtp = c.data.get("num_nextn_predict_layers") or c.data.get("num_mtp_layers")
+    if mtp:
+        notes.append(f"{mtp} multi-token-prediction layer(s) not counted (transformers does not build them)")
+    return ModelSpec(notes=tuple(notes), **kw)
