@@ -26,10 +26,7 @@ from __future__ import annotations
 import functools
 
 from gpuplan.errors import GpuplanError
-
-# Schedules whose ranks run one linear chain of stages, where "first" and "last" mean one rank
-# each; ZB-V and DualPipe fold the chain back onto rank 0 (both ends on one rank).
-UNEVEN_SCHEDULES = ("1f1b", "zb")
+from gpuplan.specs import schedules
 
 
 def layers_per_stage(num_layers: int, pp: int) -> list[int]:
@@ -61,11 +58,12 @@ def _stage_layers(
                 _fix(L, pp, vp),
             )
         return tuple(layers_per_stage(L, pp))
-    if schedule not in UNEVEN_SCHEDULES:
+    if not schedules.get(schedule).linear:  # ZB-V and DualPipe put both ends on rank 0
+        linear = [s.train_name for s in schedules.training() if s.linear]
         raise GpuplanError(
             "first_stage_layers",
             f"first/last stage layer counts need a linear pipeline; the {schedule} schedule puts both ends on rank 0",
-            f"use --schedule {' or '.join(UNEVEN_SCHEDULES)}, or drop --first/--last-stage-layers",
+            f"use --schedule {' or '.join(linear)}, or drop --first/--last-stage-layers",
         )
     ends = {"first_stage_layers": first, "last_stage_layers": last}
     for name, n in ends.items():

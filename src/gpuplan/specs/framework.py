@@ -80,8 +80,10 @@ class Framework:
     def __post_init__(self) -> None:
         if self.profile not in ("fused", "eager") or self.attention not in ("flash", "eager"):
             raise GpuplanError("framework", f"profile {self.name!r} names an unknown kernel profile or attention")
-        if not set(self.schedules) <= set(ALL_SCHEDULES) or "1f1b" not in self.schedules:
-            raise GpuplanError("framework", f"profile {self.name!r} must offer 1f1b and only known schedules")
+        if not set(self.schedules) <= set(ALL_SCHEDULES) or schedules.DEFAULT not in self.schedules:
+            raise GpuplanError(
+                "framework", f"profile {self.name!r} must offer {schedules.DEFAULT} and only known schedules"
+            )
         if self.tp_overlap and not self.can_tp_overlap:
             raise GpuplanError("framework", f"profile {self.name!r} turns on an overlap it cannot do")
 

@@ -38,7 +38,7 @@ class ParallelPlan:
     zero: int = 0  # 0: plain DP; 1: optimizer states; 2: + gradients; 3: + weights (FSDP full shard)
     sp: bool = True  # sequence parallelism alongside TP (Korthikanti et al. 2022)
     vp: int = 1  # virtual pipeline stages per rank (interleaved 1F1B)
-    schedule: str = "1f1b"
+    schedule: str = schedules.DEFAULT
     order: str = "tp-cp-dp-pp"  # rank order, innermost first: decides which groups cross nodes
     # Uneven pipeline split (Megatron's --decoder-first/last-pipeline-num-layers): transformer
     # layers on the first and last pipeline ranks, the rest shared by the middle ranks; None: even

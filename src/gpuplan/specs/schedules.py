@@ -52,6 +52,12 @@ class ScheduleSpec:
         """What ``gpuplan train`` and ``search`` call it."""
         return self.plan_name or self.name
 
+    @property
+    def linear(self) -> bool:
+        """Its ranks run one chain of stages, so "first" and "last" mean one rank each (ZB-V and
+        DualPipe fold the chain back onto rank 0: both ends on one rank)."""
+        return not (self.v_shape or self.bidirectional)
+
     def chunks(self, vp: int) -> int:
         """Model chunks per pipeline rank."""
         return 2 if self.v_shape else vp
@@ -78,6 +84,9 @@ class ScheduleSpec:
         """The fewest micro-batches the schedule accepts on ``p`` ranks (at least one per rank)."""
         return max(1, self.min_microbatches_per_rank * p)
 
+
+# The schedule a plan runs when none is named (ParallelPlan's default; every framework offers it).
+DEFAULT = "1f1b"
 
 REGISTRY: tuple[ScheduleSpec, ...] = (
     ScheduleSpec("gpipe", "GPipe: all forwards, then all backwards", "gpipe", in_flight="all"),

@@ -83,7 +83,7 @@ class View:
         folded: Any = False,
         vp: Any = 1,
         sp: Any = True,
-        schedule: Any = "1f1b",
+        schedule: Any = schedules.DEFAULT,
         seq_len: Any = 1,
         micro_batch: Any = 1,
         global_batch: Any = None,

@@ -7,6 +7,8 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuplan.specs import schedules
+
 
 @dataclass(frozen=True)
 class Field:
@@ -33,7 +35,7 @@ class Form:
     choices: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
-SCHEDULES = ("1f1b", "zb", "zb-v", "dualpipe")
+SCHEDULES = tuple(s.train_name for s in schedules.training())  # the registry's, as train names them
 FRAMEWORKS = ("generic", "megatron", "nemo", "torchtitan", "deepspeed", "hf")
 WEIGHTS = ("bf16", "fp16", "fp8", "fp8-wo", "int8", "int4-awq", "int4-gptq", "nf4", "q4_k_m", "q8_0", "nvfp4", "mxfp4")
 KV = ("bf16", "fp16", "fp8", "int8", "nvfp4")
@@ -155,7 +157,7 @@ FORMS: tuple[Form, ...] = (
         ("pipeline",),
         "pipeline",
         ("schedule", "stages", "microbatches", "vp", "f", "b", "w", "p2p", "unit"),
-        choices={"schedule": ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev")},
+        choices={"schedule": tuple(s.name for s in schedules.REGISTRY)},
     ),
     Form(
         "whatif",
