@@ -29,7 +29,7 @@ KEYED_ON_CATALOG_FILES = {
     "gpuplan.catalog.gpu",
     "gpuplan.catalog.efficiency",
     "gpuplan.catalog._catalog_model",
-    "gpuplan.estimate.validate.load_rows",
+    "gpuplan.estimate.validation_rows.load_rows",
     "gpuplan.estimate.validate._bands",  # the validation set and the catalog: one entry per process
 }
 

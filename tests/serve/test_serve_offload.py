@@ -12,15 +12,8 @@ import pytest
 from gpuplan import catalog
 from gpuplan.errors import GpuplanError
 from gpuplan.serve.formats import KV_FORMATS, WEIGHT_FORMATS
-from gpuplan.serve.offload import (
-    _HBM_EFF,
-    OffloadRequest,
-    Placement,
-    _evaluate,
-    _shape,
-    evaluate_placement,
-    plan_offload,
-)
+from gpuplan.serve.offload import OffloadRequest, Placement, evaluate_placement, plan_offload
+from gpuplan.serve.offload_cost import _HBM_EFF, _evaluate, _shape
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.host import HostSpec
 

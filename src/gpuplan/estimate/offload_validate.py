@@ -51,7 +51,8 @@ from typing import Any
 from gpuplan import catalog
 from gpuplan.estimate.offload import OffloadTrainRequest, estimate_offload_training
 from gpuplan.serve.formats import KV_FORMATS, WEIGHT_FORMATS
-from gpuplan.serve.offload import _HBM_EFF, OffloadRequest, Placement, evaluate_placement, plan_offload
+from gpuplan.serve.offload import OffloadRequest, Placement, evaluate_placement, plan_offload
+from gpuplan.serve.offload_cost import _HBM_EFF
 from gpuplan.specs.hardware import Efficiency, GPUSpec
 from gpuplan.specs.host import HostSpec
 from gpuplan.specs.model import ModelSpec

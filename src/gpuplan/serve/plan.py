@@ -1,32 +1,20 @@
 """The serving estimate: memory, concurrency, latency, throughput and $/M tokens for one replica.
 
-Steady state of continuous batching with ``C`` sequences (a mean-field model of what serve-sim
-simulates request by request): every iteration each decoding sequence adds one token and, to keep
-``C`` in flight, prompts of new sequences are prefilled at the rate sequences finish, i.e. D x
-input/output prompt tokens per iteration for D decoding sequences (less the prefix-cache hits).
-The batched-token budget caps D at budget x output / (input + output). Output tokens/s = D / t_iter;
-the inter-token latency a user sees (TPOT) is an iteration with the other sequences' prefill
-chunks; TTFT is the prompt's own prefill in chunks beside D - 1 decodes. Max-throughput mode
-reserves every sequence's full input + output length up front, as TensorRT-LLM's default
-GUARANTEED_NO_EVICT scheduler does.
-
-A concurrency above what the KV pool (or ``max_num_seqs``) holds is a closed loop of N clients, the
-way benchmark_serving.py / genai-perf run ``--concurrency N``: the engine runs at its capacity and
-the other requests wait in its queue (vLLM's ``waiting`` deque, TensorRT-LLM's pending requests).
-Little's law on the queue alone (Little 1961) gives the wait: N - running requests queue, and they
-leave it at the completion rate X, so each waits (N - running) / X, added to its TTFT.
+The pieces: steady_state.py (continuous batching at one concurrency, the mean-field model, and
+the closed loop past the KV pool), serve_report.py (the JSON document); this module holds the
+request, checks that one sequence fits (naming the smallest layout that does when none fits), and
+puts memory (memory.py), timing (timing.py), steady state, speculation and cost together. The
+public names are re-exported here.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from gpuplan.errors import DoesNotFit, GpuplanError, require
-from gpuplan.estimate.comm import efficiency
 from gpuplan.serve.engines import engine
 from gpuplan.serve.formats import kv_format, weight_format
-from gpuplan.serve.kv import kv_bytes_per_sequence, kv_bytes_per_token
 from gpuplan.serve.memory import (
     ServeConfig,
     ServeMemory,
@@ -35,11 +23,25 @@ from gpuplan.serve.memory import (
     max_context,
     serve_memory,
 )
+from gpuplan.serve.serve_report import to_dict
 from gpuplan.serve.speculative import Speculation, speculation
-from gpuplan.serve.timing import Deployment, Iteration, StepModel, step_model
+from gpuplan.serve.steady_state import Point, closed_loop, compute_bound_batch, steady_state
+from gpuplan.serve.timing import Deployment, Iteration, step_model
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.units import HOUR, GiB
+
+__all__ = [
+    "MILLION",
+    "Point",
+    "ServeEstimate",
+    "ServeRequest",
+    "closed_loop",
+    "compute_bound_batch",
+    "estimate_serving",
+    "steady_state",
+    "to_dict",
+]
 
 MILLION = 1e6
 
@@ -101,26 +103,6 @@ class ServeRequest:
 
 
 @dataclass(frozen=True)
-class Point:
-    """Steady state at one concurrency."""
-
-    concurrency: int
-    decoding: float  # sequences decoding each iteration
-    iteration_s: float
-    tpot_s: float
-    ttft_s: float
-    output_tokens_per_s: float
-    input_tokens_per_s: float
-    decode_share: float  # of the GPU time, the part decode would take alone (for $/token split)
-    queued: int = 0  # requests of the closed loop waiting for a slot
-    queue_wait_s: float = 0.0  # each one's wait, included in ttft_s
-
-    @property
-    def running(self) -> int:
-        return self.concurrency - self.queued
-
-
-@dataclass(frozen=True)
 class ServeEstimate:
     request: ServeRequest
     deployment: Deployment
@@ -151,74 +133,6 @@ class ServeEstimate:
         if p is None:
             return None
         return p * self.deployment.gpus / HOUR * (1 - self.point.decode_share) / self.point.input_tokens_per_s * MILLION
-
-
-def steady_state(
-    sm: StepModel, cfg: ServeConfig, concurrency: int, input_len: int, output_len: int, hit: float = 0.0
-) -> Point:
-    fresh = input_len * (1 - hit)  # prompt tokens the prefix cache does not cover
-    per_token_prefill = fresh / output_len  # prompt tokens to prefill per output token
-    budget = cfg.max_batched_tokens
-    d = min(float(concurrency), budget / (1 + per_token_prefill))
-    if cfg.max_num_seqs:
-        d = min(d, cfg.max_num_seqs)
-    ctx = input_len + output_len / 2
-    pctx = input_len * hit + fresh / 2
-
-    def mixed(decoding: float, prefill: float) -> Iteration:
-        return sm.iteration(
-            decode=decoding,
-            prefill=prefill,
-            decode_context=ctx,
-            prefill_context=pctx,
-            prefill_seqs=prefill / max(fresh, 1),
-        )
-
-    full = mixed(d, d * per_token_prefill)
-    seen = mixed(d, (d - 1) * per_token_prefill) if d > 1 else sm.decode_step(d, ctx)
-    alone = sm.decode_step(d, ctx).seconds
-    # TTFT: the prompt in chunks of what the budget leaves beside the other sequences' decodes
-    chunk = max(cfg.block_size, budget - math.ceil(d - 1))
-    ttft, done = 0.0, 0.0
-    while done < fresh:
-        n = min(chunk, fresh - done)
-        ttft += sm.iteration(
-            decode=d - 1,
-            prefill=n,
-            decode_context=ctx,
-            prefill_context=input_len * hit + done + n / 2,
-            prefill_seqs=1 if done + n >= fresh else 0,
-        ).seconds
-        done += n
-    return Point(
-        concurrency=concurrency,
-        decoding=d,
-        iteration_s=full.seconds,
-        tpot_s=seen.seconds,
-        ttft_s=ttft,
-        output_tokens_per_s=d / full.seconds,
-        input_tokens_per_s=d * input_len / output_len / full.seconds,
-        decode_share=min(1.0, alone / full.seconds),
-    )
-
-
-def closed_loop(p: Point, clients: int, output_len: int) -> Point:
-    """``clients`` closed-loop clients against an engine that runs ``p.concurrency`` of them at once:
-    the rest queue, each for (clients - running) / X with X the completion rate in requests/s
-    (Little's law, L = X W, applied to the queue). Throughput stays the capacity's."""
-    if clients <= p.concurrency:
-        return p
-    queued = clients - p.concurrency
-    wait = queued / (p.output_tokens_per_s / output_len)
-    return replace(p, concurrency=clients, ttft_s=p.ttft_s + wait, queued=queued, queue_wait_s=wait)
-
-
-def compute_bound_batch(d: Deployment) -> float:
-    """Decode batch at the roofline ridge of the weight GEMMs: 2 FLOPs per weight and token
-    against the weight's bytes, rate x bytes / (2 x bandwidth)."""
-    e = efficiency(d.gpu)
-    rate = d.gpu.peak(d.weights.compute) * e.gemm_fraction(d.weights.compute) * e.sustained
-    return rate * d.weights.bytes / (2 * d.gpu.hbm_bytes_per_s * e.hbm)
 
 
 def _smallest_fix(req: ServeRequest, cfg: ServeConfig) -> str:
@@ -357,112 +271,3 @@ def estimate_serving(req: ServeRequest) -> ServeEstimate:
         offload_s=offload,
         gpus_needed=gpus_needed,
     )
-
-
-def _point(p: Point) -> dict:
-    return {
-        "concurrency": p.concurrency,
-        "running": p.running,
-        "queued": p.queued,
-        "queue_wait_s": p.queue_wait_s,
-        "decoding": p.decoding,
-        "iteration_s": p.iteration_s,
-        "tpot_s": p.tpot_s,
-        "ttft_s": p.ttft_s,
-        "output_tokens_per_s": p.output_tokens_per_s,
-    }
-
-
-def to_dict(e: ServeEstimate) -> dict:
-    r, d, mem, p = e.request, e.deployment, e.memory, e.point
-    m, cfg = r.model, r.config
-    length = r.input_len + r.output_len
-    paged = blocks_per_sequence(d, cfg, length) * mem.kv_block_bytes
-    contiguous = kv_bytes_per_sequence(m, d.kv, e.model_max_len, d.tp) * mem.layers / m.num_layers
-    exact = kv_bytes_per_sequence(m, d.kv, length, d.tp) * mem.layers / m.num_layers
-    out = {
-        "model": m.name,
-        "model_notes": list(m.notes),
-        "gpu": d.gpu.id,
-        "tp": d.tp,
-        "pp": d.pp,
-        "dp_attention": d.dp_attention,
-        "gpus": d.gpus,
-        "weights": d.weights.name,
-        "kv": d.kv.name,
-        "input_len": r.input_len,
-        "output_len": r.output_len,
-        "engine": {
-            "name": cfg.engine,
-            "memory_rule": engine(cfg.engine).memory_rule,
-            "max_batched_tokens": cfg.max_batched_tokens,
-            "max_num_seqs": cfg.max_num_seqs,
-            "host_note": engine(cfg.engine).note,
-        },
-        "memory": {
-            "per_gpu": {
-                "weights": mem.weights,
-                "kv_cache": e.kv_needed,
-                "activations": mem.activations,
-                "other": mem.other,
-                "total": mem.weights + e.kv_needed + mem.activations + mem.other,
-            },
-            "kv_pool": max(0.0, mem.kv_pool),
-            "budget": mem.budget,
-            "capacity": mem.capacity,
-            "gpu_memory_utilization": cfg.gpu_memory_utilization,
-            "block_size": cfg.block_size,
-            "fits": e.kv_needed <= mem.kv_pool,
-        },
-        "kv_bytes_per_token": kv_bytes_per_token(m, d.kv),
-        "kv_bytes_per_token_per_gpu": kv_bytes_per_token(m, d.kv, d.tp) * mem.layers / m.num_layers,
-        "kv_bytes_per_sequence_per_gpu": exact,
-        "max_concurrency": e.max_concurrency,
-        "max_context_at_concurrency": e.max_context_at_concurrency,
-        "concurrency": p.concurrency,
-        "running": p.running,
-        "queued": p.queued,
-        "queue_wait_s": p.queue_wait_s,
-        "paging": {
-            "paged_bytes_per_sequence": paged,
-            "paged_waste_fraction": 1 - exact / paged if paged else 0.0,
-            "contiguous_bytes_per_sequence": contiguous,
-            "contiguous_max_concurrency": int(max(0.0, mem.kv_pool) // contiguous) * mem.kv_groups if contiguous else 0,
-            "contiguous_waste_fraction": 1 - exact / contiguous if contiguous else 0.0,
-        },
-        "ttft_s": p.ttft_s,
-        "tpot_s": p.tpot_s,
-        "e2e_s": p.ttft_s + (r.output_len - 1) * p.tpot_s,
-        "output_tokens_per_s": p.output_tokens_per_s,
-        "input_tokens_per_s": p.input_tokens_per_s,
-        "output_tokens_per_s_per_gpu": p.output_tokens_per_s / d.gpus,
-        "decode_step_s": e.decode_step.seconds,
-        "decode_step_parts_s": e.decode_step.parts,
-        "prefill_s": e.prefill.seconds,
-        "prefill_parts_s": e.prefill.parts,
-        "compute_bound_batch": e.compute_bound_batch,
-        "throughput_curve": [_point(c) for c in e.curve],
-        "price_per_gpu_hour": r.price_per_gpu_hour,
-        "cost_per_million_input_tokens": e.cost_per_million_input_tokens,
-        "cost_per_million_output_tokens": e.cost_per_million_output_tokens,
-        "prefix_hit_rate": r.prefix_hit_rate,
-        "kv_offload": {
-            "bytes_per_sequence_per_gpu": paged,
-            "host_link_bytes_per_s": d.gpu.host_bytes_per_s,
-            "swap_in_s": e.offload_s,
-        },
-    }
-    if e.speculation is not None:
-        s = e.speculation
-        out["speculative"] = {
-            "method": s.method,
-            "draft_len": s.draft_len,
-            "acceptance": s.acceptance,
-            "expected_tokens_per_pass": s.expected_tokens,
-            "speedup": s.speedup,
-            "stops_paying_at_batch": s.break_even_batch,
-            "curve": [{"batch": b, "speedup": x} for b, x in s.curve],
-        }
-    if e.gpus_needed is not None:
-        out["gpus_needed"] = e.gpus_needed
-    return out

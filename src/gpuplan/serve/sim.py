@@ -18,189 +18,27 @@ queue, and whatever the KV pool or ``max_num_seqs`` cannot seat waits. Lengths f
 exponential; a seed makes every run reproducible. Outputs: TTFT, inter-token latency (ITL) and
 end-to-end latency percentiles, throughput and preemptions; ``max_rate`` bisects for the highest
 rate whose p99s meet an SLO.
+
+The pieces: sim_workload.py (lengths and arrivals: Poisson, closed loop, trace), sim_report.py
+(the measured latencies, their percentiles and the SLO check); this module runs the engine's
+iterations and bisects for the highest rate. The public names are re-exported here.
 """
 
 from __future__ import annotations
 
-import csv
 import math
 from collections import deque
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from gpuplan.errors import GpuplanError, require
 from gpuplan.serve.engines import engine
 from gpuplan.serve.memory import ServeConfig, serve_memory
-from gpuplan.serve.timing import Deployment, step_model
+from gpuplan.serve.sim_report import SimResult, meets
+from gpuplan.serve.sim_workload import Lengths, Workload
+from gpuplan.serve.timing import Deployment, StepModel, step_model
 
-
-@dataclass(frozen=True)
-class Lengths:
-    """A length distribution: ``2048`` (fixed), ``512-4096`` (uniform) or ``exp:512`` (exponential mean)."""
-
-    kind: str
-    a: float
-    b: float = 0.0
-
-    @classmethod
-    def parse(cls, text: str | int, field: str) -> Lengths:
-        s = str(text).strip()
-        try:
-            if s.startswith("exp:"):
-                out = cls("exp", float(s[4:]))
-            elif "-" in s:
-                lo, hi = s.split("-", 1)
-                out = cls("uniform", float(lo), float(hi))
-            else:
-                out = cls("fixed", float(s))
-        except ValueError:
-            raise GpuplanError(field, f"cannot read {text!r} as a length", "write 2048, 512-4096 or exp:512") from None
-        require(
-            math.isfinite(out.a) and math.isfinite(out.b) and out.a >= 1 and (out.kind != "uniform" or out.b >= out.a),
-            field,
-            f"lengths must be at least 1 (and lo <= hi), got {text!r}",
-            "write 2048, 512-4096 or exp:512",
-        )
-        require(out.max <= 1e8, field, f"{text!r} is longer than any model's context", "use at most 100M tokens")
-        return out
-
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        if self.kind == "fixed":
-            return np.full(n, int(self.a), dtype=np.int64)
-        if self.kind == "uniform":
-            return rng.integers(int(self.a), int(self.b) + 1, size=n)
-        return np.maximum(1, np.round(rng.exponential(self.a, size=n))).astype(np.int64)
-
-    @property
-    def max(self) -> float:
-        return self.b if self.kind == "uniform" else (self.a * 10 if self.kind == "exp" else self.a)
-
-
-@dataclass(frozen=True)
-class Workload:
-    arrival_s: np.ndarray
-    input_len: np.ndarray
-    output_len: np.ndarray
-
-    @classmethod
-    def poisson(cls, rate: float, n: int, input_len: Lengths, output_len: Lengths, seed: int = 0) -> Workload:
-        require(rate > 0, "rate", f"must be positive, got {rate}")
-        require(n >= 1, "requests", f"must be at least 1, got {n}")
-        rng = np.random.default_rng(seed)
-        arrivals = np.cumsum(rng.exponential(1 / rate, size=n))
-        return cls(arrivals, input_len.sample(rng, n), output_len.sample(rng, n))
-
-    @classmethod
-    def closed(cls, n: int, input_len: Lengths, output_len: Lengths, seed: int = 0) -> Workload:
-        """``n`` requests for a closed loop: their arrival times are set by the simulation (zero here)."""
-        require(n >= 1, "requests", f"must be at least 1, got {n}")
-        rng = np.random.default_rng(seed)
-        return cls(np.zeros(n), input_len.sample(rng, n), output_len.sample(rng, n))
-
-    @classmethod
-    def from_trace(cls, path: Path) -> Workload:
-        """CSV with columns arrival_s, input_len, output_len (one request per row); a bad cell is
-        an error naming its line and column."""
-        from gpuplan.inputs import read_text
-
-        rows = list(csv.reader(read_text(path, "trace").splitlines()))
-        header = [h.strip() for h in rows[0]] if rows else []
-        need = ("arrival_s", "input_len", "output_len")
-        missing = [c for c in need if c not in header]
-        require(
-            not missing,
-            "trace",
-            f"{path} line 1: no column {', '.join(missing)} in the header",
-            "give a CSV with the header arrival_s,input_len,output_len",
-        )
-        cols = [header.index(c) for c in need]
-        a: list[float] = []  # arrival times
-        i: list[float] = []  # input and output lengths (whole numbers)
-        o: list[float] = []
-        for line, row in enumerate(rows[1:], start=2):
-            if not any(c.strip() for c in row):
-                continue
-            vals: list[float] = []
-            for name, col in zip(need, cols):
-                text = row[col].strip() if col < len(row) else None
-                v: float
-                try:
-                    if text is None:  # a short row: no cell for this column
-                        raise ValueError(name)
-                    v = float(text) if name == "arrival_s" else int(text)
-                except (TypeError, ValueError):
-                    raise GpuplanError(
-                        "trace",
-                        f"{path} line {line}, column {name}: cannot read "
-                        f"{'a missing value' if text is None else repr(text)}"
-                        f" as {'seconds' if name == 'arrival_s' else 'a whole number of tokens'}",
-                        "fix or remove that row",
-                    ) from None
-                ok = math.isfinite(v) and v >= 0 if name == "arrival_s" else 1 <= v <= 10**8
-                require(
-                    ok,
-                    "trace",
-                    f"{path} line {line}, column {name}: {text} is out of range",
-                    "arrival_s must be >= 0 seconds, lengths from 1 token",
-                )
-                vals.append(v)
-            a.append(vals[0])
-            i.append(vals[1])
-            o.append(vals[2])
-        require(len(a) > 0, "trace", f"{path} has no requests", "add rows of arrival_s,input_len,output_len")
-        arrival, inputs, outputs = np.array(a, dtype=float), np.array(i, dtype=np.int64), np.array(o, dtype=np.int64)
-        order = np.argsort(arrival, kind="stable")
-        return cls(arrival[order], inputs[order], outputs[order])
-
-
-@dataclass(frozen=True)
-class SimResult:
-    rate: float  # offered requests/s
-    requests: int
-    makespan_s: float
-    ttft_s: np.ndarray
-    e2e_s: np.ndarray
-    itl_s: np.ndarray  # distinct inter-token gaps ...
-    itl_weight: np.ndarray  # ... and how many tokens had each
-    output_tokens: int
-    preemptions: int
-    iterations: int
-    clients: int | None = None  # closed loop of this many clients; None: open arrivals
-    queued_mean: float = 0.0  # requests waiting for a seat, averaged over time
-    arrival_s: np.ndarray | None = None  # when each request was sent (a closed loop sets them)
-
-    def percentiles(self) -> dict:
-        def pct(x, w=None):
-            if w is None:
-                return {f"p{q}": float(np.percentile(x, q)) for q in (50, 90, 99)} | {"mean": float(np.mean(x))}
-            order = np.argsort(x)
-            x, w = x[order], w[order]
-            cum = np.cumsum(w) / w.sum()
-            return {f"p{q}": float(x[min(len(x) - 1, np.searchsorted(cum, q / 100))]) for q in (50, 90, 99)} | {
-                "mean": float((x * w).sum() / w.sum())
-            }
-
-        return {
-            "ttft_s": pct(self.ttft_s),
-            "itl_s": pct(self.itl_s, self.itl_weight) if len(self.itl_s) else {},
-            "e2e_s": pct(self.e2e_s),
-        }
-
-    def to_dict(self) -> dict:
-        return {
-            "rate": self.rate,
-            "requests": self.requests,
-            "makespan_s": self.makespan_s,
-            "output_tokens_per_s": self.output_tokens / self.makespan_s if self.makespan_s else 0.0,
-            "requests_per_s": self.requests / self.makespan_s if self.makespan_s else 0.0,
-            "preemptions": self.preemptions,
-            "iterations": self.iterations,
-            "clients": self.clients,
-            "queued_mean": self.queued_mean,
-            **self.percentiles(),
-        }
+__all__ = ["MAX_ITERATIONS", "Lengths", "SimResult", "Workload", "max_rate", "meets", "simulate"]
 
 
 # Iterations a simulation may take (about 30 us each): beyond it the run ends with an error naming
@@ -333,21 +171,15 @@ def simulate(
         if left > 1 and ahead >= 2:
             # a pure decode stretch: the k iterations until the next arrival, finish or block
             # shortage, each timed as the per-iteration loop would time it, run at once
-            times = sm.decode_times(n_dec, dec_ctx, left if math.isinf(ahead) else min(left, int(ahead * 1.25) + 2))
+            next_arrival = float(arrival[nxt]) if nxt < n else None
+            times, extra = _decode_stretch(
+                sm, n_dec, dec_ctx, left, ahead, now, next_arrival, computed[ids], blocks[ids], free, bs
+            )
             steps = len(times)
-            if nxt < n:  # the loop admits an arrival before the first step starting after it
-                starts = now + np.cumsum(times) - times
-                steps = max(1, int(np.searchsorted(starts, arrival[nxt], side="left")))
-            if steps > 1:  # blocks for the whole stretch
-                extra = np.maximum(0, -(-(computed[ids] + steps) // bs) - blocks[ids])
-                while steps > 1 and extra.sum() > free:
-                    steps //= 2
-                    extra = np.maximum(0, -(-(computed[ids] + steps) // bs) - blocks[ids])
-                if steps > 1:
-                    free -= int(extra.sum())
-                    blocks[ids] += extra
-                    tk = np.full(len(ids), steps, dtype=np.int64)
-            times = times[:steps]
+            if extra is not None:  # blocks for the whole stretch
+                free -= int(extra.sum())
+                blocks[ids] += extra
+                tk = np.full(len(ids), steps, dtype=np.int64)
         else:
             steps = 1
             it = sm.iteration(
@@ -407,11 +239,42 @@ def simulate(
     )
 
 
-def meets(result: SimResult, ttft_slo_s: float | None, itl_slo_s: float | None) -> bool:
-    p = result.percentiles()
-    return (ttft_slo_s is None or p["ttft_s"]["p99"] <= ttft_slo_s) and (
-        itl_slo_s is None or not p["itl_s"] or p["itl_s"]["p99"] <= itl_slo_s
-    )
+def _decode_stretch(
+    sm: StepModel,
+    n_dec: int,
+    dec_ctx: float,
+    left: int,
+    ahead: float,
+    now: float,
+    next_arrival: float | None,
+    computed: np.ndarray,
+    blocks: np.ndarray,
+    free: int,
+    bs: int,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The iterations of a pure decode stretch (every running sequence decodes, nobody waits) that
+    run as one step, each timed as its own iteration (StepModel.decode_times), and the KV blocks
+    each sequence needs for them (None: one iteration, whose blocks the loop already gave).
+
+    ``left``: iterations until the first running sequence finishes; ``ahead``: the guess of those
+    until ``next_arrival`` (the stretch is sized by it, then cut where the loop would admit that
+    arrival: before the first iteration starting after it); ``computed`` and ``blocks``: the
+    running sequences' cached tokens and blocks. A stretch the ``free`` blocks cannot hold is
+    halved until they do."""
+    times = sm.decode_times(n_dec, dec_ctx, left if math.isinf(ahead) else min(left, int(ahead * 1.25) + 2))
+    steps = len(times)
+    if next_arrival is not None:  # the loop admits an arrival before the first step starting after it
+        starts = now + np.cumsum(times) - times
+        steps = max(1, int(np.searchsorted(starts, next_arrival, side="left")))
+    extra = None
+    if steps > 1:
+        extra = np.maximum(0, -(-(computed + steps) // bs) - blocks)
+        while steps > 1 and extra.sum() > free:
+            steps //= 2
+            extra = np.maximum(0, -(-(computed + steps) // bs) - blocks)
+        if steps == 1:
+            extra = None
+    return times[:steps], extra
 
 
 def max_rate(

@@ -1,0 +1,190 @@
+"""The published training runs as gpuplan inputs: each CSV row (catalog/validation/training_runs*.csv,
+the held-out set) becomes a ``Row`` (model, GPU, ParallelPlan, TrainingConfig, measured step time)
+under its source's assumptions (validation_sources.py); fields a source did not state take
+gpuplan's defaults (micro-batch 1, no interleaving, no recompute). ``category`` names the kind of
+run (GPU family x precision x context class x parallel style) validation reports its error by.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuplan.errors import GpuplanError
+from gpuplan.estimate.validation_sources import CSVS, measured_step_s, source_for
+from gpuplan.specs.hardware import GPUSpec
+from gpuplan.specs.hf import model_from_hf_config
+from gpuplan.specs.model import ModelSpec
+from gpuplan.specs.parallel import ParallelPlan
+from gpuplan.specs.training import LOW_PRECISION, TrainingConfig
+
+
+def _model(arch: str, r: dict[str, str], dropout: float) -> ModelSpec:
+    L, h, heads, ffn, vocab, seq = (int(r[k]) for k in ("layers", "hidden", "heads", "ffn", "vocab", "seq"))
+    kv = int(r.get("kv_heads") or heads)
+    if arch == "gpt":  # GPT-2/3 style: LayerNorm, GeLU 4h MLP, biases, learned positions
+        p = dropout
+        cfg = {
+            "model_type": "gpt2",
+            "n_layer": L,
+            "n_embd": h,
+            "n_head": heads,
+            "n_inner": ffn,
+            "vocab_size": vocab,
+            "n_positions": seq,
+            "resid_pdrop": p,
+            "attn_pdrop": p,
+            "embd_pdrop": p,
+        }
+    elif arch == "llama":
+        cfg = {
+            "model_type": "llama",
+            "num_hidden_layers": L,
+            "hidden_size": h,
+            "num_attention_heads": heads,
+            "num_key_value_heads": kv,
+            "intermediate_size": ffn,
+            "vocab_size": vocab,
+            "max_position_embeddings": seq,
+        }
+    elif arch == "nemotron":  # Nemotron-3/4 (NeMo): Llama's layout with a non-gated squared-ReLU MLP
+        # and LayerNorm; squared ReLU costs what ReLU does (one elementwise pass)
+        spec = _model("llama", r, dropout)
+        return dataclasses.replace(spec, gated_mlp=False, activation="relu", norm="layernorm")
+    elif arch == "mpt":
+        cfg = {
+            "model_type": "mpt",
+            "n_layers": L,
+            "d_model": h,
+            "n_heads": heads,
+            "expansion_ratio": ffn / h,
+            "vocab_size": vocab,
+            "max_seq_len": seq,
+        }
+    else:
+        raise GpuplanError("arch", f"row {r['id']}: unknown arch {arch!r}", "use gpt, llama, nemotron or mpt")
+    return model_from_hf_config(cfg, name=r["id"])
+
+
+def _row_config(r: dict[str, str]) -> dict[str, Any]:
+    """Settings a row's own recipe states where it departs from its source's (optional columns
+    ``tp_overlap``, ``ep_overlap`` and ``fp8_params`` yes/no, ``offload_layers`` and
+    ``recompute_modules``, in the held-out set). ``fp8_params``: the Megatron-Bridge FP8-CS and MXFP8
+    presets set fp8_param_gather (src/megatron/bridge/training/mixed_precision.py,
+    bf16_with_fp8_current_scaling_mixed and bf16_with_mxfp8_mixed, v0.1.0rc4 to v0.6.0), which the
+    scripts/performance configs keep except gpt-oss's (configs/gpt_oss: fp8_param_gather False);
+    Megatron-FSDP rows and the 26.08 perf_recipes rows (per-recipe settings) are left without it."""
+    out: dict[str, Any] = {}
+    if r.get("tp_overlap"):
+        out["tp_overlap"] = r["tp_overlap"] == "yes"
+    if r.get("offload_layers"):
+        out["offload_activation_layers"] = int(r["offload_layers"])
+    if r.get("ep_overlap"):
+        out["ep_overlap"] = r["ep_overlap"] == "yes"
+    if r.get("recompute_modules"):  # Megatron-Core --recompute-modules, space-separated
+        out["recompute_modules"] = tuple(r["recompute_modules"].split())
+    if r.get("fp8_params"):  # Megatron-Core --fp8-param-gather (TrainingConfig.fp8_params)
+        out["fp8_params"] = r["fp8_params"] == "yes"
+    return out
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    source: str
+    model: ModelSpec
+    gpu: str
+    plan: ParallelPlan
+    config: TrainingConfig
+    microbatches: int
+    measured_step_s: float
+    metric: str
+    value: float
+    framework: str = ""
+
+    @property
+    def category(self) -> tuple[str, str, str, str]:
+        return category(self.gpu, self.config, self.plan)
+
+
+def category(gpu: str | GPUSpec, cfg: TrainingConfig, plan: ParallelPlan) -> tuple[str, str, str, str]:
+    """(GPU family, precision, context class, parallel style) of a run: the unit in which
+    validation reports error and ``train`` reports its band. ``gpu``: a catalog id, or the spec
+    itself (a GPU or cluster TOML file has no catalog id to look up)."""
+    from gpuplan import catalog
+
+    spec = catalog.gpu(gpu) if isinstance(gpu, str) else gpu
+    eff = spec.efficiency
+    family = eff.name if eff is not None else spec.id  # GPUs sharing an efficiency file share a calibration
+    # MXFP8 and NVFP4 are their own kinds (their bands: the held-out Megatron-Bridge runs of them)
+    precision = cfg.precision if cfg.precision in LOW_PRECISION else "16-bit"
+    context = "long (>= 32K)" if cfg.seq_len >= 32768 else "short (< 32K)"
+    if plan.ep > 1:
+        style = "moe"
+    elif plan.zero == 3:
+        style = "fsdp"
+    else:
+        style = "3d" if (plan.tp > 1 or plan.pp > 1 or plan.cp > 1) else "dp"
+    return family, precision, context, style
+
+
+def _rows(path: Path) -> list[Row]:
+    from gpuplan import catalog  # a row may name a catalog model
+
+    rows = []
+    with open(path, newline="") as fh:
+        for r in csv.DictReader(fh):
+            src = source_for(r["source"])
+            if src.arch and r["arch"] != src.arch:
+                raise GpuplanError(
+                    "arch",
+                    f"row {r['id']}: arch {r['arch']!r} but {src.prefix} runs {src.arch}",
+                    "fix the row's arch or its source",
+                )
+            # a catalog model by name (MoE and other layouts the arch columns cannot state)
+            model = catalog.model(r["model"]) if r.get("model") else _model(src.arch or r["arch"], r, src.dropout)
+            seq = int(r["seq"])
+            tp, pp, dp = int(r["tp"]), int(r["pp"]), int(r["dp"])
+            cp, ep, zero = int(r.get("cp") or 1), int(r.get("ep") or 1), int(r.get("zero") or 0)
+            mbs, gbs = int(r["mbs"] or 1), int(r["gbs"])
+            vp = int(r["vp"]) if r["vp"] else src.plan.get("vp", 1)
+            sp = (src.sp if src.sp is not None else r["sp"] == "yes") and tp > 1
+            ends = ("first_stage_layers", "last_stage_layers")
+            split = {k: src.plan[k] for k in ends if k in src.plan and pp > 1}
+            split.update({k: int(r[k]) for k in ends if r.get(k)})  # a row's own uneven split
+            etp = int(r["etp"]) if r.get("etp") else None  # optional column: MoE parallel folding, empty = tp
+            plan = ParallelPlan(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, etp=etp, zero=zero, sp=sp, **split)
+            config = TrainingConfig.for_framework(
+                src.profile,
+                seq_len=seq,
+                micro_batch=mbs,
+                global_batch=gbs,
+                precision=r["precision"],
+                recompute=r["recompute"] or "none",
+                **{**src.config, **_row_config(r)},
+            )
+            rows.append(
+                Row(
+                    r["id"],
+                    r["source"],
+                    model,
+                    r["gpu"],
+                    plan,
+                    config,
+                    gbs // (mbs * dp),
+                    measured_step_s(r, gbs, seq),
+                    r["metric"],
+                    float(r["value"]),
+                    src.framework,
+                )
+            )
+    return rows
+
+
+@functools.cache
+def load_rows(paths: tuple[Path, ...] = CSVS) -> tuple[Row, ...]:
+    return tuple(row for p in paths for row in _rows(p))

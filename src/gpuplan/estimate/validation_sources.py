@@ -1,0 +1,175 @@
+"""The published training runs' sources (catalog/validation/training_runs*.csv and the held-out
+set): how each source ran (``SOURCES``: framework, kernels, overlap, architecture, stated once per
+source, never per row) and how its reported metric becomes a step time.
+
+Rows that give TFLOP/s or MFU are turned into a step time with the FLOP formula the source used
+(column ``flop_formula``: Narayanan et al. 2021 eq. 3, Megatron-Core's
+num_floating_point_operations, the Llama 3 paper's count), so every convention compares on seconds;
+tokens/s need no formula. validation_rows.py reads the rows with these; validate.py runs them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuplan.errors import GpuplanError
+
+DATA = Path(__file__).resolve().parent.parent / "catalog" / "validation"
+CSV = DATA / "training_runs.csv"
+CSVS = (CSV, DATA / "training_runs_hopper.csv")
+# Published runs gathered here, never fitted to (scripts/fit_sustained.py reads CSVS only): they
+# test whether the model carries to runs it was not tuned on, and widen the error bands.
+HELD_OUT = (DATA / "held_out" / "training_runs_nemo.csv",)
+MEGATRON_FORMULA = "96BsLh^2(1+s/6h+V/16Lh)"
+H100_BF16_PEAK = 989.4e12  # the peak the Megatron-Core table's MFU is over (README: "989 TFLOP/s")
+LLAMA3_405B_PARAMS = 405_853_388_800  # N in the llama3 formula (shared validation README)
+
+
+def megatron_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> float:
+    """FLOPs per step with full recompute (Narayanan et al. 2021, eq. 3, appendix)."""
+    return 96 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
+
+
+def megatron_model_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> float:
+    """Model FLOPs per step, no recompute: 72·B·s·L·h²·(1 + s/6h + V/12Lh) (Megatron-Core's
+    num_floating_point_operations for a GeLU 4h MLP, full attention; shared README, ``megatron``)."""
+    return 72 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (12 * layers * hidden))
+
+
+def llama3_flops(batch: int, seq: int, layers: int, hidden: int) -> float:
+    """Model FLOPs per step as the Llama 3 paper counts them: (6·N + 6·L·h·s) per token with
+    N = 405,853,388,800 (causal attention; shared README, ``llama3``)."""
+    return batch * seq * (6 * LLAMA3_405B_PARAMS + 6 * layers * hidden * seq)
+
+
+@dataclass(frozen=True)
+class Source:
+    """How one source's runs ran: the framework, its kernels and overlap, the architecture."""
+
+    prefix: str  # the start of the CSV's ``source`` column
+    framework: str  # words, for the report
+    arch: str  # the architecture all its runs share ("": the row's ``arch`` column says)
+    profile: str  # the gpuplan --framework profile that runs as the source did ("generic": none fits)
+    config: dict[str, Any] = field(default_factory=dict)  # TrainingConfig fields
+    plan: dict[str, Any] = field(default_factory=dict)  # ParallelPlan fields the source states for all its runs
+    sp: bool | None = None  # sequence parallelism whenever tp > 1 (None: the row's ``sp`` column)
+    dropout: float = 0.0  # residual and attention dropout (Megatron-LM's default was 0.1)
+
+
+# Each entry is what the source itself says about how it ran (read in the source; a field it does
+# not state is gpuplan's default). Megatron-LM 2021-22: fp16 loss scaling, no FlashAttention yet
+# (fused scale-mask-softmax), gradients reduced after the backward (LocalDDP), dropout 0.1.
+# Megatron-LM 2021-22: no gradient/parameter overlap, and its pipeline p2p blocked
+# (p2p_communication.py at 64a83fb588: batch_isend_irecv, req.wait(), torch.cuda.synchronize())
+_MEGATRON_2021 = dict(attention="eager", overlap_grad_reduce=False, overlap_param_gather=False, overlap_p2p=False)
+SOURCES = (
+    Source("Narayanan et al. 2021", "Megatron-LM (2021)", "gpt", "megatron", _MEGATRON_2021, dropout=0.1),
+    Source("Korthikanti et al. 2022", "Megatron-LM (2022)", "gpt", "megatron", _MEGATRON_2021, dropout=0.1),
+    # Megatron-LM README, "Performance benchmarking" (core_r0.8.0): TransformerEngine kernels,
+    # distributed optimizer, --overlap-grad-reduce --overlap-param-gather --tp-comm-overlap, sequence
+    # parallel, bf16 with fp32 gradient reduction (arguments.py: bf16 sets
+    # accumulate_allreduce_grads_in_fp32), no dropout, no recompute.
+    Source(
+        "Megatron-Core r0.8",
+        "Megatron-Core r0.8 + TransformerEngine",
+        "gpt",
+        "megatron",
+        dict(attention="flash", tp_overlap=True),
+        sp=True,
+    ),
+    # Llama 3 paper, section 3.3: 4D parallelism (TP with SP, CP, PP, FSDP of optimizer state and
+    # gradients), bf16, FlashAttention. Its pipeline is interleaved 1F1B (section 3.3.2) drawn in
+    # Fig. 6 with two stages per rank; the paper gives no other V, so V = 2. "We reduce one
+    # Transformer layer each from the first and the last stages" (section 3.3.2): 7 / 8 x 14 / 7.
+    Source(
+        "Llama 3 paper",
+        "Meta (Llama 3 paper, section 3.3)",
+        "llama",
+        "generic",
+        dict(attention="flash", tp_overlap=True),
+        plan=dict(vp=2, first_stage_layers=7, last_stage_layers=7),
+        sp=True,
+    ),
+    # NVIDIA's NeMo performance summary (NeMo 24.07 container, DGX-H100; docs/source/performance/
+    # performance_summary.md of NVIDIA/NeMo at 9c5c5e9709): NeMo-Framework-Launcher configs on
+    # Megatron-Core + TransformerEngine, FP8 (TE's delayed scaling), TP communication overlap and
+    # sequence parallelism; the optimizer is Apex's distributed_fused_adam with a contiguous
+    # gradient buffer in the parameter dtype (launcher_scripts/conf/training/*: optim.name
+    # distributed_fused_adam, contiguous_grad_buffer: true; grad_sync_dtype defaults to the BF16
+    # parameters), overlapped gradient reduce and parameter gather.
+    # NeMo sets store_param_remainders for BF16 models with an fp32 optimizer (megatron_base_model.py,
+    # setup_optimization): the fp32 master is the BF16 weight plus a 16-bit remainder.
+    Source(
+        "NeMo 24.07",
+        "NeMo 24.07 (Megatron-Core + TransformerEngine)",
+        "",
+        "nemo",
+        dict(grad_fp32=False, master_remainders=True),
+        sp=True,
+    ),
+    # Megatron-Bridge performance summaries (NeMo 25.11 to 26.06 containers), the same stack a year
+    # on: FP8-CS = TE current scaling (every FP8 row is FP8-CS, the pages' "fp8_cs" recipes);
+    # FSDP > 0 = Megatron-FSDP (gpuplan's zero 3). Their performance
+    # configs reduce and keep gradients in BF16 (scripts/performance/configs/*/*_llm_pretrain.py,
+    # set_{llama3,llama31,qwen3,gpt_oss}_common_configs: grad_reduce_in_fp32 = False, r0.2.0 to v0.5.0).
+    Source(
+        "Megatron-Bridge",
+        "Megatron-Bridge (NeMo container)",
+        "",
+        "nemo",
+        dict(grad_fp32=False, fp8_scaling="current"),
+        sp=True,
+    ),
+    # llm-foundry: Composer + PyTorch FSDP FULL_SHARD, amp_bf16 (fp32 masters and reduction),
+    # FlashAttention-2 (attn_impl flash: the flash_attn 2 package), eager PyTorch around it.
+    Source(
+        "llm-foundry",
+        "llm-foundry (Composer, PyTorch FSDP)",
+        "mpt",
+        "generic",
+        dict(attention="flash", attention_kernel="fa2", profile="eager"),
+    ),
+)
+
+
+def source_for(name: str) -> Source:
+    for s in SOURCES:
+        if name.startswith(s.prefix):
+            return s
+    raise GpuplanError(
+        "source",
+        f"no framework assumptions for source {name!r}",
+        "add a Source to gpuplan.estimate.validation_sources.SOURCES",
+    )
+
+
+def measured_step_s(r: dict[str, str], gbs: int, seq: int) -> float:
+    value, gpus = float(r["value"]), int(r["gpus"])
+    L, h, vocab = int(r["layers"]), int(r["hidden"]), int(r["vocab"])
+    metric, formula = r["metric"], r.get("flop_formula", "")
+    if metric == "step_s":
+        return value
+    if metric == "tokens_per_s_per_gpu":
+        return gbs * seq / (gpus * value)
+    if metric not in ("tflops_per_gpu", "mfu"):
+        raise GpuplanError(
+            "metric",
+            f"row {r['id']}: unknown metric {metric!r}",
+            "use step_s, tokens_per_s_per_gpu, tflops_per_gpu or mfu",
+        )
+    if formula == MEGATRON_FORMULA:
+        flops = megatron_flops(gbs, seq, L, h, vocab)
+    elif formula == "megatron":
+        flops = megatron_model_flops(gbs, seq, L, h, vocab)
+    elif formula == "llama3":
+        flops = llama3_flops(gbs, seq, L, h)
+    else:
+        raise GpuplanError(
+            "flop_formula",
+            f"row {r['id']}: unknown formula {formula!r}",
+            f"add it to gpuplan.estimate.validation_sources (known: {MEGATRON_FORMULA}, megatron, llama3)",
+        )
+    per_gpu = value * 1e12 if metric == "tflops_per_gpu" else value * H100_BF16_PEAK
+    return flops / (gpus * per_gpu)

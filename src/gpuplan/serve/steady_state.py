@@ -1,0 +1,117 @@
+"""Continuous batching in steady state: the mean-field model of one replica at a concurrency.
+
+Steady state of continuous batching with ``C`` sequences (a mean-field model of what serve-sim
+simulates request by request): every iteration each decoding sequence adds one token and, to keep
+``C`` in flight, prompts of new sequences are prefilled at the rate sequences finish, i.e. D x
+input/output prompt tokens per iteration for D decoding sequences (less the prefix-cache hits).
+The batched-token budget caps D at budget x output / (input + output). Output tokens/s = D / t_iter;
+the inter-token latency a user sees (TPOT) is an iteration with the other sequences' prefill
+chunks; TTFT is the prompt's own prefill in chunks beside D - 1 decodes. Max-throughput mode
+reserves every sequence's full input + output length up front, as TensorRT-LLM's default
+GUARANTEED_NO_EVICT scheduler does.
+
+A concurrency above what the KV pool (or ``max_num_seqs``) holds is a closed loop of N clients, the
+way benchmark_serving.py / genai-perf run ``--concurrency N``: the engine runs at its capacity and
+the other requests wait in its queue (vLLM's ``waiting`` deque, TensorRT-LLM's pending requests).
+Little's law on the queue alone (Little 1961) gives the wait: N - running requests queue, and they
+leave it at the completion rate X, so each waits (N - running) / X, added to its TTFT.
+
+The step times come from timing.py (``StepModel``); plan.py puts memory, this and the cost together.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from gpuplan.estimate.comm import efficiency
+from gpuplan.serve.memory import ServeConfig
+from gpuplan.serve.timing import Deployment, Iteration, StepModel
+
+
+@dataclass(frozen=True)
+class Point:
+    """Steady state at one concurrency."""
+
+    concurrency: int
+    decoding: float  # sequences decoding each iteration
+    iteration_s: float
+    tpot_s: float
+    ttft_s: float
+    output_tokens_per_s: float
+    input_tokens_per_s: float
+    decode_share: float  # of the GPU time, the part decode would take alone (for $/token split)
+    queued: int = 0  # requests of the closed loop waiting for a slot
+    queue_wait_s: float = 0.0  # each one's wait, included in ttft_s
+
+    @property
+    def running(self) -> int:
+        return self.concurrency - self.queued
+
+
+def steady_state(
+    sm: StepModel, cfg: ServeConfig, concurrency: int, input_len: int, output_len: int, hit: float = 0.0
+) -> Point:
+    fresh = input_len * (1 - hit)  # prompt tokens the prefix cache does not cover
+    per_token_prefill = fresh / output_len  # prompt tokens to prefill per output token
+    budget = cfg.max_batched_tokens
+    d = min(float(concurrency), budget / (1 + per_token_prefill))
+    if cfg.max_num_seqs:
+        d = min(d, cfg.max_num_seqs)
+    ctx = input_len + output_len / 2
+    pctx = input_len * hit + fresh / 2
+
+    def mixed(decoding: float, prefill: float) -> Iteration:
+        return sm.iteration(
+            decode=decoding,
+            prefill=prefill,
+            decode_context=ctx,
+            prefill_context=pctx,
+            prefill_seqs=prefill / max(fresh, 1),
+        )
+
+    full = mixed(d, d * per_token_prefill)
+    seen = mixed(d, (d - 1) * per_token_prefill) if d > 1 else sm.decode_step(d, ctx)
+    alone = sm.decode_step(d, ctx).seconds
+    # TTFT: the prompt in chunks of what the budget leaves beside the other sequences' decodes
+    chunk = max(cfg.block_size, budget - math.ceil(d - 1))
+    ttft, done = 0.0, 0.0
+    while done < fresh:
+        n = min(chunk, fresh - done)
+        ttft += sm.iteration(
+            decode=d - 1,
+            prefill=n,
+            decode_context=ctx,
+            prefill_context=input_len * hit + done + n / 2,
+            prefill_seqs=1 if done + n >= fresh else 0,
+        ).seconds
+        done += n
+    return Point(
+        concurrency=concurrency,
+        decoding=d,
+        iteration_s=full.seconds,
+        tpot_s=seen.seconds,
+        ttft_s=ttft,
+        output_tokens_per_s=d / full.seconds,
+        input_tokens_per_s=d * input_len / output_len / full.seconds,
+        decode_share=min(1.0, alone / full.seconds),
+    )
+
+
+def closed_loop(p: Point, clients: int, output_len: int) -> Point:
+    """``clients`` closed-loop clients against an engine that runs ``p.concurrency`` of them at once:
+    the rest queue, each for (clients - running) / X with X the completion rate in requests/s
+    (Little's law, L = X W, applied to the queue). Throughput stays the capacity's."""
+    if clients <= p.concurrency:
+        return p
+    queued = clients - p.concurrency
+    wait = queued / (p.output_tokens_per_s / output_len)
+    return replace(p, concurrency=clients, ttft_s=p.ttft_s + wait, queued=queued, queue_wait_s=wait)
+
+
+def compute_bound_batch(d: Deployment) -> float:
+    """Decode batch at the roofline ridge of the weight GEMMs: 2 FLOPs per weight and token
+    against the weight's bytes, rate x bytes / (2 x bandwidth)."""
+    e = efficiency(d.gpu)
+    rate = d.gpu.peak(d.weights.compute) * e.gemm_fraction(d.weights.compute) * e.sustained
+    return rate * d.weights.bytes / (2 * d.gpu.hbm_bytes_per_s * e.hbm)
