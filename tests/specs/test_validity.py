@@ -175,3 +175,22 @@ def test_moe_with_tp_needs_sequence_parallelism_and_etp_needs_experts_to_split()
     with pytest.raises(GpuplanError) as e:
         ParallelPlan(dp=4, tp=2, etp=0)
     assert e.value.field == "etp"
+
+
+def test_serving_replicates_kv_heads_over_tp_where_training_refuses_and_both_name_the_same_field():
+    # Llama-3.1-8B: 32 query heads, 8 KV heads. TP 16 splits the query heads; serving engines
+    # replicate each KV head on 2 ranks (vLLM QKVParallelLinear), Megatron's training refuses it
+    m = catalog.model("llama-3.1-8b")
+    validity.require_serving(m, 16)
+    with pytest.raises(GpuplanError) as e:
+        validity.require_valid(m, ParallelPlan(dp=1, tp=16), 4096)
+    assert e.value.field == "tp" and "num_key_value_heads=8" in str(e.value)
+    # Qwen2.5-7B: 28 query heads, 4 KV heads; TP 14 splits the query heads, not the KV heads
+    qwen = catalog.model("qwen2.5-7b")
+    rule = validity.first_violation(validity.SERVING, validity.View(tp=14), qwen)
+    assert rule is not None and rule.reason is Reason.TP_KV_REPLICAS
+    with pytest.raises(GpuplanError, match="tp=3 does not divide num_attention_heads=32"):
+        validity.require_serving(m, 3)
+    with pytest.raises(GpuplanError) as e:
+        validity.require_serving(m, 1, pp=64)
+    assert e.value.field == "pp"

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from gpuplan.errors import require
 from gpuplan.estimate.offload import CPU_USABLE, OffloadTrainEstimate, OffloadTrainRequest, estimate_offload_training
 from gpuplan.estimate.step_time import StepTime, step_time
+from gpuplan.specs import validity
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.host import HostSpec
 from gpuplan.specs.model import ModelSpec
@@ -89,8 +90,9 @@ def offload_variants(
         for i, lo in single:
             plan = lo.plan(_ZERO[mode])
             for mbs in micro_batches:
-                if base.global_batch % (lo.dp * mbs):
-                    rejected[f"global batch not divisible by dp x micro-batch (offload {mode})"] += len(rec_order)
+                batch = validity.View(dp=lo.dp, micro_batch=mbs, global_batch=base.global_batch)
+                if validity.first_violation(validity.BATCH[:1], batch) is not None:  # the one batch rule
+                    rejected[f"{Reason.BATCH} (offload {mode})"] += len(rec_order)
                     continue
                 micro = base.global_batch // (lo.dp * mbs)
                 for k, rec in enumerate(rec_order):

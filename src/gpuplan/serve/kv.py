@@ -17,20 +17,15 @@ what transformers' ``DynamicSlidingWindowLayer`` holds; full-attention layers ke
 
 from __future__ import annotations
 
-from gpuplan.errors import GpuplanError
 from gpuplan.serve.formats import KVFormat
+from gpuplan.specs import validity
 from gpuplan.specs.model import ModelSpec
 
 
 def kv_heads_per_gpu(m: ModelSpec, tp: int) -> int:
     if m.is_mla:
         return 1  # one latent "head", replicated on every TP rank
-    if m.num_kv_heads % tp and tp % m.num_kv_heads:
-        raise GpuplanError(
-            "tp",
-            f"tp={tp} neither divides nor is a multiple of the {m.num_kv_heads} KV heads of {m.name}",
-            f"use a tp that divides {m.num_kv_heads} or a multiple of it",
-        )
+    validity.require(validity.SERVING[1:2], validity.View(tp=tp), m)  # split, or replicated over tp
     return max(1, m.num_kv_heads // tp)
 
 

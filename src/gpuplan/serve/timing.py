@@ -42,6 +42,7 @@ from gpuplan.serve.engines import Engine
 from gpuplan.serve.formats import KVFormat, WeightFormat
 from gpuplan.serve.kv import cached_tokens, kv_bytes_per_token_layer, kv_heads_per_gpu
 from gpuplan.serve.weights import tensor_bits, tensor_tp
+from gpuplan.specs import validity
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
@@ -75,19 +76,7 @@ class Deployment:
         )
         require(isinstance(self.tp, int) and self.tp >= 1, "tp", f"must be a positive integer, got {self.tp!r}")
         require(isinstance(self.pp, int) and self.pp >= 1, "pp", f"must be a positive integer, got {self.pp!r}")
-        require(
-            m.num_heads % self.tp == 0,
-            "tp",
-            f"tp={self.tp} does not divide the {m.num_heads} attention heads of {m.name}",
-            f"use a tp that divides {m.num_heads}",
-        )
-        kv_heads_per_gpu(m, self.tp)
-        require(
-            self.pp <= m.num_layers,
-            "pp",
-            f"pp={self.pp} is more than the {m.num_layers} layers",
-            f"use --pp {m.num_layers} or fewer",
-        )
+        validity.require_serving(m, self.tp, self.pp)  # heads over tp, KV heads split or replicated, pp
 
     @property
     def gpus(self) -> int:

@@ -9,7 +9,8 @@ so scalar errors and the search's rejection counts name the same reason.
 
 Three groups, by what they read: the plan alone (``STRUCTURE``: ParallelPlan checks these when it
 is built), the plan against the model and sequence (``MODEL``), and the plan against the batch
-(``BATCH``: micro-batches per step and what the schedule needs of them).
+(``BATCH``: micro-batches per step and what the schedule needs of them). Serving splits a model
+by tp and pp under the engines' rules (``SERVING``: a KV head may be replicated over TP ranks).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class Reason(StrEnum):
     ODD_PP = "DualPipe needs an even pipeline depth"
     TP_HEADS = "tp does not divide the attention heads"
     TP_KV_HEADS = "tp does not divide the key-value heads"
+    TP_KV_REPLICAS = "tp neither divides nor is a multiple of the key-value heads"
     PP_LAYERS = "more pipeline stages than layers"
     VP_LAYERS = "layers do not split into pp x vp chunks"
     V_LAYERS = "a V schedule needs two layers per pipeline rank"
@@ -300,6 +302,25 @@ def first_violation(rules: tuple[Rule, ...], x: View, m: ModelSpec | None = None
     return None
 
 
+# Serving engines split the query heads over tp like training and the KV heads too when tp
+# divides them, but replicate a KV head over tp / num_kv_heads ranks when tp is a multiple of them
+# (vLLM's QKVParallelLinear: num_kv_head_replicas = tp // num_kv_heads; TensorRT-LLM and SGLang
+# likewise); an MLA model's one latent head is replicated on every rank.
+SERVING: tuple[Rule, ...] = (
+    MODEL[0],  # TP_HEADS
+    Rule(
+        Reason.TP_KV_REPLICAS,
+        "tp",
+        lambda x, m: m.is_mla | (m.num_kv_heads % x.tp == 0) | (x.tp % m.num_kv_heads == 0),
+        lambda x, m: (
+            f"tp={x.tp} neither divides nor is a multiple of num_key_value_heads={m.num_kv_heads}",
+            f"use a tp that divides {m.num_kv_heads} or a multiple of it",
+        ),
+    ),
+    MODEL[2],  # PP_LAYERS
+)
+
+
 def require(rules: tuple[Rule, ...], x: View, m: ModelSpec | None = None) -> None:
     """Raise :class:`GpuplanError` naming the field and the fix for the first rule broken."""
     rule = first_violation(rules, x, m)
@@ -328,6 +349,11 @@ def require_valid(m: ModelSpec, plan: Any, seq_len: int, micro_batch: int = 1, g
     """Raise for the first rule a plan breaks (the batch rules only when ``global_batch`` is given)."""
     rules = RULES if global_batch is not None else STRUCTURE + MODEL
     require(rules, view(plan, seq_len, micro_batch, global_batch), m)
+
+
+def require_serving(m: ModelSpec, tp: int, pp: int = 1) -> None:
+    """Raise unless ``m`` can be served split ``tp`` x ``pp`` (``SERVING``)."""
+    require(SERVING, View(tp=tp, pp=pp), m)
 
 
 def require_microbatches(plan: Any, microbatches: int) -> None:
