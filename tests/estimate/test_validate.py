@@ -197,13 +197,13 @@ def test_fine_grained_moe_is_far_too_fast_and_its_band_says_so(held_out):
 
 def test_held_out_runs_are_within_the_issues_targets_for_unseen_runs(held_out):
     # issue 14: on published runs outside the shared set, throughput mean |error| <= 15% and no
-    # GPU type above 25%. Dense runs: mean 10.8% (H100 6.4%, B200 10.6%, GB200 17.1% by GPU type),
-    # but two GB200 rows are past 25% alone: 405B MXFP8 on 128 GPUs (-31.6%, MXFP8 predicted as
-    # fast as FP8-CS while the pages read it 5-20% slower) and 405B NVFP4 (+25.2%, TP overlap off
-    # for NVFP4 leaves 6.2 s of TP communication exposed in the prediction). MoE misses it (the
-    # test above), so the whole set does too (mean 18.2%). Blackwell's `sustained` was written
-    # after the 25.11 rows were seen (catalog/efficiency/b200.toml); the Hopper rows were not
-    # fitted to.
+    # GPU type above 25%. Dense runs: mean 10.5% (H100 7.2%, B200 12.9%, GB200 14.4% by GPU type),
+    # but one GB200 row is past 25% alone: 405B MXFP8 on 128 GPUs in the 25.09 release (-33%; the
+    # same layout reads 20-40% faster in later releases). 405B NVFP4 (+25.2% with TP
+    # communication exposed) fell to +9% once interleaved p2p hid behind the next chunk. MoE misses
+    # the target (the test above), so the whole set does too (mean 17.8%). Blackwell's
+    # `sustained` was written after the 25.11 rows were seen (catalog/efficiency/b200.toml); the
+    # Hopper rows were not fitted to.
     dense = [r for r in held_out if r.row.plan.ep == 1]
     assert summary(dense)["mean_abs_error"] <= 0.15
     by_gpu: dict[str, list[float]] = {}
@@ -211,5 +211,5 @@ def test_held_out_runs_are_within_the_issues_targets_for_unseen_runs(held_out):
         by_gpu.setdefault(r.row.gpu, []).append(abs(r.error))
     assert max(sum(e) / len(e) for e in by_gpu.values()) <= 0.25, by_gpu
     over = {r.row.id for r in dense if abs(r.error) > 0.25}
-    assert over <= {"mb2509-gb200-llama31-405b-mxfp8", "mb2606-gb200-llama31-405b-nvfp4"}, over
-    assert summary(held_out)["mean_abs_error"] <= 0.19  # 18.2%: the 15% target is missed, by MoE
+    assert over <= {"mb2509-gb200-llama31-405b-mxfp8"}, over
+    assert summary(held_out)["mean_abs_error"] <= 0.18  # 17.8%: the 15% target is missed, by MoE

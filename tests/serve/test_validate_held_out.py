@@ -60,9 +60,10 @@ def test_errors_stay_within_what_was_last_measured():
     # 8.1%, 42.9%, 159% once the all-reduce and NVFP4 fixes landed (issue 18); 7.4%, 34.6%, 65%
     # once the TensorRT-LLM v0.5/v0.6.1 rows ran under the trtllm-0.6 profile (their Llama-2-70B
     # GQA KV read once per query head by the masked MHA kernel before XQA: +107%/+159% -> -13%/-6%);
-    # 8.1%, 34.6%, 65% with NCCL's NVLink SHARP on 8 Hopper GPUs (estimate/nccl.py): TP8 rows faster
+    # 8.1%, 34.6%, 65% with NCCL's NVLink SHARP on 8 Hopper GPUs (estimate/nccl.py): TP8 rows faster;
+    # 7.9% with the H200's own measured FP8 matmul rate (catalog/gpus/h200.toml [mamf])
     s = summary(validate_held_out())
-    assert s["median_abs_error"] <= 0.082
+    assert s["median_abs_error"] <= 0.08  # the issue's target, met at 7.9%
     assert s["p90_abs_error"] <= 0.36
     assert s["max_abs_error"] <= 0.70
     assert s["by_engine"]["trtllm-0.6"]["max_abs_error"] <= 0.15

@@ -86,12 +86,13 @@ def offload_variants(
         return [], considered
     room = host.cpu_memory_bytes * CPU_USABLE
     out: list[OffloadVariant] = []
+    batch_rule = validity.rules_for(Reason.BATCH)
     for mode in modes:
         for i, lo in single:
             plan = lo.plan(_ZERO[mode])
             for mbs in micro_batches:
                 batch = validity.View(dp=lo.dp, micro_batch=mbs, global_batch=base.global_batch)
-                if validity.first_violation(validity.BATCH[:1], batch) is not None:  # the one batch rule
+                if validity.first_violation(batch_rule, batch) is not None:
                     rejected[f"{Reason.BATCH} (offload {mode})"] += len(rec_order)
                     continue
                 micro = base.global_batch // (lo.dp * mbs)

@@ -25,7 +25,7 @@ from gpuplan.specs.model import ModelSpec
 def kv_heads_per_gpu(m: ModelSpec, tp: int) -> int:
     if m.is_mla:
         return 1  # one latent "head", replicated on every TP rank
-    validity.require(validity.SERVING[1:2], validity.View(tp=tp), m)  # split, or replicated over tp
+    validity.require((validity.KV_REPLICAS,), validity.View(tp=tp), m)  # split, or replicated over tp
     return max(1, m.num_kv_heads // tp)
 
 

@@ -302,23 +302,26 @@ def first_violation(rules: tuple[Rule, ...], x: View, m: ModelSpec | None = None
     return None
 
 
+def rules_for(*reasons: Reason) -> tuple[Rule, ...]:
+    """The training rules with these reasons, in the order given (a rule named, not indexed)."""
+    by_reason = {r.reason: r for r in RULES}
+    return tuple(by_reason[reason] for reason in reasons)
+
+
 # Serving engines split the query heads over tp like training and the KV heads too when tp
 # divides them, but replicate a KV head over tp / num_kv_heads ranks when tp is a multiple of them
 # (vLLM's QKVParallelLinear: num_kv_head_replicas = tp // num_kv_heads; TensorRT-LLM and SGLang
 # likewise); an MLA model's one latent head is replicated on every rank.
-SERVING: tuple[Rule, ...] = (
-    MODEL[0],  # TP_HEADS
-    Rule(
-        Reason.TP_KV_REPLICAS,
-        "tp",
-        lambda x, m: m.is_mla | (m.num_kv_heads % x.tp == 0) | (x.tp % m.num_kv_heads == 0),
-        lambda x, m: (
-            f"tp={x.tp} neither divides nor is a multiple of num_key_value_heads={m.num_kv_heads}",
-            f"use a tp that divides {m.num_kv_heads} or a multiple of it",
-        ),
+KV_REPLICAS = Rule(
+    Reason.TP_KV_REPLICAS,
+    "tp",
+    lambda x, m: m.is_mla | (m.num_kv_heads % x.tp == 0) | (x.tp % m.num_kv_heads == 0),
+    lambda x, m: (
+        f"tp={x.tp} neither divides nor is a multiple of num_key_value_heads={m.num_kv_heads}",
+        f"use a tp that divides {m.num_kv_heads} or a multiple of it",
     ),
-    MODEL[2],  # PP_LAYERS
 )
+SERVING: tuple[Rule, ...] = (*rules_for(Reason.TP_HEADS), KV_REPLICAS, *rules_for(Reason.PP_LAYERS))
 
 
 def require(rules: tuple[Rule, ...], x: View, m: ModelSpec | None = None) -> None:
