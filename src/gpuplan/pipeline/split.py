@@ -45,6 +45,15 @@ def stage_layers(m, plan) -> list[int]:
     )
 
 
+def shape_layers(
+    num_layers: int, pp: int, vp: int, schedule: str, first: int | None, last: int | None
+) -> tuple[int, ...]:
+    """``stage_layers`` of a pipeline shape given by its numbers (``num_layers`` on ``pp`` ranks of
+    ``vp`` chunks, first/last stage layers or None) rather than a ParallelPlan: for the search,
+    which splits thousands of layouts of a few shapes."""
+    return _stage_layers(num_layers, pp, vp, schedule, first, last)
+
+
 @functools.lru_cache(maxsize=4096)
 def _stage_layers(
     num_layers: int, pp: int, vp: int, schedule: str, first: int | None, last: int | None
