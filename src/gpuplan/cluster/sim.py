@@ -108,6 +108,16 @@ class ClusterSim(Scheduling):
         self.up = np.ones(cfg.nodes, dtype=bool)
         self._rack = np.arange(cfg.nodes) // cfg.nodes_per_rack
         self.on_node: list[set[int]] = [set() for _ in range(cfg.nodes)]
+        # What preemption asks of every node, kept up to date as jobs start, get SIGTERM and
+        # release (scheduling.Scheduling._preempt_for): by tier (lowest first) and node, the
+        # milli-GPUs and number of running jobs; by node, the milli-GPUs of jobs in their grace period
+        tiers = sorted({j.tier for j in jobs})
+        self._tier_index = {t: i for i, t in enumerate(tiers)}
+        self._run_milli = np.zeros((len(tiers), cfg.nodes), dtype=np.int64)
+        self._run_jobs = np.zeros((len(tiers), cfg.nodes), dtype=np.int64)
+        self._grace_milli = np.zeros(cfg.nodes, dtype=np.int64)
+        self._grace_jobs = 0
+        self._holding: dict[int, bool] = {}  # jobs holding GPUs: id -> in their grace period
         self.running: dict[int, JobRun] = {}  # running or in their grace period
         self.segments: list[Segment] = []  # every run of a job on its nodes: for traces and plots
         self._run_start: dict[int, float] = {}
@@ -220,9 +230,13 @@ class ClusterSim(Scheduling):
 
     def _start(self, j: JobRun, placed: list) -> None:
         now = self.sim.now
+        t = self._tier_index[j.tier]
         for n, milli in placed:
             self._free[n] -= milli
             self.on_node[n].add(j.id)
+            self._run_milli[t, n] += milli
+            self._run_jobs[t, n] += 1
+        self._holding[j.id] = False
         j.placed, j.state, j.start_s = placed, RUNNING, now
         self.running[j.id] = j
         self._run_start[j.id] = now
@@ -251,10 +265,18 @@ class ClusterSim(Scheduling):
                 j.gpus,
             )
         )
+        grace = self._holding.pop(j.id, None)
+        t = self._tier_index[j.tier]
         for n, milli in j.placed:
             if self.up[n]:
                 self._free[n] += milli
             self.on_node[n].discard(j.id)
+            if grace:
+                self._grace_milli[n] -= milli
+            elif grace is not None:
+                self._run_milli[t, n] -= milli
+                self._run_jobs[t, n] -= 1
+        self._grace_jobs -= bool(grace)
         j.placed = []
         self.running.pop(j.id, None)
 
@@ -343,6 +365,14 @@ class ClusterSim(Scheduling):
     def _begin_grace(self, j: JobRun, cause: str) -> None:
         """SIGTERM now, SIGKILL after the grace period (or once a SIGTERM checkpoint is written)."""
         now, g = self.sim.now, self.cfg.grace_s
+        if self._holding.get(j.id) is False:  # its GPUs now come free at the end of the grace period
+            self._holding[j.id] = True
+            self._grace_jobs += 1
+            t = self._tier_index[j.tier]
+            for n, milli in j.placed:
+                self._run_milli[t, n] -= milli
+                self._run_jobs[t, n] -= 1
+                self._grace_milli[n] += milli
         j.state = GRACE
         j.epoch += 1
         if j.on_sigterm and g >= j.cost_s:
