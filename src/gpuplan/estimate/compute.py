@@ -184,18 +184,23 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
         mods = t.recompute_modules
         # the MoE router stays in high precision (Megatron's TopKRouter is not a TE module)
         d = high_precision(s.dtype) if t.name.endswith("router") else s.dtype
+        fwd_g = gemm_time(gpu, d, rows, n_out, n_in, experts)
         out.add(
             kind,
-            fwd=gemm_time(gpu, d, rows, n_out, n_in, experts),
+            fwd=fwd_g,
             b=gemm_time(gpu, d, rows, n_in, n_out, experts),
             w=gemm_time(gpu, d, n_out, n_in, rows, experts),
             modules=mods,
         )
+        if t.expert:  # the routed-expert loop's GPU work (estimate/moe_host.py)
+            out.credit("expert_loop", fwd_g)
         if d in LOW_PRECISION:
             fwd_c, bwd_c = fp8_cast_times(
                 gpu, rows * n_in * experts, rows * n_out * experts, a, dtype_bytes(d), s.fp8_current
             )
             out.add("fp8_cast", fwd=fwd_c, b=bwd_c, modules=mods)
+            if t.expert:
+                out.credit("expert_loop", fwd_c)
 
     # FP8 recipes run the attention core in BF16 (TransformerEngine's FP8 dot-product attention is
     # opt-in, fp8_dpa=False; torchao converts only nn.Linear)
@@ -309,6 +314,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
         routed_width = m.moe_ffn_size * m.experts_per_token
         for mod, part in (("moe_act", routed_width), ("shared_experts", m.shared_expert_ffn_size)):
             out.credit(mod, act_f * part / width)
+        out.credit("expert_loop", act_f * routed_width / width)
         out.credit("moe", act_f)
     else:
         out.credit("mlp", act_f)
