@@ -13,9 +13,9 @@ from gpuplan.specs.training import TrainingConfig
 
 def test_each_dispatcher_synchronises_once_per_moe_layer_forward():
     # read from megatron/core/transformer/moe at Megatron-Bridge v0.2.0's Megatron-LM (0d8e0714):
-    # alltoall: self.d2h_event.synchronize() (token_dispatcher.py:907); flex: TEGroupedMLP.forward's
-    # tokens_per_expert.tolist() on the dispatch's GPU tensor (experts.py:879); allgather:
-    # local_map.sum(dim=0).long().cpu() (token_dispatcher.py:302)
+    # alltoall: self.d2h_event.synchronize() (token_dispatcher.py:907); flex: DeepEP's dispatch
+    # waits on the host for the received counts (fused_a2a.py:103-123), HybridEP copies them to the
+    # host (fused_a2a.py:357-361); allgather: local_map.sum(dim=0).long().cpu() (token_dispatcher.py:302)
     assert SYNCS == {"alltoall": 1, "flex": 1, "allgather": 1}
 
 

@@ -26,10 +26,12 @@ loop's own GPU work is exposed. Where Megatron-Core synchronises in an MoE layer
   ``self.d2h_event.synchronize()`` waits for them before the expert-parallel all-to-all
   (megatron/core/transformer/moe/token_dispatcher.py at 0d8e0714 = Megatron-Bridge v0.2.0's
   3rdparty/Megatron-LM, line 907; sync point set at line 572, or 581 without EP/TP): one;
-* ``flex`` dispatcher (DeepEP or HybridEP): the dispatch returns tokens_per_expert on the GPU and
-  ``TEGroupedMLP.forward`` calls ``tokens_per_expert.tolist()`` before the experts
-  (megatron/core/transformer/moe/experts.py at 0d8e0714, line 879; at cd4afffa = v0.6.0,
-  line 731): one;
+* ``flex`` dispatcher (DeepEP or HybridEP): the fused dispatch brings the received token counts to
+  the host inside the dispatch (megatron/core/transformer/moe/fused_a2a.py at 0d8e0714: DeepEP's
+  ``buffer.dispatch``, "the CPU will wait for GPU's signal to arrive", lines 103-123, its counts
+  made a CPU tensor at line 134; HybridEP's ``use_host_meta`` D2H of the counts unless the sizes
+  are given, lines 357-361), which ``TEGroupedMLP.forward`` then reads as a list for the experts'
+  splits (experts.py at 0d8e0714, line 879; at cd4afffa = v0.6.0, line 731): one;
 * ``allgather`` dispatcher: ``self.local_map.sum(dim=0).long().cpu()`` (token_dispatcher.py at
   0d8e0714, line 302): one;
 * a full-iteration CUDA graph (Megatron-Bridge v0.6.0 perf_recipes, ``_enable_hybridep_full_iteration_*``:
