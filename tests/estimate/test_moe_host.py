@@ -5,7 +5,7 @@ import pytest
 
 from gpuplan import catalog
 from gpuplan.errors import GpuplanError
-from gpuplan.estimate.moe_host import HOST_LAUNCH_S, SYNCS, expert_launches, moe_host_exposed
+from gpuplan.estimate.moe_host import HOST_LAUNCH_S, SYNCS, expert_launches, moe_host_exposed, te_stream_chain
 from gpuplan.estimate.step_time import step_time
 from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.training import TrainingConfig
@@ -98,3 +98,24 @@ def test_held_out_moe_rows_state_their_dispatcher():
     assert not any(r.config.moe_dispatcher for r in rows if r.plan.ep == 1)
     graphed = {r.id for r in moe if r.config.full_cuda_graph}
     assert graphed == {"mb2608-gb200-gpt-oss-120b-mxfp8", "mb2608-gb200-qwen3-30b-a3b", "mb2608-gb200-qwen3-235b-a22b"}
+
+
+@pytest.mark.parametrize(("experts", "chain"), [(1, 1), (2, 1), (4, 1), (5, 2), (16, 4), (17, 5), (128, 32)])
+def test_te_runs_per_expert_kernels_round_robin_on_four_streams(experts, chain):
+    # multi_stream.cpp:53 num_compute_streams = 4; cublaslt_gemm.cu:941-965 stream i % 4
+    assert te_stream_chain(experts) == chain
+
+
+def test_the_fused_profile_pays_a_kernel_gap_per_expert_kernel_on_each_stream():
+    from gpuplan.estimate.compute import LayerShape, layer_times
+    from gpuplan.estimate.kernels import efficiency
+
+    m, gpu = catalog.model("qwen3-30b-a3b"), catalog.gpu("b200")
+    kw = dict(tokens=4096, seq=4096, micro_batch=1, tp=1, cp=1, sp=False, dtype="bf16", act_bytes=2)
+    kw["attention"] = "flash"
+    one = layer_times(m, gpu, LayerShape(ep=32, **kw), True).parts["gemm"]  # 4 local experts: one kernel each
+    sixteen = layer_times(m, gpu, LayerShape(ep=8, **kw), True).parts["gemm"]
+    gap = efficiency(gpu).kernel_overhead_s
+    # bf16: two GroupedLinears x (fwd, dgrad, wgrad) x 3 more kernels per stream at 16 experts;
+    # the GEMMs themselves are the same total work (16 experts of 4x fewer tokens each vs 4)
+    assert sixteen - one == pytest.approx(2 * 3 * 3 * gap, rel=1e-6)

@@ -53,11 +53,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# TransformerEngine runs a GroupedLinear's per-expert GEMMs and quantizations round-robin on this
+# many compute streams (transformer_engine/common/util/multi_stream.cpp at v2.9, line 53:
+# ``num_compute_streams = 4``; used by cublaslt_gemm.cu line 931 and util/cast.cu line 176)
+TE_COMPUTE_STREAMS = 4
+
 HOST_LAUNCH_S = 10.0e-6  # measurements/h100-sxm-2026-11-23/kernels/launch.json (tiny_add_eager)
 
 # host synchronisations in one MoE layer's forward, by token dispatcher (module docstring)
 SYNCS: dict[str, int] = {"alltoall": 1, "flex": 1, "allgather": 1}
 DISPATCHERS = ("", *SYNCS)  # "": not stated, no host term (gpuplan's behaviour before this term)
+
+
+def te_stream_chain(local_experts: int) -> int:
+    """Kernels one compute stream runs back to back for a GroupedLinear's per-expert GEMMs (or
+    quantizations): expert i goes to stream i mod 4 (cublaslt_gemm.cu at TE v2.9, lines 941-965),
+    so each stream pays the kernel gap ceil(experts / 4) times where one batched kernel pays it
+    once (``compute.layer_times`` adds the difference for the fused profile)."""
+    return -(-max(1, local_experts) // TE_COMPUTE_STREAMS)
 
 
 def quantize_launches(precision: str, fp8_current: bool) -> int:
