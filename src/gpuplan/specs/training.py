@@ -86,6 +86,11 @@ class TrainingConfig:
     # MoE: hide the expert all-to-all behind another micro-batch's compute (Megatron-Core's
     # --overlap-moe-expert-parallel-comm); DualPipe always does
     ep_overlap: bool = False
+    # MoE: the token dispatcher ("" not stated: no host term; alltoall, flex = DeepEP/HybridEP,
+    # allgather), whose host synchronisation exposes the expert loop's host launches
+    # (estimate/moe_host.py), and whether the whole step is one CUDA graph (no host launches)
+    moe_dispatcher: str = ""
+    full_cuda_graph: bool = False
     # The training framework (specs/framework.py): "generic" is gpuplan's defaults, every option
     # open. Build with ``for_framework`` to take a framework's defaults for the fields above.
     framework: str = "generic"
@@ -119,6 +124,14 @@ class TrainingConfig:
         return cls(framework=framework, **{**defaults, **given})
 
     def __post_init__(self) -> None:
+        from gpuplan.estimate.moe_host import DISPATCHERS
+
+        require(
+            self.moe_dispatcher in DISPATCHERS,
+            "moe_dispatcher",
+            f"unknown MoE token dispatcher {self.moe_dispatcher!r}",
+            f"use one of {', '.join(d for d in DISPATCHERS if d)}",
+        )
         for name in ("seq_len", "micro_batch"):
             value = getattr(self, name)
             require(isinstance(value, int) and value >= 1, name, f"must be a positive integer, got {value!r}")
