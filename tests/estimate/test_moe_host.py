@@ -119,3 +119,10 @@ def test_the_fused_profile_pays_a_kernel_gap_per_expert_kernel_on_each_stream():
     # bf16: two GroupedLinears x (fwd, dgrad, wgrad) x 3 more kernels per stream at 16 experts;
     # the GEMMs themselves are the same total work (16 experts of 4x fewer tokens each vs 4)
     assert sixteen - one == pytest.approx(2 * 3 * 3 * gap, rel=1e-6)
+
+
+def test_every_dispatcher_a_config_accepts_has_its_sync_count():
+    from gpuplan.estimate.moe_host import SYNCS
+    from gpuplan.specs.training import MOE_DISPATCHERS
+
+    assert set(SYNCS) == set(MOE_DISPATCHERS) - {""}

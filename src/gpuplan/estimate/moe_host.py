@@ -60,9 +60,9 @@ TE_COMPUTE_STREAMS = 4
 
 HOST_LAUNCH_S = 10.0e-6  # measurements/h100-sxm-2026-11-23/kernels/launch.json (tiny_add_eager)
 
-# host synchronisations in one MoE layer's forward, by token dispatcher (module docstring)
+# host synchronisations in one MoE layer's forward, by token dispatcher (module docstring); the
+# names are specs/training.py's MOE_DISPATCHERS ("" there: not stated, no host term)
 SYNCS: dict[str, int] = {"alltoall": 1, "flex": 1, "allgather": 1}
-DISPATCHERS = ("", *SYNCS)  # "": not stated, no host term (gpuplan's behaviour before this term)
 
 
 def te_stream_chain(local_experts: int) -> int:
