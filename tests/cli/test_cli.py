@@ -667,3 +667,13 @@ def test_suggestions_that_save_no_memory_are_not_offered(capsys):
 def test_validate_calibrated_is_refused_where_it_would_be_ignored(kind, capsys):
     code, _, err = run(["validate", kind, "--calibrated"], capsys)
     assert code == 2 and "calibrated" in err and len(err.strip().splitlines()) == 1
+
+
+def test_train_states_the_moe_dispatcher_and_its_host_time(capsys):
+    args = ["train", "qwen3-30b-a3b", "--gpu", "b200", "--gpus", "8", "--ep", "8", "--precision", "mxfp8"]
+    code, out, _ = run([*args, "--moe-dispatcher", "alltoall", "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and doc["training"]["moe_dispatcher"] == "alltoall" and doc["framework"] == "generic"
+    assert doc["performance"]["breakdown_s"]["moe_host_sync"] > 0
+    code, _, err = run([*args, "--moe-dispatcher", "deepep"], capsys)
+    assert code == 2 and "moe_dispatcher" in err and "flex" in err and "Traceback" not in err

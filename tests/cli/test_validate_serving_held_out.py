@@ -26,3 +26,15 @@ def test_a_row_is_predicted_as_serve_prints_it(capsys):
     code, out, _ = run(args, capsys)
     assert code == 0
     assert abs(json.loads(out)["ttft_s"] * 1e3 / row["predicted"] - 1) < 1e-9
+
+
+def test_validate_serving_runs_rows_under_their_engine_and_generic_on_request(capsys):
+    code, out, _ = run(["validate", "serving", "--json"], capsys)
+    profiled = json.loads(out)
+    code2, out, _ = run(["validate", "serving", "--generic", "--json"], capsys)
+    generic = json.loads(out)
+    assert code == code2 == 0 and len(profiled["rows"]) == len(generic["rows"]) == 16
+    trt = [i for i, r in enumerate(profiled["rows"]) if r["source"].startswith("TensorRT-LLM")]
+    assert any(profiled["rows"][i]["predicted"] != generic["rows"][i]["predicted"] for i in trt)
+    code, _, err = run(["validate", "training", "--generic"], capsys)
+    assert code == 2 and "generic" in err and len(err.strip().splitlines()) == 1

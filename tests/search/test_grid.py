@@ -101,3 +101,19 @@ def test_folded_plans_get_the_scalar_memory_and_a_bound_below_their_step(name, g
         scalar = estimate_memory(m, cfg, plan, gpu.memory_bytes, int(mb[li, mi]))
         assert peak[li, mi, zi, ri] == pytest.approx(scalar.per_gpu.total, rel=1e-9), plan
         assert bound[li, mi, ri] <= step_time(m, cfg, plan, gpu, int(mb[li, mi])).step_s * (1 + 1e-12)
+
+
+def test_fp8_parameter_plans_get_the_scalar_memory_below_zero3():
+    base = TrainingConfig(seq_len=4096, global_batch=64, precision="fp8", fp8_params=True)
+    m, gpu, grid = _grid("qwen2.5-7b", 16, base)
+    mb, _ = grid.microbatches()
+    peak = grid.peak_memory(np.maximum(mb, 1))
+    checked = 0
+    for li, mi, zi, ri in _samples(grid, mb, 200, 4):
+        if grid.zero[zi] == 3:
+            continue  # refused (Reason.FP8_PARAMS_ZERO3)
+        plan, cfg = grid.layouts[li].plan(int(grid.zero[zi])), grid.configs[mi][ri]
+        scalar = estimate_memory(m, cfg, plan, gpu.memory_bytes, int(mb[li, mi]))
+        assert peak[li, mi, zi, ri] == pytest.approx(scalar.per_gpu.total, rel=1e-9), plan
+        checked += 1
+    assert checked >= 100

@@ -36,3 +36,32 @@ def test_cost_objective_may_use_fewer_gpus():
     r = search(m, gpu, 16, TrainingConfig(seq_len=2048, global_batch=64), objective="cost", top=3)
     sizes = {c.plan.world_size for c in r.ranked}
     assert sizes and min(sizes) <= 16
+
+
+def test_fp8_parameter_search_leaves_out_zero3_and_its_plans_get_the_scalar_memory():
+    # the search's memory is estimate/memory_terms.py's, so FP8 parameters (no BF16 copy of the
+    # GEMM weights) need no twin of their own; ZeRO-3 with them is refused as estimate_memory does
+    from gpuplan.specs.validity import Reason
+
+    m, gpu = catalog.model("llama-3.1-8b"), catalog.gpu("h100-sxm")
+    base = TrainingConfig(seq_len=4096, global_batch=64, precision="fp8", fp8_params=True)
+    r = search(m, gpu, 16, base, top=20)
+    assert r.ranked and all(c.plan.zero < 3 for c in r.ranked)
+    assert r.rejected[Reason.FP8_PARAMS_ZERO3] > 0
+    assert r.feasible + sum(r.rejected.values()) == r.considered
+    for c in r.ranked:
+        assert c.config.fp8_params
+        full = estimate_memory(m, c.config, c.plan, gpu.memory_bytes, c.microbatches)
+        assert full.per_gpu.total == pytest.approx(c.memory.per_gpu.total, rel=1e-9)
+    bf16_weights = search(m, gpu, 16, base.__class__(seq_len=4096, global_batch=64, precision="fp8"), top=20)
+    same = {(c.plan, c.config.micro_batch, c.config.recompute): c for c in bf16_weights.ranked}
+    both = [(c, same[k]) for c in r.ranked if (k := (c.plan, c.config.micro_batch, c.config.recompute)) in same]
+    assert both and all(a.memory.per_gpu.total < b.memory.per_gpu.total for a, b in both)
+
+
+def test_search_refuses_activation_offload_by_name():
+    m, gpu = catalog.model("llama-3.1-8b"), catalog.gpu("h100-sxm")
+    base = TrainingConfig(seq_len=4096, global_batch=64, recompute="selective", offload_activation_layers=1)
+    with pytest.raises(GpuplanError) as e:
+        search(m, gpu, 16, base)
+    assert e.value.field == "offload_activation_layers"

@@ -13,12 +13,13 @@ from gpuplan.serve.validate import summary, validate_serving
 H100 = catalog.gpu("h100-sxm")
 
 
-def test_published_serving_runs_are_predicted_within_15_percent_median():
+def test_published_serving_runs_stay_within_the_issues_median():
     checks = validate_serving()
     s = summary(checks)
     assert s["rows"] == 16
-    assert s["median_abs_error"] <= 0.15
-    assert s["max_abs_error"] <= 0.30
+    # issue 18: at or below the 5.7% median of when it was filed; measured 5.4%, max 13.7%
+    assert s["median_abs_error"] <= 0.057
+    assert s["max_abs_error"] <= 0.14
 
 
 def test_max_throughput_fills_memory_and_beats_a_single_sequence():

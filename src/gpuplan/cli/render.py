@@ -164,6 +164,7 @@ BREAKDOWN_LABELS = {
     "dp_comm": "DP/ZeRO communication (exposed)",
     "bubble": "pipeline bubble",
     "optimizer": "optimizer step",
+    "moe_host_sync": "MoE expert-loop host time after dispatcher syncs",
 }
 
 

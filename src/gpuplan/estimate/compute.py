@@ -22,8 +22,10 @@ import math
 from dataclasses import dataclass, field
 
 from gpuplan.estimate.activations import FP32
+from gpuplan.estimate.comm import efficiency
 from gpuplan.estimate.flops import mean_context
 from gpuplan.estimate.kernels import dtype_bytes, flash_time, fp8_cast_times, gemm_time, high_precision, memory_time
+from gpuplan.estimate.moe_host import te_stream_chain
 from gpuplan.estimate.params import Tensor, layer_tensors
 from gpuplan.estimate.stage_params import _local_shape
 from gpuplan.specs.hardware import GPUSpec
@@ -184,18 +186,29 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
         mods = t.recompute_modules
         # the MoE router stays in high precision (Megatron's TopKRouter is not a TE module)
         d = high_precision(s.dtype) if t.name.endswith("router") else s.dtype
+        # TransformerEngine's GroupedLinear launches one GEMM (and one quantization) per local expert
+        # on 4 compute streams: each stream pays the kernel gap once per kernel it runs, where the
+        # batched GEMM below pays it once (moe_host.te_stream_chain); eager frameworks' grouped
+        # GEMM is one kernel
+        gap = (te_stream_chain(experts) - 1) * efficiency(gpu).kernel_overhead_s if t.expert and not s.eager else 0.0
+        fwd_g = gemm_time(gpu, d, rows, n_out, n_in, experts) + gap
         out.add(
             kind,
-            fwd=gemm_time(gpu, d, rows, n_out, n_in, experts),
-            b=gemm_time(gpu, d, rows, n_in, n_out, experts),
-            w=gemm_time(gpu, d, n_out, n_in, rows, experts),
+            fwd=fwd_g,
+            b=gemm_time(gpu, d, rows, n_in, n_out, experts) + gap,
+            w=gemm_time(gpu, d, n_out, n_in, rows, experts) + gap,
             modules=mods,
         )
+        if t.expert:  # the routed-expert loop's GPU work (estimate/moe_host.py)
+            out.credit("expert_loop", fwd_g)
         if d in LOW_PRECISION:
             fwd_c, bwd_c = fp8_cast_times(
                 gpu, rows * n_in * experts, rows * n_out * experts, a, dtype_bytes(d), s.fp8_current
             )
-            out.add("fp8_cast", fwd=fwd_c, b=bwd_c, modules=mods)
+            cast_gap = gap * (3 if s.fp8_current else 1)  # kernels per quantization (fp8_cast_times)
+            out.add("fp8_cast", fwd=fwd_c + cast_gap, b=bwd_c + cast_gap, modules=mods)
+            if t.expert:
+                out.credit("expert_loop", fwd_c + cast_gap)
 
     # FP8 recipes run the attention core in BF16 (TransformerEngine's FP8 dot-product attention is
     # opt-in, fp8_dpa=False; torchao converts only nn.Linear)
@@ -309,6 +322,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
         routed_width = m.moe_ffn_size * m.experts_per_token
         for mod, part in (("moe_act", routed_width), ("shared_experts", m.shared_expert_ffn_size)):
             out.credit(mod, act_f * part / width)
+        out.credit("expert_loop", act_f * routed_width / width)
         out.credit("moe", act_f)
     else:
         out.credit("mlp", act_f)

@@ -20,7 +20,9 @@ import functools
 from dataclasses import dataclass, field
 
 from gpuplan.errors import GpuplanError
+from gpuplan.estimate import memory_terms as terms
 from gpuplan.estimate.activations import ActivationBreakdown, activation_breakdown
+from gpuplan.estimate.memory_terms import optimizer_bytes_per_param  # noqa: F401 (re-export)
 from gpuplan.estimate.params import count_params
 from gpuplan.estimate.stage_params import _adafactor_bytes, _stage_tensors, stage_params
 from gpuplan.pipeline.split import layers_per_stage, shape_layers, stage_layers  # noqa: F401 (layers_per_stage: re-export)
@@ -28,18 +30,7 @@ from gpuplan.specs import schedules
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.training import TrainingConfig
-
-ADAM8BIT_BLOCK = 256  # bitsandbytes blockwise quantisation: one fp32 absmax per 256 values
-
-
-def optimizer_bytes_per_param(cfg: TrainingConfig) -> float:
-    """Optimizer state bytes per parameter (Adafactor is shape-dependent: see ``_adafactor_bytes``)."""
-    return {
-        "adamw": 8.0,  # exp_avg and exp_avg_sq in fp32 (torch.optim.AdamW, Megatron, DeepSpeed)
-        "adamw8bit": 2.0 + 2 * 4 / ADAM8BIT_BLOCK,  # two uint8 states + block scales (Dettmers et al. 2022)
-        "sgd": 4.0,  # one fp32 momentum buffer
-        "adafactor": 0.0,
-    }[cfg.optimizer]
+from gpuplan.specs.validity import Reason
 
 
 @dataclass(frozen=True)
@@ -163,7 +154,6 @@ def estimate_memory(
     """Memory of every pipeline stage. ``all_stages=False`` (the search) computes only the stages
     that can be the most loaded (``candidate_stages``)."""
     act = _activations(m, cfg, plan.tp, plan.cp, plan.ep, plan.sp, plan.expert_tp)
-    opt_per_param = optimizer_bytes_per_param(cfg)
     z = plan.zero
     stages = []
     first = 0
@@ -177,80 +167,58 @@ def estimate_memory(
         sp_ = stage_params(
             m, plan.pp, stage, layer_ids.start, n_layers, plan.tp, plan.ep, plan.head_stage, plan.expert_tp
         )
-        dense, expert = sp_.dense, sp_.expert
-
-        def sharded(min_stage: int) -> float:
-            # ZeRO shards a state over the ranks holding replicas of it: DP x CP for dense weights,
-            # the expert data-parallel ranks tp x cp x dp / (ep x etp) for experts.
-            if z >= min_stage:
-                return dense / plan.zero_group + expert / plan.expert_zero_group
-            return dense + expert
-
         copies = schedules.get(plan.schedule).param_copies  # DualPipe: two stages per rank, one per direction
-        dense, expert = copies * dense, copies * expert
-        # FSDP2's sharded parameters are the fp32 masters: no sharded BF16 copy besides them
-        weights = 0.0 if z == 3 and cfg.sharded_params_are_masters else cfg.weight_bytes * sharded(3)
-        if cfg.fp8_params:
-            if z == 3:
-                raise GpuplanError(
-                    "fp8_params",
-                    "FP8 parameters under ZeRO-3 / FSDP are not modelled",
-                    "drop fp8_params or use zero < 3",
-                )
-            # the block GEMM weights exist only as their low-precision copies (fp8_weight_copies)
-            weights -= cfg.weight_bytes * copies * sp_.gemm
-        grads = cfg.grad_bytes * sharded(2)
-        master = cfg.master_bytes * sharded(1)
-        if cfg.optimizer == "adafactor":
-            opt_dense, opt_expert = copies * sp_.adafactor_dense, copies * sp_.adafactor_expert
-            optimizer = (
-                (opt_dense / plan.zero_group + opt_expert / plan.expert_zero_group)
-                if z >= 1
-                else opt_dense + opt_expert
+        if cfg.fp8_params and z == 3:
+            raise GpuplanError(
+                "fp8_params", f"{Reason.FP8_PARAMS_ZERO3} (ZeRO-3 / FSDP)", "drop fp8_params or use zero < 3"
             )
-        else:
-            optimizer = opt_per_param * sharded(1)
-
+        weights, grads, optimizer, master = terms.model_states(
+            cfg,
+            z,
+            plan.zero_group,
+            plan.expert_zero_group,
+            copies * sp_.dense,
+            copies * sp_.expert,
+            copies * sp_.adafactor_dense,
+            copies * sp_.adafactor_expert,
+            copies * sp_.gemm,
+        )
         # Activations: micro-batches in flight times what one micro-batch keeps on this stage.
         in_flight = microbatches_in_flight(stage, plan.pp, plan.vp, microbatches, plan.schedule)
-        full_layers = sp_.n_dense * act.layer(False) + sp_.n_moe * act.layer(True)
-        if cfg.recompute == "full":
-            kept = act.layer_checkpoint * n_layers
-            # one block re-run in backward
-            working = max(act.layer(False) if sp_.n_dense else 0.0, act.layer(True) if sp_.n_moe else 0.0)
-        else:
-            kept, working = full_layers, 0.0
-        host = 0.0
-        if cfg.offload_activation_layers:
-            # the offloaded layers' activations live in host memory; one layer's stays on the GPU
-            # as the copy in flight (TransformerEngine's offload handler double-buffers)
-            n_off = offloaded_layers(cfg, n_layers, plan.vp)
-            biggest = act.layer(True) if sp_.n_moe else act.layer(False)
-            host = n_off * biggest
-            kept -= host
-            working = biggest
-        per_mb = kept + (act.embedding if stage == 0 else 0.0) + (act.head if stage == plan.head_stage else 0.0)
-        activations = in_flight * per_mb + working
-
+        last = stage == plan.head_stage
+        activations, host = terms.activations(
+            cfg,
+            cfg.recompute == "full",
+            in_flight,
+            n_layers,
+            sp_.n_dense,
+            sp_.n_moe,
+            act.dense_layer,
+            act.moe_layer,
+            act.layer_checkpoint,
+            act.embedding,
+            act.head,
+            stage == 0,
+            last,
+            offloaded_layers(cfg, n_layers, plan.vp) if cfg.offload_activation_layers else 0,
+        )
         other: dict[str, float] = {}
-        if stage == plan.head_stage:
+        if last:
             other["logits"] = act.loss_saved + act.loss_transient
-        if z == 3 and n_layers:
-            # FSDP/ZeRO-3 gathers a whole block's weights (current and prefetched next) and holds
-            # its unsharded gradient until the reduce-scatter.
-            other["zero3_gather"] = sp_.biggest_layer * (2 * cfg.weight_bytes + cfg.grad_bytes)
-        if cfg.fp8_copy_bytes:
-            # FP8 copies of the GEMM weights (TrainingConfig.fp8_copy_bytes): of every block held,
-            # or under ZeRO-3 of the two gathered blocks only (a shard has nothing to quantize)
-            copies = schedules.get(plan.schedule).param_copies  # DualPipe: two stages per rank
-            held_gemm = 2 * sp_.biggest_gemm if z == 3 else copies * sp_.gemm
-            held_matrices = 2 * sp_.biggest_gemm_matrices if z == 3 else copies * sp_.gemm_matrices
-            other["fp8_weight_copies"] = cfg.fp8_copy_bytes * held_gemm + cfg.fp8_copy_matrix_bytes * held_matrices
-        if plan.zero_group > 1:
-            other["comm_buckets"] = cfg.comm_bucket_bytes
+        held = terms.buffers(
+            cfg,
+            z,
+            plan.zero_group,
+            n_layers,
+            sp_.biggest_layer,
+            copies * sp_.gemm,
+            copies * sp_.gemm_matrices,
+            sp_.biggest_gemm,
+            sp_.biggest_gemm_matrices,
+        )
+        other.update((k, v) for k, v in held.items() if v is not None)
         allocated = weights + grads + master + optimizer + activations + sum(other.values())
-        other["allocator_reserve"] = cfg.allocator_fraction * allocated
-        other["cuda_context"] = cfg.cuda_context_bytes
+        other["allocator_reserve"], other["cuda_context"] = terms.reserved(cfg, allocated)
         stages.append(
             StageMemory(
                 stage=stage,
@@ -261,9 +229,9 @@ def estimate_memory(
                 master_weights=master,
                 activations=activations,
                 other=other,
-                params=dense + expert,
+                params=copies * (sp_.dense + sp_.expert),
                 microbatches_in_flight=in_flight,
-                host_activations=in_flight * host,
+                host_activations=host,
             )
         )
 
@@ -271,7 +239,7 @@ def estimate_memory(
     if cfg.optimizer == "adafactor":
         opt_total = sum(_adafactor_bytes(t, 1) * c for t, c in _stage_tensors(m, 1, 0, range(m.num_layers)))
     else:
-        opt_total = opt_per_param * params
+        opt_total = optimizer_bytes_per_param(cfg) * params
     totals = {
         "weights": cfg.weight_bytes * params,
         "gradients": cfg.grad_bytes * params,

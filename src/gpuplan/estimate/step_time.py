@@ -227,6 +227,8 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
     breakdown["pp_comm"] = p2p
     breakdown["dp_comm"] = mb * sc.comm.get("dp", 0.0) + dp_exposed
     breakdown["activation_offload"] = mb * sc.comm.get("host", 0.0)
+    if cfg.moe_dispatcher:
+        breakdown["moe_host_sync"] = mb * sc.comm.get("moe_host", 0.0)
     breakdown["bubble"] = bubble
     breakdown["optimizer"] = optimizer
     breakdown["overlap_contention"] = overlap_contention(crit_comm, gpu)
@@ -302,6 +304,10 @@ def _stage(
         rec += n * ops.recompute(cfg.recompute, cfg.recomputed)
         for k, v in ops.parts.items():
             kinds[k] = kinds.get(k, 0.0) + n * mb * v
+        if moe and cfg.moe_dispatcher:
+            host = _moe_host(m, cfg, plan, gpu, ops)
+            if host:
+                exposed["moe_host"] = exposed.get("moe_host", 0.0) + n * host
         if off:  # the offloaded layers are the chunk's first ones: dense before MoE
             n_off = min(off, n) if not moe else max(0, off - (n_layers - n_moe))
             exposed["host"] = exposed.get("host", 0.0) + _offload_exposed(m, cfg, plan, gpu, ops, moe, n_off)
@@ -313,6 +319,24 @@ def _stage(
         for k, v in ops.parts.items():
             kinds[k] = kinds.get(k, 0.0) + mb * v
     return StageTime(-1, n_layers, f, b, w, rec, exposed), c, kinds
+
+
+def _moe_host(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpec, ops: OpTimes) -> float:
+    """Seconds per micro-batch that one MoE layer's expert-loop host launches add after the
+    dispatcher's host synchronisation (estimate/moe_host.py)."""
+    from gpuplan.estimate.moe_host import moe_host_exposed
+
+    return moe_host_exposed(
+        cfg.moe_dispatcher,
+        cfg.full_cuda_graph,
+        max(1, m.num_experts // plan.ep),
+        cfg.precision,
+        cfg.precision == "fp8" and cfg.fp8_scaling == "current",
+        ops.modules.get("expert_loop", 0.0),
+        ops.fwd,
+        ops.bwd,
+        efficiency(gpu).kernel_overhead_s,
+    ).exposed
 
 
 def _offload_exposed(

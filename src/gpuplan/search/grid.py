@@ -3,9 +3,11 @@
 A *layout* fixes (tp, cp, pp, dp, ep, etp, schedule, vp); the grid crosses each layout with every
 micro-batch size, ZeRO stage and recompute mode, giving arrays of shape (layouts, mbs, zero, rec).
 
-``peak_memory`` is the vectorised twin of ``estimate.memory.estimate_memory`` (same terms, same
-order; tests/search/test_grid.py checks they agree to 1e-9 on every plan of several searches), so
-the search can reject the tens of thousands of plans that do not fit without a Python call each.
+``peak_memory`` evaluates the memory terms of ``estimate/memory_terms.py`` over arrays, the same
+functions ``estimate.memory.estimate_memory`` calls for one plan (tests/search/test_grid.py checks
+they agree to 1e-9 on sampled plans of several searches), so the search can reject the tens of
+thousands of plans that do not fit without a Python call each and no second copy of the formulas
+can drift from the first.
 ``compute_bound`` is a lower bound of ``estimate.step_time.step_time``: the critical stage's
 kernels over all micro-batches plus, for 1F1B, the bubble the other stages' kernels alone cause,
 or any stage's kernels plus the time before the first micro-batch's forward can reach it
@@ -21,8 +23,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from gpuplan.errors import GpuplanError
+from gpuplan.estimate import memory_terms as terms
 from gpuplan.estimate.compute import embedding_times, head_times, layer_times
-from gpuplan.estimate.memory import _activations, optimizer_bytes_per_param, pipeline_candidates, stage_params
+from gpuplan.estimate.memory import _activations, pipeline_candidates, stage_params
 from gpuplan.estimate.step_time import _moe_layers, _shape
 from gpuplan.pipeline.split import shape_layers
 from gpuplan.specs import schedules
@@ -72,8 +75,12 @@ class Grid:
     def __init__(
         self, m: ModelSpec, base: TrainingConfig, layouts: list[Layout], micro_batches, zero_stages, rec_order
     ):
-        if base.fp8_params:  # its memory term (estimate_memory) is not mirrored below
-            raise GpuplanError("fp8_params", "search does not enumerate FP8-parameter plans", "plan them with train")
+        if base.offload_activation_layers:  # the search does not choose which layers to offload
+            raise GpuplanError(
+                "offload_activation_layers",
+                "search does not enumerate activation-offload plans",
+                "plan them with train",
+            )
         self.m, self.base, self.layouts = m, base, layouts
         self.mbs = np.array(micro_batches, dtype=np.int64)
         self.zero = np.array(zero_stages, dtype=np.int64)
@@ -185,60 +192,47 @@ class Grid:
 
     def peak_memory(self, mb: np.ndarray) -> np.ndarray:
         """Bytes on the most loaded GPU, shape (layouts, mbs, zero, rec); ``mb``: micro-batches per
-        step by (layout, mbs). Mirrors estimate_memory term by term."""
-        cfg, p = self.base, self.params
+        step by (layout, mbs). The terms are estimate/memory_terms.py's, as estimate_memory uses
+        them, over arrays: micro-batch-independent ones with shape (rows, Z), the rest (rows, M, R)."""
+        cfg, p = self.base, {k: v[:, None] for k, v in self.params.items()}  # (rows, 1)
         z = self.zero[None, :]  # (1, Z)
         zg = (self.col["dp"] * self.col["cp"])[:, None].astype(np.float64)
         # the expert data-parallel ranks tp x cp x dp / (ep x etp) (ParallelPlan.expert_zero_group)
         ezg = (self.col["tp"] * self.col["cp"] * self.col["dp"] // (self.col["ep"] * self.col["etp"]))[:, None]
-        ezg = ezg.astype(np.float64)
         copies = self.copies[:, None]
-        dense, expert = copies * p["dense"][:, None], copies * p["expert"][:, None]
-
-        def sharded(min_stage: int) -> np.ndarray:  # (rows, Z)
-            return np.where(z >= min_stage, dense / zg + expert / ezg, dense + expert)
-
-        weights = cfg.weight_bytes * sharded(3)
-        if cfg.sharded_params_are_masters:  # FSDP2: the fp32 shards are the masters under ZeRO-3
-            weights = np.where(z == 3, 0.0, weights)
-        states = weights + cfg.grad_bytes * sharded(2) + cfg.master_bytes * sharded(1)
-        if cfg.optimizer == "adafactor":
-            od, oe = copies * p["adafactor_dense"][:, None], copies * p["adafactor_expert"][:, None]
-            states = states + np.where(z >= 1, od / zg + oe / ezg, od + oe)
-        else:
-            states = states + optimizer_bytes_per_param(cfg) * sharded(1)
-        gather = np.where(
-            (z == 3) & (self.n_layers[:, None] > 0),
-            p["biggest_layer"][:, None] * (2 * cfg.weight_bytes + cfg.grad_bytes),
-            0.0,
-        )
-        buckets = np.where(zg > 1, cfg.comm_bucket_bytes, 0.0)
-        # FP8 copies of the GEMM weights: every block held, or the two gathered under ZeRO-3
-        fp8 = cfg.fp8_copy_bytes * np.where(z == 3, 2 * p["biggest_gemm"][:, None], copies * p["gemm"][:, None])
-        fp8 = fp8 + cfg.fp8_copy_matrix_bytes * np.where(
-            z == 3, 2 * p["biggest_gemm_matrices"][:, None], copies * p["gemm_matrices"][:, None]
-        )
-        fixed = states + gather + buckets + fp8  # (rows, Z)
+        held = {k: copies * p[k] for k in ("dense", "expert", "adafactor_dense", "adafactor_expert", "gemm")}
+        states = terms.model_states(
+            cfg, z, zg, ezg.astype(np.float64), held["dense"], held["expert"],
+            held["adafactor_dense"], held["adafactor_expert"], held["gemm"],
+        )  # fmt: skip
+        other = terms.buffers(
+            cfg, z, zg, self.n_layers[:, None], p["biggest_layer"], held["gemm"],
+            copies * p["gemm_matrices"], p["biggest_gemm"], p["biggest_gemm_matrices"],
+        )  # fmt: skip
+        fixed = sum(states) + sum(v for v in other.values() if v is not None)  # (rows, Z)
 
         act = {k: v[self.shape_key] for k, v in self._activation_table().items()}  # (rows, M, R)
-        full = np.array([r == "full" for r in self.rec])[None, None, :]
-        n_d, n_m = p["n_dense"][:, None, None], p["n_moe"][:, None, None]
-        kept = np.where(
-            full,
-            act["layer_checkpoint"] * self.n_layers[:, None, None],
-            n_d * act["dense_layer"] + n_m * act["moe_layer"],
+        last = self.last_stage[:, None, None]
+        varying, _ = terms.activations(
+            cfg,
+            np.array([r == "full" for r in self.rec])[None, None, :],
+            self._in_flight(mb[self.row_layout])[:, :, None],
+            self.n_layers[:, None, None],
+            self.params["n_dense"][:, None, None],
+            self.params["n_moe"][:, None, None],
+            act["dense_layer"],
+            act["moe_layer"],
+            act["layer_checkpoint"],
+            act["embedding"],
+            act["head"],
+            self.first_stage[:, None, None],
+            last,
         )
-        working = np.where(
-            full, np.maximum(np.where(n_d > 0, act["dense_layer"], 0.0), np.where(n_m > 0, act["moe_layer"], 0.0)), 0.0
-        )
-        first, last = self.first_stage[:, None, None], self.last_stage[:, None, None]
-        per_mb = kept + np.where(first, act["embedding"], 0.0) + np.where(last, act["head"], 0.0)
-        flight = self._in_flight(mb[self.row_layout])[:, :, None]
-        varying = flight * per_mb + working + np.where(last, act["loss"], 0.0)  # (rows, M, R)
+        varying = varying + np.where(last, act["loss"], 0.0)  # (rows, M, R): the head's logits
 
         allocated = fixed[:, None, :, None] + varying[:, :, None, :]
-        total = (1 + cfg.allocator_fraction) * allocated + cfg.cuda_context_bytes
-        return np.maximum.reduceat(total, self.starts, axis=0)
+        reserve, context = terms.reserved(cfg, allocated)
+        return np.maximum.reduceat(allocated + reserve + context, self.starts, axis=0)
 
     def _in_flight(self, mb: np.ndarray) -> np.ndarray:
         """estimate.memory.microbatches_in_flight for every (row, mbs): the registry's formula of

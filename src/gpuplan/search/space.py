@@ -220,6 +220,10 @@ def feasible_plans(
     zero_ok = ~((col["pp"] > 1)[:, :, None] & ~np.isin(grid.zero, fw.zero_with_pp)[None, None, :])  # (L, 1, Z)
     zero_bad = valid[:, :, None] & ~zero_ok
     rejected[f"{fw.name} cannot combine this ZeRO stage with pipeline parallelism"] += int(zero_bad.sum()) * n_rec
+    if base.fp8_params:  # estimate_memory refuses FP8 parameters under ZeRO-3
+        fp8_bad = (grid.zero == 3)[None, None, :]
+        rejected[Reason.FP8_PARAMS_ZERO3] += int((valid[:, :, None] & zero_ok & fp8_bad).sum()) * n_rec
+        zero_ok = zero_ok & ~fp8_bad
     fits = (peak <= gpu.memory_bytes) & (valid[:, :, None] & zero_ok)[:, :, :, None]
     any_fit = fits.any(axis=-1)
     lightest = fits.argmax(axis=-1)

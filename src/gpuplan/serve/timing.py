@@ -134,6 +134,11 @@ class StepModel:
             self.attn_dims = m.qk_head_dim + m.v_dim
         # CUDA-core instruction rate for dequantisation (FMA = 2 FLOPs)
         self.alu = gpu.peak_flops.get("fp32", gpu.peak(d.dtype16) / 16) / 2
+        # the dtype the prefill attention's GEMMs run in: FP8 under an engine that runs its context
+        # FMHA in FP8 over an FP8 KV cache (engines.py Engine.prefill_attention_dtype), else 16 bits
+        self.prefill_attention_dtype = (
+            d.dtype16 if engine is None else engine.prefill_attention_dtype(d.kv.name, d.dtype16, gpu)
+        )
         self._gemm_cache: dict[tuple[int, bool], tuple[float, float]] = {}
         self._head_cache: dict[int, float] = {}
         self._decode_lines: dict[float, tuple[float, float]] = {}
@@ -231,7 +236,7 @@ class StepModel:
         if prefill:
             ctx = cached_tokens(m, prefill_context) / m.num_layers
             flops = 2.0 * prefill / d.kv_groups * self.heads * self.attn_dims * ctx
-            fwd, _ = flash_time(gpu, d.dtype16, flops, max(1.0, 2 * prefill_context))
+            fwd, _ = flash_time(gpu, self.prefill_attention_dtype, flops, max(1.0, 2 * prefill_context))
             attn += m.num_layers * fwd
         parts["attention"] = attn
 

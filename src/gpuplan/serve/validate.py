@@ -2,12 +2,13 @@
 
 How a row becomes a deployment, stated once for all rows:
 
-* every row runs under the default (``generic``) engine, with the row's KV fraction as its memory
-  fraction when its note gives one (0.95 in the TensorRT-LLM v0.17 tables) and 8192 batched tokens
-  (TensorRT-LLM's default ``max_num_tokens``); with ``engines=True`` the TensorRT-LLM rows run under
-  the ``trtllm`` profile instead (engines.py: the fraction taken of the memory free after the
-  weights and activations, its 64-token KV blocks), FasterTransformer's under ``generic`` (no
-  scheduler of its own: one sequence, no host time);
+* TensorRT-LLM rows run under the ``trtllm`` engine profile, the engine they were measured on
+  (engines.py: the KV pool is the row's ``kv_cache_free_gpu_mem_fraction`` of the memory free after
+  the weights and activations, 0.95 in the v0.17 tables; 8192 batched tokens, its default
+  ``max_num_tokens``; 64-token KV blocks; the context FMHA in FP8 over an FP8 KV cache, as
+  trtllm-bench builds it), FasterTransformer's under ``generic`` (no scheduler of its own: one
+  sequence, no host time). ``engines=False`` (``validate serving --generic``) runs every row under
+  ``generic`` with the row's KV fraction as its memory fraction, the engine-neutral comparison;
 * ``batch_or_concurrency = max``: offline max-throughput mode (trtllm-bench);
 * a number: that many sequences; ``prefill_ms`` is the prompt's prefill (TTFT without queueing),
   ``decode_ms_per_token`` one decode iteration at the prompt's context;
@@ -53,7 +54,7 @@ class ServeCheck:
         return self.predicted / self.row.measured - 1
 
 
-def load_rows(path: Path = CSV, engines: bool = False) -> list[ServeRow]:
+def load_rows(path: Path = CSV, engines: bool = True) -> list[ServeRow]:
     rows = []
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
@@ -105,7 +106,7 @@ def predict(row: ServeRow) -> float:
     raise ValueError(f"unknown metric {row.metric!r} in {row.id}")
 
 
-def validate_serving(path: Path = CSV, engines: bool = False) -> list[ServeCheck]:
+def validate_serving(path: Path = CSV, engines: bool = True) -> list[ServeCheck]:
     return [ServeCheck(row, predict(row)) for row in load_rows(path, engines)]
 
 

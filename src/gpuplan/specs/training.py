@@ -36,6 +36,11 @@ ATTENTION_KERNELS = ("fa3", "fa2", "sdpa")
 PROFILES = ("fused", "eager")
 
 
+# MoE token dispatchers (Megatron-Core moe_token_dispatcher_type; "flex": DeepEP / HybridEP) and
+# "" for not stated; estimate/moe_host.py counts each one's host synchronisations
+MOE_DISPATCHERS = ("", "alltoall", "flex", "allgather")
+
+
 @dataclass(frozen=True)
 class TrainingConfig:
     seq_len: int = 4096
@@ -86,6 +91,11 @@ class TrainingConfig:
     # MoE: hide the expert all-to-all behind another micro-batch's compute (Megatron-Core's
     # --overlap-moe-expert-parallel-comm); DualPipe always does
     ep_overlap: bool = False
+    # MoE: the token dispatcher ("" not stated: no host term; alltoall, flex = DeepEP/HybridEP,
+    # allgather), whose host synchronisation exposes the expert loop's host launches
+    # (estimate/moe_host.py), and whether the whole step is one CUDA graph (no host launches)
+    moe_dispatcher: str = ""  # one of MOE_DISPATCHERS
+    full_cuda_graph: bool = False
     # The training framework (specs/framework.py): "generic" is gpuplan's defaults, every option
     # open. Build with ``for_framework`` to take a framework's defaults for the fields above.
     framework: str = "generic"
@@ -119,6 +129,12 @@ class TrainingConfig:
         return cls(framework=framework, **{**defaults, **given})
 
     def __post_init__(self) -> None:
+        require(
+            self.moe_dispatcher in MOE_DISPATCHERS,
+            "moe_dispatcher",
+            f"unknown MoE token dispatcher {self.moe_dispatcher!r}",
+            f"use one of {', '.join(d for d in MOE_DISPATCHERS if d)}",
+        )
         for name in ("seq_len", "micro_batch"):
             value = getattr(self, name)
             require(isinstance(value, int) and value >= 1, name, f"must be a positive integer, got {value!r}")

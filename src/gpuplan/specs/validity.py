@@ -48,6 +48,9 @@ class Reason(StrEnum):
     BATCH = "global batch not divisible by dp x micro-batch"
     MICROBATCH_GROUPS = "interleaving needs micro-batches divisible by pp"
     MICROBATCH_COUNT = "DualPipe needs an even number of micro-batches, at least 2 x pp"
+    # FP8 parameters (Megatron --fp8-param-gather) sharded by ZeRO-3 / FSDP: not modelled
+    # (estimate/memory.py refuses them for one plan, the search counts them)
+    FP8_PARAMS_ZERO3 = "FP8 parameters under ZeRO-3 are not modelled"
     # decided by the memory model, not by a rule here; listed so every count has one type
     MEMORY = "does not fit in GPU memory"
     SLOWER_VARIANT = "slower variant (less recompute fits)"

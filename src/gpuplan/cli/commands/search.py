@@ -49,6 +49,13 @@ def search(
     fp8_scaling: Annotated[
         str, typer.Option("--fp8-scaling", help="FP8 per-tensor scaling: delayed or current (FP8-CS).")
     ] = "delayed",
+    fp8_params: Annotated[
+        bool,
+        typer.Option(
+            "--fp8-params/--no-fp8-params",
+            help="Keep the GEMM weights only in FP8 (Megatron --fp8-param-gather); ZeRO-3 plans are left out.",
+        ),
+    ] = False,
     objective: Annotated[str, typer.Option(help="Rank by throughput or cost.")] = "throughput",
     top: Annotated[int, typer.Option(help="How many plans to show.")] = 5,
     framework: FrameworkOpt = "generic",
@@ -106,6 +113,7 @@ def search(
         global_batch=inputs.global_batch(global_batch, seq_len),
         precision=precision,
         fp8_scaling=fp8_scaling,
+        fp8_params=fp8_params,
         optimizer=optimizer,
         allocator_fraction=reserve,
         # the grid takes them for its selective plans (search/grid.py)

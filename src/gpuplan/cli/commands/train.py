@@ -152,6 +152,22 @@ def train(
             "DualPipe always does).",
         ),
     ] = False,
+    moe_dispatcher: Annotated[
+        str,
+        typer.Option(
+            "--moe-dispatcher",
+            help="MoE: the token dispatcher, alltoall, flex (DeepEP/HybridEP) or allgather; each "
+            "synchronises the host once per MoE layer forward, exposing the expert loop's host "
+            "launches (default: not modelled).",
+        ),
+    ] = "",
+    full_cuda_graph: Annotated[
+        bool,
+        typer.Option(
+            "--full-cuda-graph/--no-full-cuda-graph",
+            help="MoE: the whole step is one CUDA graph (no host syncs or per-expert launches).",
+        ),
+    ] = False,
     offload_activations: Annotated[
         int,
         typer.Option(
@@ -257,6 +273,8 @@ def train(
         overlap_grad_reduce=overlap_grad_reduce,
         expert_imbalance=expert_imbalance,
         ep_overlap=ep_overlap,
+        moe_dispatcher=moe_dispatcher,
+        full_cuda_graph=full_cuda_graph,
         offload_activation_layers=offload_activations,
         grad_fp32=_grad_fp32(grad_dtype),
         fp8_scaling=fp8_scaling,

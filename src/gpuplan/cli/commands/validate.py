@@ -31,12 +31,23 @@ def validate(
             "predict the family's others (each in turn), against uncalibrated.",
         ),
     ] = False,
+    generic: Annotated[
+        bool,
+        typer.Option(
+            "--generic",
+            help="Serving: every row under the engine-neutral generic profile instead of its engine's.",
+        ),
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Predictions against published runs: per-row error, mean/median and max."""
     if calibrated and kind != "training":
         raise GpuplanError(
             "calibrated", "--calibrated refits on the shared training runs only", "use: gpuplan validate training"
+        )
+    if generic and kind != "serving":
+        raise GpuplanError(
+            "generic", "--generic applies to the shared serving rows only", "use: gpuplan validate serving"
         )
     if kind in ("offload", "offload-held-out"):
         from gpuplan.estimate.offload_validate import (
@@ -74,7 +85,7 @@ def validate(
     if kind == "serving":
         from gpuplan.serve.validate import summary as serve_summary, to_dict as serve_dict, validate_serving
 
-        checks = validate_serving()
+        checks = validate_serving(engines=not generic)
         if json_out:
             emit_json(serve_dict(checks))
             return

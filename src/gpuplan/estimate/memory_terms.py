@@ -1,0 +1,159 @@
+"""The terms of training memory on one GPU of a pipeline stage, written once.
+
+``estimate.memory.estimate_memory`` calls them with plain numbers for one plan and one stage;
+``search.grid.Grid.peak_memory`` calls the same functions with numpy arrays that broadcast over
+every (stage row, micro-batch size, ZeRO stage, recompute mode) of a search, so the search's
+memory verdict is the scalar estimate evaluated many times at once, not a second copy of it.
+
+Sources of each term are in ``estimate/memory.py`` (ZeRO: Rajbhandari et al. 2020, section 5;
+activations in flight: Narayanan et al. 2021, section 2.2; Korthikanti et al. 2022, section 4.2.3).
+
+A condition is a ``bool`` for one plan and a boolean array for many: ``_where`` picks with a plain
+``if`` for the first (the scalar path stays in Python floats) and ``np.where`` for the second.
+A term that does not apply to one plan is ``None`` (``_when``), so the scalar breakdown lists only
+the components a plan has, as it always did; over arrays it is 0 where it does not apply.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gpuplan.specs.training import TrainingConfig
+
+ADAM8BIT_BLOCK = 256  # bitsandbytes blockwise quantisation: one fp32 absmax per 256 values
+
+
+def optimizer_bytes_per_param(cfg: TrainingConfig) -> float:
+    """Optimizer state bytes per parameter (Adafactor is shape-dependent: see ``_adafactor_bytes``)."""
+    return {
+        "adamw": 8.0,  # exp_avg and exp_avg_sq in fp32 (torch.optim.AdamW, Megatron, DeepSpeed)
+        "adamw8bit": 2.0 + 2 * 4 / ADAM8BIT_BLOCK,  # two uint8 states + block scales (Dettmers et al. 2022)
+        "sgd": 4.0,  # one fp32 momentum buffer
+        "adafactor": 0.0,
+    }[cfg.optimizer]
+
+
+def _where(cond: Any, a: Any, b: Any) -> Any:
+    if isinstance(cond, (bool, np.bool_)):
+        return a if cond else b
+    return np.where(cond, a, b)
+
+
+def _maximum(a: Any, b: Any) -> Any:
+    if not isinstance(a, np.ndarray) and not isinstance(b, np.ndarray):
+        return max(a, b)
+    return np.maximum(a, b)
+
+
+def _when(cond: Any, value: Any) -> Any:
+    """``value`` where ``cond`` holds: None for one plan without it, 0 in arrays."""
+    if isinstance(cond, (bool, np.bool_)):
+        return value if cond else None
+    return np.where(cond, value, 0.0)
+
+
+def model_states(
+    cfg: TrainingConfig,
+    z: Any,
+    zero_group: Any,
+    expert_zero_group: Any,
+    dense: Any,
+    expert: Any,
+    adafactor_dense: Any,
+    adafactor_expert: Any,
+    gemm: Any,
+) -> tuple[Any, Any, Any, Any]:
+    """(weights, gradients, optimizer, master weights) bytes of the parameters one GPU holds:
+    ``dense`` and ``expert`` parameters (after TP/EP, times the schedule's parameter copies),
+    ZeRO stage ``z`` sharding a state over its replicas (ZeRO section 5: stage 1 the optimizer
+    and masters, 2 also gradients, 3 also weights): DP x CP ranks for dense tensors
+    (``zero_group``), the expert data-parallel ranks for experts (``expert_zero_group``)."""
+
+    def sharded(min_stage: int) -> Any:
+        return _where(z >= min_stage, dense / zero_group + expert / expert_zero_group, dense + expert)
+
+    weights = cfg.weight_bytes * sharded(3)
+    if cfg.sharded_params_are_masters:  # FSDP2: the fp32 shards are the masters under ZeRO-3
+        weights = _where(z == 3, 0.0 * weights, weights)
+    if cfg.fp8_params:  # the block GEMM weights exist only as low-precision copies (fp8_weight_copies)
+        weights = weights - cfg.weight_bytes * gemm
+    gradients = cfg.grad_bytes * sharded(2)
+    master = cfg.master_bytes * sharded(1)
+    if cfg.optimizer == "adafactor":
+        whole = adafactor_dense + adafactor_expert
+        optimizer = _where(z >= 1, adafactor_dense / zero_group + adafactor_expert / expert_zero_group, whole)
+    else:
+        optimizer = optimizer_bytes_per_param(cfg) * sharded(1)
+    return weights, gradients, optimizer, master
+
+
+def buffers(
+    cfg: TrainingConfig,
+    z: Any,
+    zero_group: Any,
+    n_layers: Any,
+    biggest_layer: Any,
+    gemm: Any,
+    gemm_matrices: Any,
+    biggest_gemm: Any,
+    biggest_gemm_matrices: Any,
+) -> dict[str, Any]:
+    """Memory besides states and activations that does not depend on the micro-batch (``None``
+    where a term does not apply to one plan). ``gemm`` and ``gemm_matrices`` are of every block
+    held (times the schedule's parameter copies)."""
+    return {
+        # FSDP/ZeRO-3 gathers a whole block's weights (current and prefetched next) and holds its
+        # unsharded gradient until the reduce-scatter
+        "zero3_gather": _when((z == 3) & (n_layers > 0), biggest_layer * (2 * cfg.weight_bytes + cfg.grad_bytes)),
+        # FP8 copies of the GEMM weights (TrainingConfig.fp8_copy_bytes): of every block held, or
+        # under ZeRO-3 of the two gathered blocks only (a shard has nothing to quantize)
+        "fp8_weight_copies": _when(
+            bool(cfg.fp8_copy_bytes),
+            cfg.fp8_copy_bytes * _where(z == 3, 2 * biggest_gemm, gemm)
+            + cfg.fp8_copy_matrix_bytes * _where(z == 3, 2 * biggest_gemm_matrices, gemm_matrices),
+        ),
+        "comm_buckets": _when(zero_group > 1, cfg.comm_bucket_bytes),  # two gradient buckets in flight
+    }
+
+
+def activations(
+    cfg: TrainingConfig,
+    full: Any,
+    in_flight: Any,
+    n_layers: Any,
+    n_dense: Any,
+    n_moe: Any,
+    dense_layer: Any,
+    moe_layer: Any,
+    layer_checkpoint: Any,
+    embedding: Any,
+    head: Any,
+    first: Any,
+    last: Any,
+    offloaded: Any = 0,
+) -> tuple[Any, Any]:
+    """(activation bytes on the GPU, activation bytes in host memory) of a stage: ``in_flight``
+    micro-batches (schedules.in_flight) of what one keeps: every layer's saved tensors, or under
+    full recompute (``full``) each layer's input plus one block re-run in backward; the embedding
+    on the first stage, the head on the stage holding it. ``offloaded`` layers keep theirs in host
+    memory with one layer's copy in flight on the GPU (TransformerEngine's offload handler
+    double-buffers)."""
+    kept = _where(full, layer_checkpoint * n_layers, n_dense * dense_layer + n_moe * moe_layer)
+    working = _where(
+        full, _maximum(_where(n_dense > 0, dense_layer, 0.0), _where(n_moe > 0, moe_layer, 0.0)), 0.0 * kept
+    )
+    host = 0.0
+    if cfg.offload_activation_layers:
+        biggest = _where(n_moe > 0, moe_layer, dense_layer)
+        host = offloaded * biggest
+        kept = kept - host
+        working = biggest
+    per_mb = kept + _where(first, embedding, 0.0) + _where(last, head, 0.0)
+    return in_flight * per_mb + working, in_flight * host
+
+
+def reserved(cfg: TrainingConfig, allocated: Any) -> tuple[Any, float]:
+    """(the caching allocator's reserve over ``allocated``, the CUDA context outside it)."""
+    return cfg.allocator_fraction * allocated, cfg.cuda_context_bytes
