@@ -15,9 +15,9 @@ from gpuplan.estimate.compute import embedding_times, head_times, layer_times
 from gpuplan.estimate.memory import estimate_memory
 from gpuplan.estimate.step_time import _shape, step_time
 from gpuplan.estimate.train import TrainRequest, validate
-from gpuplan.pipeline.split import stage_layers, suggest_split
 from gpuplan.search.grid import Grid, Layout
 from gpuplan.specs.parallel import ParallelPlan
+from gpuplan.specs.split import stage_layers, suggest_split
 from gpuplan.specs.training import TrainingConfig
 from gpuplan.units import GiB
 

@@ -23,10 +23,10 @@ from gpuplan.errors import GpuplanError
 from gpuplan.estimate.activations import ActivationBreakdown, activation_breakdown
 from gpuplan.estimate.params import count_params
 from gpuplan.estimate.stage_params import _adafactor_bytes, _stage_tensors, stage_params
-from gpuplan.pipeline.split import layers_per_stage, stage_layers  # noqa: F401 (layers_per_stage: re-export)
 from gpuplan.specs import schedules
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
+from gpuplan.specs.split import layers_per_stage, stage_layers  # noqa: F401 (layers_per_stage: re-export)
 from gpuplan.specs.training import TrainingConfig
 
 ADAM8BIT_BLOCK = 256  # bitsandbytes blockwise quantisation: one fp32 absmax per 256 values

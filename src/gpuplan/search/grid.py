@@ -24,11 +24,11 @@ from gpuplan.errors import GpuplanError
 from gpuplan.estimate.compute import embedding_times, head_times, layer_times
 from gpuplan.estimate.memory import _activations, candidate_stages, optimizer_bytes_per_param, stage_params
 from gpuplan.estimate.step_time import _moe_layers, _shape
-from gpuplan.pipeline.split import stage_layers
 from gpuplan.specs import schedules
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan, head_stage
+from gpuplan.specs.split import stage_layers
 from gpuplan.specs.training import TrainingConfig
 
 

@@ -39,7 +39,7 @@ def validate(
             "calibrated", "--calibrated refits on the shared training runs only", "use: gpuplan validate training"
         )
     if kind in ("offload", "offload-held-out"):
-        from gpuplan.estimate.offload_validate import (
+        from gpuplan.serve.offload_validate import (
             CSV as OFF_CSV,
             HELD_OUT as OFF_HELD_OUT,
             summary as off_summary,
