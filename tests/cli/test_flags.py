@@ -62,6 +62,7 @@ ALLOWED = {
     ("specs/framework.py", "megatron/training/arguments.py"): "Megatron-LM's own flags, quoted as the source",
 }
 FLAG = re.compile(r"--[a-z][a-z0-9-]*(?![a-z0-9-])")
+MADE = re.compile(r"(^|[\s(/])--([a-z][a-z0-9-]*-)?$")  # "(--{name}", "(--max-{name}"
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -91,11 +92,7 @@ def strings_naming_flags(root: Path = SRC) -> list[tuple[str, str]]:
             if isinstance(node, ast.JoinedStr):  # f"... (--{name})": a flag made from a field's name
                 parts = node.values
                 for a, b in zip(parts, parts[1:]):
-                    if (
-                        isinstance(a, ast.Constant)
-                        and isinstance(b, ast.FormattedValue)
-                        and str(a.value).endswith("--")
-                    ):
+                    if isinstance(a, ast.Constant) and isinstance(b, ast.FormattedValue) and MADE.search(str(a.value)):
                         out.append((rel, ast.unparse(node)))
     return out
 
@@ -119,8 +116,8 @@ def test_the_flag_scan_finds_a_flag_in_a_message():
 def test_the_flag_scan_finds_flags_in_code_but_not_in_docstrings(tmp_path):
     (tmp_path / "estimate").mkdir()
     (tmp_path / "estimate" / "bad.py").write_text(
-        'def why(name):\n    """Run it with --pp 2."""\n    return f"{name} not asked for (--{name})", "use --vp 1"\n'
+        'def why(name):\n    """Run it with --pp 2."""\n    return f"{name} not asked for (--{name})", f"above (--max-{name})", "use --vp 1"\n'
     )
     found = strings_naming_flags(tmp_path)
-    assert [f for f, _ in found] == ["estimate/bad.py", "estimate/bad.py"]
+    assert [f for f, _ in found] == ["estimate/bad.py"] * 3
     assert not any("Run it with" in s for _, s in found)
