@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from gpuplan.cli.flags import shown
 from gpuplan.cli.options import JsonOpt
 from gpuplan.cli.output import emit_json
 from gpuplan.cli.params import (
@@ -69,7 +70,7 @@ def validate(
 
         ho_checks = validate_held_out()
         hdoc = {"rows": to_rows(ho_checks), "summary": ho_summary(ho_checks)}
-        emit_json(hdoc) if json_out else render_serving_held_out(hdoc)
+        emit_json(hdoc) if json_out else render_serving_held_out(shown(hdoc))  # fields as flags
         return
     if kind == "serving":
         from gpuplan.serve.validate import summary as serve_summary, to_dict as serve_dict, validate_serving
