@@ -134,7 +134,7 @@ def test_a_disk_too_small_for_what_the_cpu_cannot_hold_names_disk():
                 kv=KV_FORMATS["bf16"],
             )
         )
-    assert e.value.field == "disk" and "--disk" in str(e.value)
+    assert e.value.field == "disk" and "`disk" in str(e.value)
 
 
 def test_offload_none_for_a_model_larger_than_the_gpu_names_offload():
@@ -164,7 +164,7 @@ def test_too_many_gpu_layers_names_the_flag_and_a_count_that_fits():
                 gpu_layers=60,
             )
         )
-    assert e.value.field == "gpu_layers" and "--gpu-layers" in str(e.value)
+    assert e.value.field == "gpu_layers" and "`gpu_layers" in str(e.value)
     with pytest.raises(GpuplanError) as e:
         request(gpu_layers=13)
     assert e.value.field == "gpu_layers"
@@ -255,7 +255,7 @@ def test_a_cache_that_even_the_disk_cannot_hold_is_one_line_naming_disk():
                 batch=512,
             )
         )
-    assert e.value.field == "disk" and "--disk" in str(e.value) and "\n" not in str(e.value)
+    assert e.value.field == "disk" and "`disk" in str(e.value) and "\n" not in str(e.value)
 
 
 def test_the_prefill_yields_the_first_token_and_decode_steps_the_other_n_minus_1():

@@ -25,10 +25,10 @@ from gpuplan.estimate.activations import ActivationBreakdown, activation_breakdo
 from gpuplan.estimate.memory_terms import optimizer_bytes_per_param  # noqa: F401 (re-export)
 from gpuplan.estimate.params import count_params
 from gpuplan.estimate.stage_params import _adafactor_bytes, _stage_tensors, stage_params
-from gpuplan.pipeline.split import layers_per_stage, shape_layers, stage_layers  # noqa: F401 (layers_per_stage: re-export)
 from gpuplan.specs import schedules
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
+from gpuplan.specs.split import layers_per_stage, shape_layers, stage_layers  # noqa: F401 (layers_per_stage: re-export)
 from gpuplan.specs.training import TrainingConfig
 from gpuplan.specs.validity import Reason
 

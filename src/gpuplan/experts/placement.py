@@ -242,13 +242,13 @@ def place(load, replicas: int, gpus: int, nodes: int = 1, groups: int = 1, polic
         gpus >= 1 and nodes >= 1 and gpus % nodes == 0,
         "gpus",
         f"{gpus} GPUs do not split over {nodes} nodes",
-        "use a GPU count that is a multiple of --nodes",
+        "use a GPU count that is a multiple of `nodes`",
     )
     require(
         replicas >= n_exp,
         "replicas",
         f"{replicas} replicas cannot hold {n_exp} experts",
-        f"use --replicas {n_exp} or more",
+        f"use `replicas={n_exp}` or more",
     )
     require(
         replicas % gpus == 0,
@@ -265,7 +265,7 @@ def place(load, replicas: int, gpus: int, nodes: int = 1, groups: int = 1, polic
             groups % nodes == 0,
             "groups",
             f"{groups} expert groups do not spread over {nodes} nodes",
-            "use a group count that is a multiple of --nodes, or --policy global",
+            "use a group count that is a multiple of `nodes`, or `policy=global`",
         )
     phy2log = np.empty((n_layers, replicas), dtype=np.int64)
     counts = np.zeros((n_layers, n_exp), dtype=np.int64)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gpuplan import inputs
 from gpuplan.errors import GpuplanError
-from gpuplan.pipeline.simulate import Costs
+from gpuplan.estimate.pipeline_sim.simulate import Costs
 
 # The simulation visits every action once: past this many, a typo would run for hours
 MAX_ACTIONS = 3_000_000
@@ -30,7 +30,7 @@ def costs_from_text(
     backward ``b_full`` (input + weight gradients), not both."""
     if b is not None and b_full is not None:
         raise GpuplanError(
-            "b", "--b (input-gradient backward) and --b-full (full backward) are exclusive", "pass one of them"
+            "b", "`b` (input-gradient backward) and `b_full` (full backward) are exclusive", "pass one of them"
         )
     f_ = stage_times(f, "f", stages, zero_ok=False)
     w_ = stage_times(w, "w", stages)

@@ -37,7 +37,7 @@ def no_plan_error(
     offload_modes: tuple[str, ...] = (),
 ):
     reasons = ", ".join(f"{n:,} {r}" for r, n in sorted(rejected.items(), key=lambda kv: -kv[1]) if n)
-    constrained = constraints is not None and any("(--" in r for r in rejected)
+    constrained = constraints is not None and any("(`" in r for r in rejected)  # a constraint names its field
     if not rejected.get(Reason.MEMORY) and constrained:
         return GpuplanError(
             "gpus",

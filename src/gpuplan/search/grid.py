@@ -27,11 +27,11 @@ from gpuplan.estimate import memory_terms as terms
 from gpuplan.estimate.compute import embedding_times, head_times, layer_times
 from gpuplan.estimate.memory import _activations, pipeline_candidates, stage_params
 from gpuplan.estimate.step_time import _moe_layers, _shape
-from gpuplan.pipeline.split import shape_layers
 from gpuplan.specs import schedules
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan, head_stage
+from gpuplan.specs.split import shape_layers
 from gpuplan.specs.training import TrainingConfig
 
 
