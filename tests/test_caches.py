@@ -14,10 +14,10 @@ import gpuplan
 from gpuplan import catalog
 from gpuplan.estimate.memory import candidate_stages, estimate_memory, pipeline_candidates
 from gpuplan.estimate.params import count_params
-from gpuplan.estimate.pipeline_sim.bubble import pipeline_bubble
-from gpuplan.estimate.pipeline_sim.schedules import build
-from gpuplan.estimate.pipeline_sim.simulate import compile_schedule
 from gpuplan.estimate.step_time import step_time
+from gpuplan.pipeline.bubble import pipeline_bubble
+from gpuplan.pipeline.schedules import build
+from gpuplan.pipeline.simulate import compile_schedule
 from gpuplan.search.advice import smallest_fitting_plan
 from gpuplan.serve.formats import kv_format, weight_format
 from gpuplan.serve.timing import Deployment, step_model

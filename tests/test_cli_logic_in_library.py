@@ -45,9 +45,9 @@ def test_the_hardware_of_a_request_is_the_catalog_gpu_with_eight_by_default():
 
 def test_the_1f1b_bubble_over_the_work_is_stages_minus_one_over_microbatches():
     # Narayanan et al. 2021: with equal stage times the 1F1B bubble is (p - 1) / m of the work
-    from gpuplan.estimate.pipeline_sim.schedules import build
-    from gpuplan.estimate.pipeline_sim.simulate import simulate
     from gpuplan.pipeline.request import costs_from_text
+    from gpuplan.pipeline.schedules import build
+    from gpuplan.pipeline.simulate import simulate
 
     p, m = 4, 8
     t = simulate(build("1f1b", p, m), costs_from_text(p, "1", None, None, "1", None, 0.0))

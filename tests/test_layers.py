@@ -1,4 +1,4 @@
-"""The library's layers (issue 15): specs -> catalog -> estimate -> the planners and simulators ->
+"""The library's layers (issue 15): specs -> catalog -> pipeline -> estimate -> the planners and simulators ->
 report -> cli. A module imports only from its own layer or the ones below, lazily or not, type
 checking included: an upward import is a dependency the layer below cannot be used without."""
 
@@ -14,8 +14,9 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors", "units", "inputs"}),  # the vocabulary: errors, SI units, input parsing
     frozenset({"specs"}),  # what a model, GPU, plan and config are, and which plans are valid
     frozenset({"catalog"}),  # the data: models, GPUs, hosts, prices, cluster files
-    frozenset({"estimate"}),  # memory, FLOPs, step time, the pipeline bubble, calibration
-    frozenset({"search", "serve", "pipeline", "cluster", "train", "runs", "experts", "slurm"}),
+    frozenset({"pipeline"}),  # schedules as action lists, their simulation, the bubble they leave
+    frozenset({"estimate"}),  # memory, FLOPs, step time, calibration
+    frozenset({"search", "serve", "cluster", "train", "runs", "experts", "slurm"}),
     frozenset({"report"}),  # the HTML and static reports of any command's document
     frozenset({"cli"}),
 )

@@ -126,8 +126,8 @@ def test_first_stage_holds_p_microbatches_under_1f1b():
 def test_micro_batches_in_flight_are_what_the_simulated_schedule_holds(schedule, sim_name):
     # (ZB-H1 is left out: the simulation counts a micro-batch held until its W, but W keeps only
     # part of the activations, which is why the paper says its peak stays 1F1B's)
-    from gpuplan.estimate.pipeline_sim.schedules import build
-    from gpuplan.estimate.pipeline_sim.simulate import Costs, simulate
+    from gpuplan.pipeline.schedules import build
+    from gpuplan.pipeline.simulate import Costs, simulate
 
     for p, m in ((2, 4), (4, 8), (4, 16), (6, 24), (4, 2), (4, 3)):
         if schedule == "dualpipe" and m < 2 * p:

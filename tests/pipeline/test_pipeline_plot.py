@@ -5,9 +5,9 @@ import matplotlib
 matplotlib.use("Agg")
 from matplotlib import pyplot as plt  # noqa: E402
 
-from gpuplan.estimate.pipeline_sim.schedules import build  # noqa: E402
-from gpuplan.estimate.pipeline_sim.simulate import Costs, simulate  # noqa: E402
 from gpuplan.pipeline.render import write_plot  # noqa: E402
+from gpuplan.pipeline.schedules import build  # noqa: E402
+from gpuplan.pipeline.simulate import Costs, simulate  # noqa: E402
 
 
 def test_the_json_timeline_has_every_action_of_the_simulation():

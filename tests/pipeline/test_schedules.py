@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from gpuplan.errors import GpuplanError
-from gpuplan.estimate.pipeline_sim.schedules import build
-from gpuplan.estimate.pipeline_sim.simulate import Costs, simulate
+from gpuplan.pipeline.schedules import build
+from gpuplan.pipeline.simulate import Costs, simulate
 
 times = st.floats(0.2, 3.0)
 

@@ -10,10 +10,10 @@ import pytest
 
 from gpuplan.errors import GpuplanError
 from gpuplan.estimate.memory import microbatches_in_flight
-from gpuplan.estimate.pipeline_sim import schedules as builders
-from gpuplan.estimate.pipeline_sim.bubble import pipeline_bubble
-from gpuplan.estimate.pipeline_sim.schedules import build
-from gpuplan.estimate.pipeline_sim.simulate import Costs, simulate
+from gpuplan.pipeline import schedules as builders
+from gpuplan.pipeline.bubble import pipeline_bubble
+from gpuplan.pipeline.schedules import build
+from gpuplan.pipeline.simulate import Costs, simulate
 from gpuplan.specs import schedules
 from gpuplan.specs.parallel import SCHEDULES, ParallelPlan
 

@@ -11,9 +11,9 @@ import pytest
 
 from gpuplan import catalog
 from gpuplan.errors import GpuplanError
-from gpuplan.estimate.pipeline_sim.schedules import build
 from gpuplan.estimate.step_time import step_time
 from gpuplan.estimate.train import TrainRequest, estimate_training
+from gpuplan.pipeline.schedules import build
 from gpuplan.search.plans import enumerate_layouts, layout_view, search
 from gpuplan.search.space import valid_layouts as _layouts
 from gpuplan.specs import schedules, validity

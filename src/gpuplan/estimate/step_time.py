@@ -5,7 +5,7 @@ backward-for-weights W (compute.py), plus the communication each dimension puts 
 (layer_comm.py, over comm.py's collectives) minus what overlap hides. The pipeline then runs m micro-batches:
 
 m x t_max plus the bubble of the schedule, simulated on the stages' F, B and W times
-(estimate/pipeline_sim/bubble.py): for equal stages this is 1F1B's and interleaved 1F1B's (p-1)/v x t
+(pipeline/bubble.py): for equal stages this is 1F1B's and interleaved 1F1B's (p-1)/v x t
 (Narayanan et al. 2021), ZB-H1's (p-1)(F + B - 2W) (Qi et al. 2023) and DualPipe's
 (p/2 - 1)(F&B + B - 3W) (DeepSeek-V3 report, Table 2; B the whole backward there), with the
 expert all-to-all hidden under DualPipe's paired forward/backward chunks. Data-parallel gradient reduction overlaps the
@@ -26,8 +26,8 @@ from gpuplan.estimate.flops import training_flops
 from gpuplan.estimate.kernels import memory_time
 from gpuplan.estimate.layer_comm import CommLine, layer_comm, overlap_contention
 from gpuplan.estimate.memory import _activations, offloaded_layers, optimizer_bytes_per_param
-from gpuplan.estimate.pipeline_sim.bubble import pipeline_bubble
 from gpuplan.estimate.stage_params import stage_params
+from gpuplan.pipeline.bubble import pipeline_bubble
 from gpuplan.specs import schedules, validity
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec

@@ -12,7 +12,7 @@ import json
 import math
 from pathlib import Path
 
-from gpuplan.estimate.pipeline_sim.simulate import Timeline
+from gpuplan.pipeline.simulate import Timeline
 
 COLORS = {"F": "#4c9be8", "B": "#2ca02c", "W": "#8c6bb1", "BW": "#17a673", "FB": "#f28e2b"}
 

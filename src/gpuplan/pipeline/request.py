@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gpuplan import inputs
 from gpuplan.errors import GpuplanError
-from gpuplan.estimate.pipeline_sim.simulate import Costs
+from gpuplan.pipeline.simulate import Costs
 
 # The simulation visits every action once: past this many, a typo would run for hours
 MAX_ACTIONS = 3_000_000

@@ -3,7 +3,7 @@
 Everything that depends on which schedule a plan runs (the plan's checks, the memory model's
 micro-batches in flight, the simulated bubble the step time adds, the search's space, the
 simulator's action lists and the CLI's choices) reads it from here, so adding a schedule means
-adding one entry below and, for a new order, its builder in ``gpuplan.estimate.pipeline_sim.schedules``.
+adding one entry below and, for a new order, its builder in ``gpuplan.pipeline.schedules``.
 
 Sources, per entry: GPipe (Huang et al. 2019); 1F1B and interleaved 1F1B (Narayanan et al. 2021,
 section 2.2); ZB-H1, ZB-H2 and ZB-V (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", sections
@@ -25,7 +25,7 @@ IN_FLIGHT = ("1f1b", "all", "v", "dualpipe")
 class ScheduleSpec:
     name: str  # as the simulator and ``gpuplan pipeline`` call it
     description: str
-    builder: str  # the action-list builder in gpuplan.estimate.pipeline_sim.schedules
+    builder: str  # the action-list builder in gpuplan.pipeline.schedules
     aliases: tuple[str, ...] = ()  # other names accepted for it
     plan_name: str | None = None  # the name training plans and their reports use, when not ``name``
     training: bool = False  # the performance model plans with it (train, search)

@@ -61,10 +61,10 @@ def pipeline(
     """Simulate a pipeline schedule: per-rank idle time, bubble, makespan, activations in flight."""
     from pathlib import Path
 
-    from gpuplan.estimate.pipeline_sim.schedules import build
-    from gpuplan.estimate.pipeline_sim.simulate import simulate
     from gpuplan.pipeline.render import write_plot, write_trace
     from gpuplan.pipeline.request import check_size, costs_from_text
+    from gpuplan.pipeline.schedules import build
+    from gpuplan.pipeline.simulate import simulate
     from gpuplan.units import GiB
 
     unit_s = inputs.duration(unit, "unit", max_s=86400)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpuplan.errors import GpuplanError, require
-from gpuplan.estimate.pipeline_sim.schedules import Action, Op, Schedule
+from gpuplan.pipeline.schedules import Action, Op, Schedule
 
 
 def _per_rank(x: float | Sequence[float], p: int, name: str) -> tuple[float, ...]:

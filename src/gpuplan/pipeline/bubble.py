@@ -15,8 +15,8 @@ import functools
 
 import numpy as np
 
-from gpuplan.estimate.pipeline_sim.schedules import Schedule, build
-from gpuplan.estimate.pipeline_sim.simulate import Compiled, Costs, compile_schedule, durations, run
+from gpuplan.pipeline.schedules import Schedule, build
+from gpuplan.pipeline.simulate import Compiled, Costs, compile_schedule, durations, run
 from gpuplan.specs import schedules
 
 
