@@ -5,7 +5,9 @@ temporary directory, partitions ``low`` (PriorityTier=1, PreemptMode=REQUEUE, Gr
 from __future__ import annotations
 
 import os
+import random
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -13,6 +15,7 @@ from pathlib import Path
 
 CONF = """\
 ClusterName=gpuplantest
+FirstJobId={first_job}
 SlurmctldHost={host}
 SlurmUser=root
 SlurmdUser=root
@@ -75,6 +78,10 @@ class Cluster:
         self.d = d
         self.host = socket.gethostname().split(".")[0]
         self.procs: list[subprocess.Popen] = []
+        # Job ids of their own: a step daemon left by an earlier run that was killed (it outlives
+        # its slurmd) would otherwise take job 1 of this cluster for its own and the job never ends
+        self.first_job = random.randint(1_000, 60_000_000)
+        self.jobs: list[int] = []
         for sub in ("state", "spool"):
             (d / sub).mkdir(parents=True, exist_ok=True)
         self.conf = d / "slurm.conf"
@@ -86,6 +93,7 @@ class Cluster:
                 d_port=_free_port(),
                 cpus=os.cpu_count() or 1,
                 grace=grace_s,
+                first_job=self.first_job,
             )
         )
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
@@ -127,13 +135,33 @@ class Cluster:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p.kill()
+        self._kill_step_daemons()
+
+    def _kill_step_daemons(self) -> None:
+        """SIGKILL the step daemons of this cluster's jobs that are still there (``slurmstepd:
+        [JOB.STEP]``): with their slurmd gone nothing else ends them."""
+        mine = tuple(f"slurmstepd: [{job}." for job in self.jobs)
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if mine and cmd.startswith(mine):
+                try:
+                    os.kill(int(proc.name), signal.SIGKILL)
+                except OSError:
+                    pass
 
     def sh(self, *args: str, check: bool = False) -> subprocess.CompletedProcess:
         return subprocess.run([_which(args[0]), *args[1:]], env=self.env, capture_output=True, text=True, check=check)
 
     def submit(self, *args: str) -> int:
         out = self.sh("sbatch", "--parsable", *args, check=True).stdout.strip()
-        return int(out.split(";")[0])
+        job = int(out.split(";")[0])
+        self.jobs.append(job)
+        return job
 
     def state(self, job: int) -> str:
         out = self.sh("scontrol", "show", "job", str(job)).stdout
