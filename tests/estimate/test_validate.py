@@ -186,6 +186,10 @@ def test_fine_grained_moe_is_far_too_fast_and_its_band_says_so(held_out):
     # move this row by under one point (-67.3% -> -66.6%). Closing it would take 75 us per launch
     # with every launch exposed, and the missing time grows with the tokens (21.5 ms per layer and
     # micro-batch at MBS 2 here, 10.6 ms at MBS 1 in the 26.02 row), which host launches do not.
+    # The alltoall dispatcher's sort-by-expert and FP8 padding copies of the received rows
+    # (compute.dispatcher_copy_passes, read from Megatron-Core and TE source) move it -66.6% ->
+    # -62.0%; the grouped GEMMs are within 15% of DeepGEMM's H800 table and the all-to-all of
+    # NCCL's and DeepEP's published NVLink rates, so no GPU term found here closes the rest.
     # gpt-oss-120b (top-4 of 128, FFN 2880) at its recipe's MBS 1 is ~24% too fast. This guard
     # keeps both misses visible: MoE predictions are optimistic.
     errors = {r.row.id: r.error for r in held_out if r.row.plan.ep > 1}
@@ -205,7 +209,7 @@ def test_held_out_runs_are_within_the_issues_targets_for_unseen_runs(held_out):
     # but one GB200 row is past 25% alone: 405B MXFP8 on 128 GPUs in the 25.09 release (-33%; the
     # same layout reads 20-40% faster in later releases). 405B NVFP4 (+25.2% with TP
     # communication exposed) fell to +9% once interleaved p2p hid behind the next chunk. MoE misses
-    # the target (the test above), so the whole set does too (mean 17.5%). Blackwell's
+    # the target (the test above), so the whole set does too (mean 17.0%). Blackwell's
     # `sustained` was written after the 25.11 rows were seen (catalog/efficiency/b200.toml); the
     # Hopper rows were not fitted to.
     dense = [r for r in held_out if r.row.plan.ep == 1]
@@ -216,4 +220,4 @@ def test_held_out_runs_are_within_the_issues_targets_for_unseen_runs(held_out):
     assert max(sum(e) / len(e) for e in by_gpu.values()) <= 0.25, by_gpu
     over = {r.row.id for r in dense if abs(r.error) > 0.25}
     assert over <= {"mb2509-gb200-llama31-405b-mxfp8"}, over
-    assert summary(held_out)["mean_abs_error"] <= 0.176  # 17.5%: the 15% target is missed, by MoE
+    assert summary(held_out)["mean_abs_error"] <= 0.171  # 17.0%: the 15% target is missed, by MoE

@@ -101,6 +101,7 @@ def _shape(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) -> LayerShape:
         fused_ce=cfg.fused_cross_entropy,
         etp=plan.expert_tp,
         fp8_current=cfg.precision == "fp8" and cfg.fp8_scaling == "current",
+        moe_dispatcher=cfg.moe_dispatcher if m.is_moe and plan.ep > 1 else "",
     )
 
 
