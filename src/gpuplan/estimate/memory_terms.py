@@ -26,11 +26,13 @@ ADAM8BIT_BLOCK = 256  # bitsandbytes blockwise quantisation: one fp32 absmax per
 
 
 def optimizer_bytes_per_param(cfg: TrainingConfig) -> float:
-    """Optimizer state bytes per parameter (Adafactor is shape-dependent: see ``_adafactor_bytes``)."""
+    """Optimizer state bytes per parameter (Adafactor is shape-dependent: see ``_adafactor_bytes``);
+    adamw's and sgd's states in ``cfg.optimizer_dtype`` (4 bytes fp32, 2 bf16)."""
+    state = 2.0 if cfg.optimizer_dtype == "bf16" else 4.0
     return {
-        "adamw": 8.0,  # exp_avg and exp_avg_sq in fp32 (torch.optim.AdamW, Megatron, DeepSpeed)
+        "adamw": 2 * state,  # exp_avg and exp_avg_sq (torch.optim.AdamW, Megatron, DeepSpeed; Apex in bf16)
         "adamw8bit": 2.0 + 2 * 4 / ADAM8BIT_BLOCK,  # two uint8 states + block scales (Dettmers et al. 2022)
-        "sgd": 4.0,  # one fp32 momentum buffer
+        "sgd": state,  # one momentum buffer
         "adafactor": 0.0,
     }[cfg.optimizer]
 
@@ -155,5 +157,9 @@ def activations(
 
 
 def reserved(cfg: TrainingConfig, allocated: Any) -> tuple[Any, float]:
-    """(the caching allocator's reserve over ``allocated``, the CUDA context outside it)."""
+    """(the caching allocator's reserve over ``allocated``, the CUDA context outside it). With
+    expandable segments (``TrainingConfig.expandable_segments``) the allocator unmaps its free
+    cached pages before it fails an allocation: no reserve stands in the way."""
+    if cfg.expandable_segments:
+        return 0.0 * allocated, cfg.cuda_context_bytes
     return cfg.allocator_fraction * allocated, cfg.cuda_context_bytes
