@@ -101,10 +101,13 @@ def buffers(
     gemm_matrices: Any,
     biggest_gemm: Any,
     biggest_gemm_matrices: Any,
+    fp8_one_layout: bool = False,
 ) -> dict[str, Any]:
     """Memory besides states and activations that does not depend on the micro-batch (``None``
     where a term does not apply to one plan). ``gemm`` and ``gemm_matrices`` are of every block
-    held (times the schedule's parameter copies)."""
+    held (times the schedule's parameter copies); ``fp8_one_layout``: the GPU keeps one FP8 copy
+    for both GEMM layouts (GPUSpec.fp8_any_layout, TrainingConfig.fp8_cached_bytes)."""
+    copy_bytes = cfg.fp8_cached_bytes(fp8_one_layout)
     return {
         # FSDP/ZeRO-3 gathers a whole block's weights (current and prefetched next) and holds its
         # unsharded gradient until the reduce-scatter
@@ -112,8 +115,8 @@ def buffers(
         # FP8 copies of the GEMM weights (TrainingConfig.fp8_copy_bytes): of every block held, or
         # under ZeRO-3 of the two gathered blocks only (a shard has nothing to quantize)
         "fp8_weight_copies": _when(
-            bool(cfg.fp8_copy_bytes),
-            cfg.fp8_copy_bytes * _where(z == 3, 2 * biggest_gemm, gemm)
+            bool(copy_bytes),
+            copy_bytes * _where(z == 3, 2 * biggest_gemm, gemm)
             + cfg.fp8_copy_matrix_bytes * _where(z == 3, 2 * biggest_gemm_matrices, gemm_matrices),
         ),
         "comm_buckets": _when(zero_group > 1, cfg.comm_bucket_bytes),  # two gradient buckets in flight

@@ -80,7 +80,7 @@ def validate(req: TrainRequest) -> None:
 
 
 def _memory(req: TrainRequest) -> MemoryReport:
-    return estimate_memory(req.model, req.config, req.plan, req.gpu.memory_bytes, req.microbatches)
+    return estimate_memory(req.model, req.config, req.plan, req.gpu.memory_bytes, req.microbatches, gpu=req.gpu)
 
 
 def suggest_fixes(req: TrainRequest, limit: int = 5) -> tuple[Suggestion, ...]:
@@ -134,7 +134,12 @@ def suggest_fixes(req: TrainRequest, limit: int = 5) -> tuple[Suggestion, ...]:
     if found is not None:
         plan, config = found
         mem = estimate_memory(
-            req.model, config, plan, req.gpu.memory_bytes, req.global_batch // (config.micro_batch * plan.dp)
+            req.model,
+            config,
+            plan,
+            req.gpu.memory_bytes,
+            req.global_batch // (config.micro_batch * plan.dp),
+            gpu=req.gpu,
         )
         flags = (
             f"--gpus {plan.world_size} --tp {plan.tp} --pp {plan.pp}"

@@ -343,6 +343,16 @@ class TrainingConfig:
             return 0.0
         return 2.0 * self.quantized_bytes
 
+    def fp8_cached_bytes(self, one_layout: bool = False) -> float:
+        """``fp8_copy_bytes`` on a GPU whose FP8 GEMMs take any layout (``one_layout``:
+        GPUSpec.fp8_any_layout, Blackwell B200/GB200/B300): a per-tensor-scaled FP8 weight
+        (precision "fp8", delayed or current scaling) is one FP8 tensor serving both usages, 1
+        byte. MXFP8 and NVFP4 scale blocks along the reduction dimension, so their row-wise and
+        column-wise copies stay separate on every GPU."""
+        if one_layout and self.precision == "fp8":
+            return self.fp8_copy_bytes / 2
+        return self.fp8_copy_bytes
+
     @property
     def quantized_bytes(self) -> float:
         """Bytes per element of one quantized GEMM operand, block scales included (1 for FP8)."""
