@@ -6,7 +6,7 @@ import random
 
 from gpuplan import catalog
 from gpuplan.estimate.calibrate import _predict, apply_factors, predicted_kernel
-from gpuplan.runs.record import Run, RunPlan
+from gpuplan.estimate.run_record import Run, RunPlan
 
 TRUE = {
     "gemm_sustained": 0.78,

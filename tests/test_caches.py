@@ -12,12 +12,13 @@ import pytest
 
 import gpuplan
 from gpuplan import catalog
-from gpuplan.estimate.memory import estimate_memory
+from gpuplan.estimate.memory import candidate_stages, estimate_memory, pipeline_candidates
 from gpuplan.estimate.params import count_params
 from gpuplan.estimate.step_time import step_time
 from gpuplan.pipeline.bubble import pipeline_bubble
 from gpuplan.pipeline.schedules import build
 from gpuplan.pipeline.simulate import compile_schedule
+from gpuplan.search.advice import smallest_fitting_plan
 from gpuplan.serve.formats import kv_format, weight_format
 from gpuplan.serve.timing import Deployment, step_model
 from gpuplan.specs.parallel import ParallelPlan
@@ -147,3 +148,26 @@ def test_a_catalog_entry_handed_out_is_a_copy():
     entry = catalog.model_entry("llama-3.1-8b")
     entry["config"]["hidden_size"] = 1
     assert catalog.model_entry("llama-3.1-8b")["config"]["hidden_size"] != 1
+
+
+def test_the_smallest_fitting_plan_is_keyed_on_the_gpu_memory_and_the_training_config(h100):
+    m = catalog.model("llama-3.1-70b")
+    base = TrainingConfig(seq_len=8192, global_batch=64)
+    plan, _ = smallest_fitting_plan(m, h100, 2, base)
+    assert smallest_fitting_plan(m, h100, 2, base)[0] is plan  # a repeat is answered from the cache
+    assert plan.world_size == 32
+    bigger = dataclasses.replace(h100, memory_bytes=2 * h100.memory_bytes)
+    assert smallest_fitting_plan(m, bigger, 2, base)[0].world_size == 8
+    assert smallest_fitting_plan(m, h100, 2, dataclasses.replace(base, optimizer="adamw8bit"))[0].world_size == 16
+
+
+def test_the_pipeline_candidates_are_keyed_on_the_model_layers_and_the_split():
+    m = catalog.model("deepseek-v3")  # 61 layers, the first 3 dense
+    plan = ParallelPlan(dp=8, pp=8)
+    assert candidate_stages(m, plan) == [(0, 0, 7), (1, 7, 7), (3, 21, 8), (7, 53, 8)]
+    # all layers MoE: stage 1 holds stage 2's layers, so it is no longer a candidate of its own
+    all_moe = dataclasses.replace(m, first_dense_layers=0)
+    assert candidate_stages(all_moe, plan) == [(0, 0, 7), (3, 21, 8), (7, 53, 8)]
+    uneven = dataclasses.replace(plan, first_stage_layers=5, last_stage_layers=8)
+    assert candidate_stages(m, uneven) == [(0, 0, 5), (1, 5, 8), (7, 53, 8)]
+    assert pipeline_candidates(m, 8, 1, "1f1b", None, None) is pipeline_candidates(m, 8, 1, "1f1b", None, None)

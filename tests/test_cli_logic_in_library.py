@@ -40,7 +40,7 @@ def test_the_hardware_of_a_request_is_the_catalog_gpu_with_eight_by_default():
     hw, gpus = catalog.hardware("h100-sxm", None, None)
     assert (hw.id, gpus) == ("h100-sxm", 8)
     assert catalog.price_or_catalog("h100-sxm", 1.25) == 1.25
-    assert catalog.price_with_source("h100-sxm", 1.25) == (1.25, "--price")
+    assert catalog.price_with_source("h100-sxm", 1.25) == (1.25, "`price`")
 
 
 def test_the_1f1b_bubble_over_the_work_is_stages_minus_one_over_microbatches():

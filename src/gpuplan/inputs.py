@@ -166,7 +166,7 @@ def global_batch(text: str, seq_len: int) -> int:
             raise GpuplanError(
                 "global_batch",
                 f"{text} tokens is not a whole number of {seq_len}-token sequences",
-                "use a multiple of --seq-len, or give sequences",
+                "use a multiple of `seq_len`, or give sequences",
             )
         gb //= seq_len
     return integer(int(gb), "global_batch", hi=10**9, fix="give sequences per step, e.g. 512, or tokens: 16M")

@@ -68,7 +68,7 @@ class SlurmJob:
             self.launcher == "torchrun" or self.nodes == 1,
             "launcher",
             "the python launcher runs one process on one node",
-            "use --launcher torchrun for several nodes",
+            "use `launcher=torchrun` for several nodes",
         )
         require(
             bool(re.fullmatch(r"(\d+-)?\d+(:\d{1,2}){0,2}", self.time_limit)),
@@ -88,7 +88,7 @@ class SlurmJob:
             self.signal_before_s < limit,
             "signal_before",
             f"SIGUSR1 {self.signal_before_s} s before a {self.time_limit} limit would come before the job starts",
-            "use a --signal-before shorter than --time",
+            "use a `signal_before` shorter than `time`",
         )
         # These land in #SBATCH lines: a newline or a space would end the directive and run the rest
         for name in ("job_name", "partition", "qos"):
@@ -142,21 +142,21 @@ def job_nodes(gpus: int | None, nodes: int | None, gpus_per_node: int) -> int:
         if per_node == 0:  # --gpus-per-node 0 is a CPU-only job (e.g. the python launcher's test runs)
             raise GpuplanError(
                 "gpus",
-                f"--gpus {gpus} with --gpus-per-node 0 asks for GPUs on nodes without any",
-                "drop --gpus-per-node 0, or --gpus for a CPU-only job",
+                f"`gpus={gpus}` with `gpus_per_node=0` asks for GPUs on nodes without any",
+                "drop `gpus_per_node=0`, or `gpus` for a CPU-only job",
             )
         if gpus % per_node:
             raise GpuplanError(
                 "gpus",
                 f"{gpus} GPUs are not whole nodes of {per_node}",
-                f"use --gpus {max(per_node, gpus // per_node * per_node)} or "
-                f"{-(-gpus // per_node) * per_node}, or set --gpus-per-node",
+                f"use `gpus={max(per_node, gpus // per_node * per_node)}` or "
+                f"{-(-gpus // per_node) * per_node}, or set `gpus_per_node`",
             )
         if nodes is not None and nodes * per_node != gpus:
             raise GpuplanError(
                 "nodes",
-                f"--nodes {nodes} x {per_node} GPUs per node is {nodes * per_node} GPUs, not --gpus {gpus}",
-                "give --gpus or --nodes, not both",
+                f"`nodes={nodes}` x {per_node} GPUs per node is {nodes * per_node} GPUs, not `gpus={gpus}`",
+                "give `gpus` or `nodes`, not both",
             )
     if nodes is None:
         nodes = nodes_for(gpus, per_node) if gpus is not None else 1

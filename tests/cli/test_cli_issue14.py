@@ -118,6 +118,6 @@ def test_search_takes_etp(capsys):
     code, out, _ = run(args + ["--etp", "1", "--json"], capsys)
     doc = json.loads(out)
     assert code == 0 and doc["plans"] and all(p["plan"]["etp"] == 1 for p in doc["plans"])
-    assert doc["rejected"]["etp is not 1 (--etp)"] > 0
+    assert doc["rejected"]["etp is not 1 (`etp`)"] > 0
     code, out, _ = run(args + ["--etp", "1"], capsys)
     assert code == 0 and " etp1 " in out

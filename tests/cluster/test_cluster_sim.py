@@ -339,3 +339,50 @@ def test_events_at_the_same_time_run_capacity_changes_then_arrivals_then_finishe
     jobs = [Job(0, 0.0, 8.0, 100.0), Job(1, 100.0, 8.0, 50.0)]
     sim = ClusterSim(ClusterConfig(nodes=1, gpus_per_node=8), jobs).run()
     assert sim.runs[1].first_start_s == 100.0 and sim.runs[1].finish_s == 150.0
+
+
+def test_the_per_node_preemption_counts_match_the_jobs_holding_each_node():
+    # _preempt_for reads per-tier running GPUs and grace GPUs by node that the simulator keeps up
+    # to date; at every scheduling pass they must equal a recount from the jobs themselves
+    from gpuplan.cluster.policies import Backfill
+
+    checked = []
+
+    class Checked(Backfill):
+        def schedule(self, sim):
+            run = np.zeros_like(sim._run_milli)
+            jobs = np.zeros_like(sim._run_jobs)
+            grace = np.zeros_like(sim._grace_milli)
+            for v in sim.running.values():
+                for n, milli in v.placed:
+                    if v.state == "grace":
+                        grace[n] += milli
+                    else:
+                        run[sim._tier_index[v.tier], n] += milli
+                        jobs[sim._tier_index[v.tier], n] += 1
+            assert np.array_equal(run, sim._run_milli) and np.array_equal(jobs, sim._run_jobs)
+            assert np.array_equal(grace, sim._grace_milli)
+            assert sim._grace_jobs == sum(v.state == "grace" for v in sim.running.values())
+            checked.append(sim._grace_jobs)
+            super().schedule(sim)
+
+    rng = np.random.default_rng(5)
+    jobs = [
+        Job(
+            i,
+            float(i * 40),
+            float(rng.choice([0.5, 1, 2, 8, 16])),
+            float(rng.exponential(3600)),
+            tier=int(rng.integers(0, 3)),
+            spot=bool(rng.random() < 0.3),
+            checkpoint=str(rng.choice(["daly", "sigterm", "none"])),
+            cost_s=30,
+            restart_s=120,
+        )
+        for i in range(400)
+    ]
+    cfg = ClusterConfig(
+        nodes=4, gpus_per_node=8, policy=Checked(), node_mtbf_s=86400, spot_reclaim_per_hour=0.5, seed=1
+    )
+    report = ClusterSim(cfg, jobs).run().report()
+    assert report.preemptions > 0 and report.failures > 0 and max(checked) > 0

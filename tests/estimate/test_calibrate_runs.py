@@ -11,7 +11,7 @@ from gpuplan import catalog
 from gpuplan.errors import GpuplanError
 from gpuplan.estimate.calibrate import FACTOR_NAMES, calibrate_runs, calibrated_validation
 from gpuplan.estimate.profile import load_profile, write_profile
-from gpuplan.runs.record import Run, RunPlan
+from gpuplan.estimate.run_record import Run, RunPlan
 
 
 @pytest.mark.parametrize("seed", [0, 1])

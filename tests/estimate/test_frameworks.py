@@ -43,13 +43,13 @@ def test_explicit_options_win_over_the_profile():
 @pytest.mark.parametrize(
     "name,plan,field,hint",
     [
-        ("deepspeed", ParallelPlan(pp=2, schedule="dualpipe"), "schedule", "--schedule 1f1b"),
-        ("megatron", ParallelPlan(pp=4, schedule="zb-v"), "schedule", "--schedule 1f1b"),
-        ("torchtitan", ParallelPlan(pp=4, schedule="dualpipe"), "schedule", "--schedule 1f1b or zb or zb-v"),
-        ("hf", ParallelPlan(pp=2), "pp", "--pp 1"),
-        ("deepspeed", ParallelPlan(pp=2, vp=2), "vp", "--vp 1"),
-        ("deepspeed", ParallelPlan(pp=2, dp=2, zero=3), "zero", "--zero 0 or 1 with --pp > 1"),
-        ("torchtitan", ParallelPlan(dp=2, zero=1), "zero", "--zero 0 or 2 or 3"),
+        ("deepspeed", ParallelPlan(pp=2, schedule="dualpipe"), "schedule", "`schedule` 1f1b"),
+        ("megatron", ParallelPlan(pp=4, schedule="zb-v"), "schedule", "`schedule` 1f1b"),
+        ("torchtitan", ParallelPlan(pp=4, schedule="dualpipe"), "schedule", "`schedule` 1f1b or zb or zb-v"),
+        ("hf", ParallelPlan(pp=2), "pp", "`pp=1`"),
+        ("deepspeed", ParallelPlan(pp=2, vp=2), "vp", "`vp=1`"),
+        ("deepspeed", ParallelPlan(pp=2, dp=2, zero=3), "zero", "`zero` 0 or 1 with `pp` > 1"),
+        ("torchtitan", ParallelPlan(dp=2, zero=1), "zero", "`zero` 0 or 2 or 3"),
     ],
 )
 def test_unsupported_layouts_are_refused_naming_the_profile_and_alternatives(name, plan, field, hint):

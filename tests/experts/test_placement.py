@@ -6,7 +6,7 @@ import pytest
 
 from gpuplan.errors import GpuplanError
 from gpuplan.experts.loads import read_loads, synthetic_loads
-from gpuplan.experts.placement import cross_node_traffic, place
+from gpuplan.experts.placement import _lpt, cross_node_traffic, pack, place
 
 
 def _balanced_packing(weight, packs, ids=None):
@@ -115,3 +115,23 @@ def test_bad_loads_and_too_many_replicas_are_refused(tmp_path):
     with pytest.raises(GpuplanError) as e:
         read_loads(ragged)
     assert e.value.field == "loads"
+
+
+def test_packings_stacked_together_come_out_as_each_packed_alone():
+    # place() packs a hierarchical policy's nodes as one stack; a greedy start stuck on one
+    # packing's layer must be dropped for that packing only, as when each is packed on its own
+    rng = np.random.default_rng(3)
+    stuck_somewhere = 0
+    for _ in range(60):
+        layers, experts, bins = int(rng.integers(1, 4)), int(rng.integers(2, 10)), int(rng.integers(2, 5))
+        copies = rng.integers(1, bins + 1, size=experts)
+        ids = np.tile(np.repeat(np.arange(experts), copies), (layers, 1))
+        ids = ids[:, : ids.shape[1] // bins * bins]
+        if ids.shape[1] == 0:
+            continue
+        ws = [rng.random(ids.shape) ** 3 for _ in range(3)]
+        alone = [pack(w, ids, bins) for w in ws]
+        stacked = pack(np.concatenate(ws), np.concatenate([ids] * 3), bins, np.repeat(np.arange(3), layers))
+        assert np.array_equal(stacked, np.concatenate(alone))
+        stuck_somewhere += sum(_lpt(w, ids, bins, True)[1].any() for w in ws)
+    assert stuck_somewhere > 0  # the case that matters happened

@@ -15,9 +15,9 @@ from gpuplan.estimate.compute import embedding_times, head_times, layer_times
 from gpuplan.estimate.memory import estimate_memory
 from gpuplan.estimate.step_time import _shape, step_time
 from gpuplan.estimate.train import TrainRequest, validate
-from gpuplan.pipeline.split import stage_layers, suggest_split
 from gpuplan.search.grid import Grid, Layout
 from gpuplan.specs.parallel import ParallelPlan
+from gpuplan.specs.split import stage_layers, suggest_split
 from gpuplan.specs.training import TrainingConfig
 from gpuplan.units import GiB
 
@@ -103,19 +103,19 @@ def test_impossible_splits_are_refused_naming_one_that_works(m405, first, last, 
     with pytest.raises(GpuplanError, match=message) as exc:
         stage_layers(m405, plan)
     if pp == 16:
-        assert "--first-stage-layers 7 --last-stage-layers 7" in str(exc.value)
+        assert "`first_stage_layers=7` `last_stage_layers=7`" in str(exc.value)
     if pp == 2:
-        assert "--first-stage-layers 63 --last-stage-layers 63" in str(exc.value)
+        assert "`first_stage_layers=63` `last_stage_layers=63`" in str(exc.value)
 
 
 def test_interleaving_that_does_not_divide_is_refused_with_a_split_or_the_vp_that_works(m405):
     # 126 = 16 + 14 + 6 x 16 on pp 8 x vp 2: every count a multiple of 2
-    with pytest.raises(GpuplanError, match="--first-stage-layers 16 --last-stage-layers 14"):
+    with pytest.raises(GpuplanError, match="`first_stage_layers=16` `last_stage_layers=14`"):
         stage_layers(m405, ParallelPlan(tp=TP, pp=8, vp=2))
     assert stage_layers(m405, ParallelPlan(tp=TP, pp=8, vp=2, first_stage_layers=16, last_stage_layers=14)) == [16] + [
         16
     ] * 6 + [14]
-    with pytest.raises(GpuplanError, match=r"no split of 126 layers works with pp=8 x vp=8.*--vp 1, 2, 3"):
+    with pytest.raises(GpuplanError, match=r"no split of 126 layers works with pp=8 x vp=8.*`vp=1, 2, 3"):
         stage_layers(m405, ParallelPlan(tp=TP, pp=8, vp=8))
 
 

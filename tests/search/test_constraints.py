@@ -56,13 +56,13 @@ def test_constrained_search_returns_the_unconstrained_plans_that_meet_the_constr
 def test_recompute_restriction_is_counted_and_may_cost_fits(everything):
     r = search(M, GPU, 16, BASE, top=100_000, recompute=("none",))
     assert all(c.config.recompute == "none" for c in r.ranked)
-    assert r.rejected["ZeRO stage or recompute not asked for (--zero, --recompute)"] > 0
+    assert r.rejected["ZeRO stage or recompute not asked for (`zero`, `recompute`)"] > 0
     assert r.feasible + sum(r.rejected.values()) == r.considered == everything.considered
 
 
 def test_rejections_name_the_flag():
     r = search(M, GPU, 16, BASE, constraints=Constraints(tp=8, max_pp=1))
-    assert r.rejected["tp is not 8 (--tp)"] > 0 and r.rejected["pp above 1 (--max-pp)"] > 0
+    assert r.rejected["tp is not 8 (`tp`)"] > 0 and r.rejected["pp above 1 (`max_pp`)"] > 0
 
 
 def test_unmeetable_constraints_say_so():
@@ -126,7 +126,7 @@ def test_cli_search_with_constraints(capsys):
         assert exc.code in (0, None)
     doc = json.loads(capsys.readouterr().out)
     assert doc["plans"] and all(p["plan"]["tp"] == 2 and p["plan"]["pp"] <= 2 for p in doc["plans"])
-    assert "tp is not 2 (--tp)" in doc["rejected"]
+    assert "tp is not 2 (`tp`)" in doc["rejected"]
 
 
 def test_moe_search_tries_etp_1_beside_tp_and_a_fixed_etp_keeps_exactly_those_plans():
@@ -142,5 +142,5 @@ def test_moe_search_tries_etp_1_beside_tp_and_a_fixed_etp_keeps_exactly_those_pl
     key = lambda c: (*_key(c), c.plan.etp)  # noqa: E731
     want = {key(c): c.step.step_s for c in every.ranked if c.plan.expert_tp == 1}
     assert {key(c): c.step.step_s for c in r.ranked} == pytest.approx(want) and want
-    assert r.rejected["etp is not 1 (--etp)"] > 0
+    assert r.rejected["etp is not 1 (`etp`)"] > 0
     assert r.considered == every.considered and r.feasible + sum(r.rejected.values()) == r.considered

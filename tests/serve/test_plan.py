@@ -72,7 +72,7 @@ def test_max_num_seqs_queues_clients_beyond_it():
 def test_a_model_that_cannot_fit_names_the_smallest_tp():
     with pytest.raises(GpuplanError) as e:
         estimate_serving(ServeRequest(catalog.model("llama-3.1-70b"), H100, weights="bf16"))
-    assert "--tp 2" in str(e.value)
+    assert "`tp=2`" in str(e.value)
 
 
 def test_a_context_beyond_the_model_maximum_is_refused():

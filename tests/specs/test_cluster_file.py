@@ -6,9 +6,9 @@ import pytest
 from cli_runner import run
 
 from gpuplan import catalog
+from gpuplan.catalog.cluster_file import read_cluster_file
 from gpuplan.errors import GpuplanError
 from gpuplan.estimate.comm import _group, collective_time
-from gpuplan.specs.cluster_file import read_cluster_file
 
 FOUR_NODES = """\
 name = "4 x DGX H100, half the NICs"

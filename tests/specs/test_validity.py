@@ -146,12 +146,12 @@ def test_folding_lets_ep_span_the_tensor_parallel_ranks():
     # TP 2 x DP 4: EP 8 does not divide dp x cp = 4 unfolded, but 8 x ETP 1 divides tp x cp x dp
     with pytest.raises(GpuplanError) as e:
         ParallelPlan(dp=4, tp=2, ep=8)
-    assert e.value.field == "ep" and "--etp 1" in str(e.value)
+    assert e.value.field == "ep" and "`etp=1`" in str(e.value)
     validity.require_valid(m, ParallelPlan(dp=4, tp=2, ep=8, etp=1), 4096)
     with pytest.raises(GpuplanError) as e:
         ParallelPlan(dp=4, tp=2, ep=8, etp=2)
     assert e.value.field == "ep"
-    assert "ep 8 x etp 2 must divide tp x cp x dp = 8" in str(e.value) and "--etp 1 --ep 8" in str(e.value)
+    assert "ep 8 x etp 2 must divide tp x cp x dp = 8" in str(e.value) and "`etp=1` `ep=8`" in str(e.value)
     # DeepSeek-V3 on 1024 H100s, PP 8: EP 64 x ETP 1 in tp x cp x dp = 128 (EDP 2); EP 256 is too many
     assert ParallelPlan(dp=64, tp=2, pp=8, ep=64, etp=1).expert_zero_group == 2
     with pytest.raises(GpuplanError, match="ep 256 x etp 1 must divide tp x cp x dp = 128"):

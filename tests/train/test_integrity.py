@@ -82,7 +82,7 @@ def test_no_loadable_checkpoint_is_one_error_naming_each_and_only_restart_starts
     errors = [line for line in out.read_text().splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in out.read_text()
     assert "step-00000030: __0_0.distcp does not match" in errors[0]
-    assert "step-00000020: extra.pt has" in errors[0] and "--restart" in errors[0]
+    assert "step-00000020: extra.pt has" in errors[0] and "`restart`" in errors[0]
     # the next start must not take the quarantined directories for "no checkpoint yet"
     assert run_forked(tiny, _args(ckpt), out) == 2
     assert "only damaged ones" in out.read_text()

@@ -126,7 +126,7 @@ def test_bad_checkpoint_directories_are_refused_or_fall_back_loudly(tiny, tmp_pa
     assert tiny.main(["--steps", "20", "--checkpoint-dir", str(ckpt), "--checkpoint-every", "10", "--quiet"]) == 0
     with pytest.raises(CheckpointError) as e:  # another run's checkpoints (a different seed: another config)
         tiny.main(["--steps", "20", "--checkpoint-dir", str(ckpt), "--seed", "1", "--quiet"])
-    assert "different model or config" in str(e.value) and "--restart" in str(e.value)
+    assert "different model or config" in str(e.value) and "`restart`" in str(e.value)
     assert tiny.main(["--steps", "20", "--checkpoint-dir", str(ckpt), "--seed", "1", "--restart", "--quiet"]) == 0
 
     fresh = tmp_path / "fresh"

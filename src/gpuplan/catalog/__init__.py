@@ -160,17 +160,17 @@ def price_with_source(gpu_id: str, price: float | None) -> tuple[float | None, s
     """(USD per GPU-hour, where it comes from): the user's ``price`` field, else the dated catalog
     price and its citation, else None and what to pass."""
     if price is not None:
-        return price, "--price"
+        return price, "`price`"
     found = price_per_gpu_hour(gpu_id)
-    return found if found else (None, "no catalog price for this GPU; pass --price")
+    return found if found else (None, "no catalog price for this GPU; pass `price`")
 
 
 def hardware(gpu_id: str, cluster: str | None, gpus: int | None) -> tuple[GPUSpec, int]:
-    """(GPU, GPU count): a cluster file's GPU with its nodes and networks (specs/cluster_file.py),
+    """(GPU, GPU count): a cluster file's GPU with its nodes and networks (catalog/cluster_file.py),
     else the catalog's ``gpu_id`` entry; the count defaults to the whole cluster (8 without one)."""
     if not cluster:
         return gpu(gpu_id), 8 if gpus is None else gpus
-    from gpuplan.specs.cluster_file import read_cluster_file
+    from gpuplan.catalog.cluster_file import read_cluster_file
 
     found = read_cluster_file(cluster)
     gpus = found.gpus if gpus is None else gpus

@@ -20,8 +20,10 @@ def show(doc: dict[str, Any], json_out: bool, renderer: str) -> None:
         return
     import importlib
 
+    from gpuplan.cli.flags import shown  # the library names fields; the CLI shows its flags
+
     module, function = renderer.rsplit(".", 1)
-    getattr(importlib.import_module(f"gpuplan.cli.{module}"), function)(doc)
+    getattr(importlib.import_module(f"gpuplan.cli.{module}"), function)(shown(doc))
 
 
 def report(path: str | None, command: str, doc: dict[str, Any], slo: dict[str, Any] | None = None) -> None:

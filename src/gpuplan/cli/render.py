@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.table import Table
 
+from gpuplan.cli.flags import as_flags
 from gpuplan.units import GB, TFLOP, GiB, fmt_bytes, fmt_count, fmt_duration
 
 console = Console()
@@ -83,7 +84,7 @@ def render_train(est) -> None:
     for note in m.notes:  # what the plan leaves out (a vision tower, MTP layers)
         console.print(f"[dim]note: {note}[/]")
     if p.first_stage_layers or p.last_stage_layers:
-        from gpuplan.pipeline.split import stage_layers
+        from gpuplan.specs.split import stage_layers
 
         console.print("layers per pipeline stage: " + " ".join(map(str, stage_layers(m, p))))
 
@@ -110,7 +111,7 @@ def render_train(est) -> None:
         console.print(f"[red]does not fit[/]: over by {fmt_bytes(-mem.headroom)}")
         for sug in est.suggestions:
             verdict = "fits" if sug.fits else "still over"
-            console.print(f"  try {sug.change}: {sug.total_bytes / GiB:,.2f} GiB per GPU ({verdict})")
+            console.print(f"  try {as_flags(sug.change)}: {sug.total_bytes / GiB:,.2f} GiB per GPU ({verdict})")
     console.print(f"model states for the whole job (unsharded): {fmt_bytes(mem.model_states_total['total'])}")
 
     tokens_per_step = req.global_batch * req.config.seq_len
@@ -148,7 +149,7 @@ def render_train(est) -> None:
         cost = "n/a (pass --price)" if t.cost_usd is None else f"${t.cost_usd:,.0f}"
         ft.add_row("cost", cost)
         if req.price_per_gpu_hour is not None:
-            ft.add_row("price", f"${req.price_per_gpu_hour:.2f}/GPU-hour ({req.price_source})")
+            ft.add_row("price", f"${req.price_per_gpu_hour:.2f}/GPU-hour ({as_flags(req.price_source)})")
     console.print(ft)
     if est.step is not None:
         render_step(est.step, req.gpu, title="Predicted step time" + (" (not used: --mfu given)" if req.mfu else ""))
@@ -302,7 +303,7 @@ def render_search(result, m, gpu) -> None:
     rej.add_column("not ranked because")
     rej.add_column("plans", justify="right")
     for reason, n in sorted(result.rejected.items(), key=lambda kv: -kv[1]):
-        rej.add_row(reason, f"{n:,}")
+        rej.add_row(as_flags(reason), f"{n:,}")
     console.print(rej)
     if gpu.efficiency.assumed:
         console.print(f"[yellow]note[/]: no published efficiency measurements for {gpu.name}; rates are assumed")

@@ -10,8 +10,19 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Iterable
+from enum import IntEnum
 
 Event = tuple  # (time_s, priority, handler, args)
+
+
+class EventPriority(IntEnum):
+    """Order of events at the same simulated time (lower first): capacity changes (failures,
+    repairs, spot reclaims, grace periods ending) before arrivals, arrivals before finishes, so a
+    scheduling pass at that time sees the cluster as it now is."""
+
+    CAPACITY = 0
+    ARRIVAL = 1
+    FINISH = 2
 
 
 class Simulator:

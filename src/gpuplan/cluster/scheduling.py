@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gpuplan.cluster.job import GRACE, RUNNING, Job, JobRun
+from gpuplan.cluster.job import RUNNING, Job, JobRun
 from gpuplan.cluster.policies import BLOCKED, PREEMPTING, STARTED, Outcome, Placement, Policy
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -39,6 +39,11 @@ class Scheduling:
     _capacity: np.ndarray
     _free: np.ndarray
     _rack: np.ndarray
+    _tier_index: dict[int, int]
+    _run_milli: np.ndarray
+    _run_jobs: np.ndarray
+    _grace_milli: np.ndarray
+    _grace_jobs: int
 
     def _start(self, j: JobRun, placed: list) -> None:
         raise NotImplementedError
@@ -134,30 +139,41 @@ class Scheduling:
         their grace period count as coming free, so a job whose room is on its way preempts no one
         more. True when room is on its way: the job waits for it, and the policy must not hand
         that room to jobs behind it (else they restart on it, are preempted again, and so on)."""
-        if not any(v.state == GRACE or (v.state == RUNNING and v.tier < j.tier) for v in self.running.values()):
-            return False
+        below = self._tier_index[j.tier]  # the tiers below j's: rows :below of the per-tier counts
+        if not self._grace_jobs and not self._run_jobs[:below].any():
+            return False  # no job in its grace period, none of a lower tier running
         mask, cap = self._allowed(j.job)
         plans: list[tuple[float, int, list[JobRun]]] = []  # (cost, node, victims)
-        for n in map(int, np.flatnonzero(self.up if mask is None else self.up & mask)):
+        # only the nodes that can give a plan (the counts the simulator keeps say which, exactly):
+        # for a one-node job, those big enough where the free, coming and lower-tier GPUs hold it;
+        # for a gang, those where no job of j's tier or above is running
+        nodes = self.up if mask is None else self.up & mask
+        if j.milli <= cap:
+            room = self._free + self._grace_milli + self._run_milli[:below].sum(axis=0)
+            nodes = nodes & (self._capacity >= j.milli) & (room >= j.milli)
+        else:
+            nodes = nodes & ~self._run_jobs[below:].any(axis=0)
+        one_node = j.milli <= cap
+        for n in map(int, np.flatnonzero(nodes)):
             on = [self.runs[i] for i in self.on_node[n]]
-            coming = int(self._free[n]) + sum(v.milli_on(n) for v in on if v.state == GRACE)
+            # the lower-tier running jobs here, cheapest first: (unsaved GPU-seconds, job)
             low = sorted(
-                (v for v in on if v.state == RUNNING and v.tier < j.tier),
-                key=lambda v: self._unsaved(v) * v.gpus,
+                ((self._unsaved(v) * v.gpus, v) for v in on if v.state == RUNNING and v.tier < j.tier),
+                key=lambda cv: cv[0],
             )
-            if j.milli <= cap:
-                if self._capacity[n] < j.milli:
-                    continue
-                need, chosen = j.milli - coming, []
-                for v in low:
+            if one_node:
+                need, chosen = j.milli - int(self._free[n]) - int(self._grace_milli[n]), []
+                for c, v in low:
                     if need <= 0:
                         break
-                    chosen.append(v)
+                    chosen.append((c, v))
                     need -= v.milli_on(n)
                 if need <= 0:
-                    plans.append((sum(self._unsaved(v) * v.gpus for v in chosen), n, chosen))
-            elif len(low) + sum(1 for v in on if v.state == GRACE) == len(on):  # every job here can go
-                plans.append((sum(self._unsaved(v) * v.gpus for v in low), n, low))
+                    plans.append((sum(c for c, _ in chosen), n, [v for _, v in chosen]))
+                    if plans[-1][0] == 0:  # no later node beats it: costs are never negative
+                        break
+            else:  # every job here can go (``nodes`` holds only those)
+                plans.append((sum(c for c, _ in low), n, [v for _, v in low]))
         if j.milli <= cap:
             if not plans:
                 return False

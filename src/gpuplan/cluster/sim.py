@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from enum import IntEnum
 
 import numpy as np
 
@@ -42,11 +41,11 @@ from gpuplan.cluster.config import (
     RSC2_NODE_MTBF_S,
     ClusterConfig,
 )
-from gpuplan.cluster.des import Simulator
+from gpuplan.cluster.des import EventPriority, Simulator
+from gpuplan.cluster.interrupts import Interruptions
 from gpuplan.cluster.job import DONE, GRACE, MILLI, QUEUED, RUNNING, Job, JobRun, JobState
 from gpuplan.cluster.policies import PLACEMENTS, POLICIES
 from gpuplan.cluster.report import ClusterReport, Metrics, Segment, build_report, utilisation_series
-from gpuplan.cluster.scheduling import Scheduling
 from gpuplan.errors import GpuplanError, field_ref, require
 from gpuplan.estimate.checkpoint_interval import daly_interval
 
@@ -66,17 +65,7 @@ __all__ = [
 ]
 
 
-class EventPriority(IntEnum):
-    """Order of events at the same simulated time (lower first): capacity changes (failures,
-    repairs, spot reclaims, grace periods ending) before arrivals, arrivals before finishes, so a
-    scheduling pass at that time sees the cluster as it now is."""
-
-    CAPACITY = 0
-    ARRIVAL = 1
-    FINISH = 2
-
-
-class ClusterSim(Scheduling):
+class ClusterSim(Interruptions):
     def __init__(self, cfg: ClusterConfig, jobs: list[Job]):
         self.cfg = cfg
         gpus = np.array(cfg.node_gpus if cfg.node_gpus is not None else [cfg.gpus_per_node] * cfg.nodes)
@@ -108,6 +97,16 @@ class ClusterSim(Scheduling):
         self.up = np.ones(cfg.nodes, dtype=bool)
         self._rack = np.arange(cfg.nodes) // cfg.nodes_per_rack
         self.on_node: list[set[int]] = [set() for _ in range(cfg.nodes)]
+        # What preemption asks of every node, kept up to date as jobs start, get SIGTERM and
+        # release (scheduling.Scheduling._preempt_for): by tier (lowest first) and node, the
+        # milli-GPUs and number of running jobs; by node, the milli-GPUs of jobs in their grace period
+        tiers = sorted({j.tier for j in jobs})
+        self._tier_index = {t: i for i, t in enumerate(tiers)}
+        self._run_milli = np.zeros((len(tiers), cfg.nodes), dtype=np.int64)
+        self._run_jobs = np.zeros((len(tiers), cfg.nodes), dtype=np.int64)
+        self._grace_milli = np.zeros(cfg.nodes, dtype=np.int64)
+        self._grace_jobs = 0
+        self._holding: dict[int, bool] = {}  # jobs holding GPUs: id -> in their grace period
         self.running: dict[int, JobRun] = {}  # running or in their grace period
         self.segments: list[Segment] = []  # every run of a job on its nodes: for traces and plots
         self._run_start: dict[int, float] = {}
@@ -220,9 +219,13 @@ class ClusterSim(Scheduling):
 
     def _start(self, j: JobRun, placed: list) -> None:
         now = self.sim.now
+        t = self._tier_index[j.tier]
         for n, milli in placed:
             self._free[n] -= milli
             self.on_node[n].add(j.id)
+            self._run_milli[t, n] += milli
+            self._run_jobs[t, n] += 1
+        self._holding[j.id] = False
         j.placed, j.state, j.start_s = placed, RUNNING, now
         self.running[j.id] = j
         self._run_start[j.id] = now
@@ -251,10 +254,18 @@ class ClusterSim(Scheduling):
                 j.gpus,
             )
         )
+        grace = self._holding.pop(j.id, None)
+        t = self._tier_index[j.tier]
         for n, milli in j.placed:
             if self.up[n]:
                 self._free[n] += milli
             self.on_node[n].discard(j.id)
+            if grace:
+                self._grace_milli[n] -= milli
+            elif grace is not None:
+                self._run_milli[t, n] -= milli
+                self._run_jobs[t, n] -= 1
+        self._grace_jobs -= bool(grace)
         j.placed = []
         self.running.pop(j.id, None)
 
@@ -320,67 +331,6 @@ class ClusterSim(Scheduling):
         self.up[n] = True
         self._free[n] = self._capacity[n] - sum(self.runs[jid].milli_on(n) for jid in self.on_node[n])
         sim.schedule(self._next_failure(), EventPriority.CAPACITY, self._fail, n)
-        self._schedule_pass()
-
-    def _reclaim(self, sim, j: JobRun, epoch: int):
-        if epoch != j.epoch or j.state != RUNNING:
-            return
-        self.m.reclaims += 1
-        self._begin_grace(j, "reclaim")
-
-    def _reclaim_event(self, sim, gpus: float):
-        """The provider takes back ``gpus`` GPUs of spot capacity: SIGTERM to running spot jobs,
-        in random order, until they hold that many."""
-        spot = sorted((j for j in self.running.values() if j.spot and j.state == RUNNING), key=lambda j: j.id)
-        taken = 0.0
-        for k in self.rng.permutation(len(spot)):
-            if taken >= gpus:
-                break
-            self.m.reclaims += 1
-            self._begin_grace(spot[k], "reclaim")
-            taken += spot[k].gpus
-
-    def _begin_grace(self, j: JobRun, cause: str) -> None:
-        """SIGTERM now, SIGKILL after the grace period (or once a SIGTERM checkpoint is written)."""
-        now, g = self.sim.now, self.cfg.grace_s
-        j.state = GRACE
-        j.epoch += 1
-        if j.on_sigterm and g >= j.cost_s:
-            # everything done so far is saved by a checkpoint written in the grace window
-            self._account_saved(j, now)
-            self.sim.schedule(now + j.cost_s, EventPriority.CAPACITY, self._grace_saved, j, j.epoch)
-        else:
-            self.sim.schedule(now + g, EventPriority.CAPACITY, self._grace_end, j, j.epoch, cause)
-
-    def _account_saved(self, j: JobRun, now: float) -> None:
-        elapsed = now - j.start_s
-        restart = min(elapsed, j.restart_s) if j.restarting else 0.0
-        work = min(j.remaining_s, max(0.0, elapsed - restart))
-        self.m.gpu_s["restart"] += j.gpus * restart
-        self.m.gpu_s["useful"] += j.gpus * work
-        self.busy_gpu_s += j.gpus * elapsed
-        j.remaining_s -= work
-        j.start_s = now
-
-    def _grace_saved(self, sim, j: JobRun, epoch: int):
-        if epoch != j.epoch:
-            return
-        self.m.gpu_s["checkpoint"] += j.gpus * (sim.now - j.start_s)
-        self.busy_gpu_s += j.gpus * (sim.now - j.start_s)
-        j.restarting = True
-        j.epoch += 1
-        self._release(j, "checkpointed on SIGTERM")
-        if j.remaining_s <= 0:
-            self._done(j)
-        else:
-            j.state = QUEUED
-            self._queue(j).appendleft(j)
-        self._schedule_pass()
-
-    def _grace_end(self, sim, j: JobRun, epoch: int, cause: str):
-        if epoch != j.epoch:
-            return
-        self._interrupt(j, cause)
         self._schedule_pass()
 
     @property

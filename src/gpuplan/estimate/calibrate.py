@@ -67,8 +67,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from gpuplan.estimate.run_record import Resolved, Run
     from gpuplan.estimate.step_time import StepTime
-    from gpuplan.runs.record import Resolved, Run
 
 # -- Fitting a cluster profile to the user's own runs ----------------------------------------------
 #
@@ -351,7 +351,7 @@ def calibrated_validation(rows: tuple[Row, ...] | None = None) -> dict[str, dict
       (in-sample: it saw the runs it predicts), for reference.
     """
     from gpuplan import catalog
-    from gpuplan.runs.record import Resolved
+    from gpuplan.estimate.run_record import Resolved
 
     rows = rows if rows is not None else load_rows()
     families: dict[str, list[Row]] = {}

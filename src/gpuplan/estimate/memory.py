@@ -25,11 +25,11 @@ from gpuplan.estimate.activations import ActivationBreakdown, activation_breakdo
 from gpuplan.estimate.memory_terms import optimizer_bytes_per_param  # noqa: F401 (re-export)
 from gpuplan.estimate.params import count_params
 from gpuplan.estimate.stage_params import _adafactor_bytes, _stage_tensors, stage_params
-from gpuplan.pipeline.split import layers_per_stage, stage_layers  # noqa: F401 (layers_per_stage: re-export)
 from gpuplan.specs import schedules
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
+from gpuplan.specs.split import layers_per_stage, shape_layers, stage_layers  # noqa: F401 (layers_per_stage: re-export)
 from gpuplan.specs.training import TrainingConfig
 from gpuplan.specs.validity import Reason
 
@@ -97,13 +97,30 @@ def candidate_stages(m: ModelSpec, plan: ParallelPlan) -> list[tuple[int, int, i
     """(stage, first layer, layers) of the stages that can hold the most memory: the first, the
     last, and the first of each run of stages with the same layers (same count, same number of
     MoE layers): within a run, later stages hold fewer micro-batches in flight."""
+    return list(
+        pipeline_candidates(m, plan.pp, plan.vp, plan.schedule, plan.first_stage_layers, plan.last_stage_layers)
+    )
+
+
+# keyed on all the split reads: the whole model (its layers and which are MoE) and the pipeline
+# shape (pp, vp, schedule, first/last stage layers); the result is a tuple of tuples
+@functools.lru_cache(maxsize=4096)
+def pipeline_candidates(
+    m: ModelSpec, pp: int, vp: int, schedule: str, first_layers: int | None, last_layers: int | None
+) -> tuple[tuple[int, int, int], ...]:
+    """``candidate_stages`` of the pipeline shape (pp, vp, schedule, first/last stage layers),
+    without a ParallelPlan: the search asks it once per distinct shape."""
+    counts = shape_layers(m.num_layers, pp, vp, schedule, first_layers, last_layers)
+    moe_before = [0]  # MoE layers before each layer index (a prefix sum: one pass over the layers)
+    for i in range(m.num_layers):
+        moe_before.append(moe_before[-1] + m.is_moe_layer(i))
     out, first, prev = [], 0, None
-    for s, n in enumerate(stage_layers(m, plan)):
-        kind = (n, sum(1 for i in range(first, first + n) if m.is_moe_layer(i)))
-        if s in (0, plan.pp - 1) or kind != prev:
+    for s, n in enumerate(counts):
+        kind = (n, moe_before[first + n] - moe_before[first])
+        if s in (0, pp - 1) or kind != prev:
             out.append((s, first, n))
         first, prev = first + n, kind
-    return out
+    return tuple(out)
 
 
 def microbatches_in_flight(stage: int, pp: int, vp: int, microbatches: int, schedule: str = "1f1b") -> float:

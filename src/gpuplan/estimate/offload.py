@@ -82,16 +82,16 @@ class OffloadTrainRequest:
             self.plan.pp == 1,
             "pp",
             "offload here models data (and tensor) parallel ranks only",
-            "use --pp 1 with --offload",
+            "use `pp=1` with `offload`",
         )
         require(
             self.config.optimizer == "adamw",
             "optimizer",
             "ZeRO-Offload's CPU step is Adam",
-            "use --optimizer adamw with --offload",
+            "use `optimizer=adamw` with `offload`",
         )
         if self.device == "nvme":
-            require(self.host.disk_bytes > 0, "disk", "--offload-device nvme needs a disk", "pass --disk 2TB")
+            require(self.host.disk_bytes > 0, "disk", "`offload_device=nvme` needs a disk", "pass `disk=2TB`")
 
 
 @dataclass(frozen=True)
@@ -235,9 +235,9 @@ def check_fits(est: OffloadTrainEstimate) -> None:
     g, h = req.gpu, req.host
     if est.gpu_total > g.memory_bytes:
         fix = (
-            "use --offload optimizer+params"
+            "use `offload=optimizer+params`"
             if req.offload != "optimizer+params"
-            else "lower --micro-batch or use --recompute full"
+            else "lower `micro_batch` or use `recompute=full`"
         )
         raise GpuplanError(
             "offload", f"{est.gpu_total / GB:.1f} GB per GPU exceeds {g.name}'s {g.memory_bytes / GB:.1f} GB", fix
@@ -247,15 +247,15 @@ def check_fits(est: OffloadTrainEstimate) -> None:
             "cpu_memory",
             f"offloaded states need {est.cpu_bytes / GB:.0f} GB per node, CPU memory "
             f"holds {h.cpu_memory_bytes * CPU_USABLE / GB:.0f} GB usable",
-            f"raise --cpu-memory to at least {est.cpu_bytes / CPU_USABLE / GB:.0f}GB, add GPUs "
-            "(states are partitioned across ranks) or use --offload-device nvme",
+            f"raise `cpu_memory` to at least {est.cpu_bytes / CPU_USABLE / GB:.0f}GB, add GPUs "
+            "(states are partitioned across ranks) or use `offload_device=nvme`",
         )
     if est.disk_bytes > h.disk_bytes:
         raise GpuplanError(
             "disk",
             f"optimizer states need {est.disk_bytes / GB:.0f} GB per node on NVMe, the disk "
             f"holds {h.disk_bytes / GB:.0f} GB",
-            f"use --disk {est.disk_bytes / 1e12 * 1.1:.1f}TB or more",
+            f"use `disk={est.disk_bytes / 1e12 * 1.1:.1f}TB` or more",
         )
 
 

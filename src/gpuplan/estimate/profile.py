@@ -64,8 +64,8 @@ class Profile:
             have = gpu.efficiency.name if gpu.efficiency is not None else "no efficiency data"
             raise GpuplanError(
                 "calibration",
-                f"{self.path} is for {self.family} GPUs, --gpu {gpu.id} is {have}",
-                "calibrate on runs of this GPU, or drop --calibration",
+                f"{self.path} is for {self.family} GPUs, `gpu={gpu.id}` is {have}",
+                "calibrate on runs of this GPU, or drop `calibration`",
             )
         overrides: dict[str, Any] = dict(self.efficiency)
         return replace(gpu, efficiency=replace(gpu.efficiency, **overrides))

@@ -28,11 +28,11 @@ from gpuplan.estimate.layer_comm import CommLine, layer_comm, overlap_contention
 from gpuplan.estimate.memory import _activations, offloaded_layers, optimizer_bytes_per_param
 from gpuplan.estimate.stage_params import stage_params
 from gpuplan.pipeline.bubble import pipeline_bubble
-from gpuplan.pipeline.split import stage_layers
 from gpuplan.specs import schedules, validity
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
+from gpuplan.specs.split import stage_layers
 from gpuplan.specs.training import TrainingConfig
 
 DIMS = ("tp", "cp", "ep", "pp", "dp")

@@ -6,20 +6,21 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from gpuplan.errors import GpuplanError, require
+from gpuplan.errors import GpuplanError, field_ref, require
 from gpuplan.estimate.flops import Flops, six_nd, training_flops
 from gpuplan.estimate.memory import MemoryReport, estimate_memory, offloaded_layers
 from gpuplan.estimate.params import ParamCounts, count_params
 from gpuplan.estimate.step_time import StepTime, step_time
 from gpuplan.estimate.time import TrainingTime, training_time
-from gpuplan.pipeline.split import stage_layers
 from gpuplan.specs import validity
 from gpuplan.specs.framework import check_plan, get as get_framework
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
+from gpuplan.specs.split import stage_layers
 from gpuplan.specs.training import TrainingConfig
 
 
@@ -45,9 +46,32 @@ class TrainRequest:
 
 @dataclass(frozen=True)
 class Suggestion:
-    change: str
+    """One change to the request: ``changes`` are the fields changed and their new values (``note``
+    says what follows, e.g. ``dp 4``); ``change`` writes them as field references (gpuplan/errors.py),
+    which the CLI shows as its flags (``--recompute full``)."""
+
+    changes: tuple[tuple[str, object], ...]
     total_bytes: float
     fits: bool
+    note: str = ""
+
+    @property
+    def change(self) -> str:
+        text = " ".join(field_ref(k, v) for k, v in self.changes)
+        return f"{text} ({self.note})" if self.note else text
+
+    def to_dict(self) -> dict:
+        return {
+            "change": self.change,
+            "changes": dict(self.changes),
+            "total_bytes": self.total_bytes,
+            "fits": self.fits,
+        }
+
+
+# The search for the fewest GPUs with a plan that fits (gpuplan.search.plans.smallest_fitting_plan),
+# passed in by the layer above (estimate/ imports nothing from search/)
+FindPlan = Callable[[ModelSpec, GPUSpec, int, TrainingConfig], "tuple[ParallelPlan, TrainingConfig] | None"]
 
 
 @dataclass(frozen=True)
@@ -73,7 +97,7 @@ def validate(req: TrainRequest) -> None:
     for n in stage_layers(m, p):  # raises for a split that cannot run (vp chunks, first/last stage layers)
         offloaded_layers(c, n, p.vp)  # and for more offloaded layers than a chunk holds
     if req.mfu is not None:
-        require(0 < req.mfu <= 1, "mfu", f"must be in (0, 1], got {req.mfu}", "e.g. --mfu 0.4")
+        require(0 < req.mfu <= 1, "mfu", f"must be in (0, 1], got {req.mfu}", f"e.g. {field_ref('mfu', 0.4)}")
     if req.price_per_gpu_hour is not None:
         require(req.price_per_gpu_hour >= 0, "price", "must not be negative")
     req.gpu.peak(c.compute_dtype)  # raises if the GPU cannot run this precision
@@ -83,27 +107,34 @@ def _memory(req: TrainRequest) -> MemoryReport:
     return estimate_memory(req.model, req.config, req.plan, req.gpu.memory_bytes, req.microbatches, gpu=req.gpu)
 
 
-def suggest_fixes(req: TrainRequest, limit: int = 5) -> tuple[Suggestion, ...]:
+def suggest_fixes(req: TrainRequest, limit: int = 5, find_plan: FindPlan | None = None) -> tuple[Suggestion, ...]:
     """Single changes that bring an over-capacity plan under the GPU's memory, the cheapest first.
 
-    Each candidate keeps the GPU count and global batch; ones that are invalid are skipped.
+    Each candidate keeps the GPU count and global batch; ones that are invalid are skipped. When no
+    single change fits, ``find_plan`` (the search's smallest fitting plan) proposes a whole plan.
     """
     p, c = req.plan, req.config
-    candidates: list[tuple[str, TrainRequest]] = []
+    candidates: list[tuple[tuple[tuple[str, object], ...], str, TrainRequest]] = []
     order = ["none", "selective", "full"]
     for r in order[order.index(c.recompute) + 1 :]:
         try:  # the framework may not have this recompute
-            candidates.append((f"--recompute {r}", replace(req, config=replace(c, recompute=r, recompute_modules=()))))
+            candidates.append(
+                ((("recompute", r),), "", replace(req, config=replace(c, recompute=r, recompute_modules=())))
+            )
         except GpuplanError:
             continue
     for z in range(p.zero + 1, 4):
-        candidates.append((f"--zero {z}", replace(req, plan=replace(p, zero=z))))
+        candidates.append(((("zero", z),), "", replace(req, plan=replace(p, zero=z))))
     if c.micro_batch > 1:
         candidates.append(
-            ("--micro-batch 1", replace(req, config=replace(c, micro_batch=1, global_batch=req.global_batch)))
+            (
+                (("micro_batch", 1),),
+                "",
+                replace(req, config=replace(c, micro_batch=1, global_batch=req.global_batch)),
+            )
         )
     if c.optimizer == "adamw":
-        candidates.append(("--optimizer adamw8bit", replace(req, config=replace(c, optimizer="adamw8bit"))))
+        candidates.append(((("optimizer", "adamw8bit"),), "", replace(req, config=replace(c, optimizer="adamw8bit"))))
     if p.dp % 2 == 0:
         for dim in ("tp", "pp", "cp"):
             new = getattr(p, dim) * 2
@@ -112,24 +143,22 @@ def suggest_fixes(req: TrainRequest, limit: int = 5) -> tuple[Suggestion, ...]:
                 cand = replace(req, plan=plan, config=replace(c, global_batch=req.global_batch))
             except GpuplanError:
                 continue
-            candidates.append((f"--{dim} {new} (dp {p.dp // 2})", cand))
+            candidates.append((((dim, new),), f"dp {p.dp // 2}", cand))
     out = []
     now = _memory(req).per_gpu.total
-    for label, cand in candidates:
+    for changes, note, cand in candidates:
         try:
             validate(cand)
         except GpuplanError:
             continue
         mem = _memory(cand)
         if mem.per_gpu.total < now:  # a change that saves nothing (ZeRO with dp=1) is no suggestion
-            out.append(Suggestion(label, mem.per_gpu.total, mem.fits))
+            out.append(Suggestion(changes, mem.per_gpu.total, mem.fits, note))
     fitting = [s for s in out if s.fits]
-    if fitting or c.offload_activation_layers:  # the search plans without activation offload
+    if fitting or c.offload_activation_layers or find_plan is None:  # the search plans without activation offload
         return tuple((fitting or out)[:limit])
     # No single change fits: the fewest GPUs with a plan that does, checked with the full estimate
-    from gpuplan.search.plans import smallest_fitting_plan
-
-    found = smallest_fitting_plan(req.model, req.gpu, p.world_size, replace(c, global_batch=req.global_batch))
+    found = find_plan(req.model, req.gpu, p.world_size, replace(c, global_batch=req.global_batch))
     pool = sorted(out, key=lambda s: s.total_bytes)[: limit - 1]
     if found is not None:
         plan, config = found
@@ -141,21 +170,35 @@ def suggest_fixes(req: TrainRequest, limit: int = 5) -> tuple[Suggestion, ...]:
             req.global_batch // (config.micro_batch * plan.dp),
             gpu=req.gpu,
         )
-        flags = (
-            f"--gpus {plan.world_size} --tp {plan.tp} --pp {plan.pp}"
-            + (f" --cp {plan.cp}" if plan.cp > 1 else "")
-            + (f" --ep {plan.ep}" if plan.ep > 1 else "")
-            + (f" --etp {plan.etp}" if plan.etp is not None else "")
-            + (f" --zero {plan.zero}" if plan.zero else "")
-            + (f" --recompute {config.recompute}" if config.recompute != c.recompute else "")
-            + (f" --micro-batch {config.micro_batch}" if config.micro_batch != c.micro_batch else "")
-            + (f" --schedule {plan.schedule}" if plan.schedule != p.schedule else "")
-        )
-        pool = [Suggestion(flags, mem.per_gpu.total, mem.fits)] + pool
+        pool = [Suggestion(plan_changes(plan, config, p, c), mem.per_gpu.total, mem.fits)] + pool
     return tuple(pool[:limit])
 
 
-def estimate_training(req: TrainRequest) -> TrainEstimate:
+def plan_changes(
+    plan: ParallelPlan, config: TrainingConfig, was: ParallelPlan, was_config: TrainingConfig
+) -> tuple[tuple[str, object], ...]:
+    """The fields of a whole suggested plan: the GPU count and tp/pp always, the rest where they are
+    not the default or changed."""
+    out: list[tuple[str, object]] = [("gpus", plan.world_size), ("tp", plan.tp), ("pp", plan.pp)]
+    if plan.cp > 1:
+        out.append(("cp", plan.cp))
+    if plan.ep > 1:
+        out.append(("ep", plan.ep))
+    if plan.etp is not None:
+        out.append(("etp", plan.etp))
+    if plan.zero:
+        out.append(("zero", plan.zero))
+    if config.recompute != was_config.recompute:
+        out.append(("recompute", config.recompute))
+    if config.micro_batch != was_config.micro_batch:
+        out.append(("micro_batch", config.micro_batch))
+    if plan.schedule != was.schedule:
+        out.append(("schedule", plan.schedule))
+    return tuple(out)
+
+
+def estimate_training(req: TrainRequest, find_plan: FindPlan | None = None) -> TrainEstimate:
+    """The estimate of ``req``; over capacity, with fixes (``find_plan``: see :func:`suggest_fixes`)."""
     from gpuplan.estimate.validate import error_band  # reads the validation set once, when asked
 
     validate(req)
@@ -175,7 +218,7 @@ def estimate_training(req: TrainRequest) -> TrainEstimate:
         step_s=None if req.mfu is not None else step.step_s,
         price_per_gpu_hour=req.price_per_gpu_hour,
     )
-    suggestions = () if memory.fits else suggest_fixes(req)
+    suggestions = () if memory.fits else suggest_fixes(req, find_plan=find_plan)
     band = None if req.mfu is not None else error_band(req.gpu, c, req.plan, step.step_s)
     return TrainEstimate(
         request=req,
@@ -285,8 +328,8 @@ def to_dict(est: TrainEstimate) -> dict:
         "mfu": None if t is None else t.mfu,
         "hfu": None if t is None else t.hfu,
         "tokens_per_s_per_gpu": None if t is None else t.tokens_per_s_per_gpu,
-        "suggestions": [dataclasses.asdict(s) for s in est.suggestions],
-        "mfu_source": "--mfu" if req.mfu is not None else "predicted",
+        "suggestions": [s.to_dict() for s in est.suggestions],
+        "mfu_source": "mfu" if req.mfu is not None else "predicted",
         "performance": None if est.step is None else performance_dict(est.step, req.gpu),
     }
 

@@ -75,12 +75,12 @@ def synthetic_loads(layers: int, experts: int, skew: float, seed: int = 0, token
 def load_table(path: str | None, skew: float | None, layers: int, experts: int, seed: int = 0) -> np.ndarray:
     """The loads of ``path`` (a file) or synthetic loads of Zipf ``skew``: exactly one of them."""
     if (path is None) == (skew is None):
-        raise GpuplanError("loads", "give --loads FILE or --synthetic SKEW", "e.g. --synthetic 1.0 --layers 61")
+        raise GpuplanError("loads", "give `loads=FILE` or `synthetic=SKEW`", "e.g. `synthetic=1.0` `layers=61`")
     if skew is not None and layers * experts > 10**7:
         raise GpuplanError(
             "layers",
             f"{layers:,} layers x {experts:,} experts is too large a table",
-            "use the model's real sizes, e.g. --layers 61 --experts 256",
+            "use the model's real sizes, e.g. `layers=61` `experts=256`",
         )
     if path:
         return read_loads(path)

@@ -70,114 +70,152 @@ def replicate(load: np.ndarray, slots: int, most: int) -> np.ndarray:
 def _expand(load: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-replica (layers, replicas) expert ids and loads, replicas of an expert side by side."""
     n_layers, n_exp = load.shape
-    ids = np.stack([np.repeat(np.arange(n_exp), counts[l]) for l in range(n_layers)])
+    ids = np.repeat(np.tile(np.arange(n_exp), n_layers), counts.reshape(-1)).reshape(n_layers, -1)
     per = load / counts
     return ids, np.take_along_axis(per, ids, axis=1)
 
 
-def _lpt(w: np.ndarray, ids: np.ndarray, bins: int, distinct: bool) -> np.ndarray | None:
+def _lpt(w: np.ndarray, ids: np.ndarray, bins: int, distinct: bool) -> tuple[np.ndarray, np.ndarray]:
     """Bin of each item: heaviest first onto the least loaded bin with a free slot (and, with
-    ``distinct``, without that expert). None if some layer gets stuck."""
+    ``distinct``, without that expert); and per layer, whether it got stuck (no such bin left for
+    an item; its bins are then meaningless)."""
     n_layers, n_items = w.shape
     cap = n_items // bins
     n_ids = int(ids.max()) + 1
     order = np.argsort(-w, axis=1, kind="stable")
-    load = np.zeros((n_layers, bins))
-    count = np.zeros((n_layers, bins), dtype=np.int64)
-    has = np.zeros((n_layers, bins, n_ids), dtype=bool)
-    out = np.empty((n_layers, n_items), dtype=np.int64)
-    rows = np.arange(n_layers)
+    w_next = np.take_along_axis(w, order, axis=1)  # the items in the order they are placed
+    e_next = np.take_along_axis(ids, order, axis=1)
+    load = np.zeros(n_layers * bins)  # flat (layer, bin), indexed by layer x bins + bin
+    count = np.zeros(n_layers * bins, dtype=np.int64)
+    # a bin's load while it has a free slot, inf once full: the greedy's argmin reads only this
+    open_load = np.zeros((n_layers, bins))
+    open_flat = open_load.reshape(-1)
+    has = np.zeros((n_layers * n_ids, bins), dtype=bool)  # (layer, expert) -> bins holding it
+    has_flat = has.reshape(-1)
+    chosen = np.empty((n_layers, n_items), dtype=np.int64)
+    base, id_base = np.arange(n_layers) * bins, np.arange(n_layers) * n_ids
+    stuck = np.zeros(n_layers, dtype=bool)
     for t in range(n_items):
-        item = order[:, t]
-        e = ids[rows, item]
-        ok = count < cap
         if distinct:
-            ok &= ~has[rows, :, e]
-        if not ok.any(axis=1).all():
-            return None
-        b = np.argmin(np.where(ok, load, np.inf), axis=1)
-        out[rows, item] = b
-        load[rows, b] += w[rows, item]
-        count[rows, b] += 1
-        has[rows, b, e] = True
-    return out
+            held = has[id_base + e_next[:, t]]
+            choice = np.where(held, np.inf, open_load)
+        else:
+            choice = open_load
+        b = choice.argmin(axis=1)
+        cell = base + b
+        stuck |= np.isinf(choice.reshape(-1)[cell])  # no bin left (loads are finite)
+        if distinct:
+            has_flat[(id_base + e_next[:, t]) * bins + b] = True
+        chosen[:, t] = b
+        load[cell] += w_next[:, t]
+        count[cell] += 1
+        open_flat[cell] = np.where(count[cell] < cap, load[cell], np.inf)
+    out = np.empty_like(chosen)
+    np.put_along_axis(out, order, chosen, axis=1)
+    return out, stuck
 
 
 def _improve(w: np.ndarray, ids: np.ndarray, where: np.ndarray, bins: int, rounds: int = 200) -> np.ndarray:
     """Swap a replica on the most loaded bin with one on a lighter bin while that lowers the pair's
     maximum below the current maximum (keeping every expert at most once per bin). Layers that
     stop improving drop out; candidates are the replicas on the ``near`` lightest bins."""
-    n_items = w.shape[1]
+    n_layers, n_items = w.shape
     cap = n_items // bins
     n_ids = int(ids.max()) + 1
     near = min(bins - 1, 8)
     where = where.copy()
-    act = np.arange(w.shape[0])
+    # kept up to date across rounds (a swap moves two items), rather than rebuilt each round:
+    # has[layer, bin, expert], and each bin's items in ascending item order (a stable sort by bin)
+    has = np.zeros((n_layers, bins, n_ids), dtype=bool)
+    has[np.arange(n_layers)[:, None], where, ids] = True
+    grouped_all = np.argsort(where, axis=1, kind="stable").reshape(n_layers, bins, cap)
+    act = np.arange(n_layers)
     for _ in range(rounds):
         if not len(act):
             break
         wa, ea, ba = w[act], ids[act], where[act]
         n = len(act)
         rows = np.arange(n)
-        load = np.zeros((n, bins))
-        np.add.at(load, (rows[:, None], ba), wa)
-        has = np.zeros((n, bins, n_ids), dtype=bool)
-        has[rows[:, None], ba, ea] = True
+        # each bin's load, summed in item order (as np.add.at over the items, bit for bit)
+        cell = (rows[:, None] * bins + ba).reshape(-1)
+        load = np.bincount(cell, weights=wa.reshape(-1), minlength=n * bins).reshape(n, bins)
         by_load = np.argsort(load, axis=1)
         top = by_load[:, -1]
         light = by_load[:, :near]  # (n, near)
         # items on the top bin, and items on the light bins, as indices
-        rank = np.argsort(ba, axis=1, kind="stable")  # items grouped by bin, cap each
-        grouped = rank.reshape(n, bins, cap)
+        grouped = grouped_all[act]
         on_top = grouped[rows, top]  # (n, cap)
         cand = grouped[rows[:, None], light].reshape(n, near * cap)  # (n, near*cap)
         wi = np.take_along_axis(wa, on_top, axis=1)[:, :, None]
         ei = np.take_along_axis(ea, on_top, axis=1)[:, :, None]
         wj = np.take_along_axis(wa, cand, axis=1)[:, None, :]
         ej = np.take_along_axis(ea, cand, axis=1)[:, None, :]
-        bj = np.take_along_axis(ba, cand, axis=1)[:, None, :]
         delta = wi - wj
         top_load = load[rows, top][:, None, None]
-        other = np.take_along_axis(load, bj[:, 0, :], axis=1)[:, None, :]
+        other = np.repeat(np.take_along_axis(load, light, axis=1), cap, axis=1)[:, None, :]  # j's bin's load
         new_peak = np.maximum(top_load - delta, other + delta)
         ok = (delta > 0) & (new_peak < top_load - 1e-12) & (ei != ej)
-        ok &= ~has[rows[:, None, None], bj, ei]  # expert i not already on j's bin
-        ok &= ~has[rows[:, None, None], top[:, None, None], ej]  # nor expert j on the top bin
+        layer = act[:, None, None]
+        # expert i not already on j's bin: looked up per (i, light bin), then spread over its items
+        ok &= np.repeat(~has[layer, light[:, None, :], ei], cap, axis=2)
+        ok &= ~has[layer, top[:, None, None], ej]  # nor expert j on the top bin
         score = np.where(ok, new_peak, np.inf).reshape(n, -1)
         best = np.argmin(score, axis=1)
         go = np.isfinite(score[rows, best])
         r = rows[go]
-        i = on_top[r, best[go] // cand.shape[1]]
-        j = cand[r, best[go] % cand.shape[1]]
+        p, q = best[go] // cand.shape[1], best[go] % cand.shape[1]  # i's place on the top bin, j's among cand
+        i, j = on_top[r, p], cand[r, q]
         li = act[go]
-        bi = where[li, i].copy()
-        where[li, i] = where[li, j]
-        where[li, j] = bi
+        b_i, b_j = top[r], light[r, q // cap]
+        e_i, e_j = ids[li, i], ids[li, j]
+        has[li, b_i, e_i] = False
+        has[li, b_j, e_j] = False
+        has[li, b_j, e_i] = True
+        has[li, b_i, e_j] = True
+        where[li, i] = b_j
+        where[li, j] = b_i
+        grouped_all[li, b_i, p] = j
+        grouped_all[li, b_j, q % cap] = i
+        grouped_all[li, b_i] = np.sort(grouped_all[li, b_i], axis=1)
+        grouped_all[li, b_j] = np.sort(grouped_all[li, b_j], axis=1)
         act = li
     return where
 
 
-def pack(w: np.ndarray, ids: np.ndarray, bins: int) -> np.ndarray:
-    """Bin of each replica, distinct experts per bin, from the best of three starts per layer."""
-    n_layers = w.shape[0]
-    rows = np.arange(n_layers)[:, None]
-    best, best_peak = None, np.full(n_layers, np.inf)
+def pack(w: np.ndarray, ids: np.ndarray, bins: int, problem: np.ndarray | None = None) -> np.ndarray:
+    """Bin of each replica, distinct experts per bin, from the best of three starts per layer.
+
+    ``problem``: per layer, which of several packings stacked together it belongs to (None: one);
+    a greedy start stuck on any layer of a packing is dropped for all of that packing's layers,
+    as when each is packed on its own."""
+    n_layers, n_items = w.shape
+    problem = np.zeros(n_layers, dtype=np.int64) if problem is None else problem
+    plain, stuck = _lpt(w, ids, bins, False)
+    # The distinct-expert greedy takes the plain greedy's every step on a layer where the plain one
+    # never put an expert on a bin holding it (the plain pick is open to it and the least loaded):
+    # run it only on the other layers.
+    redo = stuck | ~_distinct(plain, ids)
+    constrained, stuck_c = plain.copy(), stuck.copy()
+    if redo.any():
+        constrained[redo], stuck_c[redo] = _lpt(w[redo], ids[redo], bins, True)
     # replicas of an expert side by side, dealt round-robin: always valid (an expert has at most
     # ``bins`` replicas), the fallback when both greedy starts get stuck
-    n_items = w.shape[1]
     dealt = np.broadcast_to(np.arange(n_items) % bins, w.shape).copy()
-    for start in (_lpt(w, ids, bins, False), _lpt(w, ids, bins, True), dealt):
-        if start is None:
-            continue
-        load = np.zeros((n_layers, bins))
-        np.add.at(load, (rows, start), w)
-        peak = np.where(_distinct(start, ids), load.max(axis=1), np.inf)
-        if best is None:
-            best = start.copy()
-        take = peak < best_peak
+    no_stuck = np.zeros(n_layers, dtype=bool)
+    best, best_peak = np.zeros_like(dealt), np.full(n_layers, np.inf)
+    seen = np.zeros(n_layers, dtype=bool)  # layers that have had a start
+    cell = (np.arange(n_layers)[:, None] * bins).reshape(-1, 1)
+    for start, lost in ((plain, stuck), (constrained, stuck_c), (dealt, no_stuck)):
+        ok = ~np.isin(problem, problem[lost])  # a stuck start is no start for its whole packing
+        # each bin's load summed in item order (as np.add.at over the items)
+        load = np.bincount((cell + start).reshape(-1), weights=w.reshape(-1), minlength=n_layers * bins)
+        peak = np.where(_distinct(start, ids), load.reshape(n_layers, bins).max(axis=1), np.inf)
+        first = ok & ~seen
+        best[first] = start[first]
+        seen |= ok
+        take = ok & (peak < best_peak)
         best[take] = start[take]
-        best_peak = np.minimum(peak, best_peak)
-    assert best is not None, "every layer has at least one candidate start"
+        best_peak = np.where(ok, np.minimum(peak, best_peak), best_peak)
     return _improve(w, ids, best, bins)
 
 
@@ -204,13 +242,13 @@ def place(load, replicas: int, gpus: int, nodes: int = 1, groups: int = 1, polic
         gpus >= 1 and nodes >= 1 and gpus % nodes == 0,
         "gpus",
         f"{gpus} GPUs do not split over {nodes} nodes",
-        "use a GPU count that is a multiple of --nodes",
+        "use a GPU count that is a multiple of `nodes`",
     )
     require(
         replicas >= n_exp,
         "replicas",
         f"{replicas} replicas cannot hold {n_exp} experts",
-        f"use --replicas {n_exp} or more",
+        f"use `replicas={n_exp}` or more",
     )
     require(
         replicas % gpus == 0,
@@ -227,7 +265,7 @@ def place(load, replicas: int, gpus: int, nodes: int = 1, groups: int = 1, polic
             groups % nodes == 0,
             "groups",
             f"{groups} expert groups do not spread over {nodes} nodes",
-            "use a group count that is a multiple of --nodes, or --policy global",
+            "use a group count that is a multiple of `nodes`, or `policy=global`",
         )
     phy2log = np.empty((n_layers, replicas), dtype=np.int64)
     counts = np.zeros((n_layers, n_exp), dtype=np.int64)
@@ -236,19 +274,24 @@ def place(load, replicas: int, gpus: int, nodes: int = 1, groups: int = 1, polic
         group_load = load.reshape(n_layers, groups, size).sum(axis=2)
         group_ids = np.tile(np.arange(groups), (n_layers, 1))
         # groups to nodes by plain LPT: swaps there lower the heaviest node but can leave its GPUs worse off
-        node_of_group = _lpt(group_load, group_ids, nodes, distinct=False)
+        node_of_group, _ = _lpt(group_load, group_ids, nodes, distinct=False)
         g_per_node, e_per_node = gpus // nodes, n_exp // nodes
         slots_node = replicas // nodes
         require(slots_node >= e_per_node, "replicas", "each node needs a slot for each of its experts")
+        # the nodes' packings are independent: stacked as nodes x layers rows, done at once
+        node_experts = []
         for n in range(nodes):
             groups_here = np.sort(np.argsort(node_of_group != n, axis=1, kind="stable")[:, : groups // nodes], axis=1)
-            experts = (groups_here[:, :, None] * size + np.arange(size)).reshape(n_layers, -1)  # (L, e_per_node)
-            sub = np.take_along_axis(load, experts, axis=1)
-            c = replicate(sub, slots_node, g_per_node)
-            ids, w = _expand(sub, c)
-            gpu = pack(w, ids, g_per_node)
-            _fill(phy2log, experts, ids, gpu, n * g_per_node, per_gpu)
-            np.put_along_axis(counts, experts, c, axis=1)
+            node_experts.append((groups_here[:, :, None] * size + np.arange(size)).reshape(n_layers, -1))
+        experts = np.concatenate(node_experts)  # (nodes x L, e_per_node): node n's in rows n x L on
+        sub = np.take_along_axis(np.tile(load, (nodes, 1)), experts, axis=1)
+        c = replicate(sub, slots_node, g_per_node)
+        ids, w = _expand(sub, c)
+        gpu = pack(w, ids, g_per_node, np.repeat(np.arange(nodes), n_layers))
+        for n in range(nodes):
+            here = slice(n * n_layers, (n + 1) * n_layers)
+            _fill(phy2log, experts[here], ids[here], gpu[here], n * g_per_node, per_gpu)
+            np.put_along_axis(counts, experts[here], c[here], axis=1)
     else:
         c = replicate(load, replicas, gpus)
         ids, w = _expand(load, c)

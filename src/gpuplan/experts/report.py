@@ -27,7 +27,7 @@ def placement_report(
     the bytes one token sends to each remote node."""
     if top_k > table.shape[1]:
         raise GpuplanError(
-            "top_k", f"a token cannot reach {top_k} of {table.shape[1]} experts", f"use --top-k <= {table.shape[1]}"
+            "top_k", f"a token cannot reach {top_k} of {table.shape[1]} experts", f"use `top_k` <= {table.shape[1]}"
         )
     p = place(table, replicas, gpus, nodes, groups, policy)
     traffic = cross_node_traffic(p, top_k)

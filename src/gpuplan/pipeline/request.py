@@ -30,7 +30,7 @@ def costs_from_text(
     backward ``b_full`` (input + weight gradients), not both."""
     if b is not None and b_full is not None:
         raise GpuplanError(
-            "b", "--b (input-gradient backward) and --b-full (full backward) are exclusive", "pass one of them"
+            "b", "`b` (input-gradient backward) and `b_full` (full backward) are exclusive", "pass one of them"
         )
     f_ = stage_times(f, "f", stages, zero_ok=False)
     w_ = stage_times(w, "w", stages)

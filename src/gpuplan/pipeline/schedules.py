@@ -97,13 +97,13 @@ def _check(p: int, m: int, name: str | None = None) -> None:
             not spec.even_ranks or (p >= 2 and p % 2 == 0),
             "stages",
             f"{name} needs an even number of ranks, got {p}",
-            "use an even --stages",
+            "use an even `stages`",
         )
         problem = spec.microbatch_problem(p, m)
         fix = (
             f"use a multiple of {p}"
             if spec.microbatches_per_group
-            else f"use --microbatches {spec.min_microbatches(p)} or more"
+            else f"use `microbatches={spec.min_microbatches(p)}` or more"
             + (" (even)" if spec.even_microbatches else "")
         )
         require(problem is None, "microbatches", f"{name} {problem}", fix)
@@ -315,6 +315,6 @@ def build(name: str, stages: int, microbatches: int, vp: int = 1) -> Schedule:
     are fixed: the costs only come in when the schedule is simulated."""
     spec = registry.get(name)
     if spec.needs_vp:
-        require(vp >= 2, "vp", "interleaved needs --vp 2 or more", "pass --vp, or use --schedule 1f1b")
+        require(vp >= 2, "vp", "interleaved needs `vp=2` or more", "pass `vp`, or use `schedule=1f1b`")
         return interleaved(stages, microbatches, vp)
     return globals()[spec.builder](stages, microbatches)

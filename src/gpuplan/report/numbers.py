@@ -82,8 +82,8 @@ SPECS: dict[str, Spec] = {
         ("HFU", "hfu", _pct),
         ("tokens/s per GPU", "tokens_per_s_per_gpu", _num),
         ("days", "time.days", _num),
-        ("GPU-hours (of --tokens, else of one step)", "gpu_hours", _num),
-        ("cost (of --tokens, else of one step)", "cost_usd", _usd),
+        ("GPU-hours (of the tokens given, else of one step)", "gpu_hours", _num),
+        ("cost (of the tokens given, else of one step)", "cost_usd", _usd),
     ],
     "search": [
         ("objective", "objective", _text),

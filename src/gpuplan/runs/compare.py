@@ -19,7 +19,7 @@ import dataclasses
 from typing import Any
 
 from gpuplan.estimate.calibrate import KERNEL_KINDS, measured_kernel, predicted_kernel
-from gpuplan.runs.record import Resolved, Run
+from gpuplan.estimate.run_record import Resolved, Run
 
 DEFAULT_BAND = 0.25
 MEMORY_COMPONENTS = ("weights", "gradients", "optimizer", "master_weights", "activations")

@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from gpuplan.estimate.run_record import Run
 from gpuplan.runs.parse import ANSI, GIB, MB, err, number, steady
-from gpuplan.runs.record import Run
 
 MEG_ITER = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|")
 MEG_ELAPSED = re.compile(r"elapsed time per iteration \(ms\):\s*([^|]*)\|?")

@@ -43,9 +43,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpuplan.errors import GpuplanError, field_ref
+from gpuplan.estimate.run_record import Run, RunPlan
 from gpuplan.runs.framework_logs import read_hf, read_megatron, read_torchtitan
 from gpuplan.runs.parse import ANSI, err
-from gpuplan.runs.record import Run, RunPlan
 from gpuplan.runs.telemetry import read_telemetry
 
 __all__ = [
@@ -147,7 +147,7 @@ def read_run(path: str | Path, fmt: str | None = None) -> Run:
 def read_runs(paths: list[str], fmt: str | None = None, against: str | None = None) -> list[Run]:
     """Runs read from ``paths``; ``against`` (``gpuplan train`` flags in one string) is the plan of
     each run whose file carries none."""
-    from gpuplan.runs.record import plan_from_flags
+    from gpuplan.estimate.run_record import plan_from_flags
 
     runs = [read_run(p, fmt) for p in paths]
     if against:

@@ -26,8 +26,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from gpuplan.estimate.run_record import Run, RunPlan
 from gpuplan.runs.parse import err, steady
-from gpuplan.runs.record import Run, RunPlan
 
 TELEMETRY_WARMUP = 2  # steps left out of the median: compilation, allocator and NCCL warm-up
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.errors import GpuplanError
-from gpuplan.runs.record import Run
+from gpuplan.estimate.run_record import Run
 
 CATEGORIES = (
     "gemm",

@@ -3,6 +3,7 @@ optimizer, offload), and the plan with the fewest GPUs that fits, checked with t
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import replace
 
@@ -36,7 +37,7 @@ def no_plan_error(
     offload_modes: tuple[str, ...] = (),
 ):
     reasons = ", ".join(f"{n:,} {r}" for r, n in sorted(rejected.items(), key=lambda kv: -kv[1]) if n)
-    constrained = constraints is not None and any("(--" in r for r in rejected)
+    constrained = constraints is not None and any("(`" in r for r in rejected)  # a constraint names its field
     if not rejected.get(Reason.MEMORY) and constrained:
         return GpuplanError(
             "gpus",
@@ -103,6 +104,10 @@ def _nearby_counts(gpus: int, node: int) -> list[int]:
     return (below[:6] + above[:6])[:12]
 
 
+# keyed on every argument: the whole model, the GPU (its memory and efficiency: GPUSpec.__hash__),
+# the GPU count, the whole training config (framework, optimizer, sequence, batch) and the factors;
+# the result is a pair of frozen dataclasses. Bounded: one entry per distinct request that did not fit.
+@functools.lru_cache(maxsize=256)
 def smallest_fitting_plan(
     m: ModelSpec,
     gpu: GPUSpec,

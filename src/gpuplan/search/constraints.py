@@ -57,22 +57,22 @@ class Constraints:
             )
 
     def reason(self, lo: Layout) -> str | None:
-        """Why a layout is outside the constraints (the flag that excludes it), or None."""
+        """Why a layout is outside the constraints (the field that excludes it), or None."""
         for name in ("tp", "pp", "cp", "ep", "dp"):
             fixed = getattr(self, name)
             if fixed is not None and getattr(lo, name) != fixed:
-                return f"{name} is not {fixed} (--{name})"
+                return f"{name} is not {fixed} (`{name}`)"
         if self.etp is not None and lo.expert_tp != self.etp:
-            return f"etp is not {self.etp} (--etp)"
+            return f"etp is not {self.etp} (`etp`)"
         for name in ("tp", "pp", "cp", "ep"):
             most = getattr(self, f"max_{name}")
             if most is not None and getattr(lo, name) > most:
-                return f"{name} above {most} (--max-{name})"
+                return f"{name} above {most} (`max_{name}`)"
         if self.schedules is not None:
             # the --schedule name: interleaved 1F1B is 1f1b with vp > 1
             kind = schedules.get(lo.schedule).simulated(lo.vp).train_name
             if kind not in self.schedules:
-                return f"schedule {kind} not asked for (--schedule)"
+                return f"schedule {kind} not asked for (`schedule`)"
         return None
 
 

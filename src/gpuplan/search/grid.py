@@ -25,13 +25,13 @@ import numpy as np
 from gpuplan.errors import GpuplanError
 from gpuplan.estimate import memory_terms as terms
 from gpuplan.estimate.compute import embedding_times, head_times, layer_times
-from gpuplan.estimate.memory import _activations, candidate_stages, stage_params
+from gpuplan.estimate.memory import _activations, pipeline_candidates, stage_params
 from gpuplan.estimate.step_time import _moe_layers, _shape
-from gpuplan.pipeline.split import stage_layers
 from gpuplan.specs import schedules
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan, head_stage
+from gpuplan.specs.split import shape_layers
 from gpuplan.specs.training import TrainingConfig
 
 
@@ -105,37 +105,55 @@ class Grid:
             ]
             for b in micro_batches
         ]
-        rows: list[tuple] = []
+        # Rows come from the pipeline split, which depends only on the layout's pipeline shape (pp,
+        # vp, schedule, first/last stage layers): split once per distinct shape, not per layout,
+        # and read the per-layout columns once per layout (rows index them through row_layout).
+        rows: list[tuple[int, int, int, int]] = []
         starts = []
+        split: dict[tuple, tuple[tuple[tuple[int, int, int], ...], int]] = {}
+        fewest = []  # the lightest rank's layers, for the bound on when the first forward reaches a rank
         for li, lo in enumerate(layouts):
             starts.append(len(rows))
-            for s, first, n in candidate_stages(m, lo.plan(0)):
-                rows.append((li, s, first, n))
+            shape = (lo.pp, lo.vp, lo.schedule, lo.first_stage_layers, lo.last_stage_layers)
+            if shape not in split:
+                split[shape] = (pipeline_candidates(m, *shape), min(shape_layers(m.num_layers, *shape)))
+            candidates, least = split[shape]
+            fewest.append(least)
+            rows += [(li, s, first, n) for s, first, n in candidates]
         self.starts = np.array(starts, dtype=np.int64)
-        self.row_layout = np.array([r[0] for r in rows], dtype=np.int64)
+        row_layout = np.array([r[0] for r in rows], dtype=np.int64)
+        self.row_layout = row_layout
+
+        def per_layout(values: list, dtype=None) -> np.ndarray:  # a column by layout, spread to rows
+            return np.array(values, dtype=dtype)[row_layout]
+
         col = {
-            name: np.array([getattr(layouts[r[0]], name) for r in rows], dtype=np.int64)
+            name: per_layout([getattr(lo, name) for lo in layouts], np.int64)
             for name in ("tp", "cp", "pp", "dp", "ep", "vp")
         }
-        col["etp"] = np.array([layouts[r[0]].expert_tp for r in rows], dtype=np.int64)
+        col["etp"] = per_layout([lo.expert_tp for lo in layouts], np.int64)
         self.col = col
         self.stage = np.array([r[1] for r in rows], dtype=np.int64)
         self.n_layers = np.array([r[3] for r in rows], dtype=np.int64)
-        # the lightest rank's layers, for the bound on when the first forward reaches a rank
-        fewest = [min(stage_layers(m, lo.plan(0))) for lo in layouts]
-        self.fewest_layers = np.array([fewest[r[0]] for r in rows], dtype=np.int64)
-        specs = [schedules.get(layouts[r[0]].schedule) for r in rows]  # what each row's schedule implies
-        self.copies = np.array([s.param_copies for s in specs], dtype=np.float64)
-        self.in_flight_profile = np.array([s.in_flight for s in specs])
-        self.bidirectional = np.array([s.bidirectional for s in specs], dtype=bool)
-        self.chunks = np.array([s.chunks(layouts[r[0]].vp) for s, r in zip(specs, rows)], dtype=np.int64)
-        heads = np.array([head_stage(layouts[r[0]].schedule, layouts[r[0]].pp) for r in rows], dtype=np.int64)
-        params = [
-            stage_params(m, layouts[li].pp, s, first, n, layouts[li].tp, layouts[li].ep, int(h), layouts[li].expert_tp)
-            for (li, s, first, n), h in zip(rows, heads)
-        ]
+        self.fewest_layers = per_layout(fewest, np.int64)
+        specs = [schedules.get(lo.schedule) for lo in layouts]  # what each layout's schedule implies
+        self.copies = per_layout([s.param_copies for s in specs], np.float64)
+        self.in_flight_profile = per_layout([s.in_flight for s in specs])
+        self.bidirectional = per_layout([s.bidirectional for s in specs], bool)
+        self.chunks = per_layout([s.chunks(lo.vp) for s, lo in zip(specs, layouts)], np.int64)
+        layout_heads = [head_stage(lo.schedule, lo.pp) for lo in layouts]
+        heads = per_layout(layout_heads, np.int64)
+        # one stage_params per distinct (pp, stage, layers, tp, ep, head, etp); rows index them
+        distinct: dict[tuple, int] = {}
+        which = []
+        for li, s, first, n in rows:
+            lo = layouts[li]
+            key = (lo.pp, s, first, n, lo.tp, lo.ep, layout_heads[li], lo.expert_tp)
+            which.append(distinct.setdefault(key, len(distinct)))
+        params = [stage_params(m, *key) for key in distinct]
+        pick = np.array(which, dtype=np.int64)
         self.params = {
-            k: np.array([getattr(p, k) for p in params], dtype=np.float64)
+            k: np.array([getattr(p, k) for p in params], dtype=np.float64)[pick]
             for k in (
                 "dense",
                 "expert",
@@ -153,10 +171,10 @@ class Grid:
         self.first_stage = self.stage == 0
         self.last_stage = self.stage == heads  # the stage holding the head (ZB-V: the first)
         # activation and kernel-time tables keyed by the shape a stage sees: (tp, cp, ep, etp)
-        triples = [(layouts[r[0]].tp, layouts[r[0]].cp, layouts[r[0]].ep, layouts[r[0]].etp) for r in rows]
-        keys = sorted(set(triples), key=lambda k: (*k[:3], -1 if k[3] is None else k[3]))
+        triples = [(lo.tp, lo.cp, lo.ep, lo.etp) for lo in layouts]
+        keys = sorted(set(triples), key=lambda k: (*k[:3], -1 if k[3] is None else k[3]))  # every layout has rows
         index = {k: i for i, k in enumerate(keys)}
-        self.shape_key = np.array([index[k] for k in triples], dtype=np.int64)
+        self.shape_key = per_layout([index[k] for k in triples], np.int64)
         self.shape_keys = keys
 
     # -- memory -------------------------------------------------------------------------------

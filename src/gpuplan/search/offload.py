@@ -82,7 +82,7 @@ def offload_variants(
     per = len(micro_batches) * len(rec_order)
     considered = len(single) * per * len(modes)
     if base.optimizer != "adamw":
-        rejected[f"offload models Adam only (--optimizer {base.optimizer})"] += considered
+        rejected[f"offload models Adam only (`optimizer={base.optimizer}`)"] += considered
         return [], considered
     room = host.cpu_memory_bytes * CPU_USABLE
     out: list[OffloadVariant] = []
@@ -112,7 +112,7 @@ def offload_variants(
                         rejected[f"does not fit GPU memory even with offload {mode}"] += 1
                         continue
                     if est.cpu_bytes > room:
-                        rejected[f"CPU memory per node too small for offload {mode} (--host)"] += 1
+                        rejected[f"CPU memory per node too small for offload {mode} (`host`)"] += 1
                         continue
                     out.append(OffloadVariant(i, plan.zero, cfg, micro, _timed(m, cfg, plan, gpu, micro, est), est))
                     rejected[Reason.SLOWER_VARIANT] += len(rec_order) - 1 - k

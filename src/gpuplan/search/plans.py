@@ -169,7 +169,7 @@ def search(
             offloaded += [(c, c.step.step_s * (world if objective == "cost" else 1)) for c in found]
         if left_out:
             extra = fit.considered // (len(zero_stages) * len(rec_order)) * left_out
-            rejected["ZeRO stage or recompute not asked for (--zero, --recompute)"] += extra
+            rejected["ZeRO stage or recompute not asked for (`zero`, `recompute`)"] += extra
             considered += extra
         if len(fit.layout):
             bound = fit.grid.compute_bound(gpu, fit.mb)[fit.layout, fit.mbs, fit.rec]

@@ -118,8 +118,8 @@ def plan_disaggregated(
 ) -> DisaggPlan:
     """Pools for ``req`` (its TP/PP for the decode instances; ``prefill_tp`` for the prefill ones,
     default the same: DistServe picks each phase's parallelism apart)."""
-    require(ttft_slo_s > 0, "ttft_slo", "must be positive", "e.g. --ttft-slo 2s")
-    require(itl_slo_s > 0, "itl_slo", "must be positive", "e.g. --itl-slo 50ms")
+    require(ttft_slo_s > 0, "ttft_slo", "must be positive", "e.g. `ttft_slo=2s`")
+    require(itl_slo_s > 0, "itl_slo", "must be positive", "e.g. `itl_slo=50ms`")
     m, gpu, cfg = req.model, req.gpu, req.config
     d = Deployment(m, gpu, weight_format(req.weights, gpu), kv_format(req.kv, gpu), req.tp, req.pp, req.dp_attention)
     sm = step_model(d, engine(cfg.engine))
@@ -132,7 +132,7 @@ def plan_disaggregated(
         raise GpuplanError(
             "memory",
             f"{m.name} on {d.gpus} x {gpu.name} has no room for one {length}-token sequence",
-            "use more --tp or a smaller --weights format",
+            "use more `tp` or a smaller `weights` format",
         )
     seats = min(kv_max, cfg.max_num_seqs or kv_max)
     if sm.decode_step(1, ctx).seconds > itl_slo_s:
@@ -140,7 +140,7 @@ def plan_disaggregated(
             "itl_slo",
             f"one sequence alone decodes in {sm.decode_step(1, ctx).seconds * 1e3:.1f} ms, over the "
             f"{itl_slo_s * 1e3:.1f} ms target",
-            "relax --itl-slo, or use more --tp or a faster GPU",
+            "relax `itl_slo`, or use more `tp` or a faster GPU",
         )
     lo, hi = 1, seats
     while lo < hi:  # the step grows with the batch: bisect
@@ -163,7 +163,7 @@ def plan_disaggregated(
             "ttft_slo",
             f"one prompt alone takes {(service + fixed) * 1e3:.0f} ms to its first token (prefill "
             f"{service * 1e3:.0f} ms, KV transfer {transfer * 1e3:.1f} ms), over the target",
-            "relax --ttft-slo, or use more --tp or a faster GPU",
+            "relax `ttft_slo`, or use more `tp` or a faster GPU",
         )
     lo_r, hi_r = 0.0, 1.0 / service
     for _ in range(60):  # TTFT grows with the rate: bisect

@@ -265,7 +265,7 @@ def engine_config(
         raise GpuplanError(
             "max_batched_tokens",
             f"{max_batched_tokens} tokens a step is fewer than max_num_seqs ({seqs}) sequences",
-            f"use --max-batched-tokens {seqs} or more, or lower --max-num-seqs",
+            f"use `max_batched_tokens={seqs}` or more, or lower `max_num_seqs`",
         )
     return ServeConfig(
         gpu_memory_utilization=gpu_memory_utilization if gpu_memory_utilization is not None else e.fraction(tp),

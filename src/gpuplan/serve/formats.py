@@ -185,15 +185,15 @@ def weight_format(name: str, gpu: GPUSpec) -> WeightFormat:
         raise GpuplanError(
             "weights",
             f"{fmt.name} is an {fmt.vendor.upper()} format; {gpu.name} cannot run it",
-            "use --weights mxfp4 (the OCP format) or fp8",
+            "use `weights=mxfp4` (the OCP format) or fp8",
         )
     if fmt.block_scaled_compute and "fp4" not in gpu.peak_flops:
         # block-scale (MX/NVFP4) tensor cores came with the generation that added FP4: Blackwell, CDNA 4
         raise GpuplanError(
             "weights",
-            f"{gpu.name} has no block-scaled (MX/NVFP4) tensor cores for --weights "
+            f"{gpu.name} has no block-scaled (MX/NVFP4) tensor cores for `weights` "
             f"{fmt.name}; they need NVIDIA Blackwell or AMD CDNA 4 (MI355X)",
-            "use --weights mxfp4-wo (MXFP4 weights dequantised to 16 bits, as vLLM runs them there), fp8 or int4-awq",
+            "use `weights=mxfp4-wo` (MXFP4 weights dequantised to 16 bits, as vLLM runs them there), fp8 or int4-awq",
         )
     if fmt.compute not in gpu.peak_flops:
         fallback = {
@@ -203,8 +203,8 @@ def weight_format(name: str, gpu: GPUSpec) -> WeightFormat:
         }.get(fmt.compute, "fp16")
         raise GpuplanError(
             "weights",
-            f"{gpu.name} has no {fmt.compute} tensor cores for --weights {fmt.name}",
-            f"use --weights {fallback}",
+            f"{gpu.name} has no {fmt.compute} tensor cores for `weights={fmt.name}`",
+            f"use `weights={fallback}`",
         )
     return fmt
 
@@ -216,6 +216,6 @@ def kv_format(name: str, gpu: GPUSpec | None = None) -> KVFormat:
         raise GpuplanError("kv", f"unknown KV-cache format {name!r}", f"use one of {', '.join(KV_FORMATS)}")
     if gpu is not None and fmt.needs and (fmt.needs not in gpu.peak_flops or (fmt.vendor and gpu.vendor != fmt.vendor)):
         raise GpuplanError(
-            "kv", f"{gpu.name} cannot run a {fmt.name} KV cache (it needs NVIDIA Blackwell)", "use --kv fp8"
+            "kv", f"{gpu.name} cannot run a {fmt.name} KV cache (it needs NVIDIA Blackwell)", "use `kv=fp8`"
         )
     return fmt

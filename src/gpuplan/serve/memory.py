@@ -56,7 +56,7 @@ class ServeConfig:
             self.block_size in BLOCK_SIZES,
             "block_size",
             f"vLLM pages KV in blocks of {', '.join(map(str, BLOCK_SIZES))} tokens, not {self.block_size}",
-            "use --block-size 16 (the default) or another of those",
+            "use `block_size=16` (the default) or another of those",
         )
         require(self.max_batched_tokens >= 1, "max_batched_tokens", "must be positive")
         require(self.max_num_seqs is None or self.max_num_seqs >= 1, "max_num_seqs", "must be positive")
@@ -64,8 +64,8 @@ class ServeConfig:
         require(
             self.max_num_seqs is None or self.max_batched_tokens >= self.max_num_seqs,
             "max_batched_tokens",
-            f"{self.max_batched_tokens} tokens per iteration is fewer than --max-num-seqs {self.max_num_seqs}",
-            f"use --max-batched-tokens >= {self.max_num_seqs} (vLLM's default is 8192) or a smaller --max-num-seqs",
+            f"{self.max_batched_tokens} tokens per iteration is fewer than `max_num_seqs={self.max_num_seqs}`",
+            f"use `max_batched_tokens` >= {self.max_num_seqs} (vLLM's default is 8192) or a smaller `max_num_seqs`",
         )
         for name in ("context_bytes", "cuda_graph_bytes", "nccl_bytes"):
             require(getattr(self, name) >= 0, name, "must not be negative")

@@ -73,14 +73,14 @@ def _split(req: OffloadRequest, s: _Shape) -> OffloadPlan:
         raise GpuplanError(
             "gpu_layers",
             f"{n} layers need {g / GB:.1f} GB on a GPU with {gpu_room / GB:.1f} GB usable",
-            f"use --gpu-layers {most} or fewer",
+            f"use `gpu_layers={most}` or fewer",
         )
     cpu_room = req.host.cpu_memory_bytes * CPU_USABLE
     if c > cpu_room:
         raise GpuplanError(
             "cpu_memory",
             f"the {s.layers - n} CPU layers need {c / GB:.1f} GB, CPU memory holds {cpu_room / GB:.1f} GB usable",
-            f"raise --cpu-memory to at least {c / CPU_USABLE / GB:.0f}GB or raise --gpu-layers",
+            f"raise `cpu_memory` to at least {c / CPU_USABLE / GB:.0f}GB or raise `gpu_layers`",
         )
     plan = _evaluate(req, s, p, batch)
     return _with_curve(plan, ((batch, plan.throughput),))

@@ -108,8 +108,8 @@ def _no_fit(req: OffloadRequest, s: _Shape) -> GpuplanError:
     if req.offload == "none" or (req.offload == "kv" and W + s.edge_bytes > gpu_room):
         return GpuplanError(
             "offload",
-            f"weights ({W / GB:.1f} GB) do not fit the GPU's {gpu_room / GB:.1f} GB with --offload {req.offload}",
-            "use --offload auto or weights",
+            f"weights ({W / GB:.1f} GB) do not fit the GPU's {gpu_room / GB:.1f} GB with `offload={req.offload}`",
+            "use `offload=auto` or weights",
         )
     need_host = W + s.edge_bytes + kv1 - gpu_room
     if need_host > cpu_room + req.host.disk_bytes and req.host.disk_bytes > 0:
@@ -117,7 +117,7 @@ def _no_fit(req: OffloadRequest, s: _Shape) -> GpuplanError:
             "disk",
             f"{need_host / GB:.1f} GB must live off the GPU; CPU memory holds "
             f"{cpu_room / GB:.1f} GB and the disk only {req.host.disk_bytes / GB:.1f} GB",
-            f"use --disk {(need_host - cpu_room) / 1e12 * 1.05:.2f}TB or more, or raise --cpu-memory",
+            f"use `disk={(need_host - cpu_room) / 1e12 * 1.05:.2f}TB` or more, or raise `cpu_memory`",
         )
     if need_host > cpu_room + req.host.disk_bytes:
         short = need_host - req.host.disk_bytes
@@ -125,13 +125,13 @@ def _no_fit(req: OffloadRequest, s: _Shape) -> GpuplanError:
             "cpu_memory",
             f"{need_host / GB:.1f} GB must live off the GPU but CPU memory holds "
             f"{cpu_room / GB:.1f} GB and the disk {req.host.disk_bytes / GB:.1f} GB",
-            f"raise --cpu-memory to at least {short / CPU_USABLE / GB:.0f}GB or add --disk "
-            f"{(need_host - cpu_room) / 1e12:.2f}TB",
+            f"raise `cpu_memory` to at least {short / CPU_USABLE / GB:.0f}GB or add "
+            f"`disk={(need_host - cpu_room) / 1e12:.2f}TB`",
         )
     return GpuplanError(
         "gpu_memory",
         f"no placement fits {req.gpu.name}: embeddings, LM head and the streaming buffers alone exceed it",
-        "use a larger GPU or a smaller --weights format",
+        "use a larger GPU or a smaller `weights` format",
     )
 
 

@@ -78,7 +78,7 @@ class ServeRequest:
         require(
             not (self.concurrency and self.max_throughput),
             "concurrency",
-            "--concurrency and --max-throughput are exclusive",
+            "`concurrency` and `max_throughput` are exclusive",
             "pass one of them",
         )
         require(0 <= self.prefix_hit_rate < 1, "prefix_hit_rate", f"must be in [0, 1), got {self.prefix_hit_rate}")
@@ -98,7 +98,7 @@ class ServeRequest:
             or bool(self.target_requests_per_s),
             "tpot_slo" if self.tpot_slo_s is not None else "ttft_slo",
             "a latency target needs a throughput to serve",
-            "add --target-rps or --target-tokens-per-s (or use serve-sim --itl-slo/--ttft-slo to find the rate)",
+            "add `target_rps` or `target_tokens_per_s` (or use serve-sim `itl_slo`/`ttft_slo` to find the rate)",
         )
 
 
@@ -166,9 +166,9 @@ def _smallest_fix(req: ServeRequest, cfg: ServeConfig) -> str:
         if found:
             tp, pp = found
             flags = (
-                ([f"--weights {fmt}"] if fmt != req.weights else [])
-                + ([f"--tp {tp}"] if tp > 1 else [])
-                + ([f"--pp {pp}"] if pp > 1 else [])
+                ([f"`weights={fmt}`"] if fmt != req.weights else [])
+                + ([f"`tp={tp}`"] if tp > 1 else [])
+                + ([f"`pp={pp}`"] if pp > 1 else [])
             )
             fixes.append(" ".join(flags) + f" ({tp * pp} GPUs)")
         if len(fixes) == 2:
@@ -185,7 +185,7 @@ def estimate_serving(req: ServeRequest) -> ServeEstimate:
         raise GpuplanError(
             "input_len",
             f"input + output = {length} tokens is longer than {m.name}'s maximum context of {limit}",
-            f"use --input-len + --output-len <= {limit}",
+            f"use `input_len` + `output_len` <= {limit}",
         )
     mem = serve_memory(d, cfg)
     draft = None
@@ -249,7 +249,7 @@ def estimate_serving(req: ServeRequest) -> ServeEstimate:
             raise GpuplanError(
                 "tpot_slo",
                 "no batch size meets the latency target, not even one sequence",
-                "relax --tpot-slo/--ttft-slo, or use more --tp or a faster GPU",
+                "relax `tpot_slo`/`ttft_slo`, or use more `tp` or a faster GPU",
             )
         best = max(ok, key=lambda p: p.output_tokens_per_s)
         gpus_needed = math.ceil(target / best.output_tokens_per_s) * d.gpus

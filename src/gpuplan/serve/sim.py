@@ -76,7 +76,7 @@ def simulate(
         raise GpuplanError(
             "input_len",
             f"a {longest}-token request needs {math.ceil(longest / bs)} KV blocks; the pool has {free}",
-            "use shorter requests, --kv fp8, or a larger --tp",
+            "use shorter requests, `kv=fp8`, or a larger `tp`",
         )
     arrival, prompt, out = w.arrival_s, w.input_len.astype(np.int64), w.output_len.astype(np.int64)
     require(clients is None or clients >= 1, "concurrency", f"must be at least 1, got {clients}")
@@ -92,7 +92,7 @@ def simulate(
             "max_batched_tokens",
             f"{n:,} requests at {cfg.max_batched_tokens:,} tokens per iteration "
             f"take at least {least:,} engine iterations",
-            "raise --max-batched-tokens (vLLM's default is 8192) or simulate fewer --requests",
+            "raise `max_batched_tokens` (vLLM's default is 8192) or simulate fewer `requests`",
         )
     computed = np.zeros(n, dtype=np.int64)  # tokens whose KV is in the cache
     generated = np.zeros(n, dtype=np.int64)
@@ -195,7 +195,7 @@ def simulate(
                 "requests",
                 f"the simulation passed {max_iterations:,} engine iterations with "
                 f"{n - done:,} of {n:,} requests unfinished",
-                "simulate fewer --requests, or a rate the engine can keep up with",
+                "simulate fewer `requests`, or a rate the engine can keep up with",
             )
         computed[ids] += tk
         emits = dec | (computed[ids] >= target[ids])  # decoders, and prompts whose last chunk ran

@@ -111,19 +111,19 @@ def study(
         # A trace brings its own arrivals: a rate or an SLO search would be silently dropped
         raise GpuplanError(
             "trace",
-            "a trace sets the arrivals itself: --rate and the SLO search do not apply",
-            "drop --rate/--ttft-slo/--itl-slo, or drop --trace",
+            "a trace sets the arrivals itself: `rate` and the SLO search do not apply",
+            "drop `rate`/`ttft_slo`/`itl_slo`, or drop `trace`",
         )
     if clients is not None and (trace or rates or searches):
         # a closed loop sets its own arrivals, as a trace or a rate would
         raise GpuplanError(
             "concurrency",
-            "a closed loop of --concurrency clients sets the arrivals itself",
-            "drop --rate/--trace/--ttft-slo/--itl-slo, or drop --concurrency",
+            "a closed loop of `concurrency` clients sets the arrivals itself",
+            "drop `rate`/`trace`/`ttft_slo`/`itl_slo`, or drop `concurrency`",
         )
     if not trace and not rates and not searches and clients is None:
         raise GpuplanError(
-            "rate", "give --rate, --trace, or an SLO (--ttft-slo/--itl-slo) to search the rate", "e.g. --rate 1,2,4,8"
+            "rate", "give `rate`, `trace`, or an SLO (`ttft_slo`/`itl_slo`) to search the rate", "e.g. `rate=1,2,4,8`"
         )
     return Study(
         deployment,

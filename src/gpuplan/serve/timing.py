@@ -72,7 +72,7 @@ class Deployment:
             not self.dp_attention or m.is_mla,
             "dp_attention",
             f"{m.name} has no multi-head latent attention: TP already splits its KV heads",
-            "drop --dp-attention, or serve an MLA model (DeepSeek-V2/V3, Kimi-K2)",
+            "drop `dp_attention`, or serve an MLA model (DeepSeek-V2/V3, Kimi-K2)",
         )
         require(isinstance(self.tp, int) and self.tp >= 1, "tp", f"must be a positive integer, got {self.tp!r}")
         require(isinstance(self.pp, int) and self.pp >= 1, "pp", f"must be a positive integer, got {self.pp!r}")

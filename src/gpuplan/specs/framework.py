@@ -162,7 +162,7 @@ FRAMEWORKS: dict[str, Framework] = {
             "parallelism, DDP, DeepSpeed ZeRO or FSDP for data parallelism, "
             "gradient_checkpointing (whole layers), attn_implementation sdpa (PyTorch >= 2.11 runs "
             "cuDNN attention on H100/B200: measurements/h100-sxm-2026-11-23 traces) or "
-            "flash_attention_2 (--attention-kernel fa2), "
+            "flash_attention_2 (`attention_kernel=fa2`), "
             "eager PyTorch kernels; autocast keeps fp32 parameters and gradients (4 + 4 B, the "
             "same total as BF16 weights and gradients plus an fp32 master)",
             profile="eager",
@@ -187,34 +187,34 @@ def get(name: str) -> Framework:
 
 
 def _refuse(fw: Framework, field: str, what: str, alternatives: str) -> GpuplanError:
-    return GpuplanError(field, f"the {fw.name} profile has no {what}", f"use {alternatives}, or another --framework")
+    return GpuplanError(field, f"the {fw.name} profile has no {what}", f"use {alternatives}, or another `framework`")
 
 
 def check_config(fw: Framework, *, recompute: str, tp_overlap: bool, modules: tuple[str, ...] = ()) -> None:
     """Refuse training options the framework cannot run (one line, naming the profile and the
     alternatives)."""
     if recompute not in fw.recompute:
-        raise _refuse(fw, "recompute", f"{recompute} recompute", "--recompute " + " or ".join(fw.recompute))
+        raise _refuse(fw, "recompute", f"{recompute} recompute", "`recompute` " + " or ".join(fw.recompute))
     if modules and not fw.recompute_modules:
-        raise _refuse(fw, "recompute_modules", "recompute by module", "--recompute " + " or ".join(fw.recompute))
+        raise _refuse(fw, "recompute_modules", "recompute by module", "`recompute` " + " or ".join(fw.recompute))
     if tp_overlap and not fw.can_tp_overlap:
-        raise _refuse(fw, "tp_overlap", "TP communication overlap", "--no-tp-overlap")
+        raise _refuse(fw, "tp_overlap", "TP communication overlap", "`tp_overlap=false`")
 
 
 def check_plan(fw: Framework, plan: ParallelPlan) -> None:
     """Refuse parallel layouts the framework cannot run."""
     if plan.pp > 1 and not fw.pipeline:
-        raise _refuse(fw, "pp", "pipeline parallelism", "--pp 1")
+        raise _refuse(fw, "pp", "pipeline parallelism", "`pp=1`")
     if schedules.get(plan.schedule).train_name not in fw.schedules:  # aliases (zb-h1) by their name
-        raise _refuse(fw, "schedule", f"{plan.schedule} schedule", "--schedule " + " or ".join(fw.schedules))
+        raise _refuse(fw, "schedule", f"{plan.schedule} schedule", "`schedule` " + " or ".join(fw.schedules))
     if plan.vp > 1 and not fw.interleaving:
-        raise _refuse(fw, "vp", "interleaved (virtual) pipeline stages", "--vp 1")
+        raise _refuse(fw, "vp", "interleaved (virtual) pipeline stages", "`vp=1`")
     if plan.zero not in fw.zero_stages:
-        raise _refuse(fw, "zero", f"ZeRO-{plan.zero} sharding", "--zero " + " or ".join(map(str, fw.zero_stages)))
+        raise _refuse(fw, "zero", f"ZeRO-{plan.zero} sharding", "`zero` " + " or ".join(map(str, fw.zero_stages)))
     if plan.pp > 1 and plan.zero not in fw.zero_with_pp:
         raise _refuse(
             fw,
             "zero",
             f"ZeRO-{plan.zero} with pipeline parallelism",
-            "--zero " + " or ".join(map(str, fw.zero_with_pp)) + " with --pp > 1",
+            "`zero` " + " or ".join(map(str, fw.zero_with_pp)) + " with `pp` > 1",
         )

@@ -245,11 +245,11 @@ class GPUSpec:
                     "precision",
                     f"{self.name} has no block-scaled (MX/NVFP4) tensor cores for {dtype}; they need "
                     "NVIDIA Blackwell (B200, B300, GB200) or AMD CDNA 4 (MI355X)",
-                    "use --precision fp8 (per-tensor scaled) where the GPU has fp8, else bf16",
+                    "use `precision=fp8` (per-tensor scaled) where the GPU has fp8, else bf16",
                 )
             if dtype == "nvfp4" and self.vendor != "nvidia":
                 raise GpuplanError(
-                    "precision", f"nvfp4 is an NVIDIA format; {self.name} cannot run it", "use --precision mxfp8"
+                    "precision", f"nvfp4 is an NVIDIA format; {self.name} cannot run it", "use `precision=mxfp8`"
                 )
             return self.peak_flops[element]
         if dtype not in self.peak_flops:
@@ -258,7 +258,7 @@ class GPUSpec:
             raise GpuplanError(
                 "precision",
                 f"{self.name} has no {dtype} tensor cores",
-                f"use --precision {' or '.join(usable[:2])} (its tensor-core dtypes: {have})",
+                f"use `precision={' or '.join(usable[:2])}` (its tensor-core dtypes: {have})",
             )
         return self.peak_flops[dtype]
 

@@ -47,7 +47,7 @@ class HostSpec:
                 self.disk_read_bytes_per_s > 0 and self.disk_write_bytes_per_s > 0,
                 "disk_gbps",
                 "a disk needs a read and write bandwidth",
-                "pass --disk-gbps",
+                "pass `disk_gbps`",
             )
 
     def pcie_per_gpu(self, active_gpus: int = 1) -> float:

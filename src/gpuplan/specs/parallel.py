@@ -42,7 +42,7 @@ class ParallelPlan:
     order: str = "tp-cp-dp-pp"  # rank order, innermost first: decides which groups cross nodes
     # Uneven pipeline split (Megatron's --decoder-first/last-pipeline-num-layers): transformer
     # layers on the first and last pipeline ranks, the rest shared by the middle ranks; None: even
-    # split (pipeline/split.py, stage_layers, which also checks them against the model)
+    # split (specs/split.py, stage_layers, which also checks them against the model)
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
 
@@ -72,13 +72,13 @@ class ParallelPlan:
                 f"must be a positive integer, got {value!r}",
                 "a stage with no layer cannot run; leave it unset for an even split",
             )
-            require(value is None or self.pp > 1, name, "an uneven split needs pipeline parallelism", "set --pp > 1")
+            require(value is None or self.pp > 1, name, "an uneven split needs pipeline parallelism", "set `pp` > 1")
         dims = self.order.split("-")
         require(
             sorted(dims) == ["cp", "dp", "pp", "tp"],
             "order",
             f"rank order {self.order!r} must name tp, cp, dp and pp once each, innermost first",
-            "e.g. --rank-order tp-cp-dp-pp",
+            "e.g. `rank_order=tp-cp-dp-pp`",
         )
 
     @classmethod
@@ -98,7 +98,7 @@ class ParallelPlan:
         if plan.world_size != gpus:
             raise GpuplanError(
                 "dp",
-                f"dp x tp x pp x cp = {plan.world_size} is not --gpus {gpus}",
+                f"dp x tp x pp x cp = {plan.world_size} is not `gpus={gpus}`",
                 "make the product of the degrees equal the GPU count",
             )
         return plan

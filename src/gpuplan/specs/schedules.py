@@ -92,7 +92,7 @@ REGISTRY: tuple[ScheduleSpec, ...] = (
     ScheduleSpec("gpipe", "GPipe: all forwards, then all backwards", "gpipe", in_flight="all"),
     ScheduleSpec(
         "1f1b",
-        "1F1B (PipeDream-Flush); interleaved with --vp > 1",
+        "1F1B (PipeDream-Flush); interleaved with `vp` > 1",
         "one_f_one_b",
         training=True,
         interleaved="interleaved",

@@ -236,7 +236,7 @@ class TrainingConfig:
             not self.recompute_modules or self.recompute == "selective",
             "recompute_modules",
             f"modules are recomputed only under selective recompute, not {self.recompute!r}",
-            "use --recompute selective, or drop --recompute-modules",
+            "use `recompute=selective`, or drop `recompute_modules`",
         )
         require(
             self.attention in ATTENTION,
@@ -267,7 +267,7 @@ class TrainingConfig:
             not (self.offload_activation_layers and self.recompute == "full"),
             "offload_activation_layers",
             "activation offload and full recompute both drop the layers' activations (Megatron-Core refuses the pair)",
-            "choose one: --recompute full or --offload-activations N",
+            "choose one: `recompute=full` or `offload_activations=N`",
         )
         check_config(
             get_framework(self.framework),

@@ -66,7 +66,7 @@ def _features(schedule: str, interleaving: bool) -> tuple[bool, bool, bool, bool
 
 
 def _split_fix(num_layers: int, pp: int, vp: int) -> str:
-    from gpuplan.pipeline.split import _fix  # the first/last split that would work
+    from gpuplan.specs.split import _fix  # the first/last split that would work
 
     return _fix(num_layers, pp, vp)
 
@@ -94,7 +94,7 @@ class View:
         global_batch: Any = None,
         uneven: Any = False,
     ) -> None:
-        self.uneven = uneven  # first/last stage layers given: pipeline/split.py checks that split
+        self.uneven = uneven  # first/last stage layers given: specs/split.py checks that split
         self.tp, self.cp, self.pp, self.dp, self.ep, self.vp, self.sp = tp, cp, pp, dp, ep, vp, sp
         # the experts' tensor-parallel degree (None: tp) and whether it was set (MoE parallel folding)
         self.etp, self.folded = (tp if etp is None else etp), folded
@@ -137,13 +137,13 @@ STRUCTURE: tuple[Rule, ...] = (
             (
                 f"ep {x.ep} x etp {x.etp} must divide tp x cp x dp = {x.tp * x.cp * x.dp} "
                 "(the expert grid etp x ep x edp regroups those ranks)",
-                f"pick ep and etp whose product divides {x.tp * x.cp * x.dp}, e.g. --etp 1 "
-                f"--ep {next(d for d in range(min(x.ep, x.tp * x.cp * x.dp), 0, -1) if x.tp * x.cp * x.dp % d == 0)}",
+                f"pick ep and etp whose product divides {x.tp * x.cp * x.dp}, e.g. `etp=1` "
+                f"`ep={next(d for d in range(min(x.ep, x.tp * x.cp * x.dp), 0, -1) if x.tp * x.cp * x.dp % d == 0)}`",
             )
             if x.folded
             else (
                 f"ep={x.ep} must divide dp x cp = {x.dp * x.cp} (experts are spread over data-parallel ranks)",
-                "pick an ep that divides dp x cp, or fold it over tp too with --etp 1 (MoE parallel folding)",
+                "pick an ep that divides dp x cp, or fold it over tp too with `etp=1` (MoE parallel folding)",
             )
         ),
     ),
@@ -151,7 +151,7 @@ STRUCTURE: tuple[Rule, ...] = (
         Reason.VP_WITHOUT_PP,
         "vp",
         lambda x, m: (x.vp == 1) | (x.pp > 1),
-        lambda x, m: ("interleaving needs pipeline parallelism", "set --pp > 1 or --vp 1"),
+        lambda x, m: ("interleaving needs pipeline parallelism", "set `pp` > 1 or `vp=1`"),
     ),
     Rule(
         Reason.VP_SCHEDULE,
@@ -159,14 +159,14 @@ STRUCTURE: tuple[Rule, ...] = (
         lambda x, m: (x.vp == 1) | (x.takes_vp == 1),
         lambda x, m: (
             f"the {x.schedule} schedule has no virtual stages",
-            "use --vp 1, or --schedule 1f1b for interleaving",
+            "use `vp=1`, or `schedule=1f1b` for interleaving",
         ),
     ),
     Rule(
         Reason.ODD_PP,
         "pp",
         lambda x, m: (x.even_ranks == 0) | ((x.pp >= 2) & (x.pp % 2 == 0)),
-        lambda x, m: (f"DualPipe needs an even pipeline depth, got pp={x.pp}", "use an even --pp"),
+        lambda x, m: (f"DualPipe needs an even pipeline depth, got pp={x.pp}", "use an even `pp`"),
     ),
 )
 
@@ -217,13 +217,13 @@ MODEL: tuple[Rule, ...] = (
         Reason.EP_DENSE,
         "ep",
         lambda x, m: (x.ep == 1) | m.is_moe,
-        lambda x, m: (f"{m.name} has no experts", "use --ep 1 for a dense model"),
+        lambda x, m: (f"{m.name} has no experts", "use `ep=1` for a dense model"),
     ),
     Rule(
         Reason.ETP_DENSE,
         "etp",
         lambda x, m: (x.folded == 0) | m.is_moe,
-        lambda x, m: (f"{m.name} has no experts to split with etp={x.etp}", "drop --etp for a dense model"),
+        lambda x, m: (f"{m.name} has no experts to split with etp={x.etp}", "drop `etp` for a dense model"),
     ),
     Rule(
         Reason.EP_EXPERTS,
@@ -243,7 +243,7 @@ MODEL: tuple[Rule, ...] = (
         lambda x, m: (not m.is_moe) | (x.tp == 1) | (x.sp == 1),
         lambda x, m: (
             f"an MoE model with tp={x.tp} needs sequence parallelism (Megatron's MoE layer refuses tp > 1 without it)",
-            "drop --no-sp, or use tp 1",
+            "drop `sp=false`, or use tp 1",
         ),
     ),
     Rule(
@@ -258,7 +258,7 @@ MODEL: tuple[Rule, ...] = (
         lambda x, m: (x.sp == 0) | (x.tp == 1) | ((x.seq_len // x.cp) % x.tp == 0),
         lambda x, m: (
             f"sequence parallelism needs seq_len/cp={x.seq_len // x.cp} divisible by tp={x.tp}",
-            "change --seq-len or --tp, or pass --no-sp",
+            "change `seq_len` or `tp`, or pass `sp=false`",
         ),
     ),
 )
@@ -289,7 +289,7 @@ BATCH: tuple[Rule, ...] = (
         lambda x, m: (
             f"{x.schedule} needs " + ("an even number of " if x.mb_even else "")
             + f"micro-batches per step, at least {x.mb_min} x pp = {x.mb_min * x.pp}, got {x.microbatches}",
-            "raise --global-batch or lower --micro-batch",
+            "raise `global_batch` or lower `micro_batch`",
         ),
     ),
 )  # fmt: skip

@@ -118,7 +118,7 @@ class CheckpointManager:
             return CheckpointError(
                 "checkpoint_dir",
                 f"{self.dir} is not writable ({why})",
-                "pass a writable --checkpoint-dir",
+                "pass a writable `checkpoint_dir`",
             )
 
         try:
@@ -133,7 +133,7 @@ class CheckpointManager:
             raise CheckpointError(
                 "checkpoint_dir",
                 f"{self.dir} is in use by another trainer: {exc.holder}",
-                "wait for it to end or stop it, or pass another --checkpoint-dir",
+                "wait for it to end or stop it, or pass another `checkpoint_dir`",
             ) from None
         except OSError as exc:
             raise not_writable(exc.strerror) from None
@@ -381,7 +381,7 @@ class CheckpointManager:
             raise CheckpointError(
                 "checkpoint_dir",
                 f"no checkpoint in {self.dir} could be loaded: {'; '.join(problems)}",
-                f"rename one back to {PREFIX}<step> to try it again, or pass --restart to start over "
+                f"rename one back to {PREFIX}<step> to try it again, or pass `restart` to start over "
                 f"(the damaged ones are kept)",
             )
         left = self._bcast([p.name for p in quarantined(self.dir)] if rank() == 0 else None)
@@ -389,6 +389,6 @@ class CheckpointManager:
             raise CheckpointError(
                 "checkpoint_dir",
                 f"{self.dir} has no loadable checkpoint, only damaged ones ({', '.join(left)})",
-                f"rename one back to {PREFIX}<step> to try it again, or pass --restart to start over",
+                f"rename one back to {PREFIX}<step> to try it again, or pass `restart` to start over",
             )
         return None

@@ -161,7 +161,7 @@ def move_aside(directory: Path) -> tuple[Path | None, tuple[str, str, str] | Non
             err = (
                 "checkpoint_dir",
                 f"could not move the previous run's checkpoints in {directory} aside ({exc.strerror})",
-                "free some space, or pass another --checkpoint-dir",
+                "free some space, or pass another `checkpoint_dir`",
             )
         else:
             log.warning(

@@ -56,7 +56,7 @@ def newest_good(directory: Path, config_hash: str, problems: list[str]):
                     "checkpoint_dir",
                     f"{path} was written by a different model or config (hash {marker.get('config_hash')}, "
                     f"this run {config_hash})",
-                    "use another --checkpoint-dir, or --restart to start over",
+                    "use another `checkpoint_dir`, or `restart` to start over",
                 )
             integrity.verify(path, marker.get("files"))
         except integrity.Damaged as exc:

@@ -119,7 +119,7 @@ class Resilient:
         self.checkpoint_dir = _path("checkpoint_dir", checkpoint_dir)
         self.telemetry_path = None if telemetry is None else _path("telemetry", telemetry)
         if plan is not None:  # checked now, with the reader's own rules: a bad field fails here, not in calibrate
-            from gpuplan.runs.record import RunPlan
+            from gpuplan.estimate.run_record import RunPlan
 
             RunPlan.from_dict(plan, "Resilient(plan=...)")
         self.plan = plan

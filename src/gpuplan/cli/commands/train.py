@@ -340,7 +340,9 @@ def train(
         price_per_gpu_hour=price_per_gpu_hour,
         price_source=price_source,
     )
-    est = estimate_training(req)
+    from gpuplan.search.plans import smallest_fitting_plan  # the fix when no single change fits
+
+    est = estimate_training(req, find_plan=smallest_fitting_plan)
     doc = {**to_dict(est), "calibration_profile": prof.describe() if prof else None} if json_out or html or plot else {}
     report(html, "train", doc)
     write_plot(plot, "train", doc)

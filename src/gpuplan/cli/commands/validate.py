@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from gpuplan.cli.flags import shown
 from gpuplan.cli.options import JsonOpt
 from gpuplan.cli.output import emit_json
 from gpuplan.cli.params import (
@@ -50,7 +51,7 @@ def validate(
             "generic", "--generic applies to the shared serving rows only", "use: gpuplan validate serving"
         )
     if kind in ("offload", "offload-held-out"):
-        from gpuplan.estimate.offload_validate import (
+        from gpuplan.serve.offload_validate import (
             CSV as OFF_CSV,
             HELD_OUT as OFF_HELD_OUT,
             summary as off_summary,
@@ -80,7 +81,7 @@ def validate(
 
         ho_checks = validate_held_out()
         hdoc = {"rows": to_rows(ho_checks), "summary": ho_summary(ho_checks)}
-        emit_json(hdoc) if json_out else render_serving_held_out(hdoc)
+        emit_json(hdoc) if json_out else render_serving_held_out(shown(hdoc))  # fields as flags
         return
     if kind == "serving":
         from gpuplan.serve.validate import summary as serve_summary, to_dict as serve_dict, validate_serving

@@ -6,7 +6,7 @@ import statistics
 import pytest
 
 from gpuplan import catalog
-from gpuplan.estimate.offload_validate import (
+from gpuplan.serve.offload_validate import (
     CSV,
     HELD_OUT,
     flexgen_block,

@@ -260,5 +260,5 @@ def plan_from_flags(text: str) -> RunPlan:
         out[key] = value
         i += 2
     if "model" not in out:
-        raise GpuplanError("against", "names no model", 'start with the model: --against "llama-3.1-8b --gpus 8"')
+        raise GpuplanError("against", "names no model", 'start with the model: `against="llama-3.1-8b --gpus 8"`')
     return RunPlan(**out)

@@ -95,7 +95,7 @@ class ClusterSpec:
             gpus <= self.gpus,
             "gpus",
             f"{gpus} GPUs but the cluster has {self.nodes} nodes x {self.gpu.gpus_per_node} = {self.gpus}",
-            f"use --gpus {self.gpus} or fewer, or add nodes to the cluster file",
+            f"use `gpus={self.gpus}` or fewer, or add nodes to the cluster file",
         )
 
 

@@ -24,9 +24,14 @@ first/last split that would work named in the message.
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 from gpuplan.errors import GpuplanError
 from gpuplan.specs import schedules
+
+if TYPE_CHECKING:
+    from gpuplan.specs.model import ModelSpec
+    from gpuplan.specs.parallel import ParallelPlan
 
 
 def layers_per_stage(num_layers: int, pp: int) -> list[int]:
@@ -36,13 +41,22 @@ def layers_per_stage(num_layers: int, pp: int) -> list[int]:
     return [base + (1 if i >= pp - extra else 0) for i in range(pp)]
 
 
-def stage_layers(m, plan) -> list[int]:
+def stage_layers(m: ModelSpec, plan: ParallelPlan) -> list[int]:
     """Transformer layers on each pipeline rank (all its virtual chunks together), first rank
     first. ``m``: a ModelSpec (or anything with ``num_layers``); ``plan``: a ParallelPlan.
     Raises GpuplanError for a split that cannot run, naming one that would."""
     return list(
         _stage_layers(m.num_layers, plan.pp, plan.vp, plan.schedule, plan.first_stage_layers, plan.last_stage_layers)
     )
+
+
+def shape_layers(
+    num_layers: int, pp: int, vp: int, schedule: str, first: int | None, last: int | None
+) -> tuple[int, ...]:
+    """``stage_layers`` of a pipeline shape given by its numbers (``num_layers`` on ``pp`` ranks of
+    ``vp`` chunks, first/last stage layers or None) rather than a ParallelPlan: for the search,
+    which splits thousands of layouts of a few shapes."""
+    return _stage_layers(num_layers, pp, vp, schedule, first, last)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -63,7 +77,7 @@ def _stage_layers(
         raise GpuplanError(
             "first_stage_layers",
             f"first/last stage layer counts need a linear pipeline; the {schedule} schedule puts both ends on rank 0",
-            f"use --schedule {' or '.join(linear)}, or drop --first/--last-stage-layers",
+            f"use `schedule={' or '.join(linear)}`, or drop `first_stage_layers`/`last_stage_layers`",
         )
     ends = {"first_stage_layers": first, "last_stage_layers": last}
     for name, n in ends.items():
@@ -137,12 +151,12 @@ def _fix(num_layers: int, pp: int, vp: int) -> str:
     if found:
         first, last, each = found
         mid = f", {each} on each of the {pp - 2} middle stages" if pp > 2 else ""
-        return f"e.g. --first-stage-layers {first} --last-stage-layers {last}{mid}"
+        return f"e.g. `first_stage_layers={first}` `last_stage_layers={last}`{mid}"
     ok = [v for v in range(1, 9) if v != vp and (num_layers % (pp * v) == 0 or suggest_split(num_layers, pp, v))]
     if not ok:
-        return "use --vp 1"
+        return "use `vp=1`"
     choices = ", ".join(map(str, ok[:-1])) + (" or " if len(ok) > 1 else "") + str(ok[-1])
     return (
         f"no split of {num_layers} layers works with pp={pp} x vp={vp} (every stage's layers must be a "
-        f"multiple of vp); use --vp {choices}, with --first/--last-stage-layers where uneven"
+        f"multiple of vp); use `vp={choices}`, with `first_stage_layers`/`last_stage_layers` where uneven"
     )
