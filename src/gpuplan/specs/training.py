@@ -186,13 +186,13 @@ class TrainingConfig:
             self.optimizer_dtype == "fp32" or self.optimizer in ("adamw", "sgd"),
             "optimizer_dtype",
             f"a bf16 state is stated for adamw and sgd, not {self.optimizer}",
-            "drop optimizer_dtype or use --optimizer adamw",
+            "drop `optimizer_dtype`, or use `optimizer=adamw`",
         )
         require(
             not self.cross_entropy_in_place or self.profile == "fused",
             "cross_entropy_in_place",
             "the in-place cross-entropy is TransformerEngine's kernel (the fused profile)",
-            "drop cross_entropy_in_place or use the fused profile",
+            "drop `cross_entropy_in_place`, or use `profile=fused`",
         )
         require(
             self.attention_kernel in ATTENTION_KERNELS,
