@@ -163,16 +163,18 @@ def test_every_held_out_row_names_its_source_and_is_predicted(held_out):
 
 def test_published_runs_the_memory_model_refuses_are_counted_and_do_not_grow(held_out, results):
     # every row ran on its GPUs; a refusal is the memory model's error. Left (see the CSV notes):
-    # Nemotron-340B (its recipe is unverified), GB200 Llama 3 70B FSDP at GBS 256 and 128 (195 GiB
-    # with 40 layers offloaded: activations over-counted or a setting the recipe does not show),
-    # GB200 405B FP8 TP 4 PP 16 VP 4 (184 GiB with FP8 parameters: the in-flight micro-batches of
-    # interleaving); Llama 3 405B's three shared rows (in-flight micro-batches under Meta's
-    # modified interleaved schedule). MoE: Qwen3-30B-A3B on 16 H100 (84 GiB with FP8 parameters),
-    # at MBS 4 on GB200 with the 26.08 recipe (179 GiB), gpt-oss-120b at MBS 4 EP 8 on 64 B200
-    # (180 GiB, 1 GiB over). FP8 parameters (--fp8-param-gather, the FP8-CS and MXFP8 presets)
-    # brought the 405B MXFP8 runs and the B200 Qwen3-30B run under their GPUs (11 -> 8).
+    # GB200 Llama 3 70B FSDP at GBS 256 and 128: 185.6 GiB predicted on 185.0 (40 of 80 layers
+    # offloaded, 145 GiB of activations kept), 0.6 GiB over, inside the 5% allocator reserve
+    # (8.8 GiB) that gpuplan assumes without a source and the run's r0.2.0 / v0.1.0rc4 env does not
+    # lift (expandable segments only for 405B there); Llama 3 405B's three shared rows (in-flight
+    # micro-batches under Meta's modified interleaved schedule). Brought under their GPUs (8 -> 2):
+    # TransformerEngine's in-place cross-entropy that every Megatron-Bridge recipe sets (the bf16
+    # logits only: Qwen3-30B-A3B on H100 and GB200, gpt-oss-120b on B200), GB200 at the 189471 MiB
+    # nvidia-smi reports (not the marketed 186 GB), one per-tensor FP8 weight copy on Blackwell
+    # and expandable segments (405B GB200 FP8), Apex's BF16 optimizer state (Nemotron-340B's
+    # optim.dtype bf16). Earlier, FP8 parameters brought 11 -> 8.
     refused = {r.row.id for r in held_out if r.refused}
-    assert len(refused) <= 8, sorted(refused)
+    assert len(refused) <= 2, sorted(refused)
     assert summary(results)["refused"] <= 3
     assert all(r.capacity_bytes > 0 and r.peak_bytes > 0 for r in held_out)
 

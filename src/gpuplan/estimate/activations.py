@@ -189,6 +189,13 @@ def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) 
         if m.final_logit_softcap:
             loss_saved += a * vocab  # tanh soft-capping of the logits saves its output
         loss_transient = a * vocab + 2 * FP32 * vocab  # logits kept in the output, fp32 grad buffers
+    elif cfg.cross_entropy_in_place:
+        # TransformerEngine's parallel_cross_entropy (transformer_engine/pytorch/cross_entropy.py,
+        # triton/cross_entropy.py cross_entropy_forward): the kernel writes the gradient over the
+        # BF16 logits, which are all it saves; beside them an fp32 loss and (max, sum, target logit)
+        # per token, all-gathered over the tp ranks
+        loss_saved = a * vocab
+        loss_transient = FP32 * (1 + 3 + (3 * t if t > 1 else 0))
     else:
         loss_saved = FP32 * vocab  # Megatron's vocab-parallel CE keeps fp32 softmax (grad in place)
         loss_transient = a * vocab  # the logits

@@ -26,6 +26,7 @@ from gpuplan.estimate.memory_terms import optimizer_bytes_per_param  # noqa: F40
 from gpuplan.estimate.params import count_params
 from gpuplan.estimate.stage_params import _adafactor_bytes, _stage_tensors, stage_params
 from gpuplan.specs import schedules
+from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.split import layers_per_stage, shape_layers, stage_layers  # noqa: F401 (layers_per_stage: re-export)
@@ -150,9 +151,13 @@ def estimate_memory(
     capacity: float,
     microbatches: int = 1,
     all_stages: bool = True,
+    gpu: GPUSpec | None = None,
 ) -> MemoryReport:
     """Memory of every pipeline stage. ``all_stages=False`` (the search) computes only the stages
-    that can be the most loaded (``candidate_stages``)."""
+    that can be the most loaded (``candidate_stages``). ``gpu``: the GPU, for what depends on it
+    (one FP8 weight copy where its FP8 GEMMs take any layout: GPUSpec.fp8_any_layout); None
+    takes Hopper's."""
+    fp8_one_layout = gpu is not None and gpu.fp8_any_layout
     act = _activations(m, cfg, plan.tp, plan.cp, plan.ep, plan.sp, plan.expert_tp)
     z = plan.zero
     stages = []
@@ -215,6 +220,7 @@ def estimate_memory(
             copies * sp_.gemm_matrices,
             sp_.biggest_gemm,
             sp_.biggest_gemm_matrices,
+            fp8_one_layout,
         )
         other.update((k, v) for k, v in held.items() if v is not None)
         allocated = weights + grads + master + optimizer + activations + sum(other.values())

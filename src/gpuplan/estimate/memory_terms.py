@@ -26,11 +26,13 @@ ADAM8BIT_BLOCK = 256  # bitsandbytes blockwise quantisation: one fp32 absmax per
 
 
 def optimizer_bytes_per_param(cfg: TrainingConfig) -> float:
-    """Optimizer state bytes per parameter (Adafactor is shape-dependent: see ``_adafactor_bytes``)."""
+    """Optimizer state bytes per parameter (Adafactor is shape-dependent: see ``_adafactor_bytes``);
+    adamw's and sgd's states in ``cfg.optimizer_dtype`` (4 bytes fp32, 2 bf16)."""
+    state = 2.0 if cfg.optimizer_dtype == "bf16" else 4.0
     return {
-        "adamw": 8.0,  # exp_avg and exp_avg_sq in fp32 (torch.optim.AdamW, Megatron, DeepSpeed)
+        "adamw": 2 * state,  # exp_avg and exp_avg_sq (torch.optim.AdamW, Megatron, DeepSpeed; Apex in bf16)
         "adamw8bit": 2.0 + 2 * 4 / ADAM8BIT_BLOCK,  # two uint8 states + block scales (Dettmers et al. 2022)
-        "sgd": 4.0,  # one fp32 momentum buffer
+        "sgd": state,  # one momentum buffer
         "adafactor": 0.0,
     }[cfg.optimizer]
 
@@ -99,10 +101,13 @@ def buffers(
     gemm_matrices: Any,
     biggest_gemm: Any,
     biggest_gemm_matrices: Any,
+    fp8_one_layout: bool = False,
 ) -> dict[str, Any]:
     """Memory besides states and activations that does not depend on the micro-batch (``None``
     where a term does not apply to one plan). ``gemm`` and ``gemm_matrices`` are of every block
-    held (times the schedule's parameter copies)."""
+    held (times the schedule's parameter copies); ``fp8_one_layout``: the GPU keeps one FP8 copy
+    for both GEMM layouts (GPUSpec.fp8_any_layout, TrainingConfig.fp8_cached_bytes)."""
+    copy_bytes = cfg.fp8_cached_bytes(fp8_one_layout)
     return {
         # FSDP/ZeRO-3 gathers a whole block's weights (current and prefetched next) and holds its
         # unsharded gradient until the reduce-scatter
@@ -110,8 +115,8 @@ def buffers(
         # FP8 copies of the GEMM weights (TrainingConfig.fp8_copy_bytes): of every block held, or
         # under ZeRO-3 of the two gathered blocks only (a shard has nothing to quantize)
         "fp8_weight_copies": _when(
-            bool(cfg.fp8_copy_bytes),
-            cfg.fp8_copy_bytes * _where(z == 3, 2 * biggest_gemm, gemm)
+            bool(copy_bytes),
+            copy_bytes * _where(z == 3, 2 * biggest_gemm, gemm)
             + cfg.fp8_copy_matrix_bytes * _where(z == 3, 2 * biggest_gemm_matrices, gemm_matrices),
         ),
         "comm_buckets": _when(zero_group > 1, cfg.comm_bucket_bytes),  # two gradient buckets in flight
@@ -155,5 +160,9 @@ def activations(
 
 
 def reserved(cfg: TrainingConfig, allocated: Any) -> tuple[Any, float]:
-    """(the caching allocator's reserve over ``allocated``, the CUDA context outside it)."""
+    """(the caching allocator's reserve over ``allocated``, the CUDA context outside it). With
+    expandable segments (``TrainingConfig.expandable_segments``) the allocator unmaps its free
+    cached pages before it fails an allocation: no reserve stands in the way."""
+    if cfg.expandable_segments:
+        return 0.0 * allocated, cfg.cuda_context_bytes
     return cfg.allocator_fraction * allocated, cfg.cuda_context_bytes

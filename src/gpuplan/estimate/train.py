@@ -104,7 +104,7 @@ def validate(req: TrainRequest) -> None:
 
 
 def _memory(req: TrainRequest) -> MemoryReport:
-    return estimate_memory(req.model, req.config, req.plan, req.gpu.memory_bytes, req.microbatches)
+    return estimate_memory(req.model, req.config, req.plan, req.gpu.memory_bytes, req.microbatches, gpu=req.gpu)
 
 
 def suggest_fixes(req: TrainRequest, limit: int = 5, find_plan: FindPlan | None = None) -> tuple[Suggestion, ...]:
@@ -163,7 +163,12 @@ def suggest_fixes(req: TrainRequest, limit: int = 5, find_plan: FindPlan | None 
     if found is not None:
         plan, config = found
         mem = estimate_memory(
-            req.model, config, plan, req.gpu.memory_bytes, req.global_batch // (config.micro_batch * plan.dp)
+            req.model,
+            config,
+            plan,
+            req.gpu.memory_bytes,
+            req.global_batch // (config.micro_batch * plan.dp),
+            gpu=req.gpu,
         )
         pool = [Suggestion(plan_changes(plan, config, p, c), mem.per_gpu.total, mem.fits)] + pool
     return tuple(pool[:limit])

@@ -114,12 +114,16 @@ SOURCES = (
     # FSDP > 0 = Megatron-FSDP (gpuplan's zero 3). Their performance
     # configs reduce and keep gradients in BF16 (scripts/performance/configs/*/*_llm_pretrain.py,
     # set_{llama3,llama31,qwen3,gpt_oss}_common_configs: grad_reduce_in_fp32 = False, r0.2.0 to v0.5.0).
+    # Every version sets TransformerEngine's in-place cross-entropy: cross_entropy_fusion_impl "te"
+    # (v0.1.0rc4 configs/*/*_llm_pretrain.yaml; r0.2.0 utils/helpers.py set_common_perf_overrides;
+    # v0.3.0 to v0.5.0 utils/overrides.py; v0.6.0 perf_recipes/_common.py _benchmark_common) with
+    # GPTModelProvider's cross_entropy_loss_fusion True (models/gpt_provider.py).
     Source(
         "Megatron-Bridge",
         "Megatron-Bridge (NeMo container)",
         "",
         "nemo",
-        dict(grad_fp32=False, fp8_scaling="current"),
+        dict(grad_fp32=False, fp8_scaling="current", cross_entropy_in_place=True),
         sp=True,
     ),
     # llm-foundry: Composer + PyTorch FSDP FULL_SHARD, amp_bf16 (fp32 masters and reduction),

@@ -73,7 +73,14 @@ class Grid:
     """Per-(layout, candidate stage) rows; the (mbs, zero, rec) axes are broadcast."""
 
     def __init__(
-        self, m: ModelSpec, base: TrainingConfig, layouts: list[Layout], micro_batches, zero_stages, rec_order
+        self,
+        m: ModelSpec,
+        base: TrainingConfig,
+        layouts: list[Layout],
+        micro_batches,
+        zero_stages,
+        rec_order,
+        gpu: GPUSpec | None = None,
     ):
         if base.offload_activation_layers:  # the search does not choose which layers to offload
             raise GpuplanError(
@@ -82,6 +89,7 @@ class Grid:
                 "plan them with train",
             )
         self.m, self.base, self.layouts = m, base, layouts
+        self.fp8_one_layout = gpu is not None and gpu.fp8_any_layout  # estimate_memory's ``gpu``
         self.mbs = np.array(micro_batches, dtype=np.int64)
         self.zero = np.array(zero_stages, dtype=np.int64)
         self.rec = list(rec_order)
@@ -207,7 +215,7 @@ class Grid:
         )  # fmt: skip
         other = terms.buffers(
             cfg, z, zg, self.n_layers[:, None], p["biggest_layer"], held["gemm"],
-            copies * p["gemm_matrices"], p["biggest_gemm"], p["biggest_gemm_matrices"],
+            copies * p["gemm_matrices"], p["biggest_gemm"], p["biggest_gemm_matrices"], self.fp8_one_layout,
         )  # fmt: skip
         fixed = sum(states) + sum(v for v in other.values() if v is not None)  # (rows, Z)
 

@@ -197,7 +197,7 @@ def feasible_plans(
     layouts, considered = valid_layouts(
         m, gpu, gpus, base, max_vp, len(micro_batches) * n_zero * n_rec, rejected, constraints
     )
-    grid = Grid(m, base, layouts, micro_batches, zero_stages, rec_order)
+    grid = Grid(m, base, layouts, micro_batches, zero_stages, rec_order, gpu)
     empty = np.zeros(0, dtype=np.int64)
     if not layouts:
         return Fits(

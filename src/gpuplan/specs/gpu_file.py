@@ -31,6 +31,7 @@ FIELDS: dict[str, tuple[type, bool, str]] = {
     "date": (str, False, "when they were published"),
     "vendor": (str, False, "nvidia or amd"),
     "sm_count": (int, False, "SMs (NVIDIA) or CUs (AMD)"),
+    "compute_capability": (float, False, "NVIDIA compute capability, e.g. 9.0 (Hopper), 10.0 (B200)"),
     "nvlink_domain": (int, False, "GPUs in one NVLink domain when larger than a node"),
     "nics_per_node": (int, False, "scale-out NICs per node"),
     "nic_gbit": (float, False, "per NIC, Gbit/s, one direction"),

@@ -170,6 +170,7 @@ class GPUSpec:
     gpus_per_node: int
     tdp_w: float
     sm_count: int = 0
+    compute_capability: float = 0.0  # NVIDIA's major.minor (9.0 Hopper, 10.0 B200/GB200); 0: not stated
     nvlink_domain: int = 0  # GPUs in one NVLink domain when larger than a node (GB200 NVL72)
     vendor: str = "nvidia"
     nics_per_node: int = 0  # scale-out NICs per node
@@ -198,6 +199,19 @@ class GPUSpec:
         for dtype, flops in self.peak_flops.items():
             require(dtype in DTYPES, "tflops", f"unknown dtype {dtype!r}", f"use one of {DTYPES}")
             require(flops > 0, f"tflops.{dtype}", "must be positive")
+
+    @property
+    def fp8_any_layout(self) -> bool:
+        """Whether the GPU's FP8 GEMMs take operands in any layout, so a per-tensor-scaled FP8
+        tensor serves both the forward and the transposed backward GEMM from one copy:
+        TransformerEngine's nvte_is_non_tn_fp8_gemm_supported (transformer_engine/common/
+        transformer_engine.cpp, v2.9: compute capability 10.x, or 13.0 and later), which
+        Float8Quantizer and Float8CurrentScalingQuantizer read before they allocate a transpose
+        (pytorch/csrc/quantizer.cpp: ``with_transpose = columnwise_usage &&
+        !nvte_is_non_tn_fp8_gemm_supported()``). Hopper (9.0) runs FP8 GEMMs only in the TN
+        layout and keeps a transposed copy."""
+        cc = self.compute_capability
+        return self.vendor == "nvidia" and (10.0 <= cc < 12.0 or cc >= 13.0)
 
     @property
     def intra_bytes_per_s(self) -> float:
@@ -262,6 +276,7 @@ class GPUSpec:
             gpus_per_node=data["gpus_per_node"],
             tdp_w=data["tdp_w"],
             sm_count=data.get("sm_count", 0),
+            compute_capability=float(data.get("compute_capability", 0.0)),
             nvlink_domain=data.get("nvlink_domain", 0),
             vendor=data.get("vendor", "nvidia"),
             nics_per_node=data.get("nics_per_node", 0),

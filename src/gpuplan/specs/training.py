@@ -22,6 +22,9 @@ FP8_SCALINGS = ("delayed", "current")  # per-tensor FP8 recipes (TrainingConfig.
 BLOCK_SCALED = {"mxfp8": (1.0, 1 / 32, 0.0), "nvfp4": (0.5, 1 / 16, 4.0)}
 LOW_PRECISION = ("fp8", *BLOCK_SCALED)  # GEMMs in a sub-16-bit format, the rest in BF16
 OPTIMIZERS = ("adamw", "adamw8bit", "sgd", "adafactor")
+# dtype of the optimizer's state (TrainingConfig.optimizer_dtype): fp32, or bf16 as Apex's
+# DistributedFusedAdam keeps it when a recipe sets optim.dtype bf16 (NeMo 1.0 launcher configs)
+OPTIMIZER_DTYPES = ("fp32", "bf16")
 RECOMPUTE = ("none", "selective", "full")
 # Megatron-Core's selective recompute by module (TransformerConfig.recompute_modules, megatron/core/
 # transformer/transformer_config.py; --recompute-modules): "core_attn" (its default), "layernorm"
@@ -62,6 +65,11 @@ class TrainingConfig:
     # data-parallel parameter all-gather moves them in low precision too
     fp8_params: bool = False
     optimizer: str = "adamw"
+    # the optimizer state's dtype: "fp32", or "bf16": Apex DistributedFusedAdam with dtype bf16
+    # (NeMo 1.0's optim.dtype) keeps exp_avg and exp_avg_sq in BF16 and, its state dtype equal to
+    # the BF16 model's, no master copy: NeMo 24.07 megatron_base_model.py setup_optimization
+    # (lines 791-812 at 9c5c5e9709: store_params False when optim_dtype == model_dtype)
+    optimizer_dtype: str = "fp32"
     recompute: str = "none"
     # with recompute "selective": the modules recomputed (empty: Megatron's default, the attention core)
     recompute_modules: tuple[str, ...] = ()
@@ -76,6 +84,13 @@ class TrainingConfig:
     # The rest of the per-GPU memory, each a documented default:
     cuda_context_bytes: float = 0.5 * GiB  # CUDA/NCCL context and cuBLAS workspaces outside the allocator
     allocator_fraction: float = 0.05  # caching-allocator reserve and fragmentation, fraction of allocated
+    # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the caching allocator maps physical pages
+    # into one growing segment and, before it reports out of memory, unmaps the free pages of its
+    # cached blocks (c10/cuda/CUDACachingAllocator.cpp: release_cached_blocks -> release_block ->
+    # unmap_block for a block of an expandable segment), so cached-but-free memory no longer
+    # stands between the allocated peak and the GPU's capacity: no ``allocator_fraction`` reserve
+    # (what is left is under one 2 MiB page at each end of a free block)
+    expandable_segments: bool = False
     comm_bucket_bytes: float = 2 * 40e6 * 4  # two in-flight gradient buckets of 40M fp32 elements (Megatron)
     # Communication overlap (performance model):
     tp_overlap: bool = False  # TP collectives hidden behind GEMMs (TransformerEngine userbuffers)
@@ -108,6 +123,12 @@ class TrainingConfig:
     offload_activation_layers: int = 0
     # the loss's elementwise passes fused (the framework's; specs/framework.py)
     fused_cross_entropy: bool = True
+    # the loss writes the logits' gradient into the BF16 logits and keeps only them: Megatron-Core
+    # cross_entropy_fusion_impl "te" (TransformerEngine's parallel_cross_entropy, transformer_engine/
+    # pytorch/cross_entropy.py: ctx.save_for_backward(_input), the triton kernel overwriting _input
+    # with the gradient), which Megatron-Bridge's performance scripts set; without it Megatron's
+    # vocab-parallel cross-entropy upcasts the logits and keeps an fp32 softmax (activations.py)
+    cross_entropy_in_place: bool = False
 
     @classmethod
     def for_framework(cls, framework: str = "generic", **overrides: Any) -> TrainingConfig:
@@ -154,6 +175,24 @@ class TrainingConfig:
             "optimizer",
             f"unknown optimizer {self.optimizer!r}",
             f"use one of {', '.join(OPTIMIZERS)}",
+        )
+        require(
+            self.optimizer_dtype in OPTIMIZER_DTYPES,
+            "optimizer_dtype",
+            f"unknown optimizer state dtype {self.optimizer_dtype!r}",
+            f"use one of {', '.join(OPTIMIZER_DTYPES)}",
+        )
+        require(
+            self.optimizer_dtype == "fp32" or self.optimizer in ("adamw", "sgd"),
+            "optimizer_dtype",
+            f"a bf16 state is stated for adamw and sgd, not {self.optimizer}",
+            "drop `optimizer_dtype`, or use `optimizer=adamw`",
+        )
+        require(
+            not self.cross_entropy_in_place or self.profile == "fused",
+            "cross_entropy_in_place",
+            "the in-place cross-entropy is TransformerEngine's kernel (the fused profile)",
+            "drop `cross_entropy_in_place`, or use `profile=fused`",
         )
         require(
             self.attention_kernel in ATTENTION_KERNELS,
@@ -304,6 +343,16 @@ class TrainingConfig:
             return 0.0
         return 2.0 * self.quantized_bytes
 
+    def fp8_cached_bytes(self, one_layout: bool = False) -> float:
+        """``fp8_copy_bytes`` on a GPU whose FP8 GEMMs take any layout (``one_layout``:
+        GPUSpec.fp8_any_layout, Blackwell B200/GB200/B300): a per-tensor-scaled FP8 weight
+        (precision "fp8", delayed or current scaling) is one FP8 tensor serving both usages, 1
+        byte. MXFP8 and NVFP4 scale blocks along the reduction dimension, so their row-wise and
+        column-wise copies stay separate on every GPU."""
+        if one_layout and self.precision == "fp8":
+            return self.fp8_copy_bytes / 2
+        return self.fp8_copy_bytes
+
     @property
     def quantized_bytes(self) -> float:
         """Bytes per element of one quantized GEMM operand, block scales included (1 for FP8)."""
@@ -339,6 +388,8 @@ class TrainingConfig:
         2 bytes when only the remainder below the BF16 weight is kept (``master_remainders``)."""
         if self.precision == "fp32" or not self.master_weights:
             return 0
+        if self.optimizer_dtype == "bf16":  # Apex: the BF16 state updates the BF16 weights in place
+            return 2 if self.fp8_params else 0  # NeMo stores a BF16 copy beside FP8 parameters
         return 2 if self.master_remainders else 4
 
     @property

@@ -193,6 +193,30 @@ def train(
             "FP8 parameter all-gather.",
         ),
     ] = False,
+    optimizer_dtype: Annotated[
+        str,
+        typer.Option(
+            "--optimizer-dtype",
+            help="Optimizer state dtype: fp32, or bf16 (Apex DistributedFusedAdam with NeMo's optim.dtype "
+            "bf16: BF16 moments and no master copy).",
+        ),
+    ] = "fp32",
+    cross_entropy_in_place: Annotated[
+        bool,
+        typer.Option(
+            "--cross-entropy-in-place/--no-cross-entropy-in-place",
+            help="The loss keeps only the BF16 logits and writes their gradient over them "
+            "(Megatron-Core cross_entropy_fusion_impl te: TransformerEngine's parallel_cross_entropy).",
+        ),
+    ] = False,
+    expandable_segments: Annotated[
+        bool,
+        typer.Option(
+            "--expandable-segments/--no-expandable-segments",
+            help="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: no allocator reserve (free cached "
+            "pages are unmapped before an allocation fails).",
+        ),
+    ] = False,
     grad_dtype: Annotated[
         str | None,
         typer.Option(
@@ -279,6 +303,9 @@ def train(
         grad_fp32=_grad_fp32(grad_dtype),
         fp8_scaling=fp8_scaling,
         fp8_params=fp8_params,
+        optimizer_dtype=optimizer_dtype,
+        cross_entropy_in_place=cross_entropy_in_place,
+        expandable_segments=expandable_segments,
     )
     if offload is not None:  # the offload model (estimate/offload.py) answers instead
         from gpuplan.cli.offload import host_from_flags, render_train_offload
