@@ -181,7 +181,7 @@ class _TrafficCounter(ByteCounter):
 
 
 def test_unfused_cross_entropy_moves_the_bytes_of_megatrons_vocab_parallel_loss():
-    from gpuplan.estimate.compute import cross_entropy_bytes
+    from gpuplan.estimate.model_ends import cross_entropy_bytes
 
     tokens, vocab = 64, 4096
     logits = torch.randn(tokens, vocab, dtype=torch.bfloat16, requires_grad=True)

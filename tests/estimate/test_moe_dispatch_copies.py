@@ -1,5 +1,5 @@
 """The copies Megatron-Core's dropless dispatchers make of the routed tokens a GPU receives, beyond
-the permutation on the sending side (compute.dispatcher_copy_passes). Oracles: the passes read
+the permutation on the sending side (moe_dispatch.dispatcher_copy_passes). Oracles: the passes read
 from Megatron-Core (0d8e0714) and TransformerEngine (v2.9) source, and one layer's extra seconds
 worked out by hand from the HBM bandwidth."""
 
@@ -7,7 +7,8 @@ import pytest
 
 from gpuplan import catalog
 from gpuplan.estimate.comm import efficiency
-from gpuplan.estimate.compute import LayerShape, dispatcher_copy_passes, layer_times
+from gpuplan.estimate.compute import LayerShape, layer_times
+from gpuplan.estimate.moe_dispatch import dispatcher_copy_passes
 from gpuplan.estimate.step_time import step_time
 from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.training import TrainingConfig

@@ -176,7 +176,8 @@ def test_a_recalibrated_gpu_never_reuses_a_cached_step_time(h100):
 
 
 def test_fp8_runs_the_attention_core_and_output_layer_in_bf16(h100):
-    from gpuplan.estimate.compute import LayerShape, head_times, layer_times
+    from gpuplan.estimate.compute import LayerShape, layer_times
+    from gpuplan.estimate.model_ends import head_times
 
     m = catalog.model("llama-3.1-8b")
     shape = {

@@ -189,7 +189,7 @@ def test_fine_grained_moe_is_far_too_fast_and_its_band_says_so(held_out):
     # with every launch exposed, and the missing time grows with the tokens (21.5 ms per layer and
     # micro-batch at MBS 2 here, 10.6 ms at MBS 1 in the 26.02 row), which host launches do not.
     # The alltoall dispatcher's sort-by-expert and FP8 padding copies of the received rows
-    # (compute.dispatcher_copy_passes, read from Megatron-Core and TE source) move it -66.6% ->
+    # (moe_dispatch.dispatcher_copy_passes, read from Megatron-Core and TE source) move it -66.6% ->
     # -62.0%; the grouped GEMMs are within 15% of DeepGEMM's H800 table and the all-to-all of
     # NCCL's and DeepEP's published NVLink rates, so no GPU term found here closes the rest.
     # gpt-oss-120b (top-4 of 128, FFN 2880) at its recipe's MBS 1 is ~24% too fast. This guard

@@ -11,8 +11,9 @@ import pytest
 
 from gpuplan import catalog
 from gpuplan.errors import GpuplanError
-from gpuplan.estimate.compute import embedding_times, head_times, layer_times
+from gpuplan.estimate.compute import layer_times
 from gpuplan.estimate.memory import estimate_memory
+from gpuplan.estimate.model_ends import embedding_times, head_times
 from gpuplan.estimate.step_time import _shape, step_time
 from gpuplan.estimate.train import TrainRequest, validate
 from gpuplan.search.grid import Grid, Layout

@@ -1,5 +1,5 @@
-"""Compute and memory time of one transformer block, the embedding and the head on one GPU: the
-kernels a layer launches, each timed by the primitives in ``kernels.py``.
+"""Compute and memory time of one transformer block on one GPU (the embedding and the head:
+``model_ends.py``): the kernels a layer launches, each timed by the primitives in ``kernels.py``.
 
 * GEMMs against the layer's weights after tensor/expert parallelism (forward, input gradient,
   weight gradient), FP8 casts around them; attention by kernel (FlashAttention rates, or eager
@@ -25,6 +25,7 @@ from gpuplan.estimate.activations import FP32
 from gpuplan.estimate.comm import efficiency
 from gpuplan.estimate.flops import mean_context
 from gpuplan.estimate.kernels import dtype_bytes, flash_time, fp8_cast_times, gemm_time, high_precision, memory_time
+from gpuplan.estimate.moe_dispatch import dispatcher_copy_passes
 from gpuplan.estimate.moe_host import te_stream_chain
 from gpuplan.estimate.params import Tensor, layer_tensors
 from gpuplan.estimate.stage_params import _local_shape
@@ -359,89 +360,4 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
                 b=memory_time(gpu, bwd_b * rows_h, kb),
                 modules=("moe",),
             )
-    return out
-
-
-def dispatcher_copy_passes(dispatcher: str, local_experts: int, dtype: str) -> tuple[float, int, float, int]:
-    """(forward bytes, forward kernels, backward bytes, backward kernels) per byte of the routed
-    copies a GPU receives (rows x hidden x activation bytes) that Megatron-Core's dropless
-    dispatcher copies again around the experts, beyond the permutation and unpermutation on the
-    sending side (the ``moe_permute`` term above). Each pass reads and writes every copy once:
-
-    * ``alltoall`` with more than one local expert: "Permutation 2: Sort tokens by local expert"
-      after the all-to-all and its inverse before the combine's (megatron/core/transformer/moe/
-      token_dispatcher.py at 0d8e0714, dispatch_postprocess line 740 and combine_preprocess line
-      775: ``sort_chunks_by_idxs``, with moe_permute_fusion TransformerEngine's
-      ``moe_sort_chunks_by_index``); TE v2.9 transformer_engine/pytorch/permutation.py
-      ``_moe_chunk_sort`` (lines 623-721) launches make_chunk_sort_map and sort_chunks_by_map
-      forward, and sort_chunks_by_map again on the gradient backward, whose Triton kernel
-      (triton/permutation.py, _sort_chunks_by_map_kernel, lines 885-925) loads each row and
-      stores it at its new place: 2 passes (4 kernels) forward, 2 (2 kernels) backward.
-    * ``alltoall`` and ``allgather`` under FP8/MXFP8/NVFP4: ``TEGroupedMLP`` pads each expert's
-      rows to the quantization alignment (experts.py at 0d8e0714, lines 835-837 and 880-887:
-      Fp8Padding on the fc1 input, Fp8Unpadding on the fc2 output), a copy unless the counts are
-      already aligned (TE v2.9 module/fp8_padding.py, lines 121-122), which with dropless routing
-      they are not: Megatron-Bridge's Qwen3 and gpt-oss recipes leave moe_router_padding_for_fp8
-      unset (v0.2.0 to v0.4.1). Forward the pad and the unpad, backward their mirrors: 2 passes
-      each way, one kernel each.
-    * ``flex``: HybridEP pads and permutes inside its dispatch kernel (token_dispatcher.py at
-      0d8e0714, _HybridEPManager, lines 1036-1096: ``pad_multiple``, the permuted output returned
-      as is) and DeepEP permutes after it (the ``moe_permute`` term); which backend a run used is
-      not stated, so nothing is added. Not stated (""): nothing.
-    """
-    fwd = bwd = 0.0
-    kf = kb = 0
-    if dispatcher == "alltoall" and local_experts > 1:
-        fwd, kf, bwd, kb = fwd + 4, kf + 4, bwd + 4, kb + 2
-    if dispatcher in ("alltoall", "allgather") and dtype in LOW_PRECISION:
-        fwd, kf, bwd, kb = fwd + 4, kf + 2, bwd + 4, kb + 2
-    return fwd, kf, bwd, kb
-
-
-@functools.lru_cache(maxsize=4096)  # keyed on every argument (GPUSpec hashes its efficiency)
-def head_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape) -> OpTimes:
-    """Final norm, LM head and the vocab-parallel cross-entropy of one micro-batch."""
-    s = shape
-    T, a = s.tokens, s.act_bytes
-    h = m.embed_proj_dim or m.hidden_size
-    v = -(-m.vocab_size // s.tp)
-    out = OpTimes()
-    t_res = T / s.tp if s.sp else T
-    out.add(
-        "norm", fwd=memory_time(gpu, 2 * a * t_res * m.hidden_size), b=memory_time(gpu, 3 * a * t_res * m.hidden_size)
-    )
-    # the output layer stays in BF16 under FP8 recipes: Megatron's output_layer is not a TE module
-    # and torchtitan's float8 conversion skips "output"
-    d = high_precision(s.dtype)
-    out.add("gemm", fwd=gemm_time(gpu, d, T, v, h), b=gemm_time(gpu, d, T, h, v), w=gemm_time(gpu, d, v, h, T))
-    logits = T * v
-    f_bytes, f_kernels, b_bytes, b_kernels = cross_entropy_bytes(a, s.fused_ce or s.eager)
-    out.add("loss", fwd=memory_time(gpu, logits * f_bytes, f_kernels), b=memory_time(gpu, logits * b_bytes, b_kernels))
-    return out
-
-
-def cross_entropy_bytes(a: int, fused: bool) -> tuple[float, int, float, int]:
-    """(forward bytes per logit, kernels, backward bytes per logit, kernels) of Megatron-Core's
-    vocab-parallel cross-entropy in fp32 over logits of ``a`` bytes
-    (megatron/core/tensor_parallel/cross_entropy.py). Unfused, one kernel per op: .float(), max,
-    sub_, exp_, sum, div_ forward (a + 9 x 4 bytes); mul_ and the cast back to the logits' dtype
-    backward (3 x 4 + a). Fused (fusions/fused_cross_entropy.py, jit): upcast with max, sub with exp
-    and sum, div (a + 5 x 4); mul with the cast (2 x 4 + a)."""
-    if fused:
-        return a + 4 * 5, 4, 4 * 2 + a, 2
-    return a + 4 * 9, 6, 4 * 3 + a, 2
-
-
-@functools.lru_cache(maxsize=4096)  # keyed on every argument (GPUSpec hashes its efficiency)
-def embedding_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape) -> OpTimes:
-    """Token (and position) lookup forward; scatter-add into the table's gradient backward."""
-    s = shape
-    T, a = s.tokens, s.act_bytes
-    out = OpTimes()
-    rows = 2 if m.position_embeddings else 1
-    out.add(
-        "embedding",
-        fwd=memory_time(gpu, 2 * a * T * m.hidden_size * rows, rows),
-        w=memory_time(gpu, 3 * 4 * T * m.hidden_size * rows, rows),
-    )
     return out

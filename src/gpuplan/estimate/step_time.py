@@ -21,11 +21,12 @@ import functools
 from dataclasses import dataclass
 
 from gpuplan.estimate.comm import collective_time, efficiency, folded, place
-from gpuplan.estimate.compute import LayerShape, OpTimes, embedding_times, head_times, layer_times
+from gpuplan.estimate.compute import LayerShape, OpTimes, layer_times
 from gpuplan.estimate.flops import training_flops
 from gpuplan.estimate.kernels import memory_time
 from gpuplan.estimate.layer_comm import CommLine, layer_comm, overlap_contention
 from gpuplan.estimate.memory import _activations, offloaded_layers, optimizer_bytes_per_param
+from gpuplan.estimate.model_ends import embedding_times, head_times
 from gpuplan.estimate.stage_params import stage_params
 from gpuplan.pipeline.bubble import pipeline_bubble
 from gpuplan.specs import schedules, validity

@@ -24,8 +24,9 @@ import numpy as np
 
 from gpuplan.errors import GpuplanError
 from gpuplan.estimate import memory_terms as terms
-from gpuplan.estimate.compute import embedding_times, head_times, layer_times
+from gpuplan.estimate.compute import layer_times
 from gpuplan.estimate.memory import _activations, pipeline_candidates, stage_params
+from gpuplan.estimate.model_ends import embedding_times, head_times
 from gpuplan.estimate.step_time import _moe_layers, _shape
 from gpuplan.specs import schedules
 from gpuplan.specs.hardware import GPUSpec

@@ -1,0 +1,61 @@
+"""Compute and memory time of the two ends of the model on one GPU: the embedding lookup and the
+head (final norm, LM head GEMM, the vocab-parallel cross-entropy), per micro-batch, timed by the
+primitives in ``kernels.py`` like the blocks in ``compute.py``."""
+
+from __future__ import annotations
+
+import functools
+
+from gpuplan.estimate.compute import LayerShape, OpTimes
+from gpuplan.estimate.kernels import gemm_time, high_precision, memory_time
+from gpuplan.specs.hardware import GPUSpec
+from gpuplan.specs.model import ModelSpec
+
+
+@functools.lru_cache(maxsize=4096)  # keyed on every argument (GPUSpec hashes its efficiency)
+def head_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape) -> OpTimes:
+    """Final norm, LM head and the vocab-parallel cross-entropy of one micro-batch."""
+    s = shape
+    T, a = s.tokens, s.act_bytes
+    h = m.embed_proj_dim or m.hidden_size
+    v = -(-m.vocab_size // s.tp)
+    out = OpTimes()
+    t_res = T / s.tp if s.sp else T
+    out.add(
+        "norm", fwd=memory_time(gpu, 2 * a * t_res * m.hidden_size), b=memory_time(gpu, 3 * a * t_res * m.hidden_size)
+    )
+    # the output layer stays in BF16 under FP8 recipes: Megatron's output_layer is not a TE module
+    # and torchtitan's float8 conversion skips "output"
+    d = high_precision(s.dtype)
+    out.add("gemm", fwd=gemm_time(gpu, d, T, v, h), b=gemm_time(gpu, d, T, h, v), w=gemm_time(gpu, d, v, h, T))
+    logits = T * v
+    f_bytes, f_kernels, b_bytes, b_kernels = cross_entropy_bytes(a, s.fused_ce or s.eager)
+    out.add("loss", fwd=memory_time(gpu, logits * f_bytes, f_kernels), b=memory_time(gpu, logits * b_bytes, b_kernels))
+    return out
+
+
+def cross_entropy_bytes(a: int, fused: bool) -> tuple[float, int, float, int]:
+    """(forward bytes per logit, kernels, backward bytes per logit, kernels) of Megatron-Core's
+    vocab-parallel cross-entropy in fp32 over logits of ``a`` bytes
+    (megatron/core/tensor_parallel/cross_entropy.py). Unfused, one kernel per op: .float(), max,
+    sub_, exp_, sum, div_ forward (a + 9 x 4 bytes); mul_ and the cast back to the logits' dtype
+    backward (3 x 4 + a). Fused (fusions/fused_cross_entropy.py, jit): upcast with max, sub with exp
+    and sum, div (a + 5 x 4); mul with the cast (2 x 4 + a)."""
+    if fused:
+        return a + 4 * 5, 4, 4 * 2 + a, 2
+    return a + 4 * 9, 6, 4 * 3 + a, 2
+
+
+@functools.lru_cache(maxsize=4096)  # keyed on every argument (GPUSpec hashes its efficiency)
+def embedding_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape) -> OpTimes:
+    """Token (and position) lookup forward; scatter-add into the table's gradient backward."""
+    s = shape
+    T, a = s.tokens, s.act_bytes
+    out = OpTimes()
+    rows = 2 if m.position_embeddings else 1
+    out.add(
+        "embedding",
+        fwd=memory_time(gpu, 2 * a * T * m.hidden_size * rows, rows),
+        w=memory_time(gpu, 3 * 4 * T * m.hidden_size * rows, rows),
+    )
+    return out
