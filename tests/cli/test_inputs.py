@@ -80,9 +80,17 @@ def test_a_text_file_that_is_not_utf8_is_refused_with_its_line_and_column(tmp_pa
         ["slurm", "--output", "/nonexistent/job.sh", "--", "train.py"],
     ],
 )
-def test_a_bad_output_path_is_refused_before_any_work(args, capsys):
+def test_a_bad_output_path_is_refused_before_any_work(args, capsys, monkeypatch):
+    # the work itself must not start: each command's simulation or search fails the test if called
+    def no_work(*a, **k):
+        raise AssertionError(f"{args[0]} started its work before checking the output path")
+
+    monkeypatch.setattr("gpuplan.cluster.sim.ClusterSim.run", no_work)
+    monkeypatch.setattr("gpuplan.pipeline.simulate.simulate", no_work)
+    monkeypatch.setattr("gpuplan.serve.sim_study.study", no_work)
+    monkeypatch.setattr("gpuplan.search.plans.search", no_work)
     code, _, err = run(args, capsys)
-    assert code == 2 and err.count("\n") == 1
+    assert code == 2 and err.count("\n") == 1, err
 
 
 @pytest.mark.parametrize(
@@ -111,7 +119,15 @@ def test_the_inputs_the_issue_lists_are_refused_in_one_line(args, capsys):
     assert "; " in err  # every refusal names the fix
 
 
-def test_a_trace_with_nothing_runnable_ends_at_once(tmp_path, capsys):
+def _no_simulation(monkeypatch):
+    def no_work(*a, **k):
+        raise AssertionError("the cluster simulation started")
+
+    monkeypatch.setattr("gpuplan.cluster.sim.ClusterSim.run", no_work)
+
+
+def test_a_trace_with_nothing_runnable_ends_at_once(tmp_path, capsys, monkeypatch):
+    _no_simulation(monkeypatch)
     header = (
         "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
         "scheduled_time\n"
@@ -125,7 +141,8 @@ def test_a_trace_with_nothing_runnable_ends_at_once(tmp_path, capsys):
         assert code == 2 and "no job this cluster can run" in err
 
 
-def test_failures_faster_than_a_restart_are_refused_before_simulating(capsys):
+def test_failures_faster_than_a_restart_are_refused_before_simulating(capsys, monkeypatch):
+    _no_simulation(monkeypatch)
     code, _, err = run(["cluster", "sim", "--gpus", "16", "--jobs", "50", "--node-mtbf", "1s", "--json"], capsys)
     assert code == 2 and err.startswith("error: node_mtbf:")
 

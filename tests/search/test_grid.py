@@ -24,12 +24,13 @@ CASES = [
 ]
 
 
-def _grid(name, gpus, base):
+def _grid(name, gpus, base, gpu_id=None):
     from collections import Counter
 
-    m, gpu = catalog.model(name), catalog.gpu("b200" if base.precision in BLOCK_SCALED else "h100-sxm")
+    gpu_id = gpu_id or ("b200" if base.precision in BLOCK_SCALED else "h100-sxm")
+    m, gpu = catalog.model(name), catalog.gpu(gpu_id)
     layouts, _ = _layouts(m, gpu, gpus, base, 4, 1, Counter())
-    return m, gpu, Grid(m, base, layouts, (1, 2, 4), (0, 1, 2, 3), RECOMPUTE_ORDER)
+    return m, gpu, Grid(m, base, layouts, (1, 2, 4), (0, 1, 2, 3), RECOMPUTE_ORDER, gpu)
 
 
 def _samples(grid, mb, n, seed):
@@ -49,7 +50,7 @@ def test_peak_memory_matches_the_scalar_model_on_every_sampled_plan(name, gpus, 
     for li, mi, zi, ri in _samples(grid, mb, 120, 0):
         plan = grid.layouts[li].plan(int(grid.zero[zi]))
         cfg = grid.configs[mi][ri]
-        scalar = estimate_memory(m, cfg, plan, gpu.memory_bytes, int(mb[li, mi]))  # every stage
+        scalar = estimate_memory(m, cfg, plan, gpu.memory_bytes, int(mb[li, mi]), gpu=gpu)  # every stage
         assert peak[li, mi, zi, ri] == pytest.approx(scalar.per_gpu.total, rel=1e-9), (
             plan,
             cfg.micro_batch,
@@ -79,7 +80,7 @@ def test_zb_v_plans_put_the_head_on_rank_0_in_the_grid_as_in_the_scalar_model(na
     for li, mi, zi, ri in zbv:
         plan = grid.layouts[li].plan(int(grid.zero[zi]))
         cfg = grid.configs[mi][ri]
-        scalar = estimate_memory(m, cfg, plan, gpu.memory_bytes, int(mb[li, mi]))
+        scalar = estimate_memory(m, cfg, plan, gpu.memory_bytes, int(mb[li, mi]), gpu=gpu)
         assert peak[li, mi, zi, ri] == pytest.approx(scalar.per_gpu.total, rel=1e-9)
         assert bound[li, mi, ri] <= step_time(m, cfg, plan, gpu, int(mb[li, mi])).step_s * (1 + 1e-12)
 
@@ -98,7 +99,7 @@ def test_folded_plans_get_the_scalar_memory_and_a_bound_below_their_step(name, g
     for li, mi, zi, ri in folded:
         plan = grid.layouts[li].plan(int(grid.zero[zi]))
         cfg = grid.configs[mi][ri]
-        scalar = estimate_memory(m, cfg, plan, gpu.memory_bytes, int(mb[li, mi]))
+        scalar = estimate_memory(m, cfg, plan, gpu.memory_bytes, int(mb[li, mi]), gpu=gpu)
         assert peak[li, mi, zi, ri] == pytest.approx(scalar.per_gpu.total, rel=1e-9), plan
         assert bound[li, mi, ri] <= step_time(m, cfg, plan, gpu, int(mb[li, mi])).step_s * (1 + 1e-12)
 
@@ -113,7 +114,20 @@ def test_fp8_parameter_plans_get_the_scalar_memory_below_zero3():
         if grid.zero[zi] == 3:
             continue  # refused (Reason.FP8_PARAMS_ZERO3)
         plan, cfg = grid.layouts[li].plan(int(grid.zero[zi])), grid.configs[mi][ri]
-        scalar = estimate_memory(m, cfg, plan, gpu.memory_bytes, int(mb[li, mi]))
+        scalar = estimate_memory(m, cfg, plan, gpu.memory_bytes, int(mb[li, mi]), gpu=gpu)
         assert peak[li, mi, zi, ri] == pytest.approx(scalar.per_gpu.total, rel=1e-9), plan
         checked += 1
     assert checked >= 100
+
+
+def test_per_tensor_fp8_on_blackwell_keeps_one_weight_copy_in_the_grid_as_in_the_scalar_model():
+    # GPUSpec.fp8_any_layout: one FP8 copy serves both GEMM layouts on B200; the grid reads the GPU
+    base = TrainingConfig(seq_len=4096, global_batch=64, precision="fp8")
+    m, gpu, grid = _grid("qwen2.5-7b", 16, base, "b200")
+    assert gpu.fp8_any_layout
+    mb, _ = grid.microbatches()
+    peak = grid.peak_memory(np.maximum(mb, 1))
+    for li, mi, zi, ri in _samples(grid, mb, 120, 5):
+        plan, cfg = grid.layouts[li].plan(int(grid.zero[zi])), grid.configs[mi][ri]
+        scalar = estimate_memory(m, cfg, plan, gpu.memory_bytes, int(mb[li, mi]), gpu=gpu)
+        assert peak[li, mi, zi, ri] == pytest.approx(scalar.per_gpu.total, rel=1e-9), plan
