@@ -232,8 +232,14 @@ def test_sdpa_frameworks_run_flashattention_2_which_hopper_runs_slower_than_fa3(
     # the A100 has no FA3: both names run FlashAttention-2's measured rate
     a100 = catalog.gpu("a100-sxm-80gb")
     assert flash_time(a100, "bf16", flops, 8192, "fa2") == flash_time(a100, "bf16", flops, 8192, "fa3")
-    assert TrainingConfig.for_framework("torchtitan").attention_kernel == "fa2"
+    assert TrainingConfig.for_framework("deepspeed").attention_kernel == "fa2"
     assert TrainingConfig.for_framework("megatron").attention_kernel == "fa3"
+
+
+def test_torchtitan_runs_sdpa_with_cudnn_first():
+    # torchtitan's ScaledDotProductAttention: sdpa_kernel([CUDNN_ATTENTION, FLASH_ATTENTION, ...],
+    # set_priority=True) since October 2025 (pytorch/torchtitan 6a3a9da95)
+    assert TrainingConfig.for_framework("torchtitan").attention_kernel == "sdpa"
 
 
 # -- MoE parallel folding ------------------------------------------------------------------------
@@ -313,3 +319,26 @@ def test_interleaved_pipeline_hides_its_sends_behind_the_next_chunk_but_1f1b_wai
     # Megatron-LM 2021-22 waited on each batch_isend_irecv: every interleaved transfer on the path
     blocking = step_time(m, dataclasses.replace(cfg, overlap_p2p=False), ParallelPlan(dp=2, tp=4, pp=p, vp=5), h100, mb)
     assert blocking.breakdown["pp_comm"] == pytest.approx(2 * (mb * 5 + p - 1) * t)
+
+
+@pytest.mark.parametrize("gpu_id", ["h100-sxm", "b200"])
+def test_a_model_with_some_sliding_layers_prices_each_kind_of_layer_at_its_own_kernel_rate(gpu_id):
+    # gpt-oss-120b alternates sliding-window (128 tokens) and full-attention layers. Oracle: the
+    # same model with every layer full and with every layer sliding, averaged by the layer shares:
+    # a full layer's kernel runs at the sequence's rate, not at the window's
+    from gpuplan.estimate.compute import LayerShape, layer_times
+
+    gpu = catalog.gpu(gpu_id)
+    m = catalog.model("gpt-oss-120b")
+    assert 0 < m.num_sliding_layers < m.num_layers
+    shape = LayerShape(
+        tokens=4096, seq=4096, micro_batch=1, tp=1, cp=1, ep=1, sp=False, dtype="bf16", act_bytes=2, attention="flash"
+    )
+
+    def attention(model):
+        return layer_times(model, gpu, shape, True).parts["attention"]
+
+    share = m.num_sliding_layers / m.num_layers
+    full = attention(dataclasses.replace(m, num_sliding_layers=0))
+    sliding = attention(dataclasses.replace(m, num_sliding_layers=m.num_layers))
+    assert attention(m) == pytest.approx((1 - share) * full + share * sliding)

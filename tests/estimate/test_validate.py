@@ -192,8 +192,9 @@ def test_fine_grained_moe_is_far_too_fast_and_its_band_says_so(held_out):
     # (moe_dispatch.dispatcher_copy_passes, read from Megatron-Core and TE source) move it -66.6% ->
     # -62.0%; the grouped GEMMs are within 15% of DeepGEMM's H800 table and the all-to-all of
     # NCCL's and DeepEP's published NVLink rates, so no GPU term found here closes the rest.
-    # gpt-oss-120b (top-4 of 128, FFN 2880) at its recipe's MBS 1 is ~24% too fast. This guard
-    # keeps both misses visible: MoE predictions are optimistic.
+    # gpt-oss-120b (top-4 of 128, FFN 2880) at its recipe's MBS 1 is ~34% too fast (it read ~24%
+    # while its full-attention layers were priced at its 128-token window's kernel rate, a bug
+    # that hid part of the gap). This guard keeps both misses visible: MoE predictions are optimistic.
     errors = {r.row.id: r.error for r in held_out if r.row.plan.ep > 1}
     assert errors["mb2511-qwen3-30b-a3b"] < -0.5 and -0.35 < errors["mb2511-gpt-oss-120b"] < 0
     band = error_band(
@@ -207,11 +208,15 @@ def test_fine_grained_moe_is_far_too_fast_and_its_band_says_so(held_out):
 
 def test_held_out_runs_are_within_the_issues_targets_for_unseen_runs(held_out):
     # issue 14: on published runs outside the shared set, throughput mean |error| <= 15% and no
-    # GPU type above 25%. Dense runs: mean 10.5% (H100 7.2%, B200 12.9%, GB200 14.4% by GPU type),
+    # GPU type above 25%. Dense runs: mean 10.9% (H100 7.2%, B200 13.9%, GB200 15.3% by GPU type),
     # but one GB200 row is past 25% alone: 405B MXFP8 on 128 GPUs in the 25.09 release (-33%; the
     # same layout reads 20-40% faster in later releases). 405B NVFP4 (+25.2% with TP
     # communication exposed) fell to +9% once interleaved p2p hid behind the next chunk. MoE misses
-    # the target (the test above), so the whole set does too (mean 17.0%). Blackwell's
+    # the target (the test above), so the whole set does too: mean 19.2%. It read 17.0% until
+    # gpt-oss's full-attention layers stopped being priced at its sliding window's kernel rate
+    # (gpt-oss rows -15..-49% -> -21..-53%), and Blackwell attention took cuDNN 9.19 / 9.27's
+    # published curve instead of Hopper's (dense B200 12.9% -> 13.9%, GB200 14.4% -> 15.3%).
+    # Blackwell's
     # `sustained` was written after the 25.11 rows were seen (catalog/efficiency/b200.toml); the
     # Hopper rows were not fitted to.
     dense = [r for r in held_out if r.row.plan.ep == 1]
@@ -222,4 +227,4 @@ def test_held_out_runs_are_within_the_issues_targets_for_unseen_runs(held_out):
     assert max(sum(e) / len(e) for e in by_gpu.values()) <= 0.25, by_gpu
     over = {r.row.id for r in dense if abs(r.error) > 0.25}
     assert over <= {"mb2509-gb200-llama31-405b-mxfp8"}, over
-    assert summary(held_out)["mean_abs_error"] <= 0.171  # 17.0%: the 15% target is missed, by MoE
+    assert summary(held_out)["mean_abs_error"] <= 0.193  # 19.2%: the 15% target is missed, by MoE

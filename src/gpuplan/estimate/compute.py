@@ -220,14 +220,22 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
     window = m.sliding_window if m.num_sliding_layers else None
     # attention core: queries on this GPU (seq/cp of each sequence) against the whole sequence
     if s.attention == "flash":
-        ctx = mean_context(s.seq, None, True)
+        # per layer kind, its share of the layers, the keys a query block walks (the kernel's
+        # ramp: a sliding-window or chunked layer's kernel runs at the rate of its window, a
+        # full layer's at the sequence's) and the mean context its FLOPs cover
+        kinds = [(1.0, s.seq, mean_context(s.seq, None, True))]
         if m.num_sliding_layers:
             frac = m.num_sliding_layers / m.num_layers
-            ctx = (1 - frac) * ctx + frac * mean_context(s.seq, window, True, m.attention_chunked)
-        flops = 2.0 * s.micro_batch * heads * (m.qk_head_dim + m.v_dim) * s.seq * ctx / s.cp
-        fwd, bwd = flash_time(
-            gpu, attn_dtype, flops, min(s.seq, window or s.seq) / s.cp, s.attention_kernel, m.qk_head_dim
-        )
+            kinds = [
+                (1.0 - frac, s.seq, kinds[0][2]),
+                (frac, min(s.seq, window or s.seq), mean_context(s.seq, window, True, m.attention_chunked)),
+            ]
+        per_ctx = 2.0 * s.micro_batch * heads * (m.qk_head_dim + m.v_dim) * s.seq / s.cp
+        fwd = bwd = 0.0
+        for share, span, ctx in kinds:
+            if share > 0:
+                f, b = flash_time(gpu, attn_dtype, per_ctx * ctx, span / s.cp, s.attention_kernel, m.qk_head_dim)
+                fwd, bwd = fwd + share * f, bwd + share * b
         out.add("attention", fwd=fwd, b=bwd, core=True)
     else:
         bh = s.micro_batch * heads

@@ -81,3 +81,45 @@ def fit_attention_table(
         (d, round(float(np.median(f)) / scale, 3), round(float(np.median(b)) / scale, 3))
         for d, (f, b) in sorted(by_dim.items())
     )
+
+
+def _plateau(seq: np.ndarray, rate: np.ndarray, seq_half: float) -> float:
+    """The long-sequence fraction ``a`` of ``a * s / (s + seq_half)`` closest to ``rate`` in
+    relative terms: minimises sum((a r_i / y_i - 1)^2), whose solution is
+    a = sum(r_i / y_i) / sum((r_i / y_i)^2)."""
+    x = seq / (seq + seq_half) / rate
+    return float(x.sum() / (x * x).sum())
+
+
+def _relative_sse(seq: np.ndarray, rate: np.ndarray, seq_half: float) -> float:
+    a = _plateau(seq, rate, seq_half)
+    return float((((a * seq / (seq + seq_half)) / rate - 1.0) ** 2).sum())
+
+
+def fit_attention_ramp(
+    seq: list[float], fwd: list[float], bwd: list[float], peak_flops: float
+) -> tuple[float, float, int]:
+    """(flash_fwd, flash_bwd, seq_half) of ``kernels.flash_time``'s curve, rate = peak x fraction x
+    s / (s + seq_half), fitted to published attention rates (FLOP/s at sequence lengths ``seq``):
+    one ``seq_half`` shared by forward and backward (an integer number of tokens, 16 to 8192)
+    minimising the summed squared relative error of both, each plateau then in closed form
+    (``_plateau``). The rates are burst-clock rates; ``flash_time`` applies ``sustained``."""
+    s = np.asarray(seq, dtype=float)
+    f = np.asarray(fwd, dtype=float) / peak_flops
+    b = np.asarray(bwd, dtype=float) / peak_flops
+    if len(s) < 3 or not (len(s) == len(f) == len(b)) or (s <= 0).any() or (f <= 0).any() or (b <= 0).any():
+        raise GpuplanError("attention", "a ramp fit needs at least three positive (seq, fwd, bwd) rates")
+    half = min(range(16, 8193, 16), key=lambda h: _relative_sse(s, f, h) + _relative_sse(s, b, h))
+    return round(_plateau(s, f, half), 3), round(_plateau(s, b, half), 3), half
+
+
+def fit_attention_plateau(
+    seq: list[float], fwd: list[float], bwd: list[float], peak_flops: float, seq_half: float
+) -> tuple[float, float]:
+    """(forward, backward) long-sequence fractions of another kernel on the same curve shape, with
+    the family's ``seq_half`` held (the catalog has one ramp per GPU family)."""
+    s = np.asarray(seq, dtype=float)
+    return (
+        round(_plateau(s, np.asarray(fwd, dtype=float) / peak_flops, seq_half), 3),
+        round(_plateau(s, np.asarray(bwd, dtype=float) / peak_flops, seq_half), 3),
+    )

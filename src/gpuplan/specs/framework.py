@@ -126,11 +126,13 @@ FRAMEWORKS: dict[str, Framework] = {
             "into fp32 sharded gradients), DDP or HSDP (no ZeRO-1), reshard_after_forward never "
             "= ZeRO-2; torch.distributed.pipelining schedules 1F1B, Interleaved1F1B, "
             "InterleavedZeroBubble, ZBVZeroBubble and DualPipeV (DualPipeV is not DualPipe: one "
-            "weight copy per rank; gpuplan's dualpipe models DualPipe's two); SDPA flash "
-            "attention; activation_checkpoint mode selective (per-op SAC) | full; async TP "
+            "weight copy per rank; gpuplan's dualpipe models DualPipe's two); SDPA with cuDNN "
+            "attention first (torchtitan/models/attention.py since 6a3a9da95, 2025-10: "
+            "sdpa_kernel([CUDNN_ATTENTION, FLASH_ATTENTION, ...], set_priority=True); B200 since "
+            "3b85aa31f, 2025-05); activation_checkpoint mode selective (per-op SAC) | full; async TP "
             "(enable_async_tensor_parallel, off by default); torchao Float8 training",
             profile="eager",
-            attention_kernel="fa2",
+            attention_kernel="sdpa",
             grad_fp32=True,
             schedules=("1f1b", "zb", "zb-v"),
             zero_stages=(0, 2, 3),
