@@ -342,3 +342,19 @@ def test_a_model_with_some_sliding_layers_prices_each_kind_of_layer_at_its_own_k
     full = attention(dataclasses.replace(m, num_sliding_layers=0))
     sliding = attention(dataclasses.replace(m, num_sliding_layers=m.num_layers))
     assert attention(m) == pytest.approx((1 - share) * full + share * sliding)
+
+
+def test_the_fused_kernel_follows_the_measured_head_dim_shape_where_one_is_measured(h100):
+    # H100's cuDNN attention measured at head dims 64 / 128 / 256 (catalog sdpa_cudnn): the fused
+    # kernel's head-dim-128 rates scale by the same ratios. Oracle: the measured table itself and
+    # the FA3 paper's forward ratio at head dim 64 (497 / 648 TFLOP/s at 16K, Shah et al. 2024)
+    e = h100.efficiency
+    table = {d: (f, b) for d, f, b in e.sdpa_cudnn}
+    fwd64, bwd64 = e.attention_fractions("fa3", 64)
+    assert fwd64 / e.flash_fwd == pytest.approx(table[64][0] / table[128][0])
+    assert bwd64 / e.flash_bwd == pytest.approx(table[64][1] / table[128][1])
+    assert fwd64 / e.flash_fwd == pytest.approx(497 / 648, abs=0.03)
+    assert e.attention_fractions("fa3", 128) == (e.flash_fwd, e.flash_bwd)
+    # one published head dim (Blackwell): no shape to follow
+    b200 = catalog.gpu("b200").efficiency
+    assert b200.attention_fractions("fa3", 64) == (b200.flash_fwd, b200.flash_bwd)

@@ -87,13 +87,22 @@ class Efficiency:
         """(forward, backward) rate over peak of a flash kernel: ``fa3`` the GPU's best fused kernel
         (FlashAttention-3 or cuDNN), ``fa2`` FlashAttention-2 (PyTorch SDPA's flash backend),
         ``sdpa`` what PyTorch's scaled_dot_product_attention picks on this GPU (the measured cuDNN
-        table by head dim, interpolated in log2(head_dim) and held at its ends, else fa2)."""
+        table by head dim, interpolated in log2(head_dim) and held at its ends, else fa2).
+
+        ``fa3``'s rates (flash_fwd/flash_bwd) are stated at head dim 128; where the cuDNN table
+        spans several head dims, other head dims scale by the table's ratio to its value at 128:
+        the fused kernels share that shape (measured on H100: head dim 64 runs cuDNN's forward at
+        0.76x and backward at 0.83x its head-dim-128 rate; FlashAttention-3's paper, Shah et al.
+        2024, Figs. 5-6, shows FA3 at 0.77x forward for head dim 64 at 16K tokens)."""
         if kernel == "sdpa" and self.sdpa_cudnn:
             fwd, bwd = _by_head_dim(self.sdpa_cudnn, head_dim)
         elif kernel in ("fa2", "sdpa") and self.fa2_fwd:
             fwd, bwd = self.fa2_fwd, self.fa2_bwd or self.flash_bwd
         else:
             fwd, bwd = self.flash_fwd, self.flash_bwd
+            if kernel == "fa3" and len(self.sdpa_cudnn) > 1 and head_dim != 128:
+                at, ref = _by_head_dim(self.sdpa_cudnn, head_dim), _by_head_dim(self.sdpa_cudnn, 128)
+                fwd, bwd = fwd * at[0] / ref[0], bwd * at[1] / ref[1]
         s = self.attention_scale
         return min(1.0, fwd * s), min(1.0, bwd * s)
 
