@@ -100,10 +100,10 @@ def test_expert_imbalance_reaches_the_cached_stage_times(h100):
     assert b > a
 
 
-def test_sequence_parallelism_reaches_the_cached_activation_sizes(llama):
+def test_sequence_parallelism_reaches_the_cached_activation_sizes(llama, h100):
     cfg = TrainingConfig(seq_len=4096, micro_batch=1)
-    on = estimate_memory(llama, cfg, ParallelPlan(tp=4, sp=True), 80e9).per_gpu.activations
-    off = estimate_memory(llama, cfg, ParallelPlan(tp=4, sp=False), 80e9).per_gpu.activations
+    on = estimate_memory(llama, cfg, ParallelPlan(tp=4, sp=True), h100).per_gpu.activations
+    off = estimate_memory(llama, cfg, ParallelPlan(tp=4, sp=False), h100).per_gpu.activations
     assert off > on
 
 

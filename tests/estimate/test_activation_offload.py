@@ -15,7 +15,8 @@ from gpuplan.estimate.memory import estimate_memory
 from gpuplan.estimate.step_time import _shape, step_time
 from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.training import TrainingConfig
-from gpuplan.units import GiB
+
+H100 = catalog.gpu("h100-sxm")
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +31,8 @@ def _cfg(n, **kw):
 def test_offloaded_layers_leave_the_gpu_but_one_stays_as_the_copy_in_flight(llama8b):
     plan = ParallelPlan(dp=8)
     layer = activation_breakdown(llama8b, _cfg(0), plan).dense_layer
-    kept = estimate_memory(llama8b, _cfg(0), plan, 80 * GiB).per_gpu
-    off = estimate_memory(llama8b, _cfg(12), plan, 80 * GiB).per_gpu
+    kept = estimate_memory(llama8b, _cfg(0), plan, H100).per_gpu
+    off = estimate_memory(llama8b, _cfg(12), plan, H100).per_gpu
     assert off.host_activations == pytest.approx(12 * layer)
     assert kept.activations - off.activations == pytest.approx(12 * layer - layer)
 
@@ -40,7 +41,7 @@ def test_interleaved_chunks_each_offload_their_layers(llama8b):
     # pp 2 x vp 2: 8 layers per chunk, two chunks per rank, 2 offloaded per chunk = 4 per rank
     plan = ParallelPlan(dp=2, pp=2, vp=2)
     layer = activation_breakdown(llama8b, _cfg(0), plan).dense_layer
-    s = estimate_memory(llama8b, _cfg(2), plan, 80 * GiB, microbatches=8).stages[0]
+    s = estimate_memory(llama8b, _cfg(2), plan, H100, microbatches=8).stages[0]
     assert s.host_activations == pytest.approx(4 * layer * s.microbatches_in_flight)
 
 
@@ -64,6 +65,6 @@ def test_a_copy_slower_than_the_layer_is_exposed_on_pcie_and_hidden_on_c2c(llama
 def test_offload_cannot_take_every_layer_of_a_chunk_nor_pair_with_full_recompute(llama8b):
     plan = ParallelPlan(dp=8)
     with pytest.raises(GpuplanError, match="offload at most 31"):
-        estimate_memory(llama8b, _cfg(32), plan, 80 * GiB)
+        estimate_memory(llama8b, _cfg(32), plan, H100)
     with pytest.raises(GpuplanError, match="recompute"):
         dataclasses.replace(_cfg(4), recompute="full")

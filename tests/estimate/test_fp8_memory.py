@@ -14,7 +14,8 @@ from gpuplan.estimate.memory import estimate_memory
 from gpuplan.estimate.params import count_params
 from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.training import TrainingConfig
-from gpuplan.units import GiB
+
+H100 = catalog.gpu("h100-sxm")  # Hopper: FP8 GEMMs in the TN layout only, so a transposed copy
 
 # Llama 3.2 1B (its config.json): hidden 2048, 16 layers, 32 query and 8 KV heads of 64, SwiGLU
 # 8192. GEMM weights per layer: q, k and v, o, gate, up, down.
@@ -31,7 +32,7 @@ def test_te_fp8_holds_bf16_weights_fp8_copies_fp32_masters_and_fp32_grads(llama1
     assert GEMM == 973_078_528
     n = count_params(llama1b).total
     cfg = TrainingConfig(precision="fp8", profile="fused", seq_len=2048)
-    s = estimate_memory(llama1b, cfg, ParallelPlan(), 80 * GiB).per_gpu
+    s = estimate_memory(llama1b, cfg, ParallelPlan(), H100).per_gpu
     assert s.weights == 2 * n
     assert s.other["fp8_weight_copies"] == 2 * GEMM  # FP8 weight and its transpose
     assert s.master_weights == 4 * n and s.gradients == 4 * n and s.optimizer == 8 * n
@@ -39,15 +40,15 @@ def test_te_fp8_holds_bf16_weights_fp8_copies_fp32_masters_and_fp32_grads(llama1
 
 def test_fp8_costs_its_copies_over_bf16_and_nothing_else(llama1b):
     plan = ParallelPlan(tp=2, dp=4, zero=1)
-    bf16 = estimate_memory(llama1b, TrainingConfig(precision="bf16"), plan, 80 * GiB).per_gpu
-    fp8 = estimate_memory(llama1b, TrainingConfig(precision="fp8"), plan, 80 * GiB).per_gpu
+    bf16 = estimate_memory(llama1b, TrainingConfig(precision="bf16"), plan, H100).per_gpu
+    fp8 = estimate_memory(llama1b, TrainingConfig(precision="fp8"), plan, H100).per_gpu
     assert fp8.model_states == bf16.model_states
     assert fp8.other["fp8_weight_copies"] == 2 * GEMM / 2  # TP halves every block's GEMM weights
 
 
 def test_torchao_fp8_keeps_no_copy(llama1b):
     cfg = TrainingConfig(precision="fp8", profile="eager")
-    s = estimate_memory(llama1b, cfg, ParallelPlan(), 80 * GiB).per_gpu
+    s = estimate_memory(llama1b, cfg, ParallelPlan(), H100).per_gpu
     n = count_params(llama1b).total
     assert "fp8_weight_copies" not in s.other
     assert s.weights == 2 * n and s.master_weights == 4 * n and s.gradients == 2 * n
@@ -55,7 +56,7 @@ def test_torchao_fp8_keeps_no_copy(llama1b):
 
 def test_zero3_quantizes_only_the_gathered_blocks(llama1b):
     cfg = TrainingConfig(precision="fp8", profile="fused")
-    s = estimate_memory(llama1b, cfg, ParallelPlan(dp=8, zero=3), 80 * GiB).per_gpu
+    s = estimate_memory(llama1b, cfg, ParallelPlan(dp=8, zero=3), H100).per_gpu
     assert s.other["fp8_weight_copies"] == 2 * 2 * GEMM / LAYERS  # current and prefetched block
 
 
@@ -95,3 +96,17 @@ def test_torchao_fp8_saves_bf16_gemm_inputs(llama1b):
         for p in ("bf16", "fp8")
     ]
     assert eager[0] == eager[1]
+
+
+@pytest.mark.parametrize("gpu, copies", [("h100-sxm", 2), ("h200", 2), ("b200", 1), ("gb200", 1)])
+@pytest.mark.parametrize("scaling", ["delayed", "current"])
+def test_per_tensor_fp8_params_keep_two_fp8_copies_on_hopper_and_one_on_blackwell(llama1b, gpu, copies, scaling):
+    # Megatron --fp8-param-gather: the block GEMM weights are held as FP8 only (no BF16 copy);
+    # TransformerEngine's per-tensor quantizers add the transpose where FP8 GEMMs take the TN
+    # layout only (Hopper, compute capability 9.0) and none where they take any (Blackwell 10.x:
+    # nvte_is_non_tn_fp8_gemm_supported). The GPU reaches the count only through estimate_memory.
+    n = count_params(llama1b).total
+    cfg = TrainingConfig(precision="fp8", fp8_scaling=scaling, fp8_params=True, profile="fused", seq_len=2048)
+    s = estimate_memory(llama1b, cfg, ParallelPlan(), catalog.gpu(gpu)).per_gpu
+    assert s.other["fp8_weight_copies"] == copies * GEMM  # 1 byte per GEMM weight per copy
+    assert s.weights + s.other["fp8_weight_copies"] == 2 * (n - GEMM) + copies * GEMM

@@ -57,7 +57,7 @@ def test_fp8_params_hold_the_block_gemm_weights_only_as_their_fp8_copies():
     plan = ParallelPlan(dp=8, zero=1)
     base = TrainingConfig(seq_len=4096, precision="fp8", global_batch=8)
     fp8p = dataclasses.replace(base, fp8_params=True)
-    a, b = estimate_memory(m, base, plan, gpu.memory_bytes, 1), estimate_memory(m, fp8p, plan, gpu.memory_bytes, 1)
+    a, b = estimate_memory(m, base, plan, gpu, 1), estimate_memory(m, fp8p, plan, gpu, 1)
     gemm = m.num_layers * sum(t.numel for t in layer_tensors(m, False) if t.matmul)
     assert a.stages[0].weights - b.stages[0].weights == pytest.approx(2 * gemm)
     assert a.stages[0].other["fp8_weight_copies"] == b.stages[0].other["fp8_weight_copies"]
@@ -73,4 +73,4 @@ def test_fp8_params_need_a_transformer_engine_low_precision_recipe_and_no_zero3(
 
     cfg = TrainingConfig(precision="fp8", fp8_params=True, global_batch=8)
     with pytest.raises(GpuplanError, match="not modelled"):
-        estimate_memory(catalog.model("llama-3.1-8b"), cfg, ParallelPlan(dp=8, zero=3), 80e9, 1)
+        estimate_memory(catalog.model("llama-3.1-8b"), cfg, ParallelPlan(dp=8, zero=3), catalog.gpu("h100-sxm"), 1)

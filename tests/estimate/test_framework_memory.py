@@ -2,6 +2,8 @@
 allocator's expandable segments and the FP8 weight copies on Blackwell, each against an oracle
 outside gpuplan (torch's own tensors, or counts read from the framework's source)."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -133,11 +135,12 @@ def test_blackwell_keeps_one_per_tensor_fp8_copy_and_both_block_scaled_ones(prec
     m = catalog.model("llama-3.1-8b")
     cfg = TrainingConfig.for_framework("megatron", precision=precision)
     plan = ParallelPlan(dp=8)
-    # a Hopper-layout GPU with block-scaled tensor cores does not exist: compare GB200 with the
-    # Hopper rule (no gpu given) on the same capacity
+    # a Hopper-layout GPU with block-scaled tensor cores does not exist: compare GB200 with itself
+    # as if its FP8 GEMMs took the TN layout only (compute capability 9.0, Hopper's rule)
     gb200 = catalog.gpu("gb200")
-    hopper_rule = estimate_memory(m, cfg, plan, gb200.memory_bytes).per_gpu.other["fp8_weight_copies"]
-    blackwell = estimate_memory(m, cfg, plan, gb200.memory_bytes, gpu=gb200).per_gpu.other["fp8_weight_copies"]
+    tn_only = dataclasses.replace(gb200, compute_capability=9.0)
+    hopper_rule = estimate_memory(m, cfg, plan, tn_only).per_gpu.other["fp8_weight_copies"]
+    blackwell = estimate_memory(m, cfg, plan, gb200).per_gpu.other["fp8_weight_copies"]
     assert blackwell == pytest.approx(ratio * hopper_rule)
 
 

@@ -13,6 +13,9 @@ from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.training import TrainingConfig
 from gpuplan.units import GB, TB, GiB
 
+# Korthikanti et al. 2022 measured on Selene (A100 80GB); the rest plans on an H100
+A100, H100 = catalog.gpu("a100-sxm-80gb"), catalog.gpu("h100-sxm")
+
 # a copy of ../shared/validation/training_memory.csv, shipped with the package so a bare clone tests it
 VALIDATION = Path(__file__).resolve().parents[2] / "src" / "gpuplan" / "catalog" / "validation" / "training_memory.csv"
 
@@ -65,7 +68,7 @@ def test_fused_profile_reproduces_korthikanti_memory(row):
         recompute=recompute,
     )
     # Table 5's global batch sizes give m >= p micro-batches, so the first stage is full
-    report = estimate_memory(m, cfg, plan, capacity=80 * GiB, microbatches=64)
+    report = estimate_memory(m, cfg, plan, A100, microbatches=64)
     measured = float(row["gib"]) * GiB
     if row["component"] == "params+optimizer":
         # The figure counts transformer blocks only: compare a middle stage, which holds no
@@ -79,7 +82,7 @@ def test_fused_profile_reproduces_korthikanti_memory(row):
 def test_70b_mixed_precision_adam_needs_about_1_1_tb(llama70b):
     # 2 + 2 + 12 bytes per parameter (ZeRO paper, section 3.1): 16 x 70.6B = 1.13 TB
     cfg = TrainingConfig(precision="bf16", optimizer="adamw", profile="eager")
-    r = estimate_memory(llama70b, cfg, ParallelPlan(), capacity=80 * GiB)
+    r = estimate_memory(llama70b, cfg, ParallelPlan(), H100)
     assert r.model_states_total["total"] == pytest.approx(16 * count_params(llama70b).total)
     assert 1.1 * TB < r.model_states_total["total"] < 1.15 * TB
 
@@ -87,12 +90,12 @@ def test_70b_mixed_precision_adam_needs_about_1_1_tb(llama70b):
 def test_405b_bf16_with_8bit_adam_is_810_gb_each():
     m = catalog.model("llama-3.1-405b")
     cfg = TrainingConfig(precision="bf16", optimizer="adamw8bit", master_weights=False, profile="eager")
-    t = estimate_memory(m, cfg, ParallelPlan(), capacity=80 * GiB).model_states_total
+    t = estimate_memory(m, cfg, ParallelPlan(), H100).model_states_total
     assert t["weights"] == pytest.approx(810 * GB, rel=0.01)
     assert t["gradients"] == pytest.approx(810 * GB, rel=0.01)
     assert t["optimizer"] == pytest.approx(810 * GB, rel=0.02)  # + 1.6% blockwise scales
     fp32_adam = estimate_memory(
-        m, TrainingConfig(optimizer="adamw", master_weights=False), ParallelPlan(), capacity=80 * GiB
+        m, TrainingConfig(optimizer="adamw", master_weights=False), ParallelPlan(), H100
     ).model_states_total["optimizer"]
     assert fp32_adam == pytest.approx(3.2 * TB, rel=0.02)
 
@@ -108,8 +111,8 @@ def test_405b_bf16_with_8bit_adam_is_810_gb_each():
 )
 def test_zero_stage_shards_its_states_over_data_parallel_ranks(llama70b, zero, sharded):
     cfg = TrainingConfig(seq_len=2048)
-    base = estimate_memory(llama70b, cfg, ParallelPlan(dp=8, tp=8), capacity=80 * GiB).per_gpu
-    z = estimate_memory(llama70b, cfg, ParallelPlan(dp=8, tp=8, zero=zero), capacity=80 * GiB).per_gpu
+    base = estimate_memory(llama70b, cfg, ParallelPlan(dp=8, tp=8), H100).per_gpu
+    z = estimate_memory(llama70b, cfg, ParallelPlan(dp=8, tp=8, zero=zero), H100).per_gpu
     for part in ("weights", "gradients", "optimizer", "master_weights"):
         expected = getattr(base, part) / 8 if part in sharded else getattr(base, part)
         assert getattr(z, part) == pytest.approx(expected)
@@ -142,8 +145,8 @@ def test_micro_batches_in_flight_are_what_the_simulated_schedule_holds(schedule,
 
 def test_zb_v_puts_the_head_and_its_logits_on_the_first_rank(llama70b):
     cfg = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=32)
-    v = estimate_memory(llama70b, cfg, ParallelPlan(tp=8, pp=4, schedule="zb-v"), 80 * GB, 32, all_stages=True)
-    h = estimate_memory(llama70b, cfg, ParallelPlan(tp=8, pp=4, schedule="zb"), 80 * GB, 32, all_stages=True)
+    v = estimate_memory(llama70b, cfg, ParallelPlan(tp=8, pp=4, schedule="zb-v"), H100, 32, all_stages=True)
+    h = estimate_memory(llama70b, cfg, ParallelPlan(tp=8, pp=4, schedule="zb"), H100, 32, all_stages=True)
     assert "logits" in v.stages[0].other and "logits" not in v.stages[3].other
     assert v.stages[0].params > h.stages[0].params and v.stages[3].params < h.stages[3].params
     assert v.stages[3].activations > h.stages[3].activations  # p micro-batches on every rank, not 1
@@ -195,8 +198,8 @@ def test_param_remainders_keep_two_bytes_of_master_per_parameter():
 
     m = catalog.model("llama-3.1-8b")
     plan = ParallelPlan(dp=8, zero=1)
-    full = estimate_memory(m, TrainingConfig(), plan, 80e9, 1).per_gpu
-    rem = estimate_memory(m, TrainingConfig(master_remainders=True), plan, 80e9, 1).per_gpu
+    full = estimate_memory(m, TrainingConfig(), plan, H100, 1).per_gpu
+    rem = estimate_memory(m, TrainingConfig(master_remainders=True), plan, H100, 1).per_gpu
     assert full.master_weights == pytest.approx(4 * full.params / 8)
     assert rem.master_weights == pytest.approx(2 * full.params / 8)
     with pytest.raises(GpuplanError, match="master_remainders"):
@@ -268,13 +271,13 @@ def test_expert_states_shard_over_the_expert_data_parallel_ranks_under_folding()
     assert plan.expert_zero_group == 1
     experts_per_gpu = m.num_moe_layers * m.num_experts // 8 * 3 * m.hidden_size * m.moe_ffn_size  # whole experts
     dense_per_gpu = count_params(m).total - m.num_moe_layers * m.num_experts * 3 * m.hidden_size * m.moe_ffn_size
-    s = estimate_memory(m, cfg, plan, 80 * GiB).per_gpu
+    s = estimate_memory(m, cfg, plan, H100).per_gpu
     assert s.params - experts_per_gpu < dense_per_gpu  # the dense rest is split by tp: less than all of it
     dense_held = s.params - experts_per_gpu
     assert s.optimizer == pytest.approx(8 * (dense_held / 4 + experts_per_gpu))
     assert s.master_weights == pytest.approx(4 * (dense_held / 4 + experts_per_gpu))
     # unfolded (etp = tp = 2, ep 4 inside dp 4) the experts are half as wide and shard over dp / ep = 1
-    legacy = estimate_memory(m, cfg, ParallelPlan(dp=4, tp=2, ep=4, zero=1), 80 * GiB).per_gpu
+    legacy = estimate_memory(m, cfg, ParallelPlan(dp=4, tp=2, ep=4, zero=1), H100).per_gpu
     assert legacy.params - dense_held == pytest.approx(experts_per_gpu * 8 / 4 / 2)
 
 
@@ -295,7 +298,7 @@ def test_published_folded_recipes_can_be_stated_and_fit_an_h100(model, gpus, deg
     cfg = TrainingConfig(seq_len=4096, global_batch=2048, precision="fp8", recompute=recompute)
     plan = ParallelPlan.for_gpus(gpus, zero=1, first_stage_layers=split[0], last_stage_layers=split[1], **degrees)
     assert plan.dp * plan.tp == plan.ep * plan.expert_tp * plan.expert_zero_group
-    rep = estimate_memory(m, cfg, plan, 80 * GiB, 2048 // plan.dp)
+    rep = estimate_memory(m, cfg, plan, H100, 2048 // plan.dp)
     mid = next(s for s in rep.stages if s.stage == 1)
     # a middle stage by hand: its MoE layers x experts / ep x 3 whole (ETP 1) matrices, and the rest
     # of its layers (transformers' counts, test_params.py) split by tp except what TP replicates
@@ -306,3 +309,31 @@ def test_published_folded_recipes_can_be_stated_and_fit_an_h100(model, gpus, deg
     assert experts + rest / degrees["tp"] <= mid.params <= experts + rest
     assert 2 * mid.params == pytest.approx(mid.weights)
     assert rep.per_gpu.model_states < 40 * GiB and rep.fits
+
+
+def test_the_gpu_sets_the_capacity_unless_capacity_overrides_it(llama70b):
+    cfg = TrainingConfig(seq_len=4096)
+    plan = ParallelPlan(dp=8, tp=8, zero=1)
+    own = estimate_memory(llama70b, cfg, plan, H100)
+    assert own.capacity == 81559 * 2**20  # the H100's own: the total nvidia-smi reports
+    usable = estimate_memory(llama70b, cfg, plan, H100, capacity=40 * GiB)
+    assert usable.capacity == 40 * GiB and usable.per_gpu.total == own.per_gpu.total  # only the check moves
+    assert usable.headroom == 40 * GiB - own.per_gpu.total
+
+
+@pytest.mark.parametrize("gpu", [80 * GiB, 85899345920, "h100-sxm", None])
+def test_a_gpu_that_is_not_a_gpuspec_is_refused_naming_the_field(llama70b, gpu):
+    from gpuplan.errors import GpuplanError
+
+    with pytest.raises(GpuplanError, match="catalog.gpu") as e:
+        estimate_memory(llama70b, TrainingConfig(), ParallelPlan(), gpu)
+    assert e.value.field == "gpu"
+
+
+@pytest.mark.parametrize("capacity", [0, -1.0, float("nan"), "80GB", True])
+def test_a_capacity_that_is_not_a_positive_number_of_bytes_is_refused(llama70b, capacity):
+    from gpuplan.errors import GpuplanError
+
+    with pytest.raises(GpuplanError) as e:
+        estimate_memory(llama70b, TrainingConfig(), ParallelPlan(), H100, capacity=capacity)
+    assert e.value.field == "capacity"

@@ -14,6 +14,8 @@ from gpuplan.specs.hf import load_hf_config, model_from_hf_config
 from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.training import TrainingConfig
 
+H100 = catalog.gpu("h100-sxm")
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
@@ -130,8 +132,8 @@ def test_training_memory_holds_the_tower_states_on_the_first_stage_unsplit_by_tp
     n = spec.vision.params
     for tp in (1, 2):
         plan = ParallelPlan(dp=1, tp=tp, pp=2)
-        with_tower = estimate_memory(spec, cfg, plan, 80e9, microbatches=2).stages
-        without = estimate_memory(text_only, cfg, plan, 80e9, microbatches=2).stages
+        with_tower = estimate_memory(spec, cfg, plan, H100, microbatches=2).stages
+        without = estimate_memory(text_only, cfg, plan, H100, microbatches=2).stages
         first = with_tower[0].model_states - without[0].model_states
         assert first == pytest.approx((2 + 4 + 4 + 8) * n)
         assert with_tower[1].model_states == without[1].model_states
@@ -144,8 +146,8 @@ def test_zero_shards_the_tower_states_like_the_text_model():
     cfg = TrainingConfig(seq_len=2048)
     plan = ParallelPlan(dp=8, zero=1)
     extra = (
-        estimate_memory(spec, cfg, plan, 80e9).per_gpu.model_states
-        - estimate_memory(text_only, cfg, plan, 80e9).per_gpu.model_states
+        estimate_memory(spec, cfg, plan, H100).per_gpu.model_states
+        - estimate_memory(text_only, cfg, plan, H100).per_gpu.model_states
     )
     assert extra == pytest.approx((2 + 4 + (4 + 8) / 8) * spec.vision.params)
 

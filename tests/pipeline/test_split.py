@@ -20,7 +20,8 @@ from gpuplan.search.grid import Grid, Layout
 from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.split import stage_layers, suggest_split
 from gpuplan.specs.training import TrainingConfig
-from gpuplan.units import GiB
+
+H100 = catalog.gpu("h100-sxm")  # Llama 3 405B trained on H100s (Dubey et al. 2024, section 3.3)
 
 H, FFN, V, KV = 16384, 53248, 128256, 8 * 128
 LAYER_MATRICES = H * H + 2 * H * KV + H * H + 3 * H * FFN  # q, k and v, o; gate, up, down
@@ -46,20 +47,20 @@ def test_llama3_405b_split_is_7_then_14_stages_of_8_then_7(m405):
 
 def test_llama3_405b_stage_parameters_and_model_states_match_the_hand_count(m405):
     cfg = TrainingConfig(seq_len=8192, precision="bf16", profile="fused")  # 2 + 4 (fp32 main_grad) + 4 + 8 B
-    r = estimate_memory(m405, cfg, llama3_plan(), 80 * GiB, microbatches=64)
+    r = estimate_memory(m405, cfg, llama3_plan(), H100, microbatches=64)
     first = 7 * PER_GPU_LAYER + EMBED
     middle = 8 * PER_GPU_LAYER
     last = 7 * PER_GPU_LAYER + EMBED + H  # output layer and the final norm
     assert [s.params for s in r.stages] == [first] + [middle] * 14 + [last]
     assert r.stages[1].model_states == 18 * middle
     # the even split (later stages take the remainder) leaves 8 layers and the output layer on the last
-    even = estimate_memory(m405, cfg, ParallelPlan(tp=TP, pp=16), 80 * GiB, microbatches=64)
+    even = estimate_memory(m405, cfg, ParallelPlan(tp=TP, pp=16), H100, microbatches=64)
     assert even.stages[-1].params == 8 * PER_GPU_LAYER + EMBED + H
 
 
 def test_activations_follow_1f1b_in_flight_counts_on_uneven_stages(m405):
     cfg = TrainingConfig(seq_len=8192, recompute="selective")
-    r = estimate_memory(m405, cfg, llama3_plan(), 80 * GiB, microbatches=64)
+    r = estimate_memory(m405, cfg, llama3_plan(), H100, microbatches=64)
     a = r.activation
     # 1F1B: stage s holds pp - s micro-batches of its own layers (Narayanan et al. 2021)
     assert r.stages[0].activations == pytest.approx(16 * (7 * a.layer(False) + a.embedding))
@@ -155,7 +156,7 @@ def test_validate_refuses_through_the_same_split(m405):
 def test_grid_agrees_with_the_scalar_model_on_uneven_splits(name, layouts):
     m, gpu = catalog.model(name), catalog.gpu("h100-sxm")
     base = TrainingConfig(seq_len=4096, global_batch=64)
-    grid = Grid(m, base, layouts, (1, 2), (0, 1, 3), ("none", "selective", "full"))
+    grid = Grid(m, base, layouts, (1, 2), (0, 1, 3), ("none", "selective", "full"), gpu)
     mb, _ = grid.microbatches()
     peak = grid.peak_memory(np.maximum(mb, 1))
     bound = grid.compute_bound(gpu, np.maximum(mb, 1))
@@ -164,7 +165,7 @@ def test_grid_agrees_with_the_scalar_model_on_uneven_splits(name, layouts):
             for zi, zero in enumerate(grid.zero):
                 for ri in range(3):
                     plan, cfg = lo.plan(int(zero)), grid.configs[mi][ri]
-                    scalar = estimate_memory(m, cfg, plan, gpu.memory_bytes, int(mb[li, mi]))
+                    scalar = estimate_memory(m, cfg, plan, gpu, int(mb[li, mi]))
                     assert peak[li, mi, zi, ri] == pytest.approx(scalar.per_gpu.total, rel=1e-9)
             st = step_time(m, grid.configs[mi][0], lo.plan(0), gpu, int(mb[li, mi]))
             assert bound[li, mi, 0] <= st.step_s * (1 + 1e-12)

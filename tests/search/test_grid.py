@@ -50,7 +50,7 @@ def test_peak_memory_matches_the_scalar_model_on_every_sampled_plan(name, gpus, 
     for li, mi, zi, ri in _samples(grid, mb, 120, 0):
         plan = grid.layouts[li].plan(int(grid.zero[zi]))
         cfg = grid.configs[mi][ri]
-        scalar = estimate_memory(m, cfg, plan, gpu.memory_bytes, int(mb[li, mi]), gpu=gpu)  # every stage
+        scalar = estimate_memory(m, cfg, plan, gpu, int(mb[li, mi]))  # every stage
         assert peak[li, mi, zi, ri] == pytest.approx(scalar.per_gpu.total, rel=1e-9), (
             plan,
             cfg.micro_batch,
@@ -80,7 +80,7 @@ def test_zb_v_plans_put_the_head_on_rank_0_in_the_grid_as_in_the_scalar_model(na
     for li, mi, zi, ri in zbv:
         plan = grid.layouts[li].plan(int(grid.zero[zi]))
         cfg = grid.configs[mi][ri]
-        scalar = estimate_memory(m, cfg, plan, gpu.memory_bytes, int(mb[li, mi]), gpu=gpu)
+        scalar = estimate_memory(m, cfg, plan, gpu, int(mb[li, mi]))
         assert peak[li, mi, zi, ri] == pytest.approx(scalar.per_gpu.total, rel=1e-9)
         assert bound[li, mi, ri] <= step_time(m, cfg, plan, gpu, int(mb[li, mi])).step_s * (1 + 1e-12)
 
@@ -99,7 +99,7 @@ def test_folded_plans_get_the_scalar_memory_and_a_bound_below_their_step(name, g
     for li, mi, zi, ri in folded:
         plan = grid.layouts[li].plan(int(grid.zero[zi]))
         cfg = grid.configs[mi][ri]
-        scalar = estimate_memory(m, cfg, plan, gpu.memory_bytes, int(mb[li, mi]), gpu=gpu)
+        scalar = estimate_memory(m, cfg, plan, gpu, int(mb[li, mi]))
         assert peak[li, mi, zi, ri] == pytest.approx(scalar.per_gpu.total, rel=1e-9), plan
         assert bound[li, mi, ri] <= step_time(m, cfg, plan, gpu, int(mb[li, mi])).step_s * (1 + 1e-12)
 
@@ -114,7 +114,7 @@ def test_fp8_parameter_plans_get_the_scalar_memory_below_zero3():
         if grid.zero[zi] == 3:
             continue  # refused (Reason.FP8_PARAMS_ZERO3)
         plan, cfg = grid.layouts[li].plan(int(grid.zero[zi])), grid.configs[mi][ri]
-        scalar = estimate_memory(m, cfg, plan, gpu.memory_bytes, int(mb[li, mi]), gpu=gpu)
+        scalar = estimate_memory(m, cfg, plan, gpu, int(mb[li, mi]))
         assert peak[li, mi, zi, ri] == pytest.approx(scalar.per_gpu.total, rel=1e-9), plan
         checked += 1
     assert checked >= 100
@@ -129,5 +129,5 @@ def test_per_tensor_fp8_on_blackwell_keeps_one_weight_copy_in_the_grid_as_in_the
     peak = grid.peak_memory(np.maximum(mb, 1))
     for li, mi, zi, ri in _samples(grid, mb, 120, 5):
         plan, cfg = grid.layouts[li].plan(int(grid.zero[zi])), grid.configs[mi][ri]
-        scalar = estimate_memory(m, cfg, plan, gpu.memory_bytes, int(mb[li, mi]), gpu=gpu)
+        scalar = estimate_memory(m, cfg, plan, gpu, int(mb[li, mi]))
         assert peak[li, mi, zi, ri] == pytest.approx(scalar.per_gpu.total, rel=1e-9), plan

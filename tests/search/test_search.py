@@ -18,7 +18,7 @@ def test_ranked_plans_fit_are_sorted_and_match_a_direct_estimate():
     for c in r.ranked:
         assert c.plan.world_size == 16
         assert c.memory.fits
-        full = estimate_memory(m, c.config, c.plan, gpu.memory_bytes, c.microbatches)
+        full = estimate_memory(m, c.config, c.plan, gpu, c.microbatches)
         assert full.per_gpu.total == pytest.approx(c.memory.per_gpu.total)  # the pruned stages were not the peak
         assert step_time(m, c.config, c.plan, gpu, c.microbatches).step_s == pytest.approx(c.step.step_s)
     assert r.feasible + sum(r.rejected.values()) == r.considered
@@ -51,7 +51,7 @@ def test_fp8_parameter_search_leaves_out_zero3_and_its_plans_get_the_scalar_memo
     assert r.feasible + sum(r.rejected.values()) == r.considered
     for c in r.ranked:
         assert c.config.fp8_params
-        full = estimate_memory(m, c.config, c.plan, gpu.memory_bytes, c.microbatches)
+        full = estimate_memory(m, c.config, c.plan, gpu, c.microbatches)
         assert full.per_gpu.total == pytest.approx(c.memory.per_gpu.total, rel=1e-9)
     bf16_weights = search(m, gpu, 16, base.__class__(seq_len=4096, global_batch=64, precision="fp8"), top=20)
     same = {(c.plan, c.config.micro_batch, c.config.recompute): c for c in bf16_weights.ranked}

@@ -148,16 +148,28 @@ def estimate_memory(
     m: ModelSpec,
     cfg: TrainingConfig,
     plan: ParallelPlan,
-    capacity: float,
+    gpu: GPUSpec,
     microbatches: int = 1,
+    *,
     all_stages: bool = True,
-    gpu: GPUSpec | None = None,
+    capacity: float | None = None,
 ) -> MemoryReport:
-    """Memory of every pipeline stage. ``all_stages=False`` (the search) computes only the stages
-    that can be the most loaded (``candidate_stages``). ``gpu``: the GPU, for what depends on it
-    (one FP8 weight copy where its FP8 GEMMs take any layout: GPUSpec.fp8_any_layout); None
-    takes Hopper's."""
-    fp8_one_layout = gpu is not None and gpu.fp8_any_layout
+    """Memory of every pipeline stage on ``gpu``. The GPU decides what depends on it (one FP8
+    weight copy where its FP8 GEMMs take any layout: GPUSpec.fp8_any_layout, Blackwell; two on
+    Hopper and older) and, unless ``capacity`` (bytes) overrides it, the capacity the report
+    checks against: ``gpu.memory_bytes``. ``all_stages=False`` (the search) computes only the
+    stages that can be the most loaded (``candidate_stages``)."""
+    if not isinstance(gpu, GPUSpec):
+        raise GpuplanError(
+            "gpu",
+            f"expected a GPUSpec, got {type(gpu).__name__} {gpu!r}",
+            "pass the GPU (e.g. catalog.gpu('h100-sxm')); a different capacity goes in capacity=",
+        )
+    if capacity is None:
+        capacity = gpu.memory_bytes
+    elif isinstance(capacity, bool) or not isinstance(capacity, (int, float)) or not capacity > 0:
+        raise GpuplanError("capacity", f"must be a positive number of bytes, got {capacity!r}", "or leave it out")
+    fp8_one_layout = gpu.fp8_any_layout
     act = _activations(m, cfg, plan.tp, plan.cp, plan.ep, plan.sp, plan.expert_tp)
     z = plan.zero
     stages = []

@@ -140,7 +140,7 @@ def estimate_offload_training(req: OffloadTrainRequest) -> OffloadTrainEstimate:
     m, g, h, p, c = req.model, req.gpu, req.host, req.plan, req.config
     pc = count_params(m)
     n = float(pc.total)
-    mem = estimate_memory(m, c, p, g.memory_bytes, req.microbatches, gpu=g)
+    mem = estimate_memory(m, c, p, g, req.microbatches)
     st = mem.per_gpu
     if req.offload == "none":
         gpu = {

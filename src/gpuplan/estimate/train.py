@@ -104,7 +104,7 @@ def validate(req: TrainRequest) -> None:
 
 
 def _memory(req: TrainRequest) -> MemoryReport:
-    return estimate_memory(req.model, req.config, req.plan, req.gpu.memory_bytes, req.microbatches, gpu=req.gpu)
+    return estimate_memory(req.model, req.config, req.plan, req.gpu, req.microbatches)
 
 
 def suggest_fixes(req: TrainRequest, limit: int = 5, find_plan: FindPlan | None = None) -> tuple[Suggestion, ...]:
@@ -166,9 +166,8 @@ def suggest_fixes(req: TrainRequest, limit: int = 5, find_plan: FindPlan | None 
             req.model,
             config,
             plan,
-            req.gpu.memory_bytes,
+            req.gpu,
             req.global_batch // (config.micro_batch * plan.dp),
-            gpu=req.gpu,
         )
         pool = [Suggestion(plan_changes(plan, config, p, c), mem.per_gpu.total, mem.fits)] + pool
     return tuple(pool[:limit])

@@ -99,9 +99,7 @@ def validate_training(paths: tuple[Path, ...] = CSVS) -> list[Result]:
     for row in load_rows(paths):
         gpu = catalog.gpu(row.gpu)
         st = step_time(row.model, row.config, row.plan, gpu, row.microbatches)
-        mem = estimate_memory(
-            row.model, row.config, row.plan, gpu.memory_bytes, row.microbatches, all_stages=False, gpu=gpu
-        )
+        mem = estimate_memory(row.model, row.config, row.plan, gpu, row.microbatches, all_stages=False)
         out.append(Result(row, st.step_s, st.mfu, st.breakdown, mem.per_gpu.total, gpu.memory_bytes))
     return out
 

@@ -33,7 +33,7 @@ def compare_run(run: Run, res: Resolved) -> dict[str, Any]:
     from gpuplan.estimate.validate import error_band
 
     st = step_time(res.model, res.config, res.plan, res.gpu, res.microbatches)
-    mem = estimate_memory(res.model, res.config, res.plan, res.gpu.memory_bytes, res.microbatches, gpu=res.gpu).per_gpu
+    mem = estimate_memory(res.model, res.config, res.plan, res.gpu, res.microbatches).per_gpu
     band = error_band(res.gpu, res.config, res.plan, st.step_s)
     if band["calibrated"]:
         lo, hi = band["min_error"], band["max_error"]

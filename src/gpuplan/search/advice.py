@@ -133,6 +133,6 @@ def smallest_fitting_plan(
             plan = fit.grid.layouts[fit.layout[i]].plan(int(fit.grid.zero[fit.zero[i]]))
             config = fit.grid.configs[fit.mbs[i]][fit.rec[i]]
             micro = base.global_batch // (config.micro_batch * plan.dp)
-            if estimate_memory(m, config, plan, gpu.memory_bytes, micro, gpu=gpu).fits:
+            if estimate_memory(m, config, plan, gpu, micro).fits:
                 return plan, config
     return None

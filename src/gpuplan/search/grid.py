@@ -81,7 +81,7 @@ class Grid:
         micro_batches,
         zero_stages,
         rec_order,
-        gpu: GPUSpec | None = None,
+        gpu: GPUSpec,
     ):
         if base.offload_activation_layers:  # the search does not choose which layers to offload
             raise GpuplanError(
@@ -90,7 +90,7 @@ class Grid:
                 "plan them with train",
             )
         self.m, self.base, self.layouts = m, base, layouts
-        self.fp8_one_layout = gpu is not None and gpu.fp8_any_layout  # estimate_memory's ``gpu``
+        self.fp8_one_layout = gpu.fp8_any_layout  # as estimate_memory reads its ``gpu``
         self.mbs = np.array(micro_batches, dtype=np.int64)
         self.zero = np.array(zero_stages, dtype=np.int64)
         self.rec = list(rec_order)

@@ -218,7 +218,7 @@ def _offload_candidates(
     out = []
     for v in found:
         plan = layouts[v.layout_index].plan(v.zero)
-        memory = estimate_memory(m, v.config, plan, gpu.memory_bytes, v.microbatches, all_stages=False, gpu=gpu)
+        memory = estimate_memory(m, v.config, plan, gpu, v.microbatches, all_stages=False)
         out.append(Candidate(plan, v.config, v.microbatches, v.step, memory, offload=v.estimate))
     return out, n
 
@@ -266,9 +266,5 @@ def _branch_and_bound(m: ModelSpec, gpu: GPUSpec, pools, top: int, progress) -> 
         cfg = fit.grid.configs[fit.mbs[j]][fit.rec[j]]
         mb = int(fit.mb[fit.layout[j], fit.mbs[j]])
         step = timed[(which[i], fit.layout[j], fit.mbs[j], plan.zero, fit.rec[j])]
-        out.append(
-            Candidate(
-                plan, cfg, mb, step, estimate_memory(m, cfg, plan, gpu.memory_bytes, mb, all_stages=False, gpu=gpu)
-            )
-        )
+        out.append(Candidate(plan, cfg, mb, step, estimate_memory(m, cfg, plan, gpu, mb, all_stages=False)))
     return tuple(out), len(timed)
