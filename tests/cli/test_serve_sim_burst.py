@@ -35,3 +35,11 @@ def test_rate_inf_with_a_closed_loop_an_slo_or_a_trace_is_one_line_exit_2(capsys
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert flag in err and "--rate" in err
+
+
+def test_a_burst_alone_draws_its_report_and_plot_at_its_completed_rate(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    html, png = tmp_path / "r.html", tmp_path / "p.png"
+    code, _, err = run([*BASE, "--rate", "inf", "--html", str(html), "--plot", str(png)], capsys)
+    assert code == 0, err
+    assert png.stat().st_size > 0 and "burst: output tokens/s" in html.read_text()
