@@ -202,6 +202,23 @@ def render_serve(est, doc: dict) -> None:
         )
 
 
+def _render_burst(r: dict) -> None:
+    """A burst run (``--rate inf``) as ``vllm bench serve`` prints it: duration, throughputs, and
+    TTFT/TPOT/ITL mean, median and p99."""
+
+    def three(p: dict) -> str:
+        if not p:
+            return "n/a"
+        return f"mean {fmt_duration(p['mean'])}, median {fmt_duration(p['p50'])}, p99 {fmt_duration(p['p99'])}"
+
+    console.print(
+        f"burst of {r['requests']:,} requests at t = 0 (vllm bench serve --request-rate inf): duration "
+        f"{fmt_duration(r['makespan_s'])}, {r['requests_per_s']:,.2f} requests/s, output "
+        f"{r['output_tokens_per_s']:,.0f} tok/s, total {r['total_tokens_per_s']:,.0f} tok/s"
+    )
+    console.print(f"  TTFT {three(r['ttft_s'])}; TPOT {three(r['tpot_s'])}; ITL {three(r['itl_s'])}")
+
+
 def render_serve_sim(doc: dict) -> None:
     table = Table(
         title=f"Serving simulation: {doc['model']} on {doc['tp'] * doc['pp']} x {doc['gpu']} "
@@ -226,7 +243,9 @@ def render_serve_sim(doc: dict) -> None:
     for r in runs:
         itl = r["itl_s"] or {"p50": 0.0, "p99": 0.0}
         table.add_row(
-            f"{r['clients']:,} clients" if r.get("clients") else (f"{r['rate']:,.2f}" if r["rate"] else "trace"),
+            f"{r['clients']:,} clients"
+            if r.get("clients")
+            else ("inf (burst)" if r.get("burst") else (f"{r['rate']:,.2f}" if r["rate"] else "trace")),
             f"{r['requests']:,}",
             fmt_duration(r["ttft_s"]["p50"]),
             fmt_duration(r["ttft_s"]["p99"]),
@@ -239,6 +258,8 @@ def render_serve_sim(doc: dict) -> None:
         )
     console.print(table)
     for r in runs:
+        if r.get("burst"):
+            _render_burst(r)
         if r.get("clients"):
             console.print(
                 f"closed loop of {r['clients']:,} clients: on average {r['queued_mean']:,.1f} wait for a seat "

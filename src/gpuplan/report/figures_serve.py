@@ -77,13 +77,13 @@ def serve_memory(doc: dict) -> Figure:
 def _achieved_rate(run: dict) -> float:
     """The request rate a run put on the engine: the offered rate of an open-loop run, the
     completed requests per second of a closed-loop (``--concurrency``) or trace run, which offer
-    none (their ``rate`` is 0)."""
+    none (their ``rate`` is 0), or of a burst (``--rate inf``: ``rate`` null, ``burst`` true)."""
     return run.get("rate") or run.get("requests_per_s") or 0.0
 
 
 def serve_sim_percentiles(doc: dict) -> Figure:
     """Latency percentiles against request rate (log scale: the tail is the point)."""
-    runs = [r for r in doc["runs"] if r.get("rate") is not None]
+    runs = [r for r in doc["runs"] if r.get("rate") is not None or r.get("burst")]
     runs.sort(key=_achieved_rate)
     rate = [_achieved_rate(r) for r in runs]
     data = []

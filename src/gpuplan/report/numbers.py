@@ -168,7 +168,11 @@ def _dynamic(command: str, doc: dict) -> Spec:
     spec: Spec = []
     if command == "serve-sim":
         for i, r in enumerate(doc.get("runs", [])):
-            at = f"rate {r.get('rate')}/s" if r.get("rate") is not None else f"run {i + 1}"
+            at = (
+                "burst"
+                if r.get("burst")
+                else (f"rate {r.get('rate')}/s" if r.get("rate") is not None else f"run {i + 1}")
+            )
             spec += [
                 (f"{at}: output tokens/s", f"runs.{i}.output_tokens_per_s", _num),
                 (f"{at}: TTFT p50", f"runs.{i}.ttft_s.p50", _ms),

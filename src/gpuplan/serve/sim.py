@@ -7,11 +7,14 @@ of their prompt when prefilling: chunked prefill, Agrawal et al. 2024 "Sarathi-S
 requests are admitted first-come-first-served while the budget, ``max_num_seqs`` and free KV blocks
 allow. KV memory is paged (Kwon et al. 2023): a sequence holds ceil(tokens / block_size) blocks,
 allocated as it grows; when a running sequence needs a block and none is free, the most recently
-admitted sequence is preempted, its blocks freed, and it waits to be recomputed (vLLM's default
-RECOMPUTE preemption). Sliding-window layers are treated as full layers here (a slight
+admitted sequence is preempted, its blocks freed, and it waits at the head of the queue to be
+recomputed (vLLM's default RECOMPUTE preemption); an iteration that preempted admits nobody from the
+queue (V1's ``if not preempted_reqs``). Sliding-window layers are treated as full layers here (a slight
 overestimate of their memory).
 
-Arrivals are Poisson at ``rate`` (or read from a trace), or come from a closed loop of ``clients``
+Arrivals are Poisson at ``rate`` (or read from a trace), all at t = 0 (a burst, ``rate`` = inf:
+``vllm bench serve``'s default ``--request-rate inf``, a transient of queued prompts, prefill
+waves and a decode tail rather than a steady state), or come from a closed loop of ``clients``
 (benchmark_serving.py ``--max-concurrency``, genai-perf ``--concurrency``): each client sends its
 next request the moment its last one finishes, so at most ``clients`` are in the engine or its
 queue, and whatever the KV pool or ``max_num_seqs`` cannot seat waits. Lengths fixed, uniform or
@@ -116,6 +119,7 @@ def simulate(
             now = float(arrival[nxt])
             continue
         # running sequences first, in admission order: decoders take one token, prefills a chunk
+        preempted = False
         while True:
             c, t, b = computed[running], target[running], blocks[running]
             full = np.where(c >= t, 1, t - c)
@@ -132,14 +136,17 @@ def simulate(
             target[v] = prompt[v] + generated[v]
             waiting.appendleft(v)
             preemptions += 1
+            preempted = True
         free -= wanted
         blocks[running] += want
         decoding = c >= t
         budget = budget0 - int(take.sum())
-        # then waiting requests, first come first served, while budget, seats and blocks allow
+        # then waiting requests, first come first served, while budget, seats and blocks allow; none
+        # in an iteration that preempted (vllm/v1/core/sched/scheduler.py ``schedule``: the waiting
+        # queue is scheduled only ``if not preempted_reqs``), so a preempted sequence waits a step
         admitted: list = []
         adm_take: list = []
-        while waiting and budget > 0 and len(running) + len(admitted) < max_seqs:
+        while not preempted and waiting and budget > 0 and len(running) + len(admitted) < max_seqs:
             r = waiting[0]
             need = min(int(target[r] - computed[r]), budget)
             blk = -(-(int(computed[r]) + need) // bs) - int(blocks[r])
@@ -222,6 +229,7 @@ def simulate(
                 arrival[issued : issued + k] = now
                 issued += k
     itl = np.concatenate(gaps) if gaps else np.zeros(0)
+    many = out > 1  # vllm/benchmarks/serve.py calculate_metrics: TPOT of requests with output_len > 1
     return SimResult(
         rate=rate,
         requests=n,
@@ -236,6 +244,8 @@ def simulate(
         clients=clients,
         queued_mean=queued_area / now if now else 0.0,
         arrival_s=arrival,
+        tpot_s=(finish[many] - first[many]) / (out[many] - 1),
+        input_tokens=int(prompt.sum()),
     )
 
 

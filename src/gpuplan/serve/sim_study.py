@@ -1,9 +1,13 @@
 """What ``gpuplan serve-sim`` simulates: one arrival process chosen from what the user gave (a
-closed loop of clients, a trace, Poisson rates, or the highest rate meeting an SLO), checked for
-combinations that would silently drop a setting, and run (serve/sim.py)."""
+closed loop of clients, a trace, Poisson rates and/or a burst, or the highest rate meeting an SLO),
+checked for combinations that would silently drop a setting, and run (serve/sim.py).
+
+A rate of ``inf`` is a burst, ``vllm bench serve``'s default ``--request-rate inf``: all
+``requests`` sent at t = 0 and run to completion (Workload.burst)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,17 +24,20 @@ SLO_SEARCH_STEPS = 30
 
 
 def parse_rates(text: str | None) -> list[float]:
-    """Poisson rates in requests per second: ``4`` or ``1,2,4,8`` (empty: none)."""
+    """Poisson rates in requests per second: ``4`` or ``1,2,4,8`` (empty: none); ``inf`` (as vLLM
+    spells it) is a burst, every request at t = 0, returned as ``math.inf``."""
     rates = []
     for part in (text or "").split(","):
-        if part.strip():
+        if part.strip().lower() == "inf":
+            rates.append(math.inf)
+        elif part.strip():
             try:
                 rates.append(inputs.finite(part, "rate", lo=0, lo_open=True, hi=1e6, fix="write e.g. 4 or 1,2,4,8"))
             except GpuplanError as exc:
                 raise GpuplanError(
                     "rate",
                     f"cannot use {part.strip()!r} as a rate ({exc.message})",
-                    "write positive requests per second, e.g. 4 or 1,2,4,8",
+                    "write positive requests per second, e.g. 4 or 1,2,4,8, or inf (all requests at once)",
                 ) from None
     return rates
 
@@ -38,7 +45,7 @@ def parse_rates(text: str | None) -> list[float]:
 @dataclass(frozen=True)
 class Study:
     """The simulations to run; exactly one arrival process: ``clients`` (closed loop), ``trace``,
-    or ``rates`` and/or an SLO search (``ttft_slo_s``, ``itl_slo_s``)."""
+    or ``rates`` (``math.inf``: a burst) and/or an SLO search (``ttft_slo_s``, ``itl_slo_s``)."""
 
     deployment: Deployment
     config: ServeConfig
@@ -81,7 +88,11 @@ class Study:
             advance()
         else:
             for r in self.rates:
-                results.append(simulate(d, cfg, Workload.poisson(r, self.requests, lin, lout, self.seed), r))
+                if math.isinf(r):
+                    w = Workload.burst(self.requests, lin, lout, self.seed)
+                else:
+                    w = Workload.poisson(r, self.requests, lin, lout, self.seed)
+                results.append(simulate(d, cfg, w, r))
                 advance()
             if self.searches:
                 best = max_rate(
@@ -107,6 +118,20 @@ def study(
     """The study of one arrival process; a combination that would silently drop a setting (a rate
     with a trace, a trace with a closed loop, ...) or no arrival process at all is refused."""
     searches = bool(ttft_slo_s or itl_slo_s)
+    burst = any(math.isinf(r) for r in rates)
+    if burst and clients is not None:
+        # vLLM's --request-rate inf --max-concurrency N is exactly the closed loop of N clients
+        raise GpuplanError(
+            "concurrency",
+            "`rate=inf` sends every request at t = 0; a closed loop of `concurrency` clients sets the arrivals itself",
+            "drop `rate` (vLLM's `--request-rate inf --max-concurrency N` is the closed loop), or drop `concurrency`",
+        )
+    if burst and searches:
+        raise GpuplanError(
+            "ttft_slo" if ttft_slo_s else "itl_slo",
+            "the SLO search raises a finite Poisson rate; `rate=inf` (a burst) has none to raise",
+            "drop `ttft_slo`/`itl_slo` to run the burst, or give finite rates to search",
+        )
     if trace and (rates or searches):
         # A trace brings its own arrivals: a rate or an SLO search would be silently dropped
         raise GpuplanError(

@@ -1,6 +1,7 @@
 """serve-sim's requests: lengths (fixed, uniform or exponential, parsed from a flag) and a workload
-of arrival times and lengths: Poisson arrivals at a rate (exponential gaps), a closed loop's
-requests (sent as others finish: simulate sets their times), or a CSV trace. A seed makes every
+of arrival times and lengths: Poisson arrivals at a rate (exponential gaps), a burst (every request
+at t = 0: ``vllm bench serve``'s default ``--request-rate inf``), a closed loop's requests (sent as
+others finish: simulate sets their times), or a CSV trace. A seed makes every
 draw reproducible (numpy's default_rng)."""
 
 from __future__ import annotations
@@ -70,6 +71,16 @@ class Workload:
         rng = np.random.default_rng(seed)
         arrivals = np.cumsum(rng.exponential(1 / rate, size=n))
         return cls(arrivals, input_len.sample(rng, n), output_len.sample(rng, n))
+
+    @classmethod
+    def burst(cls, n: int, input_len: Lengths, output_len: Lengths, seed: int = 0) -> Workload:
+        """``n`` requests all sent at t = 0: ``vllm bench serve --request-rate inf`` (its default),
+        whose ``get_request`` (vllm/benchmarks/serve.py) appends a delay of 0 for every request when
+        the rate is inf and so sends them all at once; the client's aiohttp connector is unlimited
+        (``limit=max_concurrency or 0``) without ``--max-concurrency``."""
+        require(n >= 1, "requests", f"must be at least 1, got {n}")
+        rng = np.random.default_rng(seed)
+        return cls(np.zeros(n), input_len.sample(rng, n), output_len.sample(rng, n))
 
     @classmethod
     def closed(cls, n: int, input_len: Lengths, output_len: Lengths, seed: int = 0) -> Workload:

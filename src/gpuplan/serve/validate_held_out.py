@@ -4,7 +4,14 @@ Kept apart from the shared rows (validate.py) and from the KV-pool logs (validat
 were gathered after the engine profiles (engines.py), all-reduce model and closed-loop queueing were
 built, and nothing was fitted to them. Each row names its source (URL, with the commit for files in a
 repository) and states its engine, model, GPU, TP, weight and KV formats, input/output lengths and
-its load: a closed-loop concurrency (or a static batch) or ``max`` (offline maximum throughput).
+its load: a closed-loop concurrency (or a static batch), ``max`` (offline maximum throughput) or
+``burst`` (``vllm bench serve --request-rate inf``: all ``num_prompts`` requests sent at t = 0).
+
+Columns: id, source, url, tag, engine, engine_version, model, gpu, gpus, tp, precision,
+kv_precision, input_len, output_len, concurrency (a number, ``max`` or ``burst``), num_prompts (the
+requests of a ``burst`` row, required there; empty elsewhere, and the column may be absent from an
+older file), gpu_memory_utilization, max_model_len (empty: the engine's default), metric, value,
+note.
 
 Every row is predicted the way ``gpuplan serve`` predicts it: ``engine_config`` with the row's
 engine and the memory fraction / ``max_model_len`` it states (the engine's default where it states
@@ -14,6 +21,13 @@ none), then ``estimate_serving``; the metric is read from the same document ``se
 * ``ttft_ms`` and ``itl_ms``: the point's TTFT (queue wait included beyond the capacity) and TPOT;
 * ``e2e_latency_ms``: ``ttft + (output - 1) x tpot``, the request's end-to-end latency.
 
+``burst`` rows are a transient, not a steady state (prompts queue, prefill waves, then a decode
+tail as requests drain), so they run through serve-sim instead (serve/sim.py, ``Workload.burst``):
+the row's ``num_prompts`` requests of fixed lengths at t = 0, under the engine's own scheduler
+defaults (its ``max_num_seqs``: the benchmark sets none), run to completion; the metric is what the
+benchmark prints (vllm/benchmarks/serve.py ``calculate_metrics``): output tokens over the duration
+(first send to last completion), and the MEAN TTFT, TPOT (as ``itl_ms``) and end-to-end latency.
+
 ``max`` rows run as validate.py runs its TensorRT-LLM rows: no ``max_num_seqs`` cap (trtllm-bench
 picks the batch by its own heuristic, which the tables do not state), so the KV pool decides. A row
 gpuplan refuses (no room for one sequence) is reported as a refusal, the engine having run it.
@@ -22,6 +36,7 @@ gpuplan refuses (no room for one sequence) is reported as a refusal, the engine 
 from __future__ import annotations
 
 import csv
+import math
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,7 +44,10 @@ from pathlib import Path
 from gpuplan import catalog
 from gpuplan.errors import GpuplanError
 from gpuplan.serve.engines import engine_config
+from gpuplan.serve.formats import kv_format, weight_format
 from gpuplan.serve.plan import ServeRequest, estimate_serving, to_dict
+from gpuplan.serve.sim import Lengths, Workload, simulate
+from gpuplan.serve.timing import Deployment
 from gpuplan.serve.validate import row_request
 
 CSV = Path(__file__).resolve().parent.parent / "catalog" / "validation" / "held_out" / "serving_runs.csv"
@@ -48,6 +66,7 @@ class HeldOutRow:
     metric: str
     measured: float
     request: ServeRequest
+    num_prompts: int | None = None  # a burst row: this many requests at t = 0 (serve-sim)
 
 
 @dataclass(frozen=True)
@@ -73,9 +92,13 @@ def load_rows(path: Path = CSV) -> list[HeldOutRow]:
             mml = int(r["max_model_len"]) if r["max_model_len"] else None
             cfg = engine_config(r["engine"], gpu, tp, frac, max_model_len=mml)
             conc = r["concurrency"]
+            prompts = (r.get("num_prompts") or "").strip()
+            if (conc == "burst") != bool(prompts):
+                raise ValueError(f"{r['id']}: a `burst` row needs num_prompts, and only a burst row has it")
             if conc == "max":
                 cfg = replace(cfg, max_num_seqs=None)
-            req = row_request(r, catalog.model(r["model"]), gpu, cfg, conc)
+            # a burst row's request carries its deployment and lengths; serve-sim runs it (predict)
+            req = row_request(r, catalog.model(r["model"]), gpu, cfg, "max" if conc == "burst" else conc)
             out.append(
                 HeldOutRow(
                     r["id"],
@@ -88,12 +111,31 @@ def load_rows(path: Path = CSV) -> list[HeldOutRow]:
                     r["metric"],
                     float(r["value"]),
                     req,
+                    int(prompts) if prompts else None,
                 )
             )
     return out
 
 
+def predict_burst(row: HeldOutRow) -> float:
+    """A burst row's metric from serve-sim: ``num_prompts`` requests at t = 0, run to completion."""
+    q = row.request
+    assert row.num_prompts is not None
+    d = Deployment(q.model, q.gpu, weight_format(q.weights, q.gpu), kv_format(q.kv, q.gpu), q.tp, q.pp, q.dp_attention)
+    w = Workload.burst(row.num_prompts, Lengths("fixed", q.input_len), Lengths("fixed", q.output_len))
+    doc = simulate(d, q.config, w, math.inf).to_dict()
+    return {
+        "output_tokens_per_s": doc["output_tokens_per_s"],
+        "output_tokens_per_s_per_gpu": doc["output_tokens_per_s"] / (q.tp * q.pp),
+        "ttft_ms": doc["ttft_s"]["mean"] * 1e3,
+        "itl_ms": doc["tpot_s"]["mean"] * 1e3,
+        "e2e_latency_ms": doc["e2e_s"]["mean"] * 1e3,
+    }[row.metric]
+
+
 def predict(row: HeldOutRow) -> float:
+    if row.num_prompts is not None:
+        return predict_burst(row)
     doc = to_dict(estimate_serving(row.request))
     return {
         "output_tokens_per_s": doc["output_tokens_per_s"],

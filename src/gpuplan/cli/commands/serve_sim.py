@@ -45,7 +45,13 @@ def serve_sim(
     pp: PpOpt = 1,
     weights: Annotated[str, typer.Option(help="Weight format (see `gpuplan serve --help`).")] = "bf16",
     kv: Annotated[str, typer.Option(help="KV-cache format: bf16, fp16, fp8, int8, nvfp4 (Blackwell).")] = "bf16",
-    rate: Annotated[str | None, typer.Option(help="Poisson request rate(s) per second, e.g. 4 or 1,2,4,8.")] = None,
+    rate: Annotated[
+        str | None,
+        typer.Option(
+            help="Poisson request rate(s) per second, e.g. 4 or 1,2,4,8; inf: a burst, all --requests at t = 0 "
+            "(vllm bench serve's default --request-rate inf)."
+        ),
+    ] = None,
     requests: Annotated[int, typer.Option(help="Requests per simulation.")] = 1000,
     input_len: Annotated[str, typer.Option(help="Prompt length: 2048, 512-4096 (uniform) or exp:1024.")] = "2048",
     output_len: Annotated[str, typer.Option(help="Output length: 256, 64-512 (uniform) or exp:256.")] = "256",
