@@ -14,8 +14,12 @@ def test_validate_serving_held_out_reports_every_row(capsys):
     assert len(doc["rows"]) == len(load_rows()) == doc["summary"]["rows"]
     assert all(r["url"].startswith("https://") for r in doc["rows"])
     assert set(doc["summary"]["by_engine"]) >= {"trtllm", "vllm", "vllm-v0"}
+    curve = [r for r in doc["rows"] if r["load"] == "poisson"]
+    assert curve and all(r["rate"] > 0 and r["num_prompts"] >= 1 for r in curve)
+    assert set(doc["summary"]["by_load"]) == {"steady", "burst", "poisson"}
+    assert set(doc["summary"]["poisson_by_metric"]) == {"ttft_ms", "itl_ms"}
     code, out, _ = run(["validate", "serving-held-out"], capsys)
-    assert code == 0 and "median |error|" in out
+    assert code == 0 and "median |error|" in out and "poisson ttft_ms" in out
 
 
 def test_a_row_is_predicted_as_serve_prints_it(capsys):

@@ -62,11 +62,15 @@ def test_errors_stay_within_what_was_last_measured():
     # GQA KV read once per query head by the masked MHA kernel before XQA: +107%/+159% -> -13%/-6%);
     # 8.1%, 34.6%, 65% with NCCL's NVLink SHARP on 8 Hopper GPUs (estimate/nccl.py): TP8 rows faster;
     # 7.9% with the H200's own measured FP8 matmul rate (catalog/gpus/h200.toml [mamf])
-    # (the kvcached burst row through serve-sim, issue 18: +41.3% -> +40.8%, median and p90 unchanged)
+    # (the kvcached burst row through serve-sim, issue 18: +41.3% -> +40.8%, median and p90 unchanged).
+    # Issue 18 item 5 added the kvcached latency-vs-rate curve (TTFT and TPOT at rate 16 and inf,
+    # serve-sim): 9.2%, 50.1%, 354% over all 58 rows; the 53 steady-state rows alone 7.6%, 28.8%, 66%
     s = summary(validate_held_out())
-    assert s["median_abs_error"] <= 0.08  # the issue's target, met at 7.9%
-    assert s["p90_abs_error"] <= 0.36
-    assert s["max_abs_error"] <= 0.70
+    assert s["median_abs_error"] <= 0.093
+    assert s["p90_abs_error"] <= 0.51
+    assert s["max_abs_error"] <= 3.6
+    steady = s["by_load"]["steady"]  # the analytic model's rows: the issue's median target, met
+    assert steady["median_abs_error"] <= 0.08 and steady["p90_abs_error"] <= 0.29 and steady["max_abs_error"] <= 0.70
     assert s["by_engine"]["trtllm-0.6"]["max_abs_error"] <= 0.15
 
 
@@ -88,20 +92,22 @@ def test_a_burst_row_is_predicted_by_serve_sims_burst_not_the_steady_state():
     burst = simulate(d, q.config, w, math.inf)
     assert predict(row) == burst.output_tokens / burst.makespan_s
     assert predict(row) != estimate_serving(q).point.output_tokens_per_s
-    assert all(r.num_prompts is None for r in load_rows() if r.id != row.id)
+    # only the kvcached curve's rows run serve-sim; every other row is the analytic model's
+    assert all(r.load == "steady" for r in load_rows() if not r.id.startswith("kvcached-"))
 
 
 def test_the_num_prompts_column_is_optional_and_required_only_by_burst_rows(tmp_path):
     import pytest
 
     rows = _raw()
-    cols = [c for c in rows[0] if c != "num_prompts"]
+    cols = [c for c in rows[0] if c not in ("num_prompts", "rate")]
     old = tmp_path / "old.csv"
-    with open(old, "w", newline="") as f:  # a file from before the column
+    with open(old, "w", newline="") as f:  # a file from before both columns
         w = csv.DictWriter(f, cols, extrasaction="ignore")
         w.writeheader()
-        w.writerows(r for r in rows if r["concurrency"] != "burst")
-    assert len(load_rows(old)) == len(rows) - 1
+        w.writerows(r for r in rows if r["concurrency"] not in ("burst", "poisson"))
+    sim = sum(r["concurrency"] in ("burst", "poisson") for r in rows)
+    assert sim == 5 and len(load_rows(old)) == len(rows) - sim
     bad = tmp_path / "bad.csv"
     with open(bad, "w", newline="") as f:
         w = csv.DictWriter(f, list(rows[0]))
@@ -109,3 +115,73 @@ def test_the_num_prompts_column_is_optional_and_required_only_by_burst_rows(tmp_
         w.writerow(next(r for r in rows if r["concurrency"] == "burst") | {"num_prompts": ""})
     with pytest.raises(ValueError, match="num_prompts"):
         load_rows(bad)
+
+
+def _write(path, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def test_the_rate_column_is_optional_and_a_poisson_row_without_its_rate_is_refused(tmp_path):
+    import pytest
+
+    rows = _raw()
+    burst = next(r for r in rows if r["concurrency"] == "burst")
+    poisson = next(r for r in rows if r["concurrency"] == "poisson")
+    # a file from between the two columns (num_prompts, no rate) still loads its burst row
+    no_rate = tmp_path / "no_rate.csv"
+    with open(no_rate, "w", newline="") as f:
+        w = csv.DictWriter(f, [c for c in rows[0] if c != "rate"], extrasaction="ignore")
+        w.writeheader()
+        w.writerow(burst)
+    (row,) = load_rows(no_rate)
+    assert row.load == "burst" and row.num_prompts == 500
+    cases = [
+        (poisson | {"rate": ""}, "needs rate"),
+        (poisson | {"num_prompts": ""}, "needs num_prompts"),
+        (poisson | {"rate": "0"}, "rate must be a positive"),
+        (poisson | {"rate": "inf"}, "rate must be a positive finite"),
+        (burst | {"rate": "16"}, "only a `poisson` row has rate"),
+        (rows[0] | {"rate": "4"}, "only a `poisson` row has rate"),
+    ]
+    for i, (bad, message) in enumerate(cases):
+        with pytest.raises(ValueError, match=message) as e:
+            load_rows(_write(tmp_path / f"bad{i}.csv", [bad]))
+        assert "\n" not in str(e.value) and str(e.value).startswith(bad["id"] + ":")
+
+
+def test_a_poisson_row_is_predicted_by_serve_sim_at_its_rate_not_the_steady_state():
+    from gpuplan.serve.formats import kv_format, weight_format
+    from gpuplan.serve.plan import estimate_serving, to_dict
+    from gpuplan.serve.sim import Lengths, Workload, simulate
+    from gpuplan.serve.timing import Deployment
+    from gpuplan.serve.validate_held_out import SEED, predict
+
+    rows = {r.id: r for r in load_rows()}
+    ttft = rows["kvcached-vllm019-qwen3-0.6b-h100-512-128-r16-ttft"]
+    itl = rows["kvcached-vllm019-qwen3-0.6b-h100-512-128-r16-itl"]
+    assert ttft.load == itl.load == "poisson" and ttft.rate == 16.0 and ttft.num_prompts == 500
+    q = ttft.request
+    d = Deployment(q.model, q.gpu, weight_format(q.weights, q.gpu), kv_format(q.kv, q.gpu), q.tp)
+    w = Workload.poisson(16.0, 500, Lengths.parse("512", "i"), Lengths.parse("128", "o"), seed=SEED)
+    doc = simulate(d, q.config, w, 16.0).to_dict()
+    assert predict(ttft) == doc["ttft_s"]["mean"] * 1e3
+    assert predict(itl) == doc["tpot_s"]["mean"] * 1e3
+    steady = to_dict(estimate_serving(q))
+    assert predict(ttft) != steady["ttft_s"] * 1e3 and predict(itl) != steady["tpot_s"] * 1e3
+    # the open-loop point sits below the burst on the same configuration: TTFT rises with the rate
+    burst = rows["kvcached-vllm019-qwen3-0.6b-h100-512-128-inf-ttft"]
+    assert burst.load == "burst" and predict(ttft) < predict(burst)
+
+
+def test_poisson_predictions_are_deterministic_for_a_fixed_seed(monkeypatch):
+    from gpuplan.serve import validate_held_out as vh
+
+    row = next(r for r in load_rows() if r.id == "kvcached-vllm019-qwen3-0.6b-h100-512-128-r16-ttft")
+    first = vh.predict(row)
+    assert vh.predict(row) == first  # the same seed draws the same arrivals
+    monkeypatch.setattr(vh, "SEED", vh.SEED + 1)
+    assert vh.predict(row) != first  # another seed is another draw of the Poisson process

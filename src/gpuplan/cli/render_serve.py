@@ -93,9 +93,11 @@ def render_serving_held_out(doc: dict) -> None:
         line("all", s)
         + f" (target: median {s['target']['median_abs_error']:.0%}, p90 {s['target']['p90_abs_error']:.0%})"
     )
-    for key in ("by_engine", "by_gpu", "by_metric"):
+    for key in ("by_engine", "by_gpu", "by_metric", "by_load"):
         for name, g in s[key].items():
             console.print("  " + line(f"{key[3:]} {name}", g))
+    for name, g in s["poisson_by_metric"].items():  # the latency-vs-rate curves' rows alone
+        console.print("  " + line(f"poisson {name}", g))
 
 
 def render_serve(est, doc: dict) -> None:

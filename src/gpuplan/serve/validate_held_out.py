@@ -4,14 +4,17 @@ Kept apart from the shared rows (validate.py) and from the KV-pool logs (validat
 were gathered after the engine profiles (engines.py), all-reduce model and closed-loop queueing were
 built, and nothing was fitted to them. Each row names its source (URL, with the commit for files in a
 repository) and states its engine, model, GPU, TP, weight and KV formats, input/output lengths and
-its load: a closed-loop concurrency (or a static batch), ``max`` (offline maximum throughput) or
-``burst`` (``vllm bench serve --request-rate inf``: all ``num_prompts`` requests sent at t = 0).
+its load: a closed-loop concurrency (or a static batch), ``max`` (offline maximum throughput),
+``burst`` (``vllm bench serve --request-rate inf``: all ``num_prompts`` requests sent at t = 0) or
+``poisson`` (``vllm bench serve --request-rate R``: ``num_prompts`` requests with exponential gaps
+of mean 1/R, an open-loop point of a latency-vs-rate curve).
 
 Columns: id, source, url, tag, engine, engine_version, model, gpu, gpus, tp, precision,
-kv_precision, input_len, output_len, concurrency (a number, ``max`` or ``burst``), num_prompts (the
-requests of a ``burst`` row, required there; empty elsewhere, and the column may be absent from an
-older file), gpu_memory_utilization, max_model_len (empty: the engine's default), metric, value,
-note.
+kv_precision, input_len, output_len, concurrency (a number, ``max``, ``burst`` or ``poisson``),
+num_prompts (the requests of a ``burst`` or ``poisson`` row, required there; empty elsewhere),
+rate (a ``poisson`` row's mean request rate in requests/s, required there; empty elsewhere),
+gpu_memory_utilization, max_model_len (empty: the engine's default), metric, value, note. The
+``num_prompts`` and ``rate`` columns may be absent from an older file (read as empty).
 
 Every row is predicted the way ``gpuplan serve`` predicts it: ``engine_config`` with the row's
 engine and the memory fraction / ``max_model_len`` it states (the engine's default where it states
@@ -27,6 +30,13 @@ the row's ``num_prompts`` requests of fixed lengths at t = 0, under the engine's
 defaults (its ``max_num_seqs``: the benchmark sets none), run to completion; the metric is what the
 benchmark prints (vllm/benchmarks/serve.py ``calculate_metrics``): output tokens over the duration
 (first send to last completion), and the MEAN TTFT, TPOT (as ``itl_ms``) and end-to-end latency.
+
+``poisson`` rows run through serve-sim the same way at their rate: ``Workload.poisson(rate,
+num_prompts, ...)`` with the fixed seed ``SEED`` (numpy's default_rng; vllm/benchmarks/serve.py
+``get_request`` draws its gaps from a gamma distribution of shape ``burstiness`` = 1, i.e.
+exponential, with its own seed, so the arrival times are a different draw of the same process),
+and the same metrics (means over the requests). The burst and Poisson rows of one configuration
+form a latency-vs-rate curve; ``summary`` groups rows by load (``by_load``).
 
 ``max`` rows run as validate.py runs its TensorRT-LLM rows: no ``max_num_seqs`` cap (trtllm-bench
 picks the batch by its own heuristic, which the tables do not state), so the KV pool decides. A row
@@ -51,6 +61,8 @@ from gpuplan.serve.timing import Deployment
 from gpuplan.serve.validate import row_request
 
 CSV = Path(__file__).resolve().parent.parent / "catalog" / "validation" / "held_out" / "serving_runs.csv"
+SEED = 0  # serve-sim's arrival and length draws for poisson rows: reproducible, never tuned
+LOADS = ("steady", "burst", "poisson")
 METRICS = ("output_tokens_per_s", "output_tokens_per_s_per_gpu", "ttft_ms", "itl_ms", "e2e_latency_ms")
 
 
@@ -66,7 +78,15 @@ class HeldOutRow:
     metric: str
     measured: float
     request: ServeRequest
-    num_prompts: int | None = None  # a burst row: this many requests at t = 0 (serve-sim)
+    num_prompts: int | None = None  # a burst or poisson row: this many requests (serve-sim)
+    rate: float | None = None  # a poisson row: mean requests/s; a burst row: inf
+
+    @property
+    def load(self) -> str:
+        """``steady`` (the analytic model), ``burst`` or ``poisson`` (serve-sim)."""
+        if self.num_prompts is None:
+            return "steady"
+        return "burst" if self.rate is not None and math.isinf(self.rate) else "poisson"
 
 
 @dataclass(frozen=True)
@@ -92,13 +112,11 @@ def load_rows(path: Path = CSV) -> list[HeldOutRow]:
             mml = int(r["max_model_len"]) if r["max_model_len"] else None
             cfg = engine_config(r["engine"], gpu, tp, frac, max_model_len=mml)
             conc = r["concurrency"]
-            prompts = (r.get("num_prompts") or "").strip()
-            if (conc == "burst") != bool(prompts):
-                raise ValueError(f"{r['id']}: a `burst` row needs num_prompts, and only a burst row has it")
+            prompts, rate = _sim_load(r)
             if conc == "max":
                 cfg = replace(cfg, max_num_seqs=None)
-            # a burst row's request carries its deployment and lengths; serve-sim runs it (predict)
-            req = row_request(r, catalog.model(r["model"]), gpu, cfg, "max" if conc == "burst" else conc)
+            # a burst or poisson row's request carries its deployment and lengths; serve-sim runs it
+            req = row_request(r, catalog.model(r["model"]), gpu, cfg, "max" if prompts else conc)
             out.append(
                 HeldOutRow(
                     r["id"],
@@ -111,19 +129,57 @@ def load_rows(path: Path = CSV) -> list[HeldOutRow]:
                     r["metric"],
                     float(r["value"]),
                     req,
-                    int(prompts) if prompts else None,
+                    prompts,
+                    rate,
                 )
             )
     return out
 
 
-def predict_burst(row: HeldOutRow) -> float:
-    """A burst row's metric from serve-sim: ``num_prompts`` requests at t = 0, run to completion."""
+def _sim_load(r: dict) -> tuple[int | None, float | None]:
+    """A row's serve-sim load from its ``concurrency``, ``num_prompts`` and ``rate`` cells:
+    (None, None) for a steady-state row, (n, inf) for a burst, (n, rate) for a Poisson row; a
+    missing or stray cell is a one-line error naming the field."""
+    conc = r["concurrency"]
+    prompts = (r.get("num_prompts") or "").strip()
+    rate = (r.get("rate") or "").strip()
+    sim = conc in ("burst", "poisson")
+    if sim and not prompts:
+        raise ValueError(f"{r['id']}: a `{conc}` row needs num_prompts (the benchmark's --num-prompts)")
+    if conc == "poisson" and not rate:
+        raise ValueError(f"{r['id']}: a `poisson` row needs rate (its --request-rate, requests/s)")
+    if not sim and prompts:
+        raise ValueError(f"{r['id']}: only a `burst` or `poisson` row has num_prompts; write it empty")
+    if conc != "poisson" and rate:
+        raise ValueError(f"{r['id']}: only a `poisson` row has rate; write it empty")
+    if not sim:
+        return None, None
+    try:
+        n = int(prompts)
+        lam = float(rate) if rate else math.inf
+    except ValueError:
+        raise ValueError(
+            f"{r['id']}: num_prompts must be an integer and rate a number, got {prompts!r}, {rate!r}"
+        ) from None
+    if n < 1:
+        raise ValueError(f"{r['id']}: num_prompts must be at least 1, got {n}")
+    if not lam > 0 or (conc == "poisson" and not math.isfinite(lam)):
+        raise ValueError(f"{r['id']}: rate must be a positive finite number of requests/s, got {rate!r}")
+    return n, lam
+
+
+def predict_sim(row: HeldOutRow) -> float:
+    """A burst or poisson row's metric from serve-sim: ``num_prompts`` requests of the row's fixed
+    lengths, all at t = 0 (burst) or Poisson at ``rate`` (seed ``SEED``), run to completion."""
     q = row.request
-    assert row.num_prompts is not None
+    assert row.num_prompts is not None and row.rate is not None
     d = Deployment(q.model, q.gpu, weight_format(q.weights, q.gpu), kv_format(q.kv, q.gpu), q.tp, q.pp, q.dp_attention)
-    w = Workload.burst(row.num_prompts, Lengths("fixed", q.input_len), Lengths("fixed", q.output_len))
-    doc = simulate(d, q.config, w, math.inf).to_dict()
+    lin, lout = Lengths("fixed", q.input_len), Lengths("fixed", q.output_len)
+    if math.isinf(row.rate):
+        w = Workload.burst(row.num_prompts, lin, lout)
+    else:
+        w = Workload.poisson(row.rate, row.num_prompts, lin, lout, seed=SEED)
+    doc = simulate(d, q.config, w, row.rate).to_dict()
     return {
         "output_tokens_per_s": doc["output_tokens_per_s"],
         "output_tokens_per_s_per_gpu": doc["output_tokens_per_s"] / (q.tp * q.pp),
@@ -135,7 +191,7 @@ def predict_burst(row: HeldOutRow) -> float:
 
 def predict(row: HeldOutRow) -> float:
     if row.num_prompts is not None:
-        return predict_burst(row)
+        return predict_sim(row)
     doc = to_dict(estimate_serving(row.request))
     return {
         "output_tokens_per_s": doc["output_tokens_per_s"],
@@ -176,9 +232,14 @@ def _stats(checks: list[HeldOutCheck]) -> dict:
 
 
 def summary(checks: list[HeldOutCheck]) -> dict:
-    """All rows, then per engine, per GPU and per metric."""
-    groups: dict[str, dict[str, list[HeldOutCheck]]] = {"engine": {}, "gpu": {}, "metric": {}}
+    """All rows, then per engine, per GPU, per metric and per load (steady, burst, poisson), and the
+    Poisson rows' TTFT and ITL apart (``poisson_by_metric``: the latency-vs-rate curves alone)."""
+    groups: dict[str, dict[str, list[HeldOutCheck]]] = {"engine": {}, "gpu": {}, "metric": {}, "load": {}}
+    curve: dict[str, list[HeldOutCheck]] = {}
     for c in checks:
+        groups["load"].setdefault(c.row.load, []).append(c)
+        if c.row.load == "poisson":
+            curve.setdefault(c.row.metric, []).append(c)
         groups["engine"].setdefault(c.row.engine, []).append(c)
         groups["gpu"].setdefault(c.row.gpu, []).append(c)
         groups["metric"].setdefault(c.row.metric, []).append(c)
@@ -186,6 +247,7 @@ def summary(checks: list[HeldOutCheck]) -> dict:
         **_stats(checks),
         "target": {"median_abs_error": 0.08, "p90_abs_error": 0.20},
         **{f"by_{k}": {name: _stats(cs) for name, cs in sorted(g.items())} for k, g in groups.items()},
+        "poisson_by_metric": {name: _stats(cs) for name, cs in sorted(curve.items())},
     }
 
 
@@ -200,6 +262,9 @@ def to_rows(checks: list[HeldOutCheck]) -> list[dict]:
             "gpu": c.row.gpu,
             "tp": c.row.tp,
             "metric": c.row.metric,
+            "load": c.row.load,
+            "rate": None if c.row.rate is None or math.isinf(c.row.rate) else c.row.rate,
+            "num_prompts": c.row.num_prompts,
             "measured": c.row.measured,
             "predicted": c.predicted,
             "error": c.error,
