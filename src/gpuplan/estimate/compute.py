@@ -24,7 +24,15 @@ from dataclasses import dataclass, field
 from gpuplan.estimate.activations import FP32
 from gpuplan.estimate.comm import efficiency
 from gpuplan.estimate.flops import mean_context
-from gpuplan.estimate.kernels import dtype_bytes, flash_time, fp8_cast_times, gemm_time, high_precision, memory_time
+from gpuplan.estimate.kernels import (
+    dtype_bytes,
+    flash_time,
+    fp8_cast_times,
+    gemm_time,
+    high_precision,
+    memory_time,
+    scale_swizzle_times,
+)
 from gpuplan.estimate.moe_dispatch import dispatcher_copy_passes
 from gpuplan.estimate.moe_host import te_stream_chain
 from gpuplan.estimate.params import Tensor, layer_tensors
@@ -204,10 +212,16 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
         if t.expert:  # the routed-expert loop's GPU work (estimate/moe_host.py)
             out.credit("expert_loop", fwd_g)
         if d in LOW_PRECISION:
+            # per-tensor FP8 on Blackwell writes no transpose; block-scaled formats write both
+            # scalings (fp8_cast_times, ``copies``)
+            copies = 1 if d == "fp8" and gpu.fp8_any_layout else 2
             fwd_c, bwd_c = fp8_cast_times(
-                gpu, rows * n_in * experts, rows * n_out * experts, a, dtype_bytes(d), s.fp8_current
+                gpu, rows * n_in * experts, rows * n_out * experts, a, dtype_bytes(d), s.fp8_current, copies
             )
             cast_gap = gap * (3 if s.fp8_current else 1)  # kernels per quantization (fp8_cast_times)
+            # block-scaled formats: the scale-factor swizzle before each GEMM (kernels.scale_swizzle_times)
+            fwd_z, bwd_z = scale_swizzle_times(gpu, d, rows, n_in, n_out, experts)
+            fwd_c, bwd_c = fwd_c + fwd_z, bwd_c + bwd_z
             out.add("fp8_cast", fwd=fwd_c + cast_gap, b=bwd_c + cast_gap, modules=mods)
             if t.expert:
                 out.credit("expert_loop", fwd_c + cast_gap)

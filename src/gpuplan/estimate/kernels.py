@@ -85,7 +85,13 @@ def high_precision(dtype: str) -> str:
 
 
 def fp8_cast_times(
-    gpu: GPUSpec, inputs: float, grads: float, act_bytes: float, quant_bytes: float = 1.0, amax_pass: bool = False
+    gpu: GPUSpec,
+    inputs: float,
+    grads: float,
+    act_bytes: float,
+    quant_bytes: float = 1.0,
+    amax_pass: bool = False,
+    copies: int = 2,
 ) -> tuple[float, float]:
     """(forward, backward) seconds of quantizing one FP8 GEMM's operands: the forward casts its
     input X (``inputs`` elements) and the backward the output gradient dY (``grads``), each read in
@@ -100,10 +106,43 @@ def fp8_cast_times(
     transformer_engine/pytorch/csrc/quantizer.cpp) first reduces the tensor's amax
     (nvte_compute_amax_with_config: one more read of it), turns it into a scale
     (nvte_compute_scale_from_amax), then casts: two more kernels. Delayed scaling knows its scale
-    from the amax history, and the block-scaled formats find each block's amax inside the cast."""
-    per = act_bytes + 2.0 * quant_bytes  # read the high-precision tensor; write it quantized and transposed
+    from the amax history, and the block-scaled formats find each block's amax inside the cast.
+
+    ``copies``: the quantized copies each cast writes (TransformerEngine v2.9). A per-tensor FP8
+    tensor on a GPU whose FP8 GEMMs take any layout (GPUSpec.fp8_any_layout: Blackwell) is written
+    once, with no transpose: Float8CurrentScalingQuantizer::create_tensor allocates the transpose
+    only when ``columnwise_usage && !nvte_is_non_tn_fp8_gemm_supported()``
+    (transformer_engine/pytorch/csrc/quantizer.cpp:331-340), so ``copies=1``. An MXFP8 (or NVFP4)
+    tensor always needs both: its rowwise copy is scaled along rows for fprop/dgrad, its columnwise
+    copy along columns for wgrad, and MXFP8Quantizer::quantize (quantizer.cpp:1091-1101) writes both
+    from one read in one nvte_quantize_v2 kernel, so ``copies=2``, one kernel."""
+    per = act_bytes + copies * quant_bytes  # read the high-precision tensor; write each quantized copy
     kernels = 1
     if amax_pass:
         per += act_bytes
         kernels = 3
     return memory_time(gpu, inputs * per, kernels), memory_time(gpu, grads * per, kernels)
+
+
+def scale_swizzle_times(
+    gpu: GPUSpec, dtype: str, rows: float, n_in: float, n_out: float, experts: float = 1
+) -> tuple[float, float]:
+    """(forward, backward) seconds of rearranging a block-scaled Linear's scale factors into the
+    tiled layout cuBLASLt's block-scaled GEMM reads, a step per-tensor FP8 does not have.
+    TransformerEngine v2.9 calls swizzle_scaling_factors on both operands of every GEMM
+    (transformer_engine/pytorch/csrc/extensions/gemm.cpp:238-240; pytorch/csrc/util.cpp:12-85: it
+    returns at once for per-tensor scaling, else allocates a swizzled copy and launches
+    nvte_swizzle_scaling_factors, common/swizzle/swizzle.cu:334), the cached weight included: one
+    kernel per operand, each reading and writing that operand's scales (``BLOCK_SCALED`` scale bytes
+    per element). Forward (fprop, Y = X W^T): X's and W's rowwise scales, 2 kernels. Backward: dgrad
+    (dY rowwise, W columnwise) and wgrad (X and dY columnwise), 4 kernels. The grouped GEMM of
+    ``experts`` local experts swizzles each side in one multi-tensor kernel (gemm.cpp:487-491,
+    multi_tensor_swizzle_scaling_factors), so the kernel count does not grow with ``experts``.
+    Zero for per-tensor dtypes."""
+    if dtype not in BLOCK_SCALED or rows <= 0:
+        return 0.0, 0.0
+    s = BLOCK_SCALED[dtype][1]  # scale bytes per element
+    x, w, dy = rows * n_in * experts, n_out * n_in * experts, rows * n_out * experts
+    fwd = memory_time(gpu, 2.0 * s * (x + w), 2)
+    bwd = memory_time(gpu, 2.0 * s * (dy + w + x + dy), 4)
+    return fwd, bwd
