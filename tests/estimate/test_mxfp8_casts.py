@@ -74,3 +74,13 @@ def test_fp8_on_hopper_still_writes_a_transpose_in_the_layer_model():
 
     # same per-tensor recipe: Hopper reads 2 B and writes 2 x 1 B per element, Blackwell 2 + 1
     assert cast("h100-sxm") > cast("b200")
+
+
+def test_mxfp8_param_gather_moves_bf16_while_fp8_gathers_one_byte():
+    from gpuplan.specs.training import TrainingConfig  # noqa: PLC0415
+
+    # Megatron-Core gathers MXFP8 params through the BF16 view of the grad buffer: 2 bytes each;
+    # per-tensor FP8 params are gathered as FP8: 1 byte
+    assert TrainingConfig(precision="mxfp8", fp8_params=True).gathered_weight_bytes == 2
+    assert TrainingConfig(precision="fp8", fp8_params=True).gathered_weight_bytes == 1
+    assert TrainingConfig(precision="mxfp8").gathered_weight_bytes == 2

@@ -323,7 +323,17 @@ class TrainingConfig:
         low-precision data with ``fp8_params`` (Megatron's --fp8-param-gather gathers the FP8
         tensors; the column-wise copy is made after the gather). Taken for every parameter: the
         norms, router and embeddings Megatron gathers in BF16 are counted at the FP8 size too, so
-        a small model's gather (embedding ~6% of Llama 3 8B) is under-counted by up to that share."""
+        a small model's gather (embedding ~6% of Llama 3 8B) is under-counted by up to that share.
+
+        MXFP8 parameters are gathered in BF16, not MXFP8: Megatron-Core (core_v0.15.0, which
+        Megatron-Bridge's bf16_with_mxfp8_mixed pairs with reuse_grad_buf_for_mxfp8_param_ag=True,
+        src/megatron/bridge/training/mixed_precision.py:242-252 at r0.2.0) maps the param buffer of
+        MXFP8 parameters onto the BF16 view of the gradient buffer
+        (megatron/core/distributed/param_and_grad_buffer.py:695-711), all-gathers it there and
+        quantizes each parameter from that BF16 slice after the gather (``param.data.copy_``,
+        param_and_grad_buffer.py:303-314), so the gather moves ``weight_bytes``."""
+        if self.fp8_params and self.precision == "mxfp8" and self.profile == "fused":
+            return self.weight_bytes
         return self.quantized_bytes if self.fp8_params else self.weight_bytes
 
     @property
