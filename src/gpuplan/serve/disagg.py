@@ -39,7 +39,6 @@ from dataclasses import dataclass, replace
 from gpuplan.errors import GpuplanError, require
 from gpuplan.estimate.comm import efficiency
 from gpuplan.serve.engines import engine
-from gpuplan.serve.formats import kv_format, weight_format
 from gpuplan.serve.kv import kv_bytes_per_sequence
 from gpuplan.serve.memory import max_concurrency, serve_memory
 from gpuplan.serve.plan import MILLION, ServeRequest, estimate_serving
@@ -121,7 +120,7 @@ def plan_disaggregated(
     require(ttft_slo_s > 0, "ttft_slo", "must be positive", "e.g. `ttft_slo=2s`")
     require(itl_slo_s > 0, "itl_slo", "must be positive", "e.g. `itl_slo=50ms`")
     m, gpu, cfg = req.model, req.gpu, req.config
-    d = Deployment(m, gpu, weight_format(req.weights, gpu), kv_format(req.kv, gpu), req.tp, req.pp, req.dp_attention)
+    d = req.deployment()
     sm = step_model(d, engine(cfg.engine))
     length = req.input_len + req.output_len
     ctx = req.input_len + req.output_len / 2

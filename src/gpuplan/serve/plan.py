@@ -71,6 +71,19 @@ class ServeRequest:
     ttft_slo_s: float | None = None
     dp_attention: bool = False  # MLA models: attention data-parallel over the TP ranks (SGLang)
 
+    def deployment(self) -> Deployment:
+        """The model on its GPUs in the request's weight and KV formats, TP, PP and attention layout."""
+        gpu = self.gpu
+        return Deployment(
+            self.model,
+            gpu,
+            weight_format(self.weights, gpu),
+            kv_format(self.kv, gpu),
+            self.tp,
+            self.pp,
+            self.dp_attention,
+        )
+
     def __post_init__(self) -> None:
         require(isinstance(self.input_len, int) and self.input_len >= 1, "input_len", "must be a positive integer")
         require(isinstance(self.output_len, int) and self.output_len >= 1, "output_len", "must be a positive integer")
@@ -178,7 +191,7 @@ def _smallest_fix(req: ServeRequest, cfg: ServeConfig) -> str:
 
 def estimate_serving(req: ServeRequest) -> ServeEstimate:
     m, gpu, cfg = req.model, req.gpu, req.config
-    d = Deployment(m, gpu, weight_format(req.weights, gpu), kv_format(req.kv, gpu), req.tp, req.pp, req.dp_attention)
+    d = req.deployment()
     limit = cfg.max_model_len or m.max_position_embeddings
     length = req.input_len + req.output_len
     if length > limit:

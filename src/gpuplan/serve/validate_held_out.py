@@ -54,10 +54,8 @@ from pathlib import Path
 from gpuplan import catalog
 from gpuplan.errors import GpuplanError
 from gpuplan.serve.engines import engine_config
-from gpuplan.serve.formats import kv_format, weight_format
 from gpuplan.serve.plan import ServeRequest, estimate_serving, to_dict
 from gpuplan.serve.sim import Lengths, Workload, simulate
-from gpuplan.serve.timing import Deployment
 from gpuplan.serve.validate import row_request
 
 CSV = Path(__file__).resolve().parent.parent / "catalog" / "validation" / "held_out" / "serving_runs.csv"
@@ -173,7 +171,7 @@ def predict_sim(row: HeldOutRow) -> float:
     lengths, all at t = 0 (burst) or Poisson at ``rate`` (seed ``SEED``), run to completion."""
     q = row.request
     assert row.num_prompts is not None and row.rate is not None
-    d = Deployment(q.model, q.gpu, weight_format(q.weights, q.gpu), kv_format(q.kv, q.gpu), q.tp, q.pp, q.dp_attention)
+    d = q.deployment()
     lin, lout = Lengths("fixed", q.input_len), Lengths("fixed", q.output_len)
     if math.isinf(row.rate):
         w = Workload.burst(row.num_prompts, lin, lout)
