@@ -216,7 +216,11 @@ def test_held_out_runs_are_within_the_issues_targets_for_unseen_runs(held_out):
     # gpt-oss's full-attention layers stopped being priced at its sliding window's kernel rate
     # (gpt-oss rows -15..-49% -> -21..-53%; head dim 64 at its measured rate: 19.1%; MXFP8 quantization, swizzle and BF16 gather from TransformerEngine v2.9: 19.0%), and Blackwell attention took cuDNN 9.19 / 9.27's
     # published curve instead of Hopper's (dense B200 12.9% -> 13.9%, GB200 14.4% -> 15.3%).
-    # Blackwell's
+    # DeepEP / HybridEP dispatch sending a token once per destination at the kernels' published
+    # rates (estimate/ep_dispatch.py) left the 54 rows at 19.0% (Qwen3-30B-A3B EP16 on H100,
+    # FP8: +10% -> -27%, its exchange 18.7 s -> 7.6 s, where a profiled BF16 run of that layout
+    # shows 8.25 s), and the three Megatron-Bridge card rows of that layout in BF16 (-8%, -16%,
+    # -19%) bring the 57 to 18.7%. Blackwell's
     # `sustained` was written after the 25.11 rows were seen (catalog/efficiency/b200.toml); the
     # Hopper rows were not fitted to.
     dense = [r for r in held_out if r.row.plan.ep == 1]
@@ -227,4 +231,4 @@ def test_held_out_runs_are_within_the_issues_targets_for_unseen_runs(held_out):
     assert max(sum(e) / len(e) for e in by_gpu.values()) <= 0.25, by_gpu
     over = {r.row.id for r in dense if abs(r.error) > 0.25}
     assert over <= {"mb2509-gb200-llama31-405b-mxfp8"}, over
-    assert summary(held_out)["mean_abs_error"] <= 0.192  # 19.0%: the 15% target is missed, by MoE
+    assert summary(held_out)["mean_abs_error"] <= 0.189  # 18.7%: the 15% target is missed, by MoE

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from gpuplan.estimate.comm import Group, bytes_sent_per_rank, collective_time, efficiency
 from gpuplan.estimate.compute import LayerShape, OpTimes
+from gpuplan.estimate.ep_dispatch import DEDUPLICATING, flex_time
 from gpuplan.estimate.params import layer_tensors
 from gpuplan.estimate.stage_params import _per_gpu
 from gpuplan.specs.hardware import GPUSpec
@@ -43,12 +44,15 @@ class CommLine:
     ) -> float:
         """Record ``count`` collectives of ``size`` bytes; returns the seconds of one."""
         t = collective_time(kind, size, group, gpu)
-        sent = bytes_sent_per_rank(kind, size, group.size) * count
-        self.bytes_per_gpu += sent
-        self.collectives[kind] = self.collectives.get(kind, 0.0) + sent
-        self.time += t * count
-        self.exposed += (t * count) if exposed is None else exposed
+        self.record(kind, bytes_sent_per_rank(kind, size, group.size), t, count, exposed)
         return t
+
+    def record(self, kind: str, sent: float, seconds: float, count: float, exposed: float | None = None) -> None:
+        """Record ``count`` transfers of ``sent`` bytes per GPU taking ``seconds`` each."""
+        self.bytes_per_gpu += sent * count
+        self.collectives[kind] = self.collectives.get(kind, 0.0) + sent * count
+        self.time += seconds * count
+        self.exposed += (seconds * count) if exposed is None else exposed
 
 
 def layer_comm(
@@ -151,25 +155,40 @@ def _moe_dispatch_comm(
     combine mirrors it: reduce-scatter over the expert TP group (combine_preprocess), all-to-all
     back (token_combine). The backward runs each collective's transpose. All-to-all size: the
     busiest rank's routed copies, T/tp x k x hidden; expert-TP all-gather and reduce-scatter: etp
-    such shares (the whole gathered buffer). DualPipe (and Megatron's EP all-to-all overlap) runs
+    such shares (the whole gathered buffer). The flex dispatcher (DeepEP, HybridEP) instead sends a
+    token once per destination node or rank, then forwards it over NVLink (``ep_dispatch.py``).
+    DualPipe (and Megatron's EP all-to-all overlap) runs
     one micro-batch's forward chunk beside another's backward chunk, so a layer's dispatch and
     combine hide behind at most that pair's compute (DeepSeek-V3 report, section 3.2.1, Fig. 4);
     the rest is exposed."""
     a, h = cfg.activation_bytes, m.hidden_size
     passes_fwd = 2 if cfg.recompute == "full" or "moe" in cfg.recomputed else 1  # a rerun dispatches again
-    local = shape.tokens / plan.tp * m.experts_per_token * h * a * cfg.expert_imbalance
+    tokens = shape.tokens / plan.tp * cfg.expert_imbalance
+    local = tokens * m.experts_per_token * h * a
     n = passes_fwd + 1  # dispatch and combine each run once per forward and once in backward
-    parts = [
-        ("all-to-all", local, groups["ep"], 2 * n),
-        ("all-gather", local * plan.expert_tp, groups["etp"], n),
-        ("reduce-scatter", local * plan.expert_tp, groups["etp"], n),
-    ]
-    parts = [p for p in parts if p[2].size > 1]
-    times = [collective_time(kind, size, g, gpu) * k for kind, size, g, k in parts]
+    # (kind, bytes sent per rank, seconds of one, how many): DeepEP and HybridEP send a token once
+    # per destination (ep_dispatch.py); the alltoall dispatcher every routed copy
+    parts: list[tuple[str, float, float, float]] = []
+    g_ep = groups["ep"]
+    if g_ep.size > 1 and cfg.moe_dispatcher in DEDUPLICATING:
+        for combine in (False, True):
+            d = flex_time(cfg.moe_dispatcher, gpu, g_ep, tokens, h, m.num_experts, m.experts_per_token, a, combine)
+            parts.append(("combine" if combine else "dispatch", d.logical_bytes, d.seconds, n))
+    elif g_ep.size > 1:
+        sent = bytes_sent_per_rank("all-to-all", local, g_ep.size)
+        parts.append(("all-to-all", sent, collective_time("all-to-all", local, g_ep, gpu), 2 * n))
+    g_etp = groups["etp"]
+    if g_etp.size > 1:
+        for kind in ("all-gather", "reduce-scatter"):
+            size = local * plan.expert_tp
+            parts.append(
+                (kind, bytes_sent_per_rank(kind, size, g_etp.size), collective_time(kind, size, g_etp, gpu), n)
+            )
+    times = [t * k for _, _, t, k in parts]
     total = sum(times)
     exposed = max(0.0, total - (ops.fwd + ops.bwd)) if overlap else total
-    for (kind, size, g, k), t in zip(parts, times):
-        comm["ep"].add(kind, size, g, gpu, count * k, exposed=count * exposed * (t / total if total else 0.0))
+    for (kind, sent, t, k), tt in zip(parts, times):
+        comm["ep"].record(kind, sent, t, count * k, exposed=count * exposed * (tt / total if total else 0.0))
     return exposed
 
 

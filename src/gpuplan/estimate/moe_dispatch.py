@@ -28,10 +28,10 @@ def dispatcher_copy_passes(dispatcher: str, local_experts: int, dtype: str) -> t
       they are not: Megatron-Bridge's Qwen3 and gpt-oss recipes leave moe_router_padding_for_fp8
       unset (v0.2.0 to v0.4.1). Forward the pad and the unpad, backward their mirrors: 2 passes
       each way, one kernel each.
-    * ``flex``: HybridEP pads and permutes inside its dispatch kernel (token_dispatcher.py at
-      0d8e0714, _HybridEPManager, lines 1036-1096: ``pad_multiple``, the permuted output returned
-      as is) and DeepEP permutes after it (the ``moe_permute`` term); which backend a run used is
-      not stated, so nothing is added. Not stated (""): nothing.
+    * ``hybridep``, ``deepep`` and ``flex`` (either): HybridEP pads and permutes inside its
+      dispatch kernel (token_dispatcher.py at 0d8e0714, _HybridEPManager, lines 1036-1096:
+      ``pad_multiple``, the permuted output returned as is) and DeepEP permutes after it (the
+      ``moe_permute`` term), so nothing is added. Not stated (""): nothing.
     """
     fwd = bwd = 0.0
     kf = kb = 0

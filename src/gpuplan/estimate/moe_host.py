@@ -62,7 +62,7 @@ HOST_LAUNCH_S = 10.0e-6  # measurements/h100-sxm-2026-11-23/kernels/launch.json 
 
 # host synchronisations in one MoE layer's forward, by token dispatcher (module docstring); the
 # names are specs/training.py's MOE_DISPATCHERS ("" there: not stated, no host term)
-SYNCS: dict[str, int] = {"alltoall": 1, "flex": 1, "allgather": 1}
+SYNCS: dict[str, int] = {"alltoall": 1, "flex": 1, "deepep": 1, "hybridep": 1, "allgather": 1}
 
 
 def te_stream_chain(local_experts: int) -> int:

@@ -41,7 +41,9 @@ PROFILES = ("fused", "eager")
 
 # MoE token dispatchers (Megatron-Core moe_token_dispatcher_type; "flex": DeepEP / HybridEP) and
 # "" for not stated; estimate/moe_host.py counts each one's host synchronisations
-MOE_DISPATCHERS = ("", "alltoall", "flex", "allgather")
+# Megatron-Core's --moe-token-dispatcher-type; the flex dispatcher by its backend where stated
+# (--moe-flex-dispatcher-backend deepep or hybridep), "flex" where not
+MOE_DISPATCHERS = ("", "alltoall", "flex", "deepep", "hybridep", "allgather")
 
 
 @dataclass(frozen=True)

@@ -156,9 +156,11 @@ def train(
         str,
         typer.Option(
             "--moe-dispatcher",
-            help="MoE: the token dispatcher, alltoall, flex (DeepEP/HybridEP) or allgather; each "
-            "synchronises the host once per MoE layer forward, exposing the expert loop's host "
-            "launches (default: not modelled).",
+            help="MoE: the token dispatcher, alltoall, deepep, hybridep (Megatron's flex "
+            "dispatcher by backend; flex when the backend is not known) or allgather. DeepEP and "
+            "HybridEP send a token once per destination node or rank, at their published rates; "
+            "each dispatcher synchronises the host once per MoE layer forward, exposing the expert "
+            "loop's host launches (default: not modelled).",
         ),
     ] = "",
     full_cuda_graph: Annotated[
