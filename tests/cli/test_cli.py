@@ -676,5 +676,8 @@ def test_train_states_the_moe_dispatcher_and_its_host_time(capsys):
     doc = json.loads(out)
     assert code == 0 and doc["training"]["moe_dispatcher"] == "alltoall" and doc["framework"] == "generic"
     assert doc["performance"]["breakdown_s"]["moe_host_sync"] > 0
-    code, _, err = run([*args, "--moe-dispatcher", "deepep"], capsys)
-    assert code == 2 and "moe_dispatcher" in err and "flex" in err and "Traceback" not in err
+    code, _, err = run([*args, "--moe-dispatcher", "nccl"], capsys)
+    assert code == 2 and "moe_dispatcher" in err and "hybridep" in err and "Traceback" not in err
+    code, out, _ = run([*args, "--moe-dispatcher", "hybridep", "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and doc["training"]["moe_dispatcher"] == "hybridep"

@@ -53,7 +53,7 @@ class Rate:
     combine: float
 
 
-@functools.cache
+@functools.lru_cache(maxsize=1)  # one table, read once
 def rates() -> tuple[Rate, ...]:
     """The published rates (catalog/kernels/ep_dispatch.toml). A DeepEP row measured with FP8
     dispatch only gives BF16 dispatch the same rate: the kernel is bandwidth bound, so bytes/s
