@@ -160,7 +160,7 @@ BREAKDOWN_LABELS = {
     "recompute": "recompute",
     "tp_comm": "TP communication (exposed)",
     "cp_comm": "CP communication (exposed)",
-    "ep_comm": "EP all-to-all (exposed)",
+    "ep_comm": "EP dispatch and combine (exposed)",
     "pp_comm": "PP send/recv (exposed)",
     "dp_comm": "DP/ZeRO communication (exposed)",
     "bubble": "pipeline bubble",
