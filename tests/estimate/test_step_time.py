@@ -358,3 +358,19 @@ def test_the_fused_kernel_follows_the_measured_head_dim_shape_where_one_is_measu
     # one published head dim (Blackwell): no shape to follow
     b200 = catalog.gpu("b200").efficiency
     assert b200.attention_fractions("fa3", 64) == (b200.flash_fwd, b200.flash_bwd)
+
+
+def test_ep_overlap_hides_each_exchange_only_behind_its_partner_computation():
+    # Megatron-Core's layer pair (model_chunk_schedule_plan.py, TransformerLayerSchedulePlan.run):
+    # combine_bwd | dispatch_fwd->dispatch_bwd | combine_fwd beside
+    # pre_dispatch_fwd | mlp_bwd->mlp_fwd | pre_dispatch_bwd. Forward 3 s (MoE block 2), backward
+    # 6 s (so experts 4, attention 2); a dispatch-direction exchange 1.5 s, a combine 0.5 s:
+    # phases max(1.5, 1) + max(1.5, 4) + max(2, 0.5) + max(0.5, 2) = 9.5 s against 9 s of compute.
+    # The whole pair's compute (9 s) would hide all 4 s; the combine's backward beside the 1 s
+    # attention forward leaves 0.5 s.
+    from gpuplan.estimate.compute import OpTimes
+    from gpuplan.estimate.layer_comm import paired_exposure
+
+    ops = OpTimes(fwd=3.0, bwd_input=4.0, bwd_weight=2.0, modules={"moe": 2.0})
+    assert paired_exposure(ops, 1.5, 0.5) == pytest.approx(0.5)
+    assert paired_exposure(ops, 0.5, 0.5) == pytest.approx(0.0)  # every exchange under its partner

@@ -157,39 +157,77 @@ def _moe_dispatch_comm(
     busiest rank's routed copies, T/tp x k x hidden; expert-TP all-gather and reduce-scatter: etp
     such shares (the whole gathered buffer). The flex dispatcher (DeepEP, HybridEP) instead sends a
     token once per destination node or rank, then forwards it over NVLink (``ep_dispatch.py``).
-    DualPipe (and Megatron's EP all-to-all overlap) runs
-    one micro-batch's forward chunk beside another's backward chunk, so a layer's dispatch and
-    combine hide behind at most that pair's compute (DeepSeek-V3 report, section 3.2.1, Fig. 4);
-    the rest is exposed."""
+    DualPipe and Megatron's EP overlap run
+    one micro-batch's forward chunk beside another's backward chunk, each exchange beside its
+    partner computation (``paired_exposure``); the rest is exposed."""
     a, h = cfg.activation_bytes, m.hidden_size
     passes_fwd = 2 if cfg.recompute == "full" or "moe" in cfg.recomputed else 1  # a rerun dispatches again
     tokens = shape.tokens / plan.tp * cfg.expert_imbalance
     local = tokens * m.experts_per_token * h * a
     n = passes_fwd + 1  # dispatch and combine each run once per forward and once in backward
-    # (kind, bytes sent per rank, seconds of one, how many): DeepEP and HybridEP send a token once
-    # per destination (ep_dispatch.py); the alltoall dispatcher every routed copy
-    parts: list[tuple[str, float, float, float]] = []
+    # (kind, bytes sent per rank, seconds of one, direction): DeepEP and HybridEP send a token once
+    # per destination (ep_dispatch.py); the alltoall dispatcher every routed copy. The backward runs
+    # each transpose: a combine's backward moves what a dispatch does, and the reverse.
+    parts: list[tuple[str, float, float, str]] = []
     g_ep = groups["ep"]
     if g_ep.size > 1 and cfg.moe_dispatcher in DEDUPLICATING:
         for combine in (False, True):
             d = flex_time(cfg.moe_dispatcher, gpu, g_ep, tokens, h, m.num_experts, m.experts_per_token, a, combine)
-            parts.append(("combine" if combine else "dispatch", d.logical_bytes, d.seconds, n))
+            parts.append(("combine" if combine else "dispatch", d.logical_bytes, d.seconds, "c" if combine else "d"))
     elif g_ep.size > 1:
         sent = bytes_sent_per_rank("all-to-all", local, g_ep.size)
-        parts.append(("all-to-all", sent, collective_time("all-to-all", local, g_ep, gpu), 2 * n))
+        t = collective_time("all-to-all", local, g_ep, gpu)
+        parts += [("all-to-all", sent, t, "d"), ("all-to-all", sent, t, "c")]
     g_etp = groups["etp"]
     if g_etp.size > 1:
-        for kind in ("all-gather", "reduce-scatter"):
+        for kind, way in (("all-gather", "d"), ("reduce-scatter", "c")):
             size = local * plan.expert_tp
             parts.append(
-                (kind, bytes_sent_per_rank(kind, size, g_etp.size), collective_time(kind, size, g_etp, gpu), n)
+                (kind, bytes_sent_per_rank(kind, size, g_etp.size), collective_time(kind, size, g_etp, gpu), way)
             )
-    times = [t * k for _, _, t, k in parts]
-    total = sum(times)
-    exposed = max(0.0, total - (ops.fwd + ops.bwd)) if overlap else total
-    for (kind, sent, t, k), tt in zip(parts, times):
-        comm["ep"].record(kind, sent, t, count * k, exposed=count * exposed * (tt / total if total else 0.0))
+    t_d = sum(t for _, _, t, way in parts if way == "d")
+    t_c = sum(t for _, _, t, way in parts if way == "c")
+    total = n * (t_d + t_c)
+    if overlap:
+        # a recompute's rerun dispatches outside the pairing: its exchange stays on the path
+        exposed = paired_exposure(ops, t_d, t_c) + (passes_fwd - 1) * (t_d + t_c)
+    else:
+        exposed = total
+    for kind, sent, t, _ in parts:
+        share = t * n / total if total else 0.0
+        comm["ep"].record(kind, sent, t, count * n, exposed=count * exposed * share)
     return exposed
+
+
+def paired_exposure(ops: OpTimes, t_dispatch: float, t_combine: float) -> float:
+    """Exposed seconds of one MoE layer's exchange (dispatch and combine, forward and backward)
+    when one micro-batch's forward runs beside another's backward: Megatron-Core's EP overlap
+    (``--overlap-moe-expert-parallel-comm``) and DualPipe (DeepSeek-V3 report, section 3.2.1,
+    Fig. 4). Megatron-Core's schedule of one layer pair (megatron/core/models/common/
+    model_chunk_schedule_plan.py, TransformerLayerSchedulePlan.run, at Megatron-LM c3d44dcf14)::
+
+        comm_stream: combine_bwd       | dispatch_fwd->dispatch_bwd   | combine_fwd
+        comp_stream: pre_dispatch_fwd  | mlp_bwd->mlp_bwd_dw->mlp_fwd | pre_dispatch_bwd
+
+    so each exchange hides only behind its partner: the combine's backward behind the attention's
+    forward, the dispatch behind the experts' backward, the dispatch's backward behind the experts'
+    forward (which waits for the dispatch), the combine behind the attention's backward. A phase
+    lasts as long as the longer of its two streams. ``pre_dispatch`` is the layer's forward less
+    the MoE block's (``ops.modules["moe"]``: router, permutation, experts); each part's backward is
+    taken in proportion to its forward (the layer's backward / forward)."""
+    f, b = ops.fwd, ops.bwd
+    if f <= 0:
+        return 2 * (t_dispatch + t_combine)
+    mlp_f = min(f, ops.modules.get("moe", 0.0))
+    pre_f = f - mlp_f
+    mlp_b, pre_b = mlp_f * b / f, pre_f * b / f
+    phases = (
+        max(t_dispatch, pre_f)  # the combine's backward moves a dispatch's bytes
+        + max(t_dispatch, mlp_b)
+        + max(mlp_f, t_combine)  # the dispatch's backward moves a combine's bytes
+        + max(t_combine, pre_b)
+    )
+    return phases - (f + b)
 
 
 def overlap_contention(comm: dict[str, CommLine], gpu: GPUSpec) -> float:
