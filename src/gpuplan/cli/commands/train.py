@@ -147,9 +147,9 @@ def train(
         bool,
         typer.Option(
             "--ep-overlap/--no-ep-overlap",
-            help="MoE: hide the expert all-to-all behind another micro-batch's "
-            "compute (Megatron --overlap-moe-expert-parallel-comm; "
-            "DualPipe always does).",
+            help="MoE: hide the expert exchange behind another micro-batch's compute, each "
+            "dispatch or combine beside its partner in Megatron's layer pair "
+            "(--overlap-moe-expert-parallel-comm; DualPipe always does).",
         ),
     ] = False,
     moe_dispatcher: Annotated[
