@@ -95,3 +95,34 @@ def test_profiled_megatron_bridge_run_splits_into_exchange_and_compute_as_predic
     alltoall = dataclasses.replace(row.config, moe_dispatcher="alltoall")
     copies = step_time(row.model, alltoall, row.plan, catalog.gpu(row.gpu), row.microbatches)
     assert copies.comm["ep"].time > 2 * comm
+
+
+def _sampled_group_limited(experts, top_k, units, groups, per_token, group_score, tokens=20000):
+    # DeepSeek's router on uniform scores: score each group (V3 noaux_tc: the sum of its top 2;
+    # V2 group_limited_greedy: its max), keep the best per_token groups, top-k inside them
+    rng = np.random.default_rng(0)
+    s = rng.random((tokens, experts))
+    g = s.reshape(tokens, groups, experts // groups)
+    gs = np.sort(g, axis=2)[:, :, -2:].sum(2) if group_score == "top2" else g.max(2)
+    keep = np.zeros((tokens, groups), bool)
+    np.put_along_axis(keep, np.argsort(gs, axis=1)[:, -per_token:], True, axis=1)
+    s = np.where(np.repeat(keep, experts // groups, axis=1), s, -1.0)
+    unit = np.argsort(s, axis=1)[:, -top_k:] // (experts // units)
+    return float(np.mean([len(set(row)) for row in unit]))
+
+
+@pytest.mark.parametrize(
+    ("experts", "top_k", "groups", "per_token", "score", "units"),
+    [(256, 8, 8, 4, "top2", u) for u in (4, 8, 16, 64)] + [(160, 6, 8, 3, "max", u) for u in (8, 16, 32)],
+)
+def test_group_limited_routing_reach_matches_deepseek_s_router(experts, top_k, groups, per_token, score, units):
+    sampled = _sampled_group_limited(experts, top_k, units, groups, per_token, score)
+    assert distinct_units(experts, top_k, units, groups, per_token) == pytest.approx(sampled, rel=0.02)
+
+
+def test_deepseek_v3_reaches_at_most_four_nodes_and_its_config_says_so():
+    m = catalog.model("deepseek-v3")
+    assert (m.expert_groups, m.expert_groups_per_token) == (8, 4)  # n_group, topk_group
+    assert distinct_units(256, 8, 8, 8, 4) == pytest.approx(4.0)  # EP 64 over 8 nodes: 4, not 5.3
+    assert distinct_units(256, 8, 8) > 5.2
+    assert catalog.model("deepseek-v2-lite").expert_groups == 1  # topk_method greedy: no limit

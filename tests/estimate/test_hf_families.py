@@ -281,6 +281,21 @@ def test_bad_layouts_name_the_key():
         model_from_hf_config(dict(FAMILIES["llama4-moe-layers"], moe_layers=[9]))
 
 
+def test_group_limited_routing_is_read_and_bad_groups_name_the_key():
+    # DeepSeek's n_group / topk_group (estimate/ep_dispatch.distinct_units reads them)
+    base = dict(FAMILIES["kimi-k2-shaped"], model_type="deepseek_v3", topk_method="noaux_tc")
+    experts = base["n_routed_experts"]
+    m = model_from_hf_config(dict(base, n_group=2, topk_group=1))
+    assert (m.expert_groups, m.expert_groups_per_token) == (2, 1)
+    with pytest.raises(GpuplanError, match="n_group") as err:
+        model_from_hf_config(dict(base, n_group=experts + 1, topk_group=1))
+    assert "\n" not in str(err.value)
+    with pytest.raises(GpuplanError, match="topk_group"):
+        model_from_hf_config(dict(base, n_group=2, topk_group=3))
+    greedy = model_from_hf_config(dict(base, topk_method="greedy", n_group=2, topk_group=1))
+    assert greedy.expert_groups == 1  # DeepSeek-V2's greedy top-k ignores the groups
+
+
 def test_unsupported_model_type_lists_families_and_nested_configs():
     with pytest.raises(GpuplanError, match="qwen3_moe") as err:
         model_from_hf_config({"model_type": "t5"})

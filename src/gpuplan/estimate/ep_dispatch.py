@@ -75,18 +75,41 @@ def rates() -> tuple[Rate, ...]:
     return tuple(out)
 
 
-def distinct_units(experts: int, top_k: int, units: int) -> float:
+def distinct_units(experts: int, top_k: int, units: int, groups: int = 1, groups_per_token: int = 1) -> float:
     """Expected destination units (nodes or ranks) a token's ``top_k`` distinct experts reach,
-    with ``experts`` spread evenly over ``units`` and placed uniformly (a balanced router)."""
+    with ``experts`` spread evenly over ``units`` in order and placed uniformly (a balanced router).
+
+    Group-limited routing (DeepSeek-V2/V3 ``n_group`` / ``topk_group``: the experts in ``groups``
+    contiguous groups, a token's experts inside ``groups_per_token`` of them, picked by their best
+    scores, so each picked group holds at least one): where units hold whole groups, a unit is
+    reached when one of its groups is picked (at most ``groups_per_token`` units: the V3 report's
+    "each token will be sent to at most M nodes"); where a group spans several units, the group's
+    one expert plus its binomial share of the rest spread uniformly over them."""
     if units <= 1:
         return 1.0
-    per = experts / units
-    k = min(top_k, experts)
-    # C(E - per, k) / C(E, k) as a product: no unit-sized binomials
+    if groups <= 1 or groups_per_token >= groups:
+        return units * (1.0 - _none_of(experts, experts / units, top_k))
+    if groups % units == 0:  # each unit holds groups / units whole groups
+        return units * (1.0 - _none_of(groups, groups / units, groups_per_token))
+    if units % groups == 0:  # each group spans units / groups units
+        # a picked group holds one expert, plus each of the other top_k - groups_per_token with
+        # probability 1 / groups_per_token
+        size, rest, p = experts / groups, max(0, top_k - groups_per_token), 1.0 / groups_per_token
+        miss = sum(
+            math.comb(rest, j) * p**j * (1 - p) ** (rest - j) * _none_of(size, size * groups / units, 1 + j)
+            for j in range(rest + 1)
+        )
+        return units * groups_per_token / groups * (1.0 - miss)
+    return units * (1.0 - _none_of(experts, experts / units, top_k))  # groups across units: unlimited
+
+
+def _none_of(population: float, marked: float, draws: int) -> float:
+    """Probability that ``draws`` distinct picks from ``population`` miss all ``marked`` ones:
+    C(N - m, k) / C(N, k) as a product."""
     miss = 1.0
-    for i in range(k):
-        miss *= max(0.0, (experts - per - i) / (experts - i))
-    return units * (1.0 - miss)
+    for i in range(min(draws, int(population))):
+        miss *= max(0.0, (population - marked - i) / (population - i))
+    return miss
 
 
 def published_rate(backend: str, gpu: GPUSpec, scope: str, ranks: int) -> Rate | None:
@@ -117,6 +140,8 @@ def flex_time(
     top_k: int,
     elem_bytes: float,
     combine: bool,
+    groups: int = 1,
+    groups_per_token: int = 1,
 ) -> Dispatch:
     """Seconds of one DeepEP/HybridEP dispatch (or combine) of ``tokens`` over ``group``.
 
@@ -126,7 +151,7 @@ def flex_time(
         return Dispatch(0.0, 0.0, "")
     rdma = group.crosses_nodes
     units = group.domains if rdma else group.size
-    reach = distinct_units(experts, top_k, units)
+    reach = distinct_units(experts, top_k, units, groups, groups_per_token)
     logical = tokens * reach * hidden * elem_bytes
     row = published_rate(backend, gpu, "rdma" if rdma else "nvlink", group.size) if backend in BACKENDS else None
     if row is not None:
@@ -135,13 +160,9 @@ def flex_time(
     e = efficiency(gpu)
     if rdma:
         # the local node's share of the reach goes over NVLink meanwhile: only the rest crosses
-        local_hit = 1.0 - _miss(experts, top_k, units)
+        local_hit = reach / units  # by symmetry, the share of tokens that reach their own node
         remote = tokens * (reach - local_hit) * hidden * elem_bytes
         t = remote / (gpu.inter_bytes_per_s * e.inter_bus)
     else:
         t = logical / (gpu.intra_bytes_per_s * e.intra_bus)
     return Dispatch(logical, t + math.ceil(math.log2(group.size)) * latency(group, gpu), "link bound")
-
-
-def _miss(experts: int, top_k: int, units: int) -> float:
-    return 1.0 - distinct_units(experts, top_k, units) / units

@@ -172,7 +172,19 @@ def _moe_dispatch_comm(
     g_ep = groups["ep"]
     if g_ep.size > 1 and cfg.moe_dispatcher in DEDUPLICATING:
         for combine in (False, True):
-            d = flex_time(cfg.moe_dispatcher, gpu, g_ep, tokens, h, m.num_experts, m.experts_per_token, a, combine)
+            d = flex_time(
+                cfg.moe_dispatcher,
+                gpu,
+                g_ep,
+                tokens,
+                h,
+                m.num_experts,
+                m.experts_per_token,
+                a,
+                combine,
+                m.expert_groups,
+                m.expert_groups_per_token,
+            )
             parts.append(("combine" if combine else "dispatch", d.logical_bytes, d.seconds, "c" if combine else "d"))
     elif g_ep.size > 1:
         sent = bytes_sent_per_rank("all-to-all", local, g_ep.size)

@@ -69,6 +69,10 @@ class ModelSpec:
     # Qwen3-MoE has decoder_sparse_step and mlp_only_layers); None: the DeepSeek rule above
     moe_layers: tuple[int, ...] | None = None
     router_bias: bool = False  # the router linear has a bias (gpt-oss)
+    # Group-limited routing (DeepSeek-V2/V3: n_group, topk_group): the experts in this many equal
+    # groups, each token's experts chosen inside this many of them (1, 1: no limit)
+    expert_groups: int = 1
+    expert_groups_per_token: int = 1
     # Multi-head latent attention (DeepSeek-V2/V3); kv_lora_rank > 0 switches it on
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
@@ -114,6 +118,16 @@ class ModelSpec:
                 f"must be between 0 and num_hidden_layers={self.num_layers}",
             )
             require(self.moe_layer_freq >= 1, "moe_layer_freq", "must be at least 1")
+            require(
+                self.expert_groups >= 1 and self.num_experts % self.expert_groups == 0,
+                "n_group",
+                f"must divide n_routed_experts={self.num_experts}, got {self.expert_groups}",
+            )
+            require(
+                1 <= self.expert_groups_per_token <= self.expert_groups,
+                "topk_group",
+                f"must be between 1 and n_group={self.expert_groups}, got {self.expert_groups_per_token}",
+            )
         if self.is_mla:
             require(
                 self.qk_rope_head_dim > 0 and self.v_head_dim > 0,

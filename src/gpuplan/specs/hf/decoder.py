@@ -57,6 +57,9 @@ class _Family:
     first_dense_default: int = 0
     router_bias: bool = False
     expert_bias: bool = False
+    # group-limited routing: (n_group, topk_group) when the config omits them, and whether the
+    # family reads them at all (DeepSeek-V2's topk_method "greedy" ignores them)
+    groups_default: tuple[int, int] | None = None
     mla: bool = False
     softcap: bool = False  # Gemma 2's attention and final logit soft-capping
     max_pos: int = 2048  # default max_position_embeddings (Gemma 3's Hub configs omit it)
@@ -180,9 +183,14 @@ FAMILIES: dict[str, _Family] = {
         shared="n_shared_experts",
         shared_default=2,
         moe_rule="deepseek",
+        groups_default=(1, 1),
     ),
     "deepseek_v3": _Family(
-        mla=True, experts=("n_routed_experts", None), shared="n_shared_experts", moe_rule="deepseek"
+        mla=True,
+        experts=("n_routed_experts", None),
+        shared="n_shared_experts",
+        moe_rule="deepseek",
+        groups_default=(8, 4),  # DeepseekV3Config's n_group, topk_group
     ),
 }
 # default max_position_embeddings of each family's transformers config class, where it is not
@@ -314,6 +322,13 @@ def decoder(c: Config, name: str, model_type: str) -> ModelSpec:
         )
         if f.expert_bias:
             kw["mlp_bias"] = True  # gpt-oss experts carry gate_up and down biases
+        if f.groups_default is not None and c.get("topk_method", default="", kind=str) != "greedy":
+            # DeepSeek's group-limited routing (DeepSeek-V2 report section 2.1.3, "device-limited
+            # routing"; V3 report 2.1.2, "node-limited"): n_group groups, topk_group per token
+            kw.update(
+                expert_groups=c.get("n_group", default=f.groups_default[0], kind=int) or 1,
+                expert_groups_per_token=c.get("topk_group", default=f.groups_default[1], kind=int) or 1,
+            )
     if f.mla:
         # MLA: head_dim is the "nope" part of queries and keys; q_lora_rank null = a plain q_proj
         kw["head_dim"] = c.get("qk_nope_head_dim", default=128)
