@@ -87,20 +87,19 @@ def distinct_units(experts: int, top_k: int, units: int, groups: int = 1, groups
     one expert plus its binomial share of the rest spread uniformly over them."""
     if units <= 1:
         return 1.0
-    if groups <= 1 or groups_per_token >= groups:
+    if groups <= 1 or groups_per_token >= groups or (groups % units and units % groups):
+        # no limit, or groups straddling units (then treated as no limit)
         return units * (1.0 - _none_of(experts, experts / units, top_k))
     if groups % units == 0:  # each unit holds groups / units whole groups
         return units * (1.0 - _none_of(groups, groups / units, groups_per_token))
-    if units % groups == 0:  # each group spans units / groups units
-        # a picked group holds one expert, plus each of the other top_k - groups_per_token with
-        # probability 1 / groups_per_token
-        size, rest, p = experts / groups, max(0, top_k - groups_per_token), 1.0 / groups_per_token
-        miss = sum(
-            math.comb(rest, j) * p**j * (1 - p) ** (rest - j) * _none_of(size, size * groups / units, 1 + j)
-            for j in range(rest + 1)
-        )
-        return units * groups_per_token / groups * (1.0 - miss)
-    return units * (1.0 - _none_of(experts, experts / units, top_k))  # groups across units: unlimited
+    # each group spans units / groups units: a picked group holds one expert, plus each of the
+    # other top_k - groups_per_token with probability 1 / groups_per_token
+    size, rest, p = experts / groups, max(0, top_k - groups_per_token), 1.0 / groups_per_token
+    miss = sum(
+        math.comb(rest, j) * p**j * (1 - p) ** (rest - j) * _none_of(size, size * groups / units, 1 + j)
+        for j in range(rest + 1)
+    )
+    return units * groups_per_token / groups * (1.0 - miss)
 
 
 def _none_of(population: float, marked: float, draws: int) -> float:

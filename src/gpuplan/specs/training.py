@@ -39,10 +39,9 @@ ATTENTION_KERNELS = ("fa3", "fa2", "sdpa")
 PROFILES = ("fused", "eager")
 
 
-# MoE token dispatchers (Megatron-Core moe_token_dispatcher_type; "flex": DeepEP / HybridEP) and
-# "" for not stated; estimate/moe_host.py counts each one's host synchronisations
-# Megatron-Core's --moe-token-dispatcher-type; the flex dispatcher by its backend where stated
-# (--moe-flex-dispatcher-backend deepep or hybridep), "flex" where not
+# MoE token dispatchers (Megatron-Core --moe-token-dispatcher-type; the flex dispatcher by its
+# --moe-flex-dispatcher-backend, deepep or hybridep, where stated, "flex" where not) and "" for not
+# stated; estimate/moe_host.py counts each one's host synchronisations, ep_dispatch.py times flex's
 MOE_DISPATCHERS = ("", "alltoall", "flex", "deepep", "hybridep", "allgather")
 
 

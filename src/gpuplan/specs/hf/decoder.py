@@ -57,8 +57,8 @@ class _Family:
     first_dense_default: int = 0
     router_bias: bool = False
     expert_bias: bool = False
-    # group-limited routing: (n_group, topk_group) when the config omits them, and whether the
-    # family reads them at all (DeepSeek-V2's topk_method "greedy" ignores them)
+    # group-limited routing: (n_group, topk_group) when the config omits them; None: the family
+    # has none (a config whose topk_method is "greedy", DeepSeek-V2's default, ignores them too)
     groups_default: tuple[int, int] | None = None
     mla: bool = False
     softcap: bool = False  # Gemma 2's attention and final logit soft-capping
