@@ -64,13 +64,16 @@ def test_errors_stay_within_what_was_last_measured():
     # 7.9% with the H200's own measured FP8 matmul rate (catalog/gpus/h200.toml [mamf])
     # (the kvcached burst row through serve-sim, issue 18: +41.3% -> +40.8%, median and p90 unchanged).
     # Issue 18 item 5 added the kvcached latency-vs-rate curve (TTFT and TPOT at rate 16 and inf,
-    # serve-sim): 9.2%, 50.1%, 354% over all 58 rows; the 53 steady-state rows alone 7.6%, 28.8%, 66%
+    # serve-sim): 9.2%, 50.1%, 354% over all 58 rows; the 53 steady-state rows alone 7.6%, 28.8%, 66%.
+    # The rest of NIM 1.8.0's Llama-3.3-70B latency-vs-concurrency curve (15 rows, 2 x H100 TP2, closed
+    # loop): 11.3%, 65.2%, 432% over 73 rows; the 68 steady-state rows 10.1%, 42.9%, 432% (the c50-c150
+    # TTFT misses are the bf16 KV pool's 44 seats against the ~85 the engine held, see the CSV notes)
     s = summary(validate_held_out())
-    assert s["median_abs_error"] <= 0.093
-    assert s["p90_abs_error"] <= 0.51
-    assert s["max_abs_error"] <= 3.6
-    steady = s["by_load"]["steady"]  # the analytic model's rows: the issue's median target, met
-    assert steady["median_abs_error"] <= 0.08 and steady["p90_abs_error"] <= 0.29 and steady["max_abs_error"] <= 0.70
+    assert s["median_abs_error"] <= 0.114
+    assert s["p90_abs_error"] <= 0.66
+    assert s["max_abs_error"] <= 4.33
+    steady = s["by_load"]["steady"]  # the analytic model's rows (the issue's 8% median target is missed since)
+    assert steady["median_abs_error"] <= 0.102 and steady["p90_abs_error"] <= 0.43 and steady["max_abs_error"] <= 4.33
     assert s["by_engine"]["trtllm-0.6"]["max_abs_error"] <= 0.15
 
 
