@@ -19,7 +19,7 @@ def test_catalog_entries_pass_the_same_validation_and_cite_a_source(gpu_id):
     assert data["source"] and data["date"]
 
 
-@pytest.mark.parametrize("gpu_id", ["rtx-a6000", "rtx-3090", "a10", "h20", "h100-nvl", "b300", "mi355x"])
+@pytest.mark.parametrize("gpu_id", ["rtx-a6000", "rtx-3090", "a10", "h20", "h100-nvl", "b300", "gb300", "mi355x"])
 def test_new_catalog_gpus_are_listed_with_a_dated_source(gpu_id):
     g = catalog.gpu(gpu_id)
     assert g.source and g.date and g.peak("bf16") > 0
@@ -124,3 +124,12 @@ def test_cli_train_on_a_toml_gpu_predicts_its_step_time(tmp_path, capsys):
         assert exc.code in (0, None, 3)
     doc = json.loads(capsys.readouterr().out)
     assert doc["time"]["step_s"] > 0 and doc["calibration"]["category"]["gpu_family"]
+
+
+def test_gb300_holds_what_nvidia_smi_reports_and_plans_in_the_blackwell_family():
+    # 284208 MiB on a GB300 tray (nvidia-smi 580.82.07), not the marketed 288 GB; no GB300 MAMF is
+    # published, so its matmul fractions are B200's, and it shares the B200 / GB200 error bands
+    gb300, b200 = catalog.gpu("gb300"), catalog.gpu("b200")
+    assert gb300.memory_bytes == 284208 * 2**20
+    assert gb300.peak("mxfp8") == 5000e12 and gb300.peak("nvfp4") == 15000e12
+    assert gb300.efficiency == b200.efficiency and gb300.fast_domain == 72

@@ -220,7 +220,9 @@ def test_held_out_runs_are_within_the_issues_targets_for_unseen_runs(held_out):
     # rates (estimate/ep_dispatch.py) left the 54 rows at 19.0% (Qwen3-30B-A3B EP16 on H100,
     # FP8: +10% -> -27%, its exchange 18.7 s -> 7.6 s, where a profiled BF16 run of that layout
     # shows 8.25 s), and the three Megatron-Bridge card rows of that layout in BF16 (-8%, -16%,
-    # -19%) bring the 57 to 18.7%. Blackwell's
+    # -19%) bring the 57 to 18.7%. Eleven more Megatron-Bridge card rows (Qwen3-30B-A3B and
+    # Qwen3-235B-A22B MXFP8 on GB200/GB300, GB300 weak scaling 8-256 GPUs: -4..-11%; Qwen3-8B BF16
+    # on H100: -4%; gpt-oss-120b on GB200 BF16 -47% and GB300 MXFP8 -27%) bring the 68 to 17.6%. Blackwell's
     # `sustained` was written after the 25.11 rows were seen (catalog/efficiency/b200.toml); the
     # Hopper rows were not fitted to.
     dense = [r for r in held_out if r.row.plan.ep == 1]
@@ -231,4 +233,4 @@ def test_held_out_runs_are_within_the_issues_targets_for_unseen_runs(held_out):
     assert max(sum(e) / len(e) for e in by_gpu.values()) <= 0.25, by_gpu
     over = {r.row.id for r in dense if abs(r.error) > 0.25}
     assert over <= {"mb2509-gb200-llama31-405b-mxfp8"}, over
-    assert summary(held_out)["mean_abs_error"] <= 0.189  # 18.7%: the 15% target is missed, by MoE
+    assert summary(held_out)["mean_abs_error"] <= 0.176  # 17.6%: the 15% target is missed, by MoE
