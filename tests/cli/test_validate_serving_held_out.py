@@ -25,7 +25,20 @@ def test_validate_serving_held_out_reports_every_row(capsys):
 def test_a_row_is_predicted_as_serve_prints_it(capsys):
     code, out, _ = run(["validate", "serving-held-out", "--json"], capsys)
     row = next(r for r in json.loads(out)["rows"] if r["id"] == "nim18-70b-h100-tp2-5000-500-c250-ttft")
-    args = ["serve", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "2", "--weights", "fp8", "--engine", "trtllm"]
+    args = [
+        "serve",
+        "llama-3.1-70b",
+        "--gpu",
+        "h100-sxm",
+        "--tp",
+        "2",
+        "--weights",
+        "fp8",
+        "--kv",
+        "fp8",
+        "--engine",
+        "trtllm",
+    ]
     args += ["--input-len", "5000", "--output-len", "500", "--concurrency", "250", "--json"]
     code, out, _ = run(args, capsys)
     assert code == 0

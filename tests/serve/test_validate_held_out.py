@@ -69,13 +69,15 @@ def test_errors_stay_within_what_was_last_measured():
     # loop): 11.3%, 65.2%, 432% over 73 rows; the 68 steady-state rows 10.1%, 42.9%, 432% (the c50-c150
     # TTFT misses are the bf16 KV pool's 44 seats against the ~85 the engine held, see the CSV notes).
     # The curve's KV dtype read from its own saturated points (85 in flight: only a 1-byte cache seats
-    # them, CSV notes): 9.0%, 50.1%, 354% over 73 rows; the steady-state rows 7.8%, 34.6%, 66%
+    # them, CSV notes): 9.0%, 50.1%, 354% over 73 rows; the steady-state rows 7.8%, 34.6%, 66%.
+    # TTFT with the wait behind other prompts' prefills (steady_state.prefill_wait, M/D/1):
+    # 8.0%, 42.9%, 354%; steady-state 6.8%, 27.6%, 66% (NIM c5/c25/c50 TTFT -26/-41/-51% -> -17/-8/-1%)
     s = summary(validate_held_out())
-    assert s["median_abs_error"] <= 0.091
-    assert s["p90_abs_error"] <= 0.51
+    assert s["median_abs_error"] <= 0.081
+    assert s["p90_abs_error"] <= 0.43
     assert s["max_abs_error"] <= 3.6
     steady = s["by_load"]["steady"]  # the analytic model's rows (the issue's 8% median target is missed since)
-    assert steady["median_abs_error"] <= 0.079 and steady["p90_abs_error"] <= 0.35 and steady["max_abs_error"] <= 0.66
+    assert steady["median_abs_error"] <= 0.069 and steady["p90_abs_error"] <= 0.28 and steady["max_abs_error"] <= 0.66
     assert s["by_engine"]["trtllm-0.6"]["max_abs_error"] <= 0.15
 
 

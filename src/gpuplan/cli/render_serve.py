@@ -168,7 +168,7 @@ def render_serve(est, doc: dict) -> None:
         )
         t.add_row("TTFT (queue wait + prefill)", fmt_duration(doc["ttft_s"]))
     else:
-        t.add_row("TTFT (prefill, no queueing)", fmt_duration(doc["ttft_s"]))
+        t.add_row("TTFT (prefill + wait behind other prompts)", fmt_duration(doc["ttft_s"]))
     t.add_row("TPOT (inter-token latency)", fmt_duration(doc["tpot_s"]))
     t.add_row("end-to-end per request", fmt_duration(doc["e2e_s"]))
     t.add_row("output tokens/s (replica)", f"{doc['output_tokens_per_s']:,.0f}")

@@ -24,7 +24,7 @@ slows the other: a prefill instance runs prompts only, a decode instance decode-
 
 The colocated replica under the same targets (plan.py's steady state, with its prompt chunks
 beside the decodes) is reported beside it, so the two can be compared per GPU and per $/M tokens;
-its TTFT has no queueing in it (plan.py's mean field), so the comparison flatters colocation.
+its TTFT waits behind other prompts' prefills by the same M/D/1 mean (steady_state.prefill_wait).
 
 Limits: both pools run one engine (the prefill pool may have its own TP degree); a prefill instance runs one prompt at a
 time (prompts of a thousand tokens and more already fill the GPU; shorter ones would batch and
@@ -33,7 +33,6 @@ serve more than 1/D); the M/D/1 TTFT is a mean, not a percentile.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 from gpuplan.errors import GpuplanError, require
@@ -42,6 +41,7 @@ from gpuplan.serve.engines import engine
 from gpuplan.serve.kv import kv_bytes_per_sequence
 from gpuplan.serve.memory import max_concurrency, serve_memory
 from gpuplan.serve.plan import MILLION, ServeRequest, estimate_serving
+from gpuplan.serve.steady_state import prefill_wait
 from gpuplan.serve.timing import Deployment, step_model
 from gpuplan.units import HOUR
 
@@ -96,8 +96,7 @@ class DisaggPlan:
 
 def md1_ttft(service_s: float, rate: float) -> float:
     """Mean time in an M/D/1 queue (DistServe eq. 1): service + R D^2 / (2 (1 - R D))."""
-    rho = rate * service_s
-    return math.inf if rho >= 1 else service_s + rate * service_s**2 / (2 * (1 - rho))
+    return service_s + prefill_wait(rate, service_s)
 
 
 def kv_transfer_s(req: ServeRequest, d: Deployment, p: Deployment | None = None) -> float:

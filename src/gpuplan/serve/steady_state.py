@@ -6,7 +6,8 @@ simulates request by request): every iteration each decoding sequence adds one t
 input/output prompt tokens per iteration for D decoding sequences (less the prefix-cache hits).
 The batched-token budget caps D at budget x output / (input + output). Output tokens/s = D / t_iter;
 the inter-token latency a user sees (TPOT) is an iteration with the other sequences' prefill
-chunks; TTFT is the prompt's own prefill in chunks beside D - 1 decodes. Max-throughput mode
+chunks; TTFT is the prompt's own prefill in chunks beside D - 1 decodes, plus the wait behind the
+prefills of requests that arrived just before it (``prefill_wait``). Max-throughput mode
 reserves every sequence's full input + output length up front, as TensorRT-LLM's default
 GUARANTEED_NO_EVICT scheduler does.
 
@@ -86,16 +87,40 @@ def steady_state(
             prefill_seqs=1 if done + n >= fresh else 0,
         ).seconds
         done += n
+    completions = d / full.seconds / output_len  # requests/s: the closed loop's arrival rate
+    packed = max(1, math.floor(chunk / max(fresh, 1)))  # prompts one iteration's budget prefills
+    wait = prefill_wait(completions * (concurrency - 1) / concurrency, ttft, packed, concurrency - 1)
     return Point(
         concurrency=concurrency,
         decoding=d,
         iteration_s=full.seconds,
         tpot_s=seen.seconds,
-        ttft_s=ttft,
+        ttft_s=ttft + wait,
         output_tokens_per_s=d / full.seconds,
         input_tokens_per_s=d * input_len / output_len / full.seconds,
         decode_share=min(1.0, alone / full.seconds),
     )
+
+
+def prefill_wait(arrivals_per_s: float, prefill_s: float, packed: int = 1, others: float = math.inf) -> float:
+    """Mean wait of a prompt behind the prefills of prompts that arrived just before it.
+
+    An iteration that prefills a prompt runs for about ``prefill_s``; a prompt arriving meanwhile
+    waits for it. With arrivals at ``arrivals_per_s`` (the other requests of the loop: an arriving
+    request sees the other N - 1 clients, the arrival theorem of closed networks, Reiser & Lavenberg
+    1980) and each prefill a fixed service, this is M/D/1: the Pollaczek-Khinchine mean wait
+    rho x S / (2 (1 - rho)), rho = lambda x S (Kleinrock 1975, Queueing Systems I, eq. 5.73 with a
+    deterministic service; DistServe, Zhong et al. 2024, eq. 1, models a prefill instance the same way). A budget that prefills ``packed`` prompts in one iteration serves them
+    together: rho = lambda x S / packed (an approximation of the bulk-service queue). The mean-field
+    throughput already pays for every prefill, so rho stays below 1 (it is about the prefill's share of
+    the engine's time). A closed loop bounds the wait where the open queue would not: no prompt waits
+    for more than the ``others`` prompts of the other clients (the prefill-bound limit, rho -> 1).
+    """
+    rho = arrivals_per_s * prefill_s / packed
+    if rho <= 0 or others <= 0:
+        return 0.0
+    most = others * prefill_s / packed
+    return most if rho >= 1 else min(most, rho * prefill_s / (2 * (1 - rho)))
 
 
 def closed_loop(p: Point, clients: int, output_len: int) -> Point:
