@@ -287,10 +287,25 @@ def test_validate_training_held_out_reports_the_runs_never_fitted_to(capsys):
     code, out, err = run(["validate", "training-held-out", "--json"], capsys)
     assert code == 0, err
     doc = json.loads(out)
-    assert {r["source"].split()[0] for r in doc["rows"]} == {"NeMo", "Megatron-Bridge"}
+    assert {r["source"].split()[0] for r in doc["rows"]} == {"NeMo", "Megatron-Bridge", "torchtitan"}
     assert not {r["id"] for r in doc["rows"]} & {
         r["id"] for r in json.loads(run(["validate", "--json"], capsys)[1])["rows"]
     }
+
+
+def test_validate_training_held_out_reports_peak_memory_in_both_outputs(capsys):
+    # torchtitan's pages publish each run's peak reserved memory: the rows carry it, the summary
+    # line and the JSON summarise its error
+    code, out, err = run(["validate", "training-held-out", "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    mem = [r for r in doc["rows"] if r["measured_peak_bytes"]]
+    assert doc["peak_memory"]["rows"] == len(mem) == 18
+    assert all(r["memory_measure"] == "reserved" and r["memory_error"] is not None for r in mem)
+    code, out, err = run(["validate", "training-held-out"], capsys)
+    assert code == 0, err
+    pct = doc["peak_memory"]["mean_abs_error"]
+    assert f"peak memory: 18 rows, mean |error| {pct:.1%}, max {doc['peak_memory']['max_abs_error']:.1%}" in out
 
 
 def test_collective_reports_the_ring_volume(capsys):

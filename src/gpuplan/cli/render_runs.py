@@ -146,14 +146,18 @@ def render_calibrated_validation(doc: dict[str, Any]) -> None:
     console.print("mean |step-time error|; uncalibrated: sustained = 1 (datasheet and measured kernel rates only)")
 
 
-def render_validation(results, summary, categories=None) -> None:
+def render_validation(results, summary, categories=None, memory=None) -> None:
+    """``memory``: ``validate.memory_summary`` of the rows that published a peak (None: none did);
+    those rows also show the published peak and the error of the prediction of it."""
     table = Table(title="Predicted vs published step time")
     id_column(table, "run", [r.row.id for r in results])
     cols = ("GPUs", "tp", "pp", "dp", "cp", "zero", "recompute", "measured s", "predicted s", "error", "pred. MFU")
-    for col in (*cols, "pred. peak GiB"):
+    mem_cols = ("meas. peak GiB", "mem. error") if memory else ()
+    for col in (*cols, "pred. peak GiB", *mem_cols):
         table.add_column(col, justify="left" if col == "recompute" else "right")
     for r in results:
         row = r.row
+        published = () if not memory else _memory_cells(r)
         table.add_row(
             row.id,
             str(row.plan.world_size),
@@ -168,6 +172,7 @@ def render_validation(results, summary, categories=None) -> None:
             f"{r.error:+.1%}",
             f"{r.mfu:.1%}",
             f"{r.peak_bytes / GiB:,.1f}" + (" [red](over)[/]" if r.refused else ""),
+            *published,
         )
     console.print(table)
     if categories:
@@ -188,6 +193,19 @@ def render_validation(results, summary, categories=None) -> None:
         f"max |error| {summary['max_abs_error']:.1%}, mean signed {summary['mean_signed_error']:+.1%}; "
         f"{summary['refused']} of them over the GPU's memory in gpuplan's memory model (it ran: a wrong refusal)"
     )
+    if memory:
+        console.print(
+            f"peak memory: {memory['rows']} rows, mean |error| {memory['mean_abs_error']:.1%}, "
+            f"max {memory['max_abs_error']:.1%} (mean signed {memory['mean_signed_error']:+.1%}; a published "
+            "reserved peak is compared with gpuplan's peak less the CUDA context)"
+        )
+
+
+def _memory_cells(r) -> tuple[str, str]:
+    """(published peak GiB, error of the prediction of it), or dashes for a row without one."""
+    if r.memory_error is None:
+        return "-", "-"
+    return f"{r.row.measured_peak_bytes / GiB:,.1f}", f"{r.memory_error:+.1%}"
 
 
 def render_serve_validation(checks, summary) -> None:

@@ -13,7 +13,9 @@ Rows that give TFLOP/s or MFU are turned into a step time with the FLOP formula 
 (column ``flop_formula``), so every convention compares on seconds; tokens/s need no formula.
 Each result belongs to a category (GPU family x precision x context class x parallel style):
 the error band validation measures per category is what ``gpuplan train`` prints beside a
-prediction of the same kind (``error_band``).
+prediction of the same kind (``error_band``). Rows that publish a peak memory (``peak_memory_gib``:
+torchtitan's pages) are also checked against gpuplan's peak (``Result.memory_error``,
+``memory_summary``).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ __all__ = [
     "error_band",
     "llama3_flops",
     "load_rows",
+    "memory_summary",
     "megatron_flops",
     "megatron_model_flops",
     "source_for",
@@ -79,10 +82,27 @@ class Result:
     # model says does not fit is a wrong refusal
     peak_bytes: float = 0.0
     capacity_bytes: float = 0.0
+    context_bytes: float = 0.0  # the CUDA context in peak_bytes, outside the caching allocator
 
     @property
     def refused(self) -> bool:
         return self.peak_bytes > self.capacity_bytes
+
+    @property
+    def predicted_memory_bytes(self) -> float:
+        """The prediction of what the row's published memory measured: the caching allocator's
+        peak reserved (torch.cuda reserved_bytes.all.peak, what torchtitan logs) is gpuplan's peak
+        less the CUDA context, as ``gpuplan runs compare`` compares it (runs/compare.py)."""
+        if self.row.memory_measure == "reserved":
+            return self.peak_bytes - self.context_bytes
+        return self.peak_bytes
+
+    @property
+    def memory_error(self) -> float | None:
+        """Signed relative error of the predicted peak memory; None where none was published."""
+        if self.row.measured_peak_bytes is None:
+            return None
+        return self.predicted_memory_bytes / self.row.measured_peak_bytes - 1
 
     @property
     def error(self) -> float:
@@ -100,7 +120,9 @@ def validate_training(paths: tuple[Path, ...] = CSVS) -> list[Result]:
         gpu = catalog.gpu(row.gpu)
         st = step_time(row.model, row.config, row.plan, gpu, row.microbatches)
         mem = estimate_memory(row.model, row.config, row.plan, gpu, row.microbatches, all_stages=False)
-        out.append(Result(row, st.step_s, st.mfu, st.breakdown, mem.per_gpu.total, gpu.memory_bytes))
+        peak = mem.per_gpu
+        context = peak.other.get("cuda_context", 0.0)
+        out.append(Result(row, st.step_s, st.mfu, st.breakdown, peak.total, gpu.memory_bytes, context))
     return out
 
 
@@ -112,6 +134,20 @@ def summary(results: list[Result]) -> dict[str, float]:
         "max_abs_error": max(errs),
         "mean_signed_error": sum(r.error for r in results) / len(errs),
         "refused": sum(r.refused for r in results),  # published runs the memory model says do not fit
+    }
+
+
+def memory_summary(results: list[Result]) -> dict[str, float] | None:
+    """Peak memory against the rows that published one: rows, mean and max |error|, mean signed
+    error; None where no row did."""
+    errs = [e for e in (r.memory_error for r in results) if e is not None]
+    if not errs:
+        return None
+    return {
+        "rows": len(errs),
+        "mean_abs_error": sum(abs(e) for e in errs) / len(errs),
+        "max_abs_error": max(abs(e) for e in errs),
+        "mean_signed_error": sum(errs) / len(errs),
     }
 
 
@@ -163,8 +199,9 @@ def error_band(gpu: str | GPUSpec, cfg: TrainingConfig, plan: ParallelPlan, step
 
 
 def to_dict(results: list[Result]) -> dict[str, Any]:
-    """The JSON document of ``gpuplan validate``: a row per run, the summary and the error by
-    category (GPU family, precision, context, parallelism)."""
+    """The JSON document of ``gpuplan validate``: a row per run, the summary, the peak memory
+    summary (``memory_summary``, null without published memory) and the error by category (GPU
+    family, precision, context, parallelism)."""
     return {
         "rows": [
             {
@@ -183,10 +220,15 @@ def to_dict(results: list[Result]) -> dict[str, Any]:
                 "predicted_peak_bytes": r.peak_bytes,
                 "gpu_memory_bytes": r.capacity_bytes,
                 "refused": r.refused,
+                "measured_peak_bytes": r.row.measured_peak_bytes,
+                "memory_measure": r.row.memory_measure or None,
+                "predicted_memory_bytes": r.predicted_memory_bytes if r.row.measured_peak_bytes else None,
+                "memory_error": r.memory_error,
             }
             for r in results
         ],
         "summary": summary(results),
+        "peak_memory": memory_summary(results),
         "categories": [
             {"gpu_family": k[0], "precision": k[1], "context": k[2], "parallel": k[3], **v}
             for k, v in by_category(results).items()

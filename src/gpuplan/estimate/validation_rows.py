@@ -21,6 +21,7 @@ from gpuplan.specs.hf import model_from_hf_config
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.training import LOW_PRECISION, TrainingConfig
+from gpuplan.units import GiB
 
 
 def _model(arch: str, r: dict[str, str], dropout: float) -> ModelSpec:
@@ -114,6 +115,10 @@ class Row:
     metric: str
     value: float
     framework: str = ""
+    # the published peak memory per GPU (optional column ``peak_memory_gib``, GiB = 2^30 bytes), and
+    # what it measured (Source.memory: "reserved"); None where the source reports none
+    measured_peak_bytes: float | None = None
+    memory_measure: str = ""
 
     @property
     def category(self) -> tuple[str, str, str, str]:
@@ -139,6 +144,19 @@ def category(gpu: str | GPUSpec, cfg: TrainingConfig, plan: ParallelPlan) -> tup
     else:
         style = "3d" if (plan.tp > 1 or plan.pp > 1 or plan.cp > 1) else "dp"
     return family, precision, context, style
+
+
+def _measured_peak(r: dict[str, str], measure: str) -> tuple[float | None, str]:
+    """(bytes, what they measured) of a row's published peak memory, column ``peak_memory_gib``."""
+    if not r.get("peak_memory_gib"):
+        return None, ""
+    if not measure:
+        raise GpuplanError(
+            "peak_memory_gib",
+            f"row {r['id']}: its source states no memory measure",
+            "set Source.memory (e.g. 'reserved') in gpuplan.estimate.validation_sources",
+        )
+    return float(r["peak_memory_gib"]) * GiB, measure
 
 
 def _rows(path: Path) -> list[Row]:
@@ -189,6 +207,7 @@ def _rows(path: Path) -> list[Row]:
                     r["metric"],
                     float(r["value"]),
                     src.framework,
+                    *_measured_peak(r, src.memory),
                 )
             )
     return rows

@@ -21,7 +21,7 @@ CSV = DATA / "training_runs.csv"
 CSVS = (CSV, DATA / "training_runs_hopper.csv")
 # Published runs gathered here, never fitted to (scripts/fit_sustained.py reads CSVS only): they
 # test whether the model carries to runs it was not tuned on, and widen the error bands.
-HELD_OUT = (DATA / "held_out" / "training_runs_nemo.csv",)
+HELD_OUT = (DATA / "held_out" / "training_runs_nemo.csv", DATA / "held_out" / "training_runs_torchtitan.csv")
 MEGATRON_FORMULA = "96BsLh^2(1+s/6h+V/16Lh)"
 H100_BF16_PEAK = 989.4e12  # the peak the Megatron-Core table's MFU is over (README: "989 TFLOP/s")
 LLAMA3_405B_PARAMS = 405_853_388_800  # N in the llama3 formula (shared validation README)
@@ -56,6 +56,10 @@ class Source:
     plan: dict[str, Any] = field(default_factory=dict)  # ParallelPlan fields the source states for all its runs
     sp: bool | None = None  # sequence parallelism whenever tp > 1 (None: the row's ``sp`` column)
     dropout: float = 0.0  # residual and attention dropout (Megatron-LM's default was 0.1)
+    # what a row's ``peak_memory_gib`` measured: "reserved", the caching allocator's peak reserved
+    # bytes (torch.cuda.memory_stats reserved_bytes.all.peak), which the CUDA context lies outside
+    # of; "" where the source reports no memory
+    memory: str = ""
 
 
 # Each entry is what the source itself says about how it ran (read in the source; a field it does
@@ -134,6 +138,33 @@ SOURCES = (
         "mpt",
         "generic",
         dict(attention="flash", attention_kernel="fa2", profile="eager"),
+    ),
+    # torchtitan's benchmark pages (benchmarks/llama3_h100_202412_torchtitan.md at torchtitan
+    # 9dec370 / torch 1963fc8; asyncTP_llama3_h100_2025-06_torchtitan.md at 820504e / torch
+    # 38410cf9), read at those commits: FSDP2 fully_shard with MixedPrecisionPolicy(param bf16,
+    # reduce fp32) over the dp_shard x cp mesh, reshard_after_forward True for every block but the
+    # last and False for all under PP (parallelize_llama.py apply_fsdp: zero 3, or 2 with PP, per
+    # row); TP with sequence parallel norms and loss parallel, async TP per row (tp_overlap);
+    # activation_checkpoint "selective" with selective_ac_option "op" (per-op SAC: saves every
+    # second aten.mm output and the SDPA outputs, recomputes the rest; gpuplan models its
+    # selective as Megatron's attention core, specs/framework.py) or "full"; torch.compile per
+    # row, which gpuplan does not model (it prices eager kernels: the row notes say which rows
+    # compiled); Float8 = torchao Float8Linear with dynamic tensorwise scaling (config_manager.py
+    # scaling_type_* default "dynamic": each tensor's own amax, fp8_scaling "current"), the
+    # weights recast per GEMM (no cached copy). Attention: F.scaled_dot_product_attention with no
+    # backend pinned (models/llama/model.py at 9dec370), whose H100 priority put FlashAttention-2
+    # first; at 820504e torchtitan pins [FLASH_ATTENTION, EFFICIENT_ATTENTION, MATH] off B200
+    # (models/attention.py, pytorch/torchtitan PR 1196): fa2 both times. Memory is the peak
+    # reserved that torchtitan logs (metrics.py DeviceMemoryMonitor: reserved_bytes.all.peak, in
+    # GiB of 2^30 bytes; the page's footnote: "We take the maximum across all GPUs").
+    Source(
+        "torchtitan",
+        "torchtitan (FSDP2, torchao Float8)",
+        "llama",
+        "torchtitan",
+        dict(attention_kernel="fa2", fp8_scaling="current"),
+        sp=True,
+        memory="reserved",
     ),
 )
 

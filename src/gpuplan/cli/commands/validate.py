@@ -111,7 +111,15 @@ def validate(
 
             render_calibrated_validation(doc)
         return
-    from gpuplan.estimate.validate import CSVS, HELD_OUT, by_category, summary, to_dict, validate_training
+    from gpuplan.estimate.validate import (
+        CSVS,
+        HELD_OUT,
+        by_category,
+        memory_summary,
+        summary,
+        to_dict,
+        validate_training,
+    )
 
     results = validate_training(HELD_OUT if kind == "training-held-out" else CSVS)
     if json_out:
@@ -119,4 +127,4 @@ def validate(
         return
     from gpuplan.cli.render_runs import render_validation
 
-    render_validation(results, summary(results), by_category(results))
+    render_validation(results, summary(results), by_category(results), memory_summary(results))
