@@ -21,7 +21,7 @@ Units: bytes for one micro-batch on one GPU. Dropout masks follow CUDA's ``nativ
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
@@ -42,6 +42,9 @@ class ActivationBreakdown:
     head: float  # final norm and the LM head's input
     loss_saved: float  # log-probabilities (and soft-capped logits) saved by the loss
     loss_transient: float  # logits and their gradients alive at the loss, beyond what is saved
+    # per-op SAC (``per_op_sac``): what one dense block's re-run holds in its backward beyond what
+    # the block keeps; 0 where nothing re-runs a whole block's forward
+    layer_rerun: float = 0.0
 
     def layer(self, moe: bool) -> float:
         return self.moe_layer if moe else self.dense_layer
@@ -130,6 +133,40 @@ def _dispatched_saved(a: int, g: float, h: int, etp: int) -> float:
     return a * h + g * h * etp
 
 
+def per_op_sac(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) -> bool:
+    """torchtitan's selective activation checkpointing runs per op: its ``selective`` is not
+    Megatron's attention core (``per_op_sac_saved``). Dense blocks of standard attention only."""
+    return cfg.recompute == "selective" and cfg.framework == "torchtitan" and not m.is_mla
+
+
+def per_op_sac_saved(m: ModelSpec, a: float, t: int, sp: bool) -> float:
+    """Bytes per token one dense block keeps under torchtitan's per-op SAC.
+
+    torchtitan (torchtitan/distributed/activation_checkpoint.py, ``_apply_op_sac``: the policy
+    ``_get_custom_policy`` over ``_save_list``) checkpoints each block and, re-running it in backward,
+    keeps only: the block's input; the outputs of every other matmul (``aten.mm``: the 1st, 3rd, ...
+    of the block in forward order, a per-block count); the attention kernel's output and logsumexp
+    (``_scaled_dot_product_{flash,efficient,cudnn}_attention``); and the reduce-scatters of sequence
+    parallelism (``_c10d_functional.reduce_scatter_tensor``). Norms, rotary and the MLP's
+    activation run again. Matmul order is the model code's: wq, wk, wv, wo, then w1, w3, w2
+    (``Attention.forward``, ``FeedForward.forward``: w2(silu(w1(x)) * w3(x))). Under tensor
+    parallelism the column-parallel outputs are 1/t wide and the row-parallel ones (wo, w2) are
+    full-width partial sums over the whole sequence; the sequence-parallel tensors are 1/t of it.
+    """
+    h = m.hidden_size
+    q, kv = m.num_heads * m.head_dim / t, m.num_kv_heads * m.head_dim / t
+    rep = t if sp and t > 1 else 1
+    if m.gated_mlp:
+        mlp = [m.ffn_size / t, m.ffn_size / t, h]  # w1 (gate), w3 (up), w2
+    else:
+        mlp = [m.ffn_size / t, h]  # fc1, fc2
+    mms = [q, kv, kv, h] + mlp  # one block's matmul outputs, in forward order
+    kept_mms = sum(mms[0::2])  # counts 1, 3, 5, ...: the odd ones are saved
+    sdpa = a * m.num_heads * m.v_dim / t + FP32 * m.num_heads / t
+    scatters = 2 * a * h / t if sp and t > 1 else 0.0  # after the attention and after the MLP
+    return a * h / rep + a * kept_mms + sdpa + scatters
+
+
 def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) -> ActivationBreakdown:
     """Bytes saved for backward by one micro-batch on one GPU, by part of the model."""
     a = cfg.activation_bytes
@@ -180,6 +217,11 @@ def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) 
             routed = shared = 0.0
         moe = (replicated - own_norm * (not m.is_mla)) / rep_div + (attn + scores + routed + shared) / t
 
+    rerun = 0.0
+    if per_op_sac(m, cfg, plan):  # the block keeps what the policy saves; its re-run, the rest
+        everything = activation_breakdown(m, replace(cfg, recompute="none"), plan).dense_layer / tokens
+        dense = min(everything, per_op_sac_saved(m, a, t, sp))
+        rerun = everything - dense
     checkpoint = a * h / rep_div  # full recompute keeps each block's input
     embedding = INDEX  # token ids saved by the embedding's backward
     head = _norm_saved(m, a, profile, True) / rep_div if m.final_norm else a * h / rep_div
@@ -210,4 +252,5 @@ def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) 
         head=head * tokens,
         loss_saved=loss_saved * tokens,
         loss_transient=loss_transient * tokens,
+        layer_rerun=rerun * tokens,
     )

@@ -218,6 +218,7 @@ def estimate_memory(
             stage == 0,
             last,
             offloaded_layers(cfg, n_layers, plan.vp) if cfg.offload_activation_layers else 0,
+            act.layer_rerun,
         )
         other: dict[str, float] = {}
         if last:

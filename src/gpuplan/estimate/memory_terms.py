@@ -138,16 +138,20 @@ def activations(
     first: Any,
     last: Any,
     offloaded: Any = 0,
+    rerun: Any = 0.0,
 ) -> tuple[Any, Any]:
     """(activation bytes on the GPU, activation bytes in host memory) of a stage: ``in_flight``
     micro-batches (schedules.in_flight) of what one keeps: every layer's saved tensors, or under
     full recompute (``full``) each layer's input plus one block re-run in backward; the embedding
     on the first stage, the head on the stage holding it. ``offloaded`` layers keep theirs in host
     memory with one layer's copy in flight on the GPU (TransformerEngine's offload handler
-    double-buffers)."""
+    double-buffers). ``rerun``: what a dense block's re-run holds beyond what it keeps under
+    per-op SAC (activations.ActivationBreakdown.layer_rerun), alive in one block's backward."""
     kept = _where(full, layer_checkpoint * n_layers, n_dense * dense_layer + n_moe * moe_layer)
     working = _where(
-        full, _maximum(_where(n_dense > 0, dense_layer, 0.0), _where(n_moe > 0, moe_layer, 0.0)), 0.0 * kept
+        full,
+        _maximum(_where(n_dense > 0, dense_layer, 0.0), _where(n_moe > 0, moe_layer, 0.0)),
+        _where(n_dense > 0, rerun, 0.0) + 0.0 * kept,
     )
     host = 0.0
     if cfg.offload_activation_layers:

@@ -188,7 +188,7 @@ class Grid:
 
     def _activation_table(self) -> dict[str, np.ndarray]:
         """Activation bytes per micro-batch by (shape key, mbs, rec)."""
-        names = ("dense_layer", "moe_layer", "layer_checkpoint", "embedding", "head", "loss")
+        names = ("dense_layer", "moe_layer", "layer_checkpoint", "embedding", "head", "layer_rerun", "loss")
         out = {k: np.zeros((len(self.shape_keys), len(self.mbs), len(self.rec))) for k in names}
         for i, (tp, cp, ep, etp) in enumerate(self.shape_keys):
             for j in range(len(self.mbs)):
@@ -236,6 +236,7 @@ class Grid:
             act["head"],
             self.first_stage[:, None, None],
             last,
+            rerun=act["layer_rerun"],
         )
         varying = varying + np.where(last, act["loss"], 0.0)  # (rows, M, R): the head's logits
 
