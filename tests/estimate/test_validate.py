@@ -240,4 +240,4 @@ def test_held_out_runs_are_within_the_issues_targets_for_unseen_runs(held_out):
     assert max(sum(e) / len(e) for e in by_gpu.values()) <= 0.25, by_gpu
     over = {r.row.id for r in dense if abs(r.error) > 0.25}
     assert over <= {"mb2509-gb200-llama31-405b-mxfp8", "tt2412-8b-fsdp1-cp8", "tt2412-405b-4d-fsdp1-cp8"}, over
-    assert summary(held_out)["mean_abs_error"] <= 0.164  # 16.3% (94 runs): the 15% target is missed, by MoE
+    assert summary(held_out)["mean_abs_error"] <= 0.161  # 16.0% (94 runs): the 15% target is missed, by MoE

@@ -82,9 +82,10 @@ def test_torchtitan_held_out_memory_error_as_measured(titan):
 def test_torchtitan_held_out_throughput_error_as_measured(titan):
     # 26 rows at 13.0% mean |error| (mean signed -10.7%: predicted too fast, as a 500 W part run at
     # the 700 W sustained fraction would be); on the 80 GB / 700 W h100-sxm entry the same rows
-    # read 15.6% (its 3.35 TB/s HBM, the faster part's)
+    # read 15.6% (its 3.35 TB/s HBM, the faster part's). With per-op SAC's recompute (the matmuls
+    # it does not keep and every elementwise pass, not the attention core): 11.9%, signed -8.2%
     s = summary(titan)
-    assert s["rows"] == 26 and s["mean_abs_error"] <= 0.131 and s["mean_signed_error"] < 0
+    assert s["rows"] == 26 and s["mean_abs_error"] <= 0.12 and s["mean_signed_error"] < 0
 
 
 def test_the_96gb_h100_is_the_sxm_die_at_its_own_memory_bandwidth_and_power():

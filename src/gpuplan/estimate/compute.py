@@ -35,7 +35,7 @@ from gpuplan.estimate.kernels import (
 )
 from gpuplan.estimate.moe_dispatch import dispatcher_copy_passes
 from gpuplan.estimate.moe_host import te_stream_chain
-from gpuplan.estimate.params import Tensor, layer_tensors
+from gpuplan.estimate.params import Tensor, layer_tensors, op_sac_kept
 from gpuplan.estimate.stage_params import _local_shape
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
@@ -185,6 +185,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
         # and gathers etp shares over the expert TP group (Megatron's MoEAlltoAllTokenDispatcher,
         # token_dispatcher.py dispatch_postprocess): T/tp x etp tokens' copies per expert-TP rank
         routed_tokens = routed_tokens * etp / tp
+    kept, saved_mm = op_sac_kept(m, moe), 0.0  # per-op SAC: the matmul outputs it keeps, their forwards
     for t in layer_tensors(m, moe):
         if not t.matmul or len(t.shape) < 2:
             continue
@@ -211,6 +212,8 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
         )
         if t.expert:  # the routed-expert loop's GPU work (estimate/moe_host.py)
             out.credit("expert_loop", fwd_g)
+        else:
+            saved_mm += fwd_g * kept[t.name]
         if d in LOW_PRECISION:
             # per-tensor FP8 on Blackwell writes no transpose; block-scaled formats write both
             # scalings (fp8_cast_times, ``copies``)
@@ -382,4 +385,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
                 b=memory_time(gpu, bwd_b * rows_h, kb),
                 modules=("moe",),
             )
+    # torchtitan's per-op SAC (activations.per_op_sac_saved) re-runs the block's forward but for the
+    # attention kernel and the matmul outputs it kept: the other matmuls and every elementwise pass
+    out.credit("op_sac", out.fwd - out.attn_core - saved_mm)
     return out

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuplan.estimate.params import count_params, layer_tensors
+from gpuplan.estimate.params import count_params, layer_tensors, op_sac_kept
 from gpuplan.specs.model import ModelSpec
 
 
@@ -87,6 +87,21 @@ def module_matmul_flops_per_token(m: ModelSpec, module: str) -> float:
     return total
 
 
+def op_sac_matmul_flops_per_token(m: ModelSpec) -> float:
+    """Forward GEMM FLOPs per token torchtitan's per-op SAC runs again (estimate/activations.py
+    ``per_op_sac_saved``): the matmul outputs its policy does not keep (params.op_sac_kept: the 2nd,
+    4th, ... ``aten.mm`` of a block), and the routed experts' grouped GEMMs whole."""
+    frac = m.experts_per_token / m.num_experts if m.is_moe else 1.0
+    total = 0.0
+    for moe, layers in ((False, m.num_layers - m.num_moe_layers), (True, m.num_moe_layers)):
+        kept = op_sac_kept(m, moe) if layers else {}
+        for t in layer_tensors(m, moe) if layers else ():
+            if t.matmul and len(t.shape) >= 2:
+                share = frac if t.expert else 1.0 - kept[t.name]
+                total += layers * 2.0 * t.numel * share
+    return total
+
+
 def training_flops(
     m: ModelSpec, seq_len: int, recompute: str = "none", causal: bool = True, modules: frozenset[str] = frozenset()
 ) -> Flops:
@@ -101,7 +116,7 @@ def training_flops(
     elif recompute == "selective":  # the attention core (QK^T, softmax, AV) and any other modules named
         mods = modules or frozenset({"core_attn"})
         recompute_flops = (attn if "core_attn" in mods else 0.0) + sum(
-            module_matmul_flops_per_token(m, x) for x in mods
+            op_sac_matmul_flops_per_token(m) if x == "op_sac" else module_matmul_flops_per_token(m, x) for x in mods
         )
     else:
         recompute_flops = 0.0

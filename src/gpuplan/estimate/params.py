@@ -215,3 +215,32 @@ def count_params(m: ModelSpec) -> ParamCounts:
         matmul_active=matmul_active,
         vision=vision,
     )
+
+
+def op_sac_kept(m: ModelSpec, moe: bool) -> dict[str, float]:
+    """Share of each dense weight's matmul output torchtitan's per-op SAC keeps in one block.
+
+    Its policy (torchtitan/distributed/activation_checkpoint.py ``_get_custom_policy``) keeps the
+    1st, 3rd, ... ``aten.mm`` of a block in forward order and re-runs the others. torchtitan runs
+    separate wq, wk, wv and w1, w3 where these tensors fuse them (``attn.qkv``: q, k, v; a gated
+    ``up``: gate, up), so a fused tensor counts as its parts. Routed experts (grouped GEMMs, no
+    ``aten.mm``) are not in it: they re-run whole."""
+    kept: dict[str, float] = {}
+    count = 0
+    for t in layer_tensors(m, moe):
+        if not t.matmul or len(t.shape) < 2 or t.expert:
+            continue
+        n_out = t.shape[-2]
+        if t.name.endswith("attn.qkv.weight") and not m.is_mla:
+            kv = m.num_kv_heads * m.head_dim
+            parts: list[float] = [n_out - 2 * kv, kv, kv]
+        elif t.name.endswith("up.weight") and m.gated_mlp:
+            parts = [n_out / 2, n_out / 2]
+        else:
+            parts = [n_out]
+        keep = 0.0
+        for width in parts:
+            count += 1
+            keep += width if count % 2 == 1 else 0.0
+        kept[t.name] = keep / sum(parts)
+    return kept

@@ -18,8 +18,8 @@ What a profile decides, and where gpuplan reads it:
 * ``schedules``, ``interleaving`` and ``pipeline``: the pipeline schedules it has;
 * ``zero_stages`` and ``recompute``: data-parallel sharding and activation recompute it has.
   ``selective`` recompute is Megatron's (the attention core is recomputed, Korthikanti et al.
-  2022); torchtitan's is per-op SAC: its memory has its own term (estimate/activations.py
-  ``per_op_sac_saved``), its recompute time is still the attention core's (``selective_semantics``);
+  2022); torchtitan's is per-op SAC (estimate/activations.py ``per_op_sac_saved``, its re-run
+  ``params.op_sac_kept``; ``selective_semantics`` says which a framework has);
 * ``fp8_recipe``: how FP8 runs (documentation; memory follows ``profile``);
 * ``autocast``: torch.autocast over fp32 parameters (hf): the casts it adds to every step;
 * ``sharded_fp32_params``: the memory layout under ZeRO-3. Megatron's distributed optimizer and
@@ -137,7 +137,7 @@ FRAMEWORKS: dict[str, Framework] = {
             schedules=("1f1b", "zb", "zb-v"),
             zero_stages=(0, 2, 3),
             sharded_fp32_params=True,
-            selective_semantics="per-op SAC (torchtitan): memory per op, recompute time as the attention core",
+            selective_semantics="per-op SAC (torchtitan): every other matmul output and the attention output kept",
             fp8_recipe="torchao Float8Linear dynamic scaling: BF16 weights recast per GEMM, no cached copy",
         ),
         Framework(

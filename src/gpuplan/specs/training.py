@@ -288,6 +288,8 @@ class TrainingConfig:
         the attention core when none are named. "moe" already holds "moe_act" and "shared_experts"."""
         if self.recompute != "selective":
             return frozenset()
+        if self.framework == "torchtitan" and not self.recompute_modules:
+            return frozenset({"op_sac"})  # per-op SAC (estimate/activations.py per_op_sac_saved)
         mods = frozenset(self.recompute_modules or ("core_attn",))
         return mods - {"moe_act", "shared_experts"} if "moe" in mods else mods
 
