@@ -236,6 +236,9 @@ def estimate_memory(
             fp8_one_layout,
         )
         other.update((k, v) for k, v in held.items() if v is not None)
+        accumulator = terms.pp_grad_accumulator(cfg, plan.pp, z, copies * (sp_.dense + sp_.expert))
+        if accumulator is not None:
+            other["unsharded_fp32_grads"] = accumulator  # FSDP2 under PP (pp_grad_accumulator)
         allocated = weights + grads + master + optimizer + activations + sum(other.values())
         other["allocator_reserve"], other["cuda_context"] = terms.reserved(cfg, allocated)
         stages.append(

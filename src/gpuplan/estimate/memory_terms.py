@@ -163,6 +163,22 @@ def activations(
     return in_flight * per_mb + working, in_flight * host
 
 
+def pp_grad_accumulator(cfg: TrainingConfig, pp: Any, z: Any, held: Any) -> Any:
+    """torchtitan's FSDP2 under pipeline parallelism: the stage's whole fp32 gradient.
+
+    torch's PipelineStage turns FSDP's gradient sync off for every micro-batch but the last
+    (torch/distributed/pipelining/stage.py: ``set_requires_gradient_sync(False)``,
+    ``set_reshard_after_backward(False)``), so FSDP2 keeps each parameter's unsharded gradient and
+    accumulates it in the reduce dtype (torch/distributed/fsdp/_fully_shard/_fsdp_param.py
+    ``to_accumulated_grad_if_needed``: ``unsharded_grad.to(self.reduce_dtype)``; torchtitan's
+    ``mixed_precision_reduce`` is float32) until the last micro-batch's reduce-scatter: 4 bytes for
+    every parameter ``held`` on the GPU (after TP/EP), beside the sharded gradients."""
+    cond = (pp > 1) & (z >= 2)
+    if cfg.framework != "torchtitan":
+        cond = cond & False
+    return _when(cond, 4.0 * held)
+
+
 def reserved(cfg: TrainingConfig, allocated: Any) -> tuple[Any, float]:
     """(the caching allocator's reserve over ``allocated``, the CUDA context outside it). With
     expandable segments (``TrainingConfig.expandable_segments``) the allocator unmaps its free

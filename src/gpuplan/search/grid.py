@@ -219,6 +219,7 @@ class Grid:
             copies * p["gemm_matrices"], p["biggest_gemm"], p["biggest_gemm_matrices"], self.fp8_one_layout,
         )  # fmt: skip
         fixed = sum(states) + sum(v for v in other.values() if v is not None)  # (rows, Z)
+        fixed = fixed + terms.pp_grad_accumulator(cfg, self.col["pp"][:, None], z, held["dense"] + held["expert"])
 
         act = {k: v[self.shape_key] for k, v in self._activation_table().items()}  # (rows, M, R)
         last = self.last_stage[:, None, None]
