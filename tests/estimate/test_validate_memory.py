@@ -68,7 +68,7 @@ def test_torchtitan_held_out_memory_error_as_measured(titan):
     # CP +8..+9%, 70B -7%, -13%). See the rows' notes.
     s = memory_summary(titan)
     assert s["rows"] == 18
-    assert s["mean_abs_error"] <= 0.087 and s["max_abs_error"] <= 0.19
+    assert s["mean_abs_error"] <= 0.087 and s["max_abs_error"] <= 0.20
     sac = [abs(r.memory_error) for r in titan if r.memory_error is not None and r.row.config.recompute == "selective"]
     assert len(sac) == 6 and max(sac) <= 0.09
     full_no_pp = [
@@ -76,16 +76,19 @@ def test_torchtitan_held_out_memory_error_as_measured(titan):
         for r in titan
         if r.memory_error is not None and r.row.config.recompute == "full" and r.row.plan.pp == 1
     ]
-    assert len(full_no_pp) == 6 and max(full_no_pp) <= 0.13
+    assert len(full_no_pp) == 6 and max(full_no_pp) <= 0.16  # 70B 2D -15.6% with compile stated (-12.9% before)
 
 
 def test_torchtitan_held_out_throughput_error_as_measured(titan):
     # 26 rows at 13.0% mean |error| (mean signed -10.7%: predicted too fast, as a 500 W part run at
     # the 700 W sustained fraction would be); on the 80 GB / 700 W h100-sxm entry the same rows
     # read 15.6% (its 3.35 TB/s HBM, the faster part's). With per-op SAC's recompute (the matmuls
-    # it does not keep and every elementwise pass, not the attention core): 11.9%, signed -8.2%
+    # it does not keep and every elementwise pass, not the attention core): 11.9%, signed -8.2%. With
+    # torch.compile stated (24 of 26 rows; TrainingConfig.compile): 17.8%, every row too fast: the
+    # compiled rows had absorbed a bias the two eager rows show (-12%, -14%), and the 8B A/B reads
+    # a 21.6% compile speedup where torchtitan measured 15.7%
     s = summary(titan)
-    assert s["rows"] == 26 and s["mean_abs_error"] <= 0.12 and s["mean_signed_error"] < 0
+    assert s["rows"] == 26 and s["mean_abs_error"] <= 0.179 and s["mean_signed_error"] < 0
 
 
 def test_the_96gb_h100_is_the_sxm_die_at_its_own_memory_bandwidth_and_power():

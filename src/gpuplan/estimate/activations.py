@@ -172,6 +172,10 @@ def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) 
     a = cfg.activation_bytes
     g = cfg.gemm_input_bytes  # GEMM inputs kept for backward: a, or TE's FP8 copy
     t, profile = plan.tp, cfg.profile
+    # torch.compile'd blocks (TrainingConfig.compile): AOTAutograd's min-cut partitioner saves what
+    # a fused norm or activation kernel keeps and recomputes the cheap pointwise ops, so a block's
+    # norms and MLP keep the fused profile's tensors; the loss and the rotary tables stay eager
+    block = "fused" if cfg.compile else profile
     tokens = cfg.micro_batch * cfg.seq_len / plan.cp  # tokens of a micro-batch on this GPU
     h = m.hidden_size
     sp = plan.sp and t > 1
@@ -179,8 +183,8 @@ def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) 
     rep_div = t if sp else 1
     drop = 2 * h if m.dropout > 0 else 0  # masks after attention and after the MLP
 
-    norms = m.pre_norms_per_layer * _norm_saved(m, a, profile, True, g) + m.post_norms_per_layer * _norm_saved(
-        m, a, profile, False
+    norms = m.pre_norms_per_layer * _norm_saved(m, a, block, True, g) + m.post_norms_per_layer * _norm_saved(
+        m, a, block, False
     )
     attn, scores = _attention_saved(m, cfg, a, cfg.seq_len)
     if g != a:  # the attention kernel keeps its BF16 output; the output projection its own FP8 copy
@@ -195,7 +199,7 @@ def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) 
     # transformer_layer.py: only norms that are not IdentityOp; TE fuses the rest into a linear)
     own_norm = g * h if "layernorm" in mods and profile == "fused" else 0.0
     replicated = norms + drop - (own_norm if m.is_mla else 0.0)
-    mlp = 0.0 if "mlp" in mods else _mlp_saved(m, a, profile, m.ffn_size, g)
+    mlp = 0.0 if "mlp" in mods else _mlp_saved(m, a, block, m.ffn_size, g)
     if "mlp" in mods and profile == "fused":  # the checkpoint holds TE's LayerNormMLP: its norm output too
         replicated_dense = replicated - g * h
     else:
@@ -205,12 +209,12 @@ def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) 
     moe = 0.0
     if m.is_moe:
         k = m.experts_per_token
-        expert_mlp = _mlp_saved(m, a, profile, m.moe_ffn_size, g)
+        expert_mlp = _mlp_saved(m, a, block, m.moe_ffn_size, g)
         if "moe_act" in mods:  # the activation's output, which is the second GEMM's input
             expert_mlp -= g * m.moe_ffn_size
         # dispatched in/out + expert MLP, router probabilities
         routed = k * (_dispatched_saved(a, g, h, plan.expert_tp) + expert_mlp) + FP32 * m.num_experts
-        shared = _mlp_saved(m, a, profile, m.shared_expert_ffn_size, g) if m.shared_expert_ffn_size else 0.0
+        shared = _mlp_saved(m, a, block, m.shared_expert_ffn_size, g) if m.shared_expert_ffn_size else 0.0
         if "shared_experts" in mods:
             shared = 0.0
         if "moe" in mods:  # the MoE layer keeps only its input, the pre-MLP norm's output

@@ -162,6 +162,7 @@ class LayerShape:
     attention: str  # flash or eager
     attention_kernel: str = "fa3"  # flash kernels: fa3 (FlashAttention-3/cuDNN) or fa2 (SDPA, flash_attn 2)
     eager: bool = False  # PyTorch ops as transformers' modeling code runs them, not fused kernels
+    compiled: bool = False  # torch.compile: the block's elementwise ops fused (TrainingConfig.compile)
     autocast: bool = False  # torch.autocast over fp32 parameters: fp32 residual stream and casts
     expert_imbalance: float = 1.0  # routed tokens on the busiest expert-parallel GPU over the mean
     etp: int | None = None  # expert tensor parallelism (MoE parallel folding); None: the experts split by tp
@@ -282,7 +283,10 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
     t_res = T / tp if s.sp else T
     r = FP32 if s.autocast else a  # the residual stream's bytes per element
     norms = m.pre_norms_per_layer + m.post_norms_per_layer
-    if s.eager:
+    # torch.compile fuses each norm (its upcast, reduction and scaling) into one kernel each way, as
+    # the fused profile's norm kernels are: what separates the eager profile's elementwise work
+    pointwise_eager = s.eager and not s.compiled
+    if pointwise_eager:
         nf, nb, kf, kb = eager_norm_bytes(m.norm, r)
     else:
         nf, nb, kf, kb = 2 * a, 3 * a, 1, 1
@@ -297,7 +301,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
         out.credit("mlp", one_norm)
     if m.qk_norm:  # RMSNorm over every query and key head (Qwen3, Gemma 3), on the projections' bf16 output
         qk_width = (heads + kv_heads) * m.head_dim
-        qf, qb, qkf, qkb = eager_norm_bytes(m.norm, a) if s.eager else (2 * a, 3 * a, 1, 1)
+        qf, qb, qkf, qkb = eager_norm_bytes(m.norm, a) if pointwise_eager else (2 * a, 3 * a, 1, 1)
         out.add(
             "norm",
             fwd=memory_time(gpu, qf * T * qk_width, 2 * qkf),
@@ -321,7 +325,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
             if not m.is_mla
             else heads * m.qk_rope_head_dim + m.qk_rope_head_dim
         )
-        if s.eager:
+        if pointwise_eager:
             # transformers' apply_rotary_pos_emb: q * cos, rotate_half (neg of one half, cat),
             # * sin, add: 10 a per element forward; backward the two products' gradients, neg,
             # two slice_backward fills and two sums: 14 a. Under autocast cos and sin are fp32, so
@@ -340,7 +344,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
     width = (m.moe_ffn_size * m.experts_per_token + m.shared_expert_ffn_size) if moe else m.ffn_size
     f_local = T * width / tp
     if m.gated_mlp:
-        rw, kernels = ((5, 9), (2, 3)) if s.eager else ((3, 5), (1, 1))
+        rw, kernels = ((5, 9), (2, 3)) if pointwise_eager else ((3, 5), (1, 1))
     else:
         rw, kernels = (2, 3), (1, 1)
     act_f = memory_time(gpu, rw[0] * a * f_local, kernels[0])

@@ -74,8 +74,8 @@ def _model(arch: str, r: dict[str, str], dropout: float) -> ModelSpec:
 def _row_config(r: dict[str, str]) -> dict[str, Any]:
     """Settings a row's own recipe states where it departs from its source's (optional columns
     ``tp_overlap``, ``ep_overlap`` and ``fp8_params`` yes/no, ``offload_layers``,
-    ``recompute_modules``, ``moe_dispatcher``, ``cuda_graph``, ``optim_dtype`` and
-    ``expandable_segments``, in the held-out set). ``fp8_params``: the Megatron-Bridge FP8-CS and MXFP8
+    ``recompute_modules``, ``moe_dispatcher``, ``cuda_graph``, ``optim_dtype``,
+    ``expandable_segments`` and ``compile``, in the held-out set). ``fp8_params``: the Megatron-Bridge FP8-CS and MXFP8
     presets set fp8_param_gather (src/megatron/bridge/training/mixed_precision.py,
     bf16_with_fp8_current_scaling_mixed and bf16_with_mxfp8_mixed, v0.1.0rc4 to v0.6.0), which the
     scripts/performance configs keep except gpt-oss's (configs/gpt_oss: fp8_param_gather False);
@@ -99,6 +99,8 @@ def _row_config(r: dict[str, str]) -> dict[str, Any]:
         out["optimizer_dtype"] = r["optim_dtype"]
     if r.get("expandable_segments"):  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the run's env
         out["expandable_segments"] = r["expandable_segments"] == "yes"
+    if r.get("compile"):  # torch.compile over each block (torchtitan's compile.enable)
+        out["compile"] = r["compile"] == "yes"
     return out
 
 

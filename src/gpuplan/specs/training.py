@@ -117,6 +117,11 @@ class TrainingConfig:
     # (estimate/moe_host.py), and whether the whole step is one CUDA graph (no host launches)
     moe_dispatcher: str = ""  # one of MOE_DISPATCHERS
     full_cuda_graph: bool = False
+    # torch.compile over each transformer block (torchtitan's compile.enable, transformers'
+    # torch_compile): Inductor fuses a block's pointwise and reduction ops (norms, rotary, the MLP's
+    # activation) into a few kernels, and AOTAutograd's partitioner saves what a fused kernel would
+    # keep, not every eager op's inputs. Only for the eager profile: the fused one is fused already.
+    compile: bool = False
     # The training framework (specs/framework.py): "generic" is gpuplan's defaults, every option
     # open. Build with ``for_framework`` to take a framework's defaults for the fields above.
     framework: str = "generic"
@@ -156,6 +161,13 @@ class TrainingConfig:
         return cls(framework=framework, **{**defaults, **given})
 
     def __post_init__(self) -> None:
+        require(
+            not self.compile or self.profile == "eager",
+            "compile",
+            f"the {self.framework} profile runs fused kernels already ({self.profile} profile): torch.compile "
+            "has nothing to fuse",
+            "drop `compile`, or use `framework=torchtitan` or `framework=hf` (eager PyTorch)",
+        )
         require(
             self.moe_dispatcher in MOE_DISPATCHERS,
             "moe_dispatcher",

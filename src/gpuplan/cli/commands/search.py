@@ -56,6 +56,13 @@ def search(
             help="Keep the GEMM weights only in FP8 (Megatron --fp8-param-gather); ZeRO-3 plans are left out.",
         ),
     ] = False,
+    compile_blocks: Annotated[
+        bool,
+        typer.Option(
+            "--compile/--no-compile",
+            help="torch.compile over each block (torchtitan, hf): norms, rotary and activation fused.",
+        ),
+    ] = False,
     objective: Annotated[str, typer.Option(help="Rank by throughput or cost.")] = "throughput",
     top: Annotated[int, typer.Option(help="How many plans to show.")] = 5,
     framework: FrameworkOpt = "generic",
@@ -114,6 +121,7 @@ def search(
         precision=precision,
         fp8_scaling=fp8_scaling,
         fp8_params=fp8_params,
+        compile=compile_blocks,
         optimizer=optimizer,
         allocator_fraction=reserve,
         # the grid takes them for its selective plans (search/grid.py)

@@ -170,6 +170,13 @@ def train(
             help="MoE: the whole step is one CUDA graph (no host syncs or per-expert launches).",
         ),
     ] = False,
+    compile_blocks: Annotated[
+        bool,
+        typer.Option(
+            "--compile/--no-compile",
+            help="torch.compile over each block (torchtitan, hf): norms, rotary and activation fused.",
+        ),
+    ] = False,
     offload_activations: Annotated[
         int,
         typer.Option(
@@ -301,6 +308,7 @@ def train(
         ep_overlap=ep_overlap,
         moe_dispatcher=moe_dispatcher,
         full_cuda_graph=full_cuda_graph,
+        compile=compile_blocks,
         offload_activation_layers=offload_activations,
         grad_fp32=_grad_fp32(grad_dtype),
         fp8_scaling=fp8_scaling,
