@@ -26,6 +26,13 @@ RecomputeModulesOpt = Annotated[
         "layernorm, moe_act, mlp, moe, shared_experts. Implies --recompute selective.",
     ),
 ]
+CompileOpt = Annotated[
+    bool,
+    typer.Option(
+        "--compile/--no-compile",
+        help="torch.compile over each block (torchtitan, hf): norms, rotary and activation fused.",
+    ),
+]
 ModelArg = Annotated[str, typer.Argument(help="Catalog id (see `gpuplan models`) or a path to a config.json.")]
 ClusterOpt = Annotated[
     str | None,

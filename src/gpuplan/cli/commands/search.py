@@ -11,6 +11,7 @@ from gpuplan import inputs
 from gpuplan.cli.options import (
     CalibrationOpt,
     ClusterOpt,
+    CompileOpt,
     FrameworkOpt,
     GpuOpt,
     HtmlOpt,
@@ -56,13 +57,7 @@ def search(
             help="Keep the GEMM weights only in FP8 (Megatron --fp8-param-gather); ZeRO-3 plans are left out.",
         ),
     ] = False,
-    compile_blocks: Annotated[
-        bool,
-        typer.Option(
-            "--compile/--no-compile",
-            help="torch.compile over each block (torchtitan, hf): norms, rotary and activation fused.",
-        ),
-    ] = False,
+    compile_blocks: CompileOpt = False,
     objective: Annotated[str, typer.Option(help="Rank by throughput or cost.")] = "throughput",
     top: Annotated[int, typer.Option(help="How many plans to show.")] = 5,
     framework: FrameworkOpt = "generic",

@@ -10,6 +10,7 @@ from gpuplan import inputs
 from gpuplan.cli.options import (
     CalibrationOpt,
     ClusterOpt,
+    CompileOpt,
     CpuMemoryOpt,
     DiskGbpsOpt,
     DiskOpt,
@@ -170,13 +171,7 @@ def train(
             help="MoE: the whole step is one CUDA graph (no host syncs or per-expert launches).",
         ),
     ] = False,
-    compile_blocks: Annotated[
-        bool,
-        typer.Option(
-            "--compile/--no-compile",
-            help="torch.compile over each block (torchtitan, hf): norms, rotary and activation fused.",
-        ),
-    ] = False,
+    compile_blocks: CompileOpt = False,
     offload_activations: Annotated[
         int,
         typer.Option(
