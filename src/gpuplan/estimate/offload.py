@@ -92,6 +92,14 @@ class OffloadTrainRequest:
         )
         if self.device == "nvme":
             require(self.host.disk_bytes > 0, "disk", "`offload_device=nvme` needs a disk", "pass `disk=2TB`")
+        # DeepSpeed offloads parameters (offload_param) under ZeRO stage 3 only; this model
+        # partitions the states as that stage does, so an explicit stage 1 or 2 contradicts it
+        require(
+            self.offload != "optimizer+params" or self.plan.zero in (0, 3),
+            "zero",
+            f"`offload=optimizer+params` partitions the parameters as ZeRO-3 does, got `zero={self.plan.zero}`",
+            "use `zero=3` with `offload=optimizer+params`, or `offload=optimizer`",
+        )
 
 
 @dataclass(frozen=True)
