@@ -71,6 +71,8 @@ def test_a_gpu_file_next_to_the_cluster_file_is_found(tmp_path):
     [
         (FOUR_NODES.replace("nic_gbit = 200", 'nic_gbit = "200G"'), ":13: inter.nic_gbit", "positive number"),
         (FOUR_NODES.replace("nodes = 4", "nodes = 0"), ":3: nodes", "positive whole number"),
+        (FOUR_NODES.replace("gbps = 900", "gbps = inf"), ":8: intra.gbps", "positive number, got inf"),
+        (FOUR_NODES.replace("latency_us = 12.0", "latency_us = nan"), ":14: inter.latency_us", "positive number"),
         (FOUR_NODES.replace("gbps = 900", "gbs = 900"), ":8: intra.gbs", "did you mean gbps"),
         (FOUR_NODES.replace('gpu = "h100-sxm"\n', ""), ": gpu", "is missing"),
         (

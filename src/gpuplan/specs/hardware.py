@@ -202,12 +202,17 @@ class GPUSpec:
         )
 
     def __post_init__(self) -> None:
-        require(self.memory_bytes > 0, "memory_bytes", "must be positive")
-        require(self.hbm_bytes_per_s > 0, "hbm_gbps", "must be positive")
+        # 0 < x < inf also refuses nan (every comparison with it is false)
+        require(
+            0 < self.memory_bytes < math.inf, "memory_bytes", f"must be positive and finite, got {self.memory_bytes}"
+        )
+        require(
+            0 < self.hbm_bytes_per_s < math.inf, "hbm_gbps", f"must be positive and finite, got {self.hbm_bytes_per_s}"
+        )
         require(self.gpus_per_node > 0, "gpus_per_node", "must be positive")
         for dtype, flops in self.peak_flops.items():
             require(dtype in DTYPES, "tflops", f"unknown dtype {dtype!r}", f"use one of {DTYPES}")
-            require(flops > 0, f"tflops.{dtype}", "must be positive")
+            require(0 < flops < math.inf, f"tflops.{dtype}", f"must be positive and finite, got {flops}")
 
     @property
     def fp8_any_layout(self) -> bool:
