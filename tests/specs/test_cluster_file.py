@@ -136,3 +136,13 @@ def test_cluster_errors_exit_2_from_the_cli(tmp_path, capsys):
     path = _write(tmp_path, FOUR_NODES.replace("latency_us = 12.0", "latency_us = -1"))
     code, _, err = run(["search", "llama-3.1-8b", "--cluster", str(path)], capsys)
     assert code == 2 and "inter.latency_us" in err and "Traceback" not in err
+
+
+def test_a_gpu_that_contradicts_the_cluster_file_is_refused(tmp_path, capsys):
+    path = _write(tmp_path, FOUR_NODES)
+    code, _, err = run(["train", "llama-3.1-8b", "--cluster", str(path), "--gpu", "h200"], capsys)
+    assert code == 2
+    assert err.strip().startswith("error: gpu: the cluster file's GPU is h100-sxm, not h200; drop --gpu")
+    # the same GPU named twice agrees with the file
+    code, _, _ = run(["train", "llama-3.1-8b", "--cluster", str(path), "--gpu", "h100-sxm", "--zero", "1"], capsys)
+    assert code == 0
