@@ -137,3 +137,20 @@ def test_offloading_parameters_under_zero_1_or_2_is_refused_as_deepspeed_refuses
             offload="optimizer+params",
         )
     assert estimate(dp=2, offload="optimizer+params").params == N  # unset (0) or 3: as ZeRO-3
+
+
+def test_an_offload_plan_that_does_not_fit_is_exit_code_3_not_bad_input():
+    from gpuplan.errors import DoesNotFit
+
+    big = estimate_offload_training(
+        OffloadTrainRequest(
+            model=catalog.model("llama-3.1-70b"),
+            gpu=gpu(),
+            host=host(),
+            plan=ParallelPlan(dp=1),
+            config=TrainingConfig(seq_len=512),
+        )
+    )
+    with pytest.raises(DoesNotFit) as err:
+        check_fits(big)
+    assert err.value.field == "offload" and err.value.exit_code == 3

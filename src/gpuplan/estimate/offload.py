@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuplan.errors import GpuplanError, require
+from gpuplan.errors import DoesNotFit, GpuplanError, require
 from gpuplan.estimate.flops import training_flops
 from gpuplan.estimate.memory import estimate_memory
 from gpuplan.estimate.params import count_params
@@ -238,7 +238,9 @@ def estimate_offload_training(req: OffloadTrainRequest) -> OffloadTrainEstimate:
 
 
 def check_fits(est: OffloadTrainEstimate) -> None:
-    """Raise one line naming the tier that is short and the fix."""
+    """Raise one line naming the tier that is short and the fix. GPU memory short is
+    :class:`DoesNotFit` (exit code 3), as a plan without offload that does not fit; a host short of
+    CPU memory or disk names those inputs (exit code 2)."""
     req = est.request
     g, h = req.gpu, req.host
     if est.gpu_total > g.memory_bytes:
@@ -247,7 +249,7 @@ def check_fits(est: OffloadTrainEstimate) -> None:
             if req.offload != "optimizer+params"
             else "lower `micro_batch` or use `recompute=full`"
         )
-        raise GpuplanError(
+        raise DoesNotFit(
             "offload", f"{est.gpu_total / GB:.1f} GB per GPU exceeds {g.name}'s {g.memory_bytes / GB:.1f} GB", fix
         )
     if est.cpu_bytes > h.cpu_memory_bytes * CPU_USABLE:
