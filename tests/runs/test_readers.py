@@ -193,3 +193,13 @@ def test_run_file_binds_log_trace_and_plan(tmp_path):
     (tmp_path / "bad.toml").write_text('log = "m.log"\n[plan]\nmodel = "llama-3.1-8b"\ntp = "four"\n')
     with pytest.raises(GpuplanError, match=r"bad.toml: plan.tp: must be int"):
         read_run(tmp_path / "bad.toml")
+
+
+def test_against_for_runs_that_all_carry_a_plan_is_refused_not_ignored():
+    from gpuplan.runs.readers import read_runs
+
+    with pytest.raises(GpuplanError, match="^against: every run given carries its own plan"):
+        read_runs([str(DATA / "telemetry.jsonl")], against="llama-3.1-70b --gpus 64")
+    # a log without a plan beside it: against is that log's plan, the telemetry keeps its own
+    runs = read_runs([str(DATA / "telemetry.jsonl"), str(DATA / "megatron_core_main.log")], against="llama-3.1-70b")
+    assert [r.plan.model for r in runs] == ["llama-3.1-8b", "llama-3.1-70b"]
