@@ -142,3 +142,13 @@ def test_an_output_longer_than_the_iteration_cap_is_refused_before_simulating():
         simulate(D, CFG, w, 4, max_iterations=1000)
     assert time.perf_counter() - start < 1.0  # up front, not at the cap
     assert simulate(D, CFG, w, 4, max_iterations=2000).output_tokens == 2000
+
+
+def test_weights_that_leave_no_kv_pool_do_not_fit_as_serve_says():
+    from gpuplan.errors import DoesNotFit
+
+    l4 = catalog.gpu("l4")
+    d = Deployment(catalog.model("llama-3.1-70b"), l4, weight_format("bf16", l4), kv_format("bf16"))
+    with pytest.raises(DoesNotFit, match="^memory: .*leaves no memory for a KV-cache pool; use .*GPUs") as err:
+        _run(2, n=5, d=d)
+    assert err.value.exit_code == 3

@@ -34,7 +34,7 @@ from collections import deque
 
 import numpy as np
 
-from gpuplan.errors import GpuplanError, require
+from gpuplan.errors import DoesNotFit, GpuplanError, require
 from gpuplan.serve.engines import engine
 from gpuplan.serve.memory import ServeConfig, serve_memory
 from gpuplan.serve.sim_report import SimResult, meets
@@ -83,6 +83,18 @@ def simulate(
             "input_len",
             f"a request of input + output = {longest} tokens is longer than {d.model.name}'s maximum context of {limit}",
             f"use `input_len` + `output_len` <= {limit}",
+        )
+    if free == 0:
+        # as estimate_serving: weights and overheads that leave no KV pool do not fit (exit code
+        # 3), with the smallest layout that holds one request
+        from gpuplan.serve.plan import ServeRequest, _smallest_fix
+
+        req = ServeRequest(d.model, d.gpu, d.tp, d.pp, d.weights.name, d.kv.name, longest - 1, 1, config=cfg)
+        raise DoesNotFit(
+            "memory",
+            f"{d.model.name} in {d.weights.name} on {d.tp * d.pp} x {d.gpu.name} (tp={d.tp}, pp={d.pp}) "
+            "leaves no memory for a KV-cache pool",
+            _smallest_fix(req, cfg),
         )
     if math.ceil(longest / bs) > free:
         raise GpuplanError(
