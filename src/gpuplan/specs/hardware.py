@@ -266,6 +266,13 @@ class GPUSpec:
                     "precision", f"nvfp4 is an NVIDIA format; {self.name} cannot run it", "use `precision=mxfp8`"
                 )
             return self.peak_flops[element]
+        if dtype == "tf32" and dtype not in self.peak_flops and "fp32" in self.peak_flops:
+            # FP32 training allows TF32 GEMMs; where the GPU has none (AMD CDNA 4's MI355X lists
+            # FP32 matrix but no TF32/XF32 rate) they run in FP32: PyTorch's
+            # torch.set_float32_matmul_precision docs, "high": TF32 "if the appropriate fast matrix
+            # multiplication algorithms are available. Otherwise float32 matrix multiplications are
+            # computed as if the precision is 'highest'"
+            return self.peak_flops["fp32"]
         if dtype not in self.peak_flops:
             have = ", ".join(sorted(self.peak_flops))
             usable = [p for p in ("bf16", "fp16", "fp8", "fp32") if p in self.peak_flops or p == "fp32"]
