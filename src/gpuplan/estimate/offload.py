@@ -231,7 +231,7 @@ def estimate_offload_training(req: OffloadTrainRequest) -> OffloadTrainEstimate:
         pcie_up_s=up,
         cpu_step_s=cpu_step,
         step_s=step,
-        exposed_s=step - compute,
+        exposed_s=max(0.0, step - compute),  # the step covers the compute; no rounding below zero
         tflops_per_gpu=model_flops / p.tp / step / 1e12,
         max_params=max(0.0, min(limits)),
     )
