@@ -136,3 +136,22 @@ def test_import_gpuplan_imports_neither_torch_nor_huggingface_hub():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_unreachable_hub_says_one_line_without_its_retry_warnings():
+    # A fresh interpreter, as the CLI starts: huggingface_hub configures its logger on a lazy
+    # import, so a download that retries (and warns on each try) must still leave stderr one line
+    code = (
+        "import huggingface_hub, os\n"
+        "os.environ.pop('HF_HUB_OFFLINE', None)\n"
+        "def fail(*a, **k):\n"
+        "    from huggingface_hub.utils import logging\n"
+        "    logging.get_logger('huggingface_hub.utils._http').warning('Retrying in 1s [Retry 1/5].')\n"
+        "    raise huggingface_hub.errors.LocalEntryNotFoundError('offline')\n"
+        "huggingface_hub.hf_hub_download = fail\n"
+        "from gpuplan.cli.app import main\n"
+        "main(['train', 'acme/unreachable'])\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 2
+    assert run.stderr.count("\n") == 1 and run.stderr.startswith("error: model: cannot read config.json")

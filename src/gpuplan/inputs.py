@@ -85,7 +85,8 @@ def fraction(value: float, field: str, *, zero_ok: bool = True, one_ok: bool = T
 def integer(value: int, field: str, *, lo: int = 1, hi: int = MAX_COUNT, fix: str | None = None) -> int:
     """An integer in [lo, hi]."""
     if fix is None:
-        fix = f"use a whole number from {lo:,} to {hi:,}"
+        # MAX_COUNT only keeps arithmetic sane; quoting it as a bound (10^15 GPUs) would mislead
+        fix = f"use a whole number from {lo:,}" + (f" to {hi:,}" if hi < MAX_COUNT else " up")
     if isinstance(value, bool) or not isinstance(value, int):
         raise GpuplanError(field, f"must be a whole number, got {value!r}", fix)
     if value < lo:

@@ -153,6 +153,20 @@ def test_unknown_flag_is_one_line_not_a_usage_box(capsys):
     assert code == 2 and err.count("\n") == 1 and "--bogus" in err
 
 
+@pytest.mark.parametrize(
+    "args, help",
+    [
+        (["cluster", "bogus"], "gpuplan cluster --help"),
+        (["cluster", "sim", "--bogus"], "gpuplan cluster sim --help"),
+        (["train", "llama-3.1-70b", "--bogus"], "gpuplan train --help"),
+        (["bogus"], "gpuplan --help"),
+    ],
+)
+def test_a_usage_error_points_at_the_help_of_a_command_that_exists(capsys, args, help):
+    code, _, err = run(args, capsys)
+    assert code == 2 and err.rstrip().endswith(f"see `{help}`")
+
+
 ints = st.one_of(st.integers(-3, 300), st.sampled_from([0, 1, 2, 4, 8, 16, 64]))
 texts = st.one_of(st.sampled_from(["2T", "15.6e12", "300B", "-1", "abc", "0", "1e400", "nan"]), st.text(max_size=6))
 

@@ -209,3 +209,11 @@ def test_collective_p2p_bus_bandwidth_is_the_transfer_rate(capsys):
     doc = json.loads(out)
     assert code == 0 and doc["size_bytes"] == 1e9
     assert doc["bus_bandwidth_bytes_per_s"] == pytest.approx(doc["algorithm_bandwidth_bytes_per_s"])
+
+
+def test_a_count_without_a_real_upper_bound_does_not_quote_the_sanity_cap():
+    with pytest.raises(GpuplanError) as err:
+        inputs.integer(0, "gpus")
+    assert str(err.value) == "gpus: must be positive, got 0; use a whole number from 1 up"
+    with pytest.raises(GpuplanError, match="from 1 to 64$"):
+        inputs.integer(0, "draft_len", hi=64)

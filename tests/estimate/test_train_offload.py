@@ -121,3 +121,36 @@ def test_optimizer_and_params_on_nvme_keep_all_sixteen_bytes_on_the_drives():
     e = estimate(host=host(disk=1e12, disk_bw=5e9), device="nvme", offload="optimizer+params")
     assert e.disk_bytes == pytest.approx(16 * N)
     assert e.cpu_bytes == 0.0
+
+
+@pytest.mark.parametrize("zero", [1, 2])
+def test_offloading_parameters_under_zero_1_or_2_is_refused_as_deepspeed_refuses_it(zero):
+    from gpuplan.errors import GpuplanError
+
+    with pytest.raises(GpuplanError, match="^zero: .*partitions the parameters as ZeRO-3"):
+        OffloadTrainRequest(
+            model=catalog.model("opt-125m"),
+            gpu=gpu(),
+            host=host(),
+            plan=ParallelPlan(dp=2, zero=zero),
+            config=TrainingConfig(seq_len=512),
+            offload="optimizer+params",
+        )
+    assert estimate(dp=2, offload="optimizer+params").params == N  # unset (0) or 3: as ZeRO-3
+
+
+def test_an_offload_plan_that_does_not_fit_is_exit_code_3_not_bad_input():
+    from gpuplan.errors import DoesNotFit
+
+    big = estimate_offload_training(
+        OffloadTrainRequest(
+            model=catalog.model("llama-3.1-70b"),
+            gpu=gpu(),
+            host=host(),
+            plan=ParallelPlan(dp=1),
+            config=TrainingConfig(seq_len=512),
+        )
+    )
+    with pytest.raises(DoesNotFit) as err:
+        check_fits(big)
+    assert err.value.field == "offload" and err.value.exit_code == 3

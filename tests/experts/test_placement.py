@@ -135,3 +135,10 @@ def test_packings_stacked_together_come_out_as_each_packed_alone():
         assert np.array_equal(stacked, np.concatenate(alone))
         stuck_somewhere += sum(_lpt(w, ids, bins, True)[1].any() for w in ws)
     assert stuck_somewhere > 0  # the case that matters happened
+
+
+@pytest.mark.parametrize("experts, replicas, gpus, nodes, groups", [(1, 1, 1, 1, 1), (4, 4, 1, 1, 1), (8, 8, 2, 2, 2)])
+def test_one_gpu_per_bin_places_every_replica_there_instead_of_failing(experts, replicas, gpus, nodes, groups):
+    loads = synthetic_loads(2, experts, 1.0, seed=0)
+    p = place(loads, replicas, gpus, nodes, groups)
+    assert p.phy2log.shape == (2, replicas)

@@ -193,3 +193,29 @@ def test_run_file_binds_log_trace_and_plan(tmp_path):
     (tmp_path / "bad.toml").write_text('log = "m.log"\n[plan]\nmodel = "llama-3.1-8b"\ntp = "four"\n')
     with pytest.raises(GpuplanError, match=r"bad.toml: plan.tp: must be int"):
         read_run(tmp_path / "bad.toml")
+
+
+def test_against_for_runs_that_all_carry_a_plan_is_refused_not_ignored():
+    from gpuplan.runs.readers import read_runs
+
+    with pytest.raises(GpuplanError, match="^against: every run given carries its own plan"):
+        read_runs([str(DATA / "telemetry.jsonl")], against="llama-3.1-70b --gpus 64")
+    # a log without a plan beside it: against is that log's plan, the telemetry keeps its own
+    runs = read_runs([str(DATA / "telemetry.jsonl"), str(DATA / "megatron_core_main.log")], against="llama-3.1-70b")
+    assert [r.plan.model for r in runs] == ["llama-3.1-8b", "llama-3.1-70b"]
+
+
+def test_a_nan_or_infinite_time_in_a_log_or_telemetry_names_its_line(tmp_path):
+    log = (DATA / "megatron_core_main.log").read_text()
+    assert "(ms): 7712.4" in log
+    bad = tmp_path / "megatron.log"
+    bad.write_text(log.replace("(ms): 7712.4", "(ms): nan"))
+    with pytest.raises(GpuplanError, match=r"megatron.log:\d+: elapsed time per iteration \(ms\) is 'nan'"):
+        read_run(bad)
+    lines = (DATA / "telemetry.jsonl").read_text().splitlines()
+    for value in ("NaN", "Infinity"):
+        rec = json.loads(lines[1])
+        bad = tmp_path / "telemetry.jsonl"
+        bad.write_text("\n".join([lines[0], json.dumps(rec).replace(str(rec["step_s"]), value, 1), *lines[2:]]))
+        with pytest.raises(GpuplanError, match=r"telemetry.jsonl:2: step record needs a positive step_s"):
+            read_run(bad)

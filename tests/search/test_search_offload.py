@@ -87,3 +87,13 @@ def test_an_unknown_offload_choice_is_one_line_naming_offload():
     with pytest.raises(GpuplanError) as e:
         _8b_on_a_4090(offload="disk")
     assert e.value.field == "offload" and "\n" not in str(e.value)
+
+
+def test_a_ranked_offload_plan_says_it_fits_in_the_json_and_keeps_the_verdict_without_offload():
+    from gpuplan.search.report import to_dict
+
+    m, gpu = catalog.model("llama-3.1-8b"), catalog.gpu("rtx-4090")
+    r = _8b_on_a_4090(offload="auto")
+    memory = to_dict(r, m, gpu)["plans"][0]["memory"]
+    assert memory["fits"] and memory["headroom"] == gpu.memory_bytes - r.ranked[0].offload.gpu_total >= 0
+    assert memory["without_offload"]["fits"] is False and memory["without_offload"]["headroom"] < 0

@@ -120,3 +120,35 @@ def test_bulk_decode_stretches_give_what_the_per_iteration_loop_gives(model, gpu
         (np.sort(fast.itl_s), np.sort(plain.itl_s)),
     ):
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
+def test_a_request_longer_than_the_context_is_refused_as_serve_refuses_it():
+    from gpuplan.errors import GpuplanError
+
+    with pytest.raises(GpuplanError, match="input_len: .*maximum context of 131072"):
+        _run(4, n=2, i="130000", o="2000")
+    with pytest.raises(GpuplanError, match="maximum context of 4096"):
+        _run(4, n=2, i="4000", o="200", cfg=ServeConfig(max_num_seqs=256, max_model_len=4096))
+
+
+def test_an_output_longer_than_the_iteration_cap_is_refused_before_simulating():
+    import time
+
+    from gpuplan.errors import GpuplanError
+
+    w = Workload.poisson(4, 2, Lengths.parse("128", "i"), Lengths.parse("1000", "o"))
+    start = time.perf_counter()
+    with pytest.raises(GpuplanError, match="output_len: a 1,000-token output"):
+        simulate(D, CFG, w, 4, max_iterations=1000)
+    assert time.perf_counter() - start < 1.0  # up front, not at the cap
+    assert simulate(D, CFG, w, 4, max_iterations=2000).output_tokens == 2000
+
+
+def test_weights_that_leave_no_kv_pool_do_not_fit_as_serve_says():
+    from gpuplan.errors import DoesNotFit
+
+    l4 = catalog.gpu("l4")
+    d = Deployment(catalog.model("llama-3.1-70b"), l4, weight_format("bf16", l4), kv_format("bf16"))
+    with pytest.raises(DoesNotFit, match="^memory: .*leaves no memory for a KV-cache pool; use .*GPUs") as err:
+        _run(2, n=5, d=d)
+    assert err.value.exit_code == 3

@@ -71,6 +71,8 @@ def test_a_gpu_file_next_to_the_cluster_file_is_found(tmp_path):
     [
         (FOUR_NODES.replace("nic_gbit = 200", 'nic_gbit = "200G"'), ":13: inter.nic_gbit", "positive number"),
         (FOUR_NODES.replace("nodes = 4", "nodes = 0"), ":3: nodes", "positive whole number"),
+        (FOUR_NODES.replace("gbps = 900", "gbps = inf"), ":8: intra.gbps", "positive number, got inf"),
+        (FOUR_NODES.replace("latency_us = 12.0", "latency_us = nan"), ":14: inter.latency_us", "positive number"),
         (FOUR_NODES.replace("gbps = 900", "gbs = 900"), ":8: intra.gbs", "did you mean gbps"),
         (FOUR_NODES.replace('gpu = "h100-sxm"\n', ""), ": gpu", "is missing"),
         (
@@ -134,3 +136,13 @@ def test_cluster_errors_exit_2_from_the_cli(tmp_path, capsys):
     path = _write(tmp_path, FOUR_NODES.replace("latency_us = 12.0", "latency_us = -1"))
     code, _, err = run(["search", "llama-3.1-8b", "--cluster", str(path)], capsys)
     assert code == 2 and "inter.latency_us" in err and "Traceback" not in err
+
+
+def test_a_gpu_that_contradicts_the_cluster_file_is_refused(tmp_path, capsys):
+    path = _write(tmp_path, FOUR_NODES)
+    code, _, err = run(["train", "llama-3.1-8b", "--cluster", str(path), "--gpu", "h200"], capsys)
+    assert code == 2
+    assert err.strip().startswith("error: gpu: the cluster file's GPU is h100-sxm, not h200; drop --gpu")
+    # the same GPU named twice agrees with the file
+    code, _, _ = run(["train", "llama-3.1-8b", "--cluster", str(path), "--gpu", "h100-sxm", "--zero", "1"], capsys)
+    assert code == 0

@@ -22,6 +22,7 @@ from gpuplan.specs.model import ModelSpec
 
 ROOT = Path(__file__).parent
 DEFAULT_PRICE_PROVIDER = "lambda"
+DEFAULT_GPU = "h100-sxm"  # what a command plans on without --gpu (or a cluster file)
 
 
 @functools.cache
@@ -173,6 +174,14 @@ def hardware(gpu_id: str, cluster: str | None, gpus: int | None) -> tuple[GPUSpe
     from gpuplan.catalog.cluster_file import read_cluster_file
 
     found = read_cluster_file(cluster)
+    # the file names its GPU; another one beside it is a contradiction, not a choice (only a
+    # GPU other than the commands' default can be told from one not given at all)
+    if gpu_id != DEFAULT_GPU and gpu(gpu_id).id != found.gpu.id:
+        raise GpuplanError(
+            "gpu",
+            f"the cluster file's GPU is {found.gpu.id}, not {gpu_id}",
+            "drop `gpu` (the cluster file sets it), or change gpu in the cluster file",
+        )
     gpus = found.gpus if gpus is None else gpus
     found.check_gpus(gpus)
     return found.gpu, gpus

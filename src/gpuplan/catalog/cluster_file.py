@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import tomllib
 from dataclasses import dataclass
@@ -145,7 +146,8 @@ class _Reader:
                 ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
                 wrong = "a positive whole number"
             else:
-                ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+                # 0 < value < inf: TOML also spells nan and inf, which no bandwidth or latency is
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
                 wrong = "a positive number"
             if not ok:
                 raise self.fail(section, key, f"must be {wrong}, got {value!r}", what)

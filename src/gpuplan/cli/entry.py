@@ -69,9 +69,11 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(0)
         message = " ".join(exc.format_message().split())
         sub = [a for a in args[:2] if not a.startswith("-")]
-        sub = sub[:1] if not sub or sub[0] != "cluster" else sub
         if sub and sub[0] not in command.commands:
             sub = []
+        # a cluster subcommand's help only when the subcommand exists (`gpuplan cluster bogus`)
+        group = command.commands[sub[0]] if sub else None
+        sub = sub if len(sub) == 2 and sub[1] in (getattr(group, "commands", None) or {}) else sub[:1]
         sys.stderr.write(f"error: {message.rstrip('.')}; see `{' '.join(['gpuplan', *sub, '--help'])}`\n")
         sys.exit(2)
     if isinstance(code, int) and code:  # typer.Exit(n) comes back as a return value without standalone mode

@@ -37,7 +37,8 @@ class CommLine:
 
     @property
     def hidden(self) -> float:
-        return self.time - self.exposed
+        # exposed is at most time; a difference of rounding (-1e-17 s) is no negative time
+        return max(0.0, self.time - self.exposed)
 
     def add(
         self, kind: str, size: float, group: Group, gpu: GPUSpec, count: float, exposed: float | None = None

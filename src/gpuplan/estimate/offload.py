@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuplan.errors import GpuplanError, require
+from gpuplan.errors import DoesNotFit, GpuplanError, require
 from gpuplan.estimate.flops import training_flops
 from gpuplan.estimate.memory import estimate_memory
 from gpuplan.estimate.params import count_params
@@ -92,6 +92,14 @@ class OffloadTrainRequest:
         )
         if self.device == "nvme":
             require(self.host.disk_bytes > 0, "disk", "`offload_device=nvme` needs a disk", "pass `disk=2TB`")
+        # DeepSpeed offloads parameters (offload_param) under ZeRO stage 3 only; this model
+        # partitions the states as that stage does, so an explicit stage 1 or 2 contradicts it
+        require(
+            self.offload != "optimizer+params" or self.plan.zero in (0, 3),
+            "zero",
+            f"`offload=optimizer+params` partitions the parameters as ZeRO-3 does, got `zero={self.plan.zero}`",
+            "use `zero=3` with `offload=optimizer+params`, or `offload=optimizer`",
+        )
 
 
 @dataclass(frozen=True)
@@ -223,14 +231,16 @@ def estimate_offload_training(req: OffloadTrainRequest) -> OffloadTrainEstimate:
         pcie_up_s=up,
         cpu_step_s=cpu_step,
         step_s=step,
-        exposed_s=step - compute,
+        exposed_s=max(0.0, step - compute),  # the step covers the compute; no rounding below zero
         tflops_per_gpu=model_flops / p.tp / step / 1e12,
         max_params=max(0.0, min(limits)),
     )
 
 
 def check_fits(est: OffloadTrainEstimate) -> None:
-    """Raise one line naming the tier that is short and the fix."""
+    """Raise one line naming the tier that is short and the fix. GPU memory short is
+    :class:`DoesNotFit` (exit code 3), as a plan without offload that does not fit; a host short of
+    CPU memory or disk names those inputs (exit code 2)."""
     req = est.request
     g, h = req.gpu, req.host
     if est.gpu_total > g.memory_bytes:
@@ -239,7 +249,7 @@ def check_fits(est: OffloadTrainEstimate) -> None:
             if req.offload != "optimizer+params"
             else "lower `micro_batch` or use `recompute=full`"
         )
-        raise GpuplanError(
+        raise DoesNotFit(
             "offload", f"{est.gpu_total / GB:.1f} GB per GPU exceeds {g.name}'s {g.memory_bytes / GB:.1f} GB", fix
         )
     if est.cpu_bytes > h.cpu_memory_bytes * CPU_USABLE:

@@ -120,6 +120,8 @@ def _improve(w: np.ndarray, ids: np.ndarray, where: np.ndarray, bins: int, round
     maximum below the current maximum (keeping every expert at most once per bin). Layers that
     stop improving drop out; candidates are the replicas on the ``near`` lightest bins."""
     n_layers, n_items = w.shape
+    if bins < 2:  # one bin (one GPU, or one per node group): nothing to swap with
+        return where
     cap = n_items // bins
     n_ids = int(ids.max()) + 1
     near = min(bins - 1, 8)

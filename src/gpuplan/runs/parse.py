@@ -3,6 +3,7 @@ the steady-state median that leaves out the warm-up steps."""
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from pathlib import Path
@@ -21,9 +22,14 @@ def err(path: str | Path, line: int | None, what: str, fix: str | None = None) -
 
 def number(text: str, path: str | Path, line: int | None, what: str) -> float:
     try:
-        return float(text.strip().replace(",", ""))
+        value = float(text.strip().replace(",", ""))
     except ValueError:
         raise err(path, line, f"cannot read {what} {text.strip()!r} as a number") from None
+    # every number read from a log is a time, a rate or a size: nan or inf would pass into the
+    # median and the fit unnoticed
+    if not math.isfinite(value):
+        raise err(path, line, f"{what} is {text.strip()!r}, not a finite number")
+    return value
 
 
 def steady(values: list[float], skip: int) -> tuple[float, int]:

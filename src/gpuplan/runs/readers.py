@@ -151,6 +151,13 @@ def read_runs(paths: list[str], fmt: str | None = None, against: str | None = No
 
     runs = [read_run(p, fmt) for p in paths]
     if against:
+        if all(r.plan is not None for r in runs):
+            # it would be read and then ignored: say so rather than compare against another plan
+            raise GpuplanError(
+                "against",
+                "every run given carries its own plan, which `against` does not replace",
+                "drop `against`, or give a run without a plan (a log, or a run .toml without [plan])",
+            )
         plan = plan_from_flags(against)
         runs = [r if r.plan is not None else type(r)(**{**r.__dict__, "plan": plan}) for r in runs]
     return runs

@@ -24,6 +24,7 @@ gpuplan telemetry schema (``gpuplan.telemetry/1``), one JSON object a line:
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from gpuplan.estimate.run_record import Run, RunPlan
@@ -58,10 +59,11 @@ def read_telemetry(path: str | Path, text: str | None = None) -> Run:
             plan = RunPlan.from_dict(rec.get("plan") or {}, f"{path}:{n}")
         elif kind == "step":
             step_s = rec.get("step_s")
-            if not isinstance(step_s, int | float) or isinstance(step_s, bool) or step_s <= 0:
+            # 0 < step_s < inf also refuses the NaN and Infinity that Python's json reads
+            if not isinstance(step_s, int | float) or isinstance(step_s, bool) or not 0 < step_s < math.inf:
                 raise err(path, n, f"step record needs a positive step_s, got {step_s!r}")
             stall = rec.get("checkpoint_stall_s", 0.0) or 0.0
-            if not isinstance(stall, int | float) or stall < 0:
+            if not isinstance(stall, int | float) or not 0 <= stall < math.inf:
                 raise err(path, n, f"checkpoint_stall_s must be seconds >= 0, got {stall!r}")
             steps.append(max(step_s - stall, 0.0))
             if rec.get("tokens") and step_s - stall > 0:

@@ -28,8 +28,14 @@ def to_dict(result: SearchResult, m: ModelSpec, gpu: GPUSpec) -> dict:
         doc["tokens_per_s"] = c.tokens_per_s
         doc["step_s"] = c.step.step_s
         # the offload of each plan: "none", or the ZeRO-Offload estimate (memory per GPU and per
-        # node, step parts); the plan's "memory" above is without offload
+        # node, step parts); the plan's "memory" above is without offload, so its verdict is the
+        # offload's (a ranked plan fits), the one without offload kept beside it
         doc["offload"] = offload_dict(c.offload) if c.offload else {"offload": "none"}
+        if c.offload:
+            memory = doc["memory"]
+            memory["without_offload"] = {"fits": memory["fits"], "headroom": memory["headroom"]}
+            memory["fits"] = c.offload.gpu_total <= gpu.memory_bytes
+            memory["headroom"] = gpu.memory_bytes - c.offload.gpu_total
         plans.append(doc)
     return {
         "framework": result.framework,

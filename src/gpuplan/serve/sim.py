@@ -34,7 +34,7 @@ from collections import deque
 
 import numpy as np
 
-from gpuplan.errors import GpuplanError, require
+from gpuplan.errors import DoesNotFit, GpuplanError, require
 from gpuplan.serve.engines import engine
 from gpuplan.serve.memory import ServeConfig, serve_memory
 from gpuplan.serve.sim_report import SimResult, meets
@@ -75,6 +75,27 @@ def simulate(
     bs = cfg.block_size
     n = len(w.arrival_s)
     longest = int((w.input_len + w.output_len).max())
+    # as estimate_serving: the engine refuses a request longer than its context (vLLM's
+    # max_model_len), and a longer one would only thrash the pool until the iteration cap
+    limit = cfg.max_model_len or d.model.max_position_embeddings
+    if longest > limit:
+        raise GpuplanError(
+            "input_len",
+            f"a request of input + output = {longest} tokens is longer than {d.model.name}'s maximum context of {limit}",
+            f"use `input_len` + `output_len` <= {limit}",
+        )
+    if free == 0:
+        # as estimate_serving: weights and overheads that leave no KV pool do not fit (exit code
+        # 3), with the smallest layout that holds one request
+        from gpuplan.serve.plan import ServeRequest, _smallest_fix
+
+        req = ServeRequest(d.model, d.gpu, d.tp, d.pp, d.weights.name, d.kv.name, longest - 1, 1, config=cfg)
+        raise DoesNotFit(
+            "memory",
+            f"{d.model.name} in {d.weights.name} on {d.tp * d.pp} x {d.gpu.name} (tp={d.tp}, pp={d.pp}) "
+            "leaves no memory for a KV-cache pool",
+            _smallest_fix(req, cfg),
+        )
     if math.ceil(longest / bs) > free:
         raise GpuplanError(
             "input_len",
@@ -96,6 +117,15 @@ def simulate(
             f"{n:,} requests at {cfg.max_batched_tokens:,} tokens per iteration "
             f"take at least {least:,} engine iterations",
             "raise `max_batched_tokens` (vLLM's default is 8192) or simulate fewer `requests`",
+        )
+    # a sequence emits at most one token per iteration: an output this long cannot finish under
+    # the cap, so say so now rather than after a minute of simulating
+    if int(out.max()) >= max_iterations:
+        raise GpuplanError(
+            "output_len",
+            f"a {int(out.max()):,}-token output takes more than the {max_iterations:,} engine iterations "
+            "a simulation may run",
+            f"simulate outputs shorter than {max_iterations:,} tokens",
         )
     computed = np.zeros(n, dtype=np.int64)  # tokens whose KV is in the cache
     generated = np.zeros(n, dtype=np.int64)

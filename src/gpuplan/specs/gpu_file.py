@@ -9,6 +9,7 @@ wrong plan. The catalog's own files pass the same check (tests/test_gpu_file.py)
 from __future__ import annotations
 
 import difflib
+import math
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -46,10 +47,15 @@ FIELDS: dict[str, tuple[type, bool, str]] = {
 VENDORS = ("nvidia", "amd")
 
 
+def _positive(value: Any) -> bool:
+    """A positive finite number: TOML also spells nan and inf, which no rate or size can be."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
+
+
 def _check(where: str, key: str, value: Any, kind: type) -> None:
     field = f"{where}: {key}"
     if kind is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        if not _positive(value):
             raise GpuplanError(field, f"must be a positive number, got {value!r}", FIELDS[key][2])
     elif kind is int:
         if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key != "gpus_per_node" else 1):
@@ -81,7 +87,7 @@ def validate_gpu(data: dict[str, Any], where: str) -> dict[str, Any]:
     for dtype, value in data["tflops"].items():
         if dtype not in DTYPES:
             raise GpuplanError(f"{where}: tflops.{dtype}", "is not a dtype", f"use some of {', '.join(DTYPES)}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        if not _positive(value):
             raise GpuplanError(
                 f"{where}: tflops.{dtype}",
                 f"must be a positive number, got {value!r}",

@@ -202,12 +202,17 @@ class GPUSpec:
         )
 
     def __post_init__(self) -> None:
-        require(self.memory_bytes > 0, "memory_bytes", "must be positive")
-        require(self.hbm_bytes_per_s > 0, "hbm_gbps", "must be positive")
+        # 0 < x < inf also refuses nan (every comparison with it is false)
+        require(
+            0 < self.memory_bytes < math.inf, "memory_bytes", f"must be positive and finite, got {self.memory_bytes}"
+        )
+        require(
+            0 < self.hbm_bytes_per_s < math.inf, "hbm_gbps", f"must be positive and finite, got {self.hbm_bytes_per_s}"
+        )
         require(self.gpus_per_node > 0, "gpus_per_node", "must be positive")
         for dtype, flops in self.peak_flops.items():
             require(dtype in DTYPES, "tflops", f"unknown dtype {dtype!r}", f"use one of {DTYPES}")
-            require(flops > 0, f"tflops.{dtype}", "must be positive")
+            require(0 < flops < math.inf, f"tflops.{dtype}", f"must be positive and finite, got {flops}")
 
     @property
     def fp8_any_layout(self) -> bool:
@@ -261,6 +266,13 @@ class GPUSpec:
                     "precision", f"nvfp4 is an NVIDIA format; {self.name} cannot run it", "use `precision=mxfp8`"
                 )
             return self.peak_flops[element]
+        if dtype == "tf32" and dtype not in self.peak_flops and "fp32" in self.peak_flops:
+            # FP32 training allows TF32 GEMMs; where the GPU has none (AMD CDNA 4's MI355X lists
+            # FP32 matrix but no TF32/XF32 rate) they run in FP32: PyTorch's
+            # torch.set_float32_matmul_precision docs, "high": TF32 "if the appropriate fast matrix
+            # multiplication algorithms are available. Otherwise float32 matrix multiplications are
+            # computed as if the precision is 'highest'"
+            return self.peak_flops["fp32"]
         if dtype not in self.peak_flops:
             have = ", ".join(sorted(self.peak_flops))
             usable = [p for p in ("bf16", "fp16", "fp8", "fp32") if p in self.peak_flops or p == "fp32"]

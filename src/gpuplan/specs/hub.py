@@ -46,6 +46,10 @@ def config_path(repo_id: str, revision: str | None = None, hint: str = "") -> Pa
     ``hint`` is appended to every error (the catalog entry that matches, when one does)."""
     try:
         import huggingface_hub
+
+        # its logging module sets the library logger's level when first imported, which its lazy
+        # imports put off until the download: import it now, or the level set below is undone
+        import huggingface_hub.utils.logging  # noqa: F401
         from huggingface_hub import errors
     except ImportError:  # pragma: no cover - huggingface_hub comes with transformers and the test extra
         raise GpuplanError(

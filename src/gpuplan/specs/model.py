@@ -86,9 +86,24 @@ class ModelSpec:
     notes: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "ffn_size"):
+        # named by their config.json keys, where a user fixes them (the catalog is config.json too)
+        for name, key in (
+            ("vocab_size", "vocab_size"),
+            ("hidden_size", "hidden_size"),
+            ("num_layers", "num_hidden_layers"),
+            ("num_heads", "num_attention_heads"),
+            ("num_kv_heads", "num_key_value_heads"),
+            ("head_dim", "head_dim"),
+            ("ffn_size", "intermediate_size"),
+            ("max_position_embeddings", "max_position_embeddings"),
+        ):
             value = getattr(self, name)
-            require(isinstance(value, int) and value > 0, name, f"must be a positive integer, got {value!r}")
+            require(
+                isinstance(value, int) and value > 0,
+                key,
+                f"must be a positive integer, got {value!r}",
+                f"fix {key} in {self.name}'s config.json",
+            )
         require(
             self.num_heads % self.num_kv_heads == 0,
             "num_key_value_heads",

@@ -242,6 +242,14 @@ def _layer_flags(c: Config, f: _Family, layers: int) -> tuple[int | None, int]:
     return (window if local else None), local
 
 
+def _step(c: Config, key: str) -> int:
+    """A 'every step-th layer is MoE' key: 0 would divide by zero where transformers reads it."""
+    step: int = c.get(key, default=1)
+    if step < 1:
+        raise GpuplanError(f"{c.where}: {key}", f"must be at least 1, got {step}", "1 makes every layer MoE")
+    return step
+
+
 def _moe_layers(c: Config, f: _Family, layers: int) -> dict[str, Any]:
     if f.moe_rule == "deepseek":  # DeepseekV3DecoderLayer: MoE from first_k_dense_replace on
         return dict(
@@ -249,16 +257,30 @@ def _moe_layers(c: Config, f: _Family, layers: int) -> dict[str, Any]:
             moe_layer_freq=c.get("moe_layer_freq", default=1),
         )
     if f.moe_rule == "qwen3_moe":  # Qwen3MoeDecoderLayer
-        step = c.get("decoder_sparse_step", default=1)
+        step = _step(c, "decoder_sparse_step")
         dense = c.get("mlp_only_layers", default=[], kind=list)
         return dict(moe_layers=tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0))
     if f.moe_rule == "llama4":  # Llama4TextConfig.moe_layers, default every interleave_moe_layer_step-th
         given = c.get("moe_layers", default=None, kind=list)
         if given is None:
-            step = c.get("interleave_moe_layer_step", default=1)
+            step = _step(c, "interleave_moe_layer_step")
             given = list(range(step - 1, layers, step))
         return dict(moe_layers=tuple(int(i) for i in given))
     return {}
+
+
+def _head_dim(c: Config, f: _Family, hidden: int, heads: int) -> int:
+    """``head_dim``, else the family's default, else hidden_size / num_attention_heads, which must
+    then divide: a remainder is a typo far more often than a model (and transformers would drop it)."""
+    if c.data.get("head_dim") is not None or f.head_dim:
+        return int(c.get("head_dim", default=f.head_dim))
+    if heads and hidden % heads:
+        raise GpuplanError(
+            f"{c.where}: hidden_size",
+            f"{hidden} is not divisible by num_attention_heads={heads} and head_dim is not given",
+            "fix hidden_size or num_attention_heads, or add head_dim to config.json",
+        )
+    return hidden // heads if heads else 0
 
 
 def decoder(c: Config, name: str, model_type: str) -> ModelSpec:
@@ -279,7 +301,7 @@ def decoder(c: Config, name: str, model_type: str) -> ModelSpec:
         num_layers=layers,
         num_heads=heads,
         num_kv_heads=c.get("num_key_value_heads", default=heads),
-        head_dim=c.get("head_dim", default=f.head_dim or (hidden // heads if heads else 0)),
+        head_dim=_head_dim(c, f, hidden, heads),
         ffn_size=dense_ffn,
         gated_mlp=True,
         activation=activation(c.get("hidden_act", "hidden_activation", default=f.act, kind=str), c.where),
