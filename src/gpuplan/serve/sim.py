@@ -9,8 +9,8 @@ allow. KV memory is paged (Kwon et al. 2023): a sequence holds ceil(tokens / blo
 allocated as it grows; when a running sequence needs a block and none is free, the most recently
 admitted sequence is preempted, its blocks freed, and it waits at the head of the queue to be
 recomputed (vLLM's default RECOMPUTE preemption); an iteration that preempted admits nobody from the
-queue (V1's ``if not preempted_reqs``). Sliding-window layers are treated as full layers here (a slight
-overestimate of their memory).
+queue (V1's ``if not preempted_reqs``). Sliding-window layers hold at most their window's blocks
+(``kv_blocks``), as ``serve`` counts them.
 
 Arrivals are Poisson at ``rate`` (or read from a trace), all at t = 0 (a burst, ``rate`` = inf:
 ``vllm bench serve``'s default ``--request-rate inf``, a transient of queued prompts, prefill
@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -40,6 +42,7 @@ from gpuplan.serve.memory import ServeConfig, serve_memory
 from gpuplan.serve.sim_report import SimResult, meets
 from gpuplan.serve.sim_workload import Lengths, Workload
 from gpuplan.serve.timing import Deployment, StepModel, step_model
+from gpuplan.specs.model import ModelSpec
 
 __all__ = ["MAX_ITERATIONS", "Lengths", "SimResult", "Workload", "max_rate", "meets", "simulate"]
 
@@ -73,6 +76,7 @@ def simulate(
     # (requests spread evenly over the ranks)
     free = int(mem.kv_pool // mem.kv_block_bytes) * mem.kv_groups if mem.kv_pool > 0 else 0
     bs = cfg.block_size
+    need_blocks = kv_blocks(d.model, bs)
     n = len(w.arrival_s)
     longest = int((w.input_len + w.output_len).max())
     # as estimate_serving: the engine refuses a request longer than its context (vLLM's
@@ -96,10 +100,10 @@ def simulate(
             "leaves no memory for a KV-cache pool",
             _smallest_fix(req, cfg),
         )
-    if math.ceil(longest / bs) > free:
+    if need_blocks(longest) > free:
         raise GpuplanError(
             "input_len",
-            f"a {longest}-token request needs {math.ceil(longest / bs)} KV blocks; the pool has {free}",
+            f"a {longest}-token request needs {math.ceil(need_blocks(longest))} KV blocks; the pool has {free}",
             "use shorter requests, `kv=fp8`, or a larger `tp`",
         )
     arrival, prompt, out = w.arrival_s, w.input_len.astype(np.int64), w.output_len.astype(np.int64)
@@ -130,7 +134,8 @@ def simulate(
     computed = np.zeros(n, dtype=np.int64)  # tokens whose KV is in the cache
     generated = np.zeros(n, dtype=np.int64)
     target = prompt.copy()  # tokens to prefill (the prompt, plus generated tokens after a preemption)
-    blocks = np.zeros(n, dtype=np.int64)
+    # blocks in all-layer units: fractional where sliding-window layers hold fewer (kv_blocks)
+    blocks = np.zeros(n, dtype=np.float64 if d.model.num_sliding_layers else np.int64)
     first = np.full(n, np.nan)
     last = np.full(n, np.nan)
     finish = np.full(n, np.nan)
@@ -155,13 +160,13 @@ def simulate(
             full = np.where(c >= t, 1, t - c)
             before = np.cumsum(full) - full
             take = np.minimum(np.maximum(budget0 - before, 0), full)  # np.clip, without its overhead
-            want = np.maximum(0, -(-(c + take) // bs) - b)
-            wanted = int(want.sum())
+            want = np.maximum(0, need_blocks(c + take) - b)
+            wanted = want.sum()
             if wanted <= free or len(running) <= 1:
                 break
             v = int(running[-1])  # out of blocks: preempt the newest and recompute it later
             running = running[:-1]
-            free += int(blocks[v])
+            free += blocks[v]
             blocks[v] = computed[v] = 0
             target[v] = prompt[v] + generated[v]
             waiting.appendleft(v)
@@ -179,7 +184,7 @@ def simulate(
         while not preempted and waiting and budget > 0 and len(running) + len(admitted) < max_seqs:
             r = waiting[0]
             need = min(int(target[r] - computed[r]), budget)
-            blk = -(-(int(computed[r]) + need) // bs) - int(blocks[r])
+            blk = need_blocks(int(computed[r]) + need) - blocks[r]
             if blk > free:
                 break
             waiting.popleft()
@@ -210,11 +215,11 @@ def simulate(
             # shortage, each timed as the per-iteration loop would time it, run at once
             next_arrival = float(arrival[nxt]) if nxt < n else None
             times, extra = _decode_stretch(
-                sm, n_dec, dec_ctx, left, ahead, now, next_arrival, computed[ids], blocks[ids], free, bs
+                sm, n_dec, dec_ctx, left, ahead, now, next_arrival, computed[ids], blocks[ids], free, need_blocks
             )
             steps = len(times)
             if extra is not None:  # blocks for the whole stretch
-                free -= int(extra.sum())
+                free -= extra.sum()
                 blocks[ids] += extra
                 tk = np.full(len(ids), steps, dtype=np.int64)
         else:
@@ -249,7 +254,7 @@ def simulate(
         fin = generated[running] >= out[running]
         if fin.any():
             gone = running[fin]
-            free += int(blocks[gone].sum())
+            free += blocks[gone].sum()
             blocks[gone] = 0
             finish[gone] = now
             done += len(gone)
@@ -289,8 +294,8 @@ def _decode_stretch(
     next_arrival: float | None,
     computed: np.ndarray,
     blocks: np.ndarray,
-    free: int,
-    bs: int,
+    free: float,
+    need_blocks: Callable[[Any], Any],
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """The iterations of a pure decode stretch (every running sequence decodes, nobody waits) that
     run as one step, each timed as its own iteration (StepModel.decode_times), and the KV blocks
@@ -308,13 +313,35 @@ def _decode_stretch(
         steps = max(1, int(np.searchsorted(starts, next_arrival, side="left")))
     extra = None
     if steps > 1:
-        extra = np.maximum(0, -(-(computed + steps) // bs) - blocks)
+        extra = np.maximum(0, need_blocks(computed + steps) - blocks)
         while steps > 1 and extra.sum() > free:
             steps //= 2
-            extra = np.maximum(0, -(-(computed + steps) // bs) - blocks)
+            extra = np.maximum(0, need_blocks(computed + steps) - blocks)
         if steps == 1:
             extra = None
     return times[:steps], extra
+
+
+def kv_blocks(m: ModelSpec, bs: int) -> Callable[[Any], Any]:
+    """Blocks (all-layer units) a sequence of ``tokens`` cached tokens holds, for ints or arrays:
+    ceil(tokens / bs), and on a model with sliding-window layers those layers' share at most the
+    window's blocks, as ``memory.blocks_per_sequence`` counts them for ``serve`` (vLLM's hybrid KV
+    cache manager frees a sliding layer's blocks that fall out of the window)."""
+
+    def full(tokens):
+        return -(-tokens // bs)
+
+    if not m.num_sliding_layers:
+        return full
+    assert m.sliding_window is not None  # ModelSpec: sliding layers come with a window
+    window = math.ceil((m.sliding_window - 1) / bs) + 1
+    frac = m.num_sliding_layers / m.num_layers
+
+    def hybrid(tokens):
+        f = full(tokens)
+        return (1 - frac) * f + frac * np.minimum(f, window)
+
+    return hybrid
 
 
 def max_rate(
