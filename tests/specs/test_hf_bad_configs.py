@@ -1,19 +1,12 @@
 """Malformed config.json files a user brings: each is one GpuplanError naming the key, never a traceback."""
 
 import pytest
+from small_models import CONFIGS
 
 from gpuplan.errors import GpuplanError
 from gpuplan.specs.hf import model_from_hf_config
 
-LLAMA = dict(
-    model_type="llama",
-    vocab_size=512,
-    hidden_size=64,
-    intermediate_size=96,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-)
+LLAMA = CONFIGS["llama"]  # the small Llama of the CPU oracle tests
 QWEN3_MOE = dict(LLAMA, model_type="qwen3_moe", num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32)
 LLAMA4 = dict(LLAMA, model_type="llama4_text", num_local_experts=4, num_experts_per_tok=1, head_dim=16)
 
