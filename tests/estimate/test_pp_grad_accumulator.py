@@ -57,3 +57,21 @@ def test_only_torchtitan_under_pipelining_with_sharded_gradients_holds_it():
     assert pp_grad_accumulator(titan, 4, 1, 1e9) is None  # replicated gradients accumulate anyway
     assert pp_grad_accumulator(megatron, 4, 3, 1e9) is None  # Megatron's buffers are counted as gradients
     assert pp_grad_accumulator(titan, 4, 2, 1e9) == 4e9
+
+
+def test_torchtitan_fsdp_under_pipelining_holds_what_zero_2_holds():
+    # torchtitan does not reshard after forward when pipelining and PipelineStage keeps the weights
+    # through every micro-batch's backward: its ZeRO-3 is ZeRO-2 in memory
+    from gpuplan import catalog
+    from gpuplan.estimate.memory import estimate_memory
+    from gpuplan.specs.parallel import ParallelPlan
+
+    m, g = catalog.model("llama-3.1-70b"), catalog.gpu("h100-sxm")
+    cfg = TrainingConfig.for_framework("torchtitan", seq_len=8192, micro_batch=1, global_batch=64, recompute="full")
+
+    def total(pp, zero):
+        plan = ParallelPlan(dp=64 // (8 * pp), tp=8, pp=pp, zero=zero)
+        return estimate_memory(m, cfg, plan, g, 64 // plan.dp, all_stages=False).per_gpu.total
+
+    assert total(4, 3) == total(4, 2)
+    assert total(1, 3) < total(1, 2)  # without a pipeline FSDP reshards after forward

@@ -102,6 +102,7 @@ def buffers(
     biggest_gemm: Any,
     biggest_gemm_matrices: Any,
     fp8_one_layout: bool = False,
+    pp: Any = 1,
 ) -> dict[str, Any]:
     """Memory besides states and activations that does not depend on the micro-batch (``None``
     where a term does not apply to one plan). ``gemm`` and ``gemm_matrices`` are of every block
@@ -111,7 +112,11 @@ def buffers(
     return {
         # FSDP/ZeRO-3 gathers a whole block's weights (current and prefetched next) and holds its
         # unsharded gradient until the reduce-scatter
-        "zero3_gather": _when((z == 3) & (n_layers > 0), biggest_layer * (2 * cfg.weight_bytes + cfg.grad_bytes)),
+        # (not torchtitan under PP, whose weights and gradients stay gathered: pp_unsharded_weights)
+        "zero3_gather": _when(
+            _where(_fsdp_keeps_gathered(cfg, pp), False, (z == 3) & (n_layers > 0)),
+            biggest_layer * (2 * cfg.weight_bytes + cfg.grad_bytes),
+        ),
         # FP8 copies of the GEMM weights (TrainingConfig.fp8_copy_bytes): of every block held, or
         # under ZeRO-3 of the two gathered blocks only (a shard has nothing to quantize)
         "fp8_weight_copies": _when(
@@ -163,6 +168,13 @@ def activations(
     return in_flight * per_mb + working, in_flight * host
 
 
+def _fsdp_keeps_gathered(cfg: TrainingConfig, pp: Any) -> Any:
+    """torchtitan under pipeline parallelism: FSDP2 keeps weights and gradients gathered through
+    the step (``pp_unsharded_weights``, ``pp_grad_accumulator``)."""
+    keeps = pp > 1
+    return keeps if cfg.framework == "torchtitan" else keeps & False
+
+
 def pp_grad_accumulator(cfg: TrainingConfig, pp: Any, z: Any, held: Any) -> Any:
     """torchtitan's FSDP2 under pipeline parallelism: the stage's whole fp32 gradient.
 
@@ -173,10 +185,18 @@ def pp_grad_accumulator(cfg: TrainingConfig, pp: Any, z: Any, held: Any) -> Any:
     ``to_accumulated_grad_if_needed``: ``unsharded_grad.to(self.reduce_dtype)``; torchtitan's
     ``mixed_precision_reduce`` is float32) until the last micro-batch's reduce-scatter: 4 bytes for
     every parameter ``held`` on the GPU (after TP/EP), beside the sharded gradients."""
-    cond = (pp > 1) & (z >= 2)
-    if cfg.framework != "torchtitan":
-        cond = cond & False
-    return _when(cond, 4.0 * held)
+    return _when(_fsdp_keeps_gathered(cfg, pp) & (z >= 2), 4.0 * held)
+
+
+def pp_unsharded_weights(cfg: TrainingConfig, pp: Any, z: Any, held: Any) -> Any:
+    """torchtitan's FSDP2 (ZeRO-3) under pipeline parallelism: the stage's gathered weights stay.
+
+    torchtitan does not reshard after forward when pipelining (torchtitan/models/llama3/
+    parallelize.py ``apply_fsdp``: ``reshard_after_forward`` False with PP, the "default" policy), and
+    PipelineStage keeps them through every micro-batch's backward (``set_reshard_after_backward(False)``
+    but for the last), so the stage holds its weights unsharded in the param dtype beside the
+    sharded fp32 masters: ``weight_bytes`` for every parameter ``held``, as ZeRO-2 would."""
+    return _when(_fsdp_keeps_gathered(cfg, pp) & (z == 3), cfg.weight_bytes * held)
 
 
 def reserved(cfg: TrainingConfig, allocated: Any) -> tuple[Any, float]:
