@@ -133,9 +133,11 @@ def _dispatched_saved(a: int, g: float, h: int, etp: int) -> float:
     return a * h + g * h * etp
 
 
-def per_op_sac(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) -> bool:
+def per_op_sac(m: ModelSpec, cfg: TrainingConfig) -> bool:
     """torchtitan's selective activation checkpointing runs per op: its ``selective`` is not
-    Megatron's attention core (``per_op_sac_saved``). Dense blocks of standard attention only."""
+    Megatron's attention core (``per_op_sac_saved``). Dense blocks of standard attention only: an
+    MoE block (grouped GEMMs, no ``aten.mm``) or an MLA one keeps here what it keeps without
+    recompute, an over-count."""
     return cfg.recompute == "selective" and cfg.framework == "torchtitan" and not m.is_mla
 
 
@@ -222,7 +224,7 @@ def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) 
         moe = (replicated - own_norm * (not m.is_mla)) / rep_div + (attn + scores + routed + shared) / t
 
     rerun = 0.0
-    if per_op_sac(m, cfg, plan):  # the block keeps what the policy saves; its re-run, the rest
+    if per_op_sac(m, cfg):  # the block keeps what the policy saves; its re-run, the rest
         everything = activation_breakdown(m, replace(cfg, recompute="none"), plan).dense_layer / tokens
         dense = min(everything, per_op_sac_saved(m, a, t, sp))
         rerun = everything - dense
