@@ -147,3 +147,9 @@ def test_gpus_needed_meet_the_latency_target():
     )
     best = max((p for p in e.curve if p.tpot_s <= 0.03), key=lambda p: p.output_tokens_per_s)
     assert e.gpus_needed == -(-100_000 // best.output_tokens_per_s)
+
+
+def test_a_max_model_len_beyond_the_models_context_is_refused_as_vllm_refuses_it():
+    with pytest.raises(GpuplanError) as e:
+        estimate_serving(ServeRequest(catalog.model("llama-3.1-8b"), H100, config=ServeConfig(max_model_len=200_000)))
+    assert e.value.field == "max_model_len" and "131072" in str(e.value)

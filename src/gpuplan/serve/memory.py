@@ -21,6 +21,7 @@ from gpuplan.serve.engines import engine
 from gpuplan.serve.kv import kv_bytes_per_token_layer
 from gpuplan.serve.timing import Deployment
 from gpuplan.serve.weights import weight_bytes_per_gpu
+from gpuplan.specs.model import ModelSpec
 from gpuplan.units import GiB
 
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
@@ -143,6 +144,22 @@ def serve_memory(d: Deployment, cfg: ServeConfig) -> ServeMemory:
         layers=layers,
         kv_groups=d.kv_groups,
     )
+
+
+def context_limit(m: ModelSpec, cfg: ServeConfig) -> int:
+    """The longest request the engine serves: ``max_model_len``, or the model's maximum context.
+    A ``max_model_len`` beyond the model's is refused as vLLM refuses it (vllm/config ModelConfig
+    ``get_and_verify_max_len``: "User-specified max_model_len is greater than the derived
+    max_model_len" unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is set; the config's
+    max_position_embeddings already counts its rope scaling, as Llama 3.1's 131072 does)."""
+    most = m.max_position_embeddings
+    require(
+        cfg.max_model_len is None or cfg.max_model_len <= most,
+        "max_model_len",
+        f"{cfg.max_model_len} tokens is longer than {m.name}'s maximum context of {most}",
+        f"use `max_model_len` <= {most}",
+    )
+    return cfg.max_model_len or most
 
 
 def blocks_per_sequence(d: Deployment, cfg: ServeConfig, context: float) -> float:

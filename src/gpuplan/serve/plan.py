@@ -19,6 +19,7 @@ from gpuplan.serve.memory import (
     ServeConfig,
     ServeMemory,
     blocks_per_sequence,
+    context_limit,
     max_concurrency,
     max_context,
     serve_memory,
@@ -222,7 +223,7 @@ def _smallest_fix(req: ServeRequest, cfg: ServeConfig) -> str:
 def estimate_serving(req: ServeRequest) -> ServeEstimate:
     m, gpu, cfg = req.model, req.gpu, req.config
     d = req.deployment()
-    limit = cfg.max_model_len or m.max_position_embeddings
+    limit = context_limit(m, cfg)
     length = req.input_len + req.output_len
     if length > limit:
         raise GpuplanError(

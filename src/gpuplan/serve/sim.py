@@ -38,7 +38,7 @@ import numpy as np
 
 from gpuplan.errors import DoesNotFit, GpuplanError, require
 from gpuplan.serve.engines import engine
-from gpuplan.serve.memory import ServeConfig, serve_memory
+from gpuplan.serve.memory import ServeConfig, context_limit, serve_memory
 from gpuplan.serve.sim_report import SimResult, meets
 from gpuplan.serve.sim_workload import Lengths, Workload
 from gpuplan.serve.timing import Deployment, StepModel, step_model
@@ -81,7 +81,7 @@ def simulate(
     longest = int((w.input_len + w.output_len).max())
     # as estimate_serving: the engine refuses a request longer than its context (vLLM's
     # max_model_len), and a longer one would only thrash the pool until the iteration cap
-    limit = cfg.max_model_len or d.model.max_position_embeddings
+    limit = context_limit(d.model, cfg)
     if longest > limit:
         raise GpuplanError(
             "input_len",
