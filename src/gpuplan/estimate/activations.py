@@ -134,11 +134,11 @@ def _dispatched_saved(a: int, g: float, h: int, etp: int) -> float:
 
 
 def per_op_sac(m: ModelSpec, cfg: TrainingConfig) -> bool:
-    """torchtitan's selective activation checkpointing runs per op: its ``selective`` is not
-    Megatron's attention core (``per_op_sac_saved``). Dense blocks of standard attention only: an
-    MoE block (grouped GEMMs, no ``aten.mm``) or an MLA one keeps here what it keeps without
-    recompute, an over-count."""
-    return cfg.recompute == "selective" and cfg.framework == "torchtitan" and not m.is_mla
+    """The config's selective recompute runs per op (``TrainingConfig.recomputed`` holds "op_sac":
+    torchtitan), not Megatron's attention core (``per_op_sac_saved``). Dense blocks of standard
+    attention only: an MoE block (grouped GEMMs, no ``aten.mm``) or an MLA one keeps here what it
+    keeps without recompute, an over-count."""
+    return "op_sac" in cfg.recomputed and not m.is_mla
 
 
 def per_op_sac_saved(m: ModelSpec, a: float, t: int, sp: bool) -> float:

@@ -235,14 +235,9 @@ def estimate_memory(
             sp_.biggest_gemm_matrices,
             fp8_one_layout,
             plan.pp,
+            copies * (sp_.dense + sp_.expert),
         )
         other.update((k, v) for k, v in held.items() if v is not None)
-        accumulator = terms.pp_grad_accumulator(cfg, plan.pp, z, copies * (sp_.dense + sp_.expert))
-        if accumulator is not None:
-            other["unsharded_fp32_grads"] = accumulator  # FSDP2 under PP (pp_grad_accumulator)
-        gathered = terms.pp_unsharded_weights(cfg, plan.pp, z, copies * (sp_.dense + sp_.expert))
-        if gathered is not None:
-            other["unsharded_weights"] = gathered  # FSDP2 under PP keeps the stage's weights gathered
         allocated = weights + grads + master + optimizer + activations + sum(other.values())
         other["allocator_reserve"], other["cuda_context"] = terms.reserved(cfg, allocated)
         stages.append(

@@ -103,11 +103,14 @@ def buffers(
     biggest_gemm_matrices: Any,
     fp8_one_layout: bool = False,
     pp: Any = 1,
+    held: Any = 0.0,
 ) -> dict[str, Any]:
     """Memory besides states and activations that does not depend on the micro-batch (``None``
     where a term does not apply to one plan). ``gemm`` and ``gemm_matrices`` are of every block
     held (times the schedule's parameter copies); ``fp8_one_layout``: the GPU keeps one FP8 copy
-    for both GEMM layouts (GPUSpec.fp8_any_layout, TrainingConfig.fp8_cached_bytes)."""
+    for both GEMM layouts (GPUSpec.fp8_any_layout, TrainingConfig.fp8_cached_bytes); ``pp``: the
+    pipeline degree and ``held`` the parameters on the GPU, for FSDP under pipelining
+    (``pp_unsharded_weights``, ``pp_grad_accumulator``)."""
     copy_bytes = cfg.fp8_cached_bytes(fp8_one_layout)
     return {
         # FSDP/ZeRO-3 gathers a whole block's weights (current and prefetched next) and holds its
@@ -125,6 +128,8 @@ def buffers(
             + cfg.fp8_copy_matrix_bytes * _where(z == 3, 2 * biggest_gemm_matrices, gemm_matrices),
         ),
         "comm_buckets": _when(zero_group > 1, cfg.comm_bucket_bytes),  # two gradient buckets in flight
+        "unsharded_weights": pp_unsharded_weights(cfg, pp, z, held),
+        "unsharded_fp32_grads": pp_grad_accumulator(cfg, pp, z, held),
     }
 
 
@@ -169,10 +174,10 @@ def activations(
 
 
 def _fsdp_keeps_gathered(cfg: TrainingConfig, pp: Any) -> Any:
-    """torchtitan under pipeline parallelism: FSDP2 keeps weights and gradients gathered through
-    the step (``pp_unsharded_weights``, ``pp_grad_accumulator``)."""
+    """Under pipeline parallelism the framework's FSDP keeps weights and gradients gathered
+    through the step (TrainingConfig.fsdp_gathered_under_pp: torchtitan)."""
     keeps = pp > 1
-    return keeps if cfg.framework == "torchtitan" else keeps & False
+    return keeps if cfg.fsdp_gathered_under_pp else keeps & False
 
 
 def pp_grad_accumulator(cfg: TrainingConfig, pp: Any, z: Any, held: Any) -> Any:

@@ -146,10 +146,8 @@ SOURCES = (
     # last and False for all under PP (parallelize_llama.py apply_fsdp: zero 3, or 2 with PP, per
     # row); TP with sequence parallel norms and loss parallel, async TP per row (tp_overlap);
     # activation_checkpoint "selective" with selective_ac_option "op" (per-op SAC: saves every
-    # second aten.mm output and the SDPA outputs, recomputes the rest; gpuplan models its
-    # selective as Megatron's attention core, specs/framework.py) or "full"; torch.compile per
-    # row, which gpuplan does not model (it prices eager kernels: the row notes say which rows
-    # compiled); Float8 = torchao Float8Linear with dynamic tensorwise scaling (config_manager.py
+    # second aten.mm output and the SDPA outputs, recomputes the rest: activations.per_op_sac_saved)
+    # or "full"; torch.compile per row (column ``compile``, TrainingConfig.compile); Float8 = torchao Float8Linear with dynamic tensorwise scaling (config_manager.py
     # scaling_type_* default "dynamic": each tensor's own amax, fp8_scaling "current"), the
     # weights recast per GEMM (no cached copy). Attention: F.scaled_dot_product_attention with no
     # backend pinned (models/llama/model.py at 9dec370), whose H100 priority put FlashAttention-2

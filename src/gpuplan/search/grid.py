@@ -217,12 +217,9 @@ class Grid:
         other = terms.buffers(
             cfg, z, zg, self.n_layers[:, None], p["biggest_layer"], held["gemm"],
             copies * p["gemm_matrices"], p["biggest_gemm"], p["biggest_gemm_matrices"], self.fp8_one_layout,
-            self.col["pp"][:, None],
+            self.col["pp"][:, None], held["dense"] + held["expert"],
         )  # fmt: skip
         fixed = sum(states) + sum(v for v in other.values() if v is not None)  # (rows, Z)
-        stage_params = held["dense"] + held["expert"]
-        fixed = fixed + terms.pp_grad_accumulator(cfg, self.col["pp"][:, None], z, stage_params)
-        fixed = fixed + terms.pp_unsharded_weights(cfg, self.col["pp"][:, None], z, stage_params)
 
         act = {k: v[self.shape_key] for k, v in self._activation_table().items()}  # (rows, M, R)
         last = self.last_stage[:, None, None]

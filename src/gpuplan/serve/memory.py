@@ -13,7 +13,11 @@ group, so paging wastes less than one block per sequence, where contiguous pre-a
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from gpuplan.errors import require
 from gpuplan.estimate.memory import layers_per_stage
@@ -162,17 +166,32 @@ def context_limit(m: ModelSpec, cfg: ServeConfig) -> int:
     return cfg.max_model_len or most
 
 
-def blocks_per_sequence(d: Deployment, cfg: ServeConfig, context: float) -> float:
-    """Blocks one sequence of ``context`` tokens holds, in units of all-layer blocks: full layers
-    hold ceil(context / block) blocks, sliding-window layers at most the window's."""
-    m, bs = d.model, cfg.block_size
-    full_blocks = math.ceil(context / bs)
+def kv_blocks(m: ModelSpec, bs: int) -> Callable[[Any], Any]:
+    """Blocks (all-layer units) a sequence of ``tokens`` cached tokens holds, for numbers or arrays:
+    ceil(tokens / bs), and on a model with sliding-window layers those layers' share at most the
+    window's blocks (vLLM's hybrid KV cache manager frees a sliding layer's blocks that fall out of
+    the window). Integers stay integers on a model without sliding layers (serve-sim's blocks)."""
+
+    def full(tokens):
+        return -(-tokens // bs)
+
     if not m.num_sliding_layers:
-        return float(full_blocks)
+        return full
     assert m.sliding_window is not None  # ModelSpec: sliding layers come with a window
-    win_blocks = min(full_blocks, math.ceil((m.sliding_window - 1) / bs) + 1)
+    window = math.ceil((m.sliding_window - 1) / bs) + 1
     frac = m.num_sliding_layers / m.num_layers
-    return (1 - frac) * full_blocks + frac * win_blocks
+
+    def hybrid(tokens):
+        f = full(tokens)
+        return (1 - frac) * f + frac * np.minimum(f, window)
+
+    return hybrid
+
+
+def blocks_per_sequence(d: Deployment, cfg: ServeConfig, context: float) -> float:
+    """Blocks one sequence of ``context`` tokens holds, in units of all-layer blocks (``kv_blocks``):
+    full layers hold ceil(context / block) blocks, sliding-window layers at most the window's."""
+    return float(kv_blocks(d.model, cfg.block_size)(context))
 
 
 def max_concurrency(mem: ServeMemory, d: Deployment, cfg: ServeConfig, context: float) -> int:

@@ -149,9 +149,9 @@ class ServeEstimate:
         return p * self.deployment.gpus / HOUR * (1 - self.point.decode_share) / self.point.input_tokens_per_s * MILLION
 
 
-# The most of a GPU an engine's memory fraction is worth raising to: vLLM's and SGLang's examples and
-# users go to 0.95 to fit a model on fewer GPUs; above it the CUDA graphs and NCCL buffers the
-# profile run does not see run out of room.
+# The highest memory fraction a fix proposes: advice, not physics. Users raise vLLM's
+# gpu_memory_utilization to about 0.95 to fit a model on fewer GPUs; beyond it the little left
+# outside the pool is what the profiling run did not see.
 MOST_MEMORY_FRACTION = 0.95
 
 

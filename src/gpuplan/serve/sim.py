@@ -38,11 +38,10 @@ import numpy as np
 
 from gpuplan.errors import DoesNotFit, GpuplanError, require
 from gpuplan.serve.engines import engine
-from gpuplan.serve.memory import ServeConfig, context_limit, serve_memory
+from gpuplan.serve.memory import ServeConfig, context_limit, kv_blocks, serve_memory
 from gpuplan.serve.sim_report import SimResult, meets
 from gpuplan.serve.sim_workload import Lengths, Workload
 from gpuplan.serve.timing import Deployment, StepModel, step_model
-from gpuplan.specs.model import ModelSpec
 
 __all__ = ["MAX_ITERATIONS", "Lengths", "SimResult", "Workload", "max_rate", "meets", "simulate"]
 
@@ -320,28 +319,6 @@ def _decode_stretch(
         if steps == 1:
             extra = None
     return times[:steps], extra
-
-
-def kv_blocks(m: ModelSpec, bs: int) -> Callable[[Any], Any]:
-    """Blocks (all-layer units) a sequence of ``tokens`` cached tokens holds, for ints or arrays:
-    ceil(tokens / bs), and on a model with sliding-window layers those layers' share at most the
-    window's blocks, as ``memory.blocks_per_sequence`` counts them for ``serve`` (vLLM's hybrid KV
-    cache manager frees a sliding layer's blocks that fall out of the window)."""
-
-    def full(tokens):
-        return -(-tokens // bs)
-
-    if not m.num_sliding_layers:
-        return full
-    assert m.sliding_window is not None  # ModelSpec: sliding layers come with a window
-    window = math.ceil((m.sliding_window - 1) / bs) + 1
-    frac = m.num_sliding_layers / m.num_layers
-
-    def hybrid(tokens):
-        f = full(tokens)
-        return (1 - frac) * f + frac * np.minimum(f, window)
-
-    return hybrid
 
 
 def max_rate(

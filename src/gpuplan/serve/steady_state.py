@@ -109,9 +109,10 @@ def prefill_wait(arrivals_per_s: float, prefill_s: float, packed: int = 1, other
     waits for it. With arrivals at ``arrivals_per_s`` (the other requests of the loop: an arriving
     request sees the other N - 1 clients, the arrival theorem of closed networks, Reiser & Lavenberg
     1980) and each prefill a fixed service, this is M/D/1: the Pollaczek-Khinchine mean wait
-    rho x S / (2 (1 - rho)), rho = lambda x S (Kleinrock 1975, Queueing Systems I, eq. 5.73 with a
-    deterministic service; DistServe, Zhong et al. 2024, eq. 1, models a prefill instance the same way). A budget that prefills ``packed`` prompts in one iteration serves them
-    together: rho = lambda x S / packed (an approximation of the bulk-service queue). The mean-field
+    rho x S / (2 (1 - rho)), rho = lambda x S (Kleinrock 1975, Queueing Systems I, ch. 5, with a
+    deterministic service; DistServe, Zhong et al. 2024, eq. 1, models a prefill instance the same
+    way). A budget that prefills ``packed`` prompts in one iteration serves them together:
+    rho = lambda x S / packed (an approximation of the bulk-service queue). The mean-field
     throughput already pays for every prefill, so rho stays below 1 (it is about the prefill's share of
     the engine's time). A closed loop bounds the wait where the open queue would not: no prompt waits
     for more than the ``others`` prompts of the other clients (the prefill-bound limit, rho -> 1).

@@ -61,6 +61,9 @@ class Framework:
     zero_with_pp: tuple[int, ...] = (0, 1, 2, 3)  # ZeRO stages that run alongside pipeline parallelism
     recompute: tuple[str, ...] = ("none", "selective", "full")
     selective_semantics: str = "attention core (Megatron)"
+    # ``selective`` is per-op SAC (torchtitan's activation_checkpoint mode "selective", option "op"):
+    # estimate/activations.py per_op_sac_saved, params.op_sac_kept
+    per_op_sac: bool = False
     # selective recompute by module (Megatron-Core's --recompute-modules; specs/training.py)
     recompute_modules: bool = True
     fp8_recipe: str = "TransformerEngine delayed scaling: BF16 weights, cached FP8 copies, FP32 masters"
@@ -68,6 +71,10 @@ class Framework:
     # them (they are the master weights) and BF16 exists only for the gathered blocks, so under
     # ZeRO-3 no sharded BF16 copy is held
     sharded_fp32_params: bool = False
+    # under pipeline parallelism FSDP2 keeps the stage's weights gathered (no reshard after forward)
+    # and its gradient unsharded in fp32 until the last micro-batch (memory_terms.pp_unsharded_weights,
+    # pp_grad_accumulator)
+    fsdp_gathered_under_pp: bool = False
     # torch.autocast over fp32 parameters (the Hugging Face Trainer with bf16=True, accelerate
     # without FSDP): every GEMM casts its fp32 weight and its fp32 input to bf16, the residual
     # stream stays fp32, and each weight gradient is cast back to fp32 (compute.layer_times)
@@ -137,6 +144,8 @@ FRAMEWORKS: dict[str, Framework] = {
             schedules=("1f1b", "zb", "zb-v"),
             zero_stages=(0, 2, 3),
             sharded_fp32_params=True,
+            fsdp_gathered_under_pp=True,
+            per_op_sac=True,
             selective_semantics="per-op SAC (torchtitan): every other matmul output and the attention output kept",
             fp8_recipe="torchao Float8Linear dynamic scaling: BF16 weights recast per GEMM, no cached copy",
         ),

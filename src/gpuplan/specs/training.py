@@ -300,7 +300,7 @@ class TrainingConfig:
         the attention core when none are named. "moe" already holds "moe_act" and "shared_experts"."""
         if self.recompute != "selective":
             return frozenset()
-        if self.framework == "torchtitan" and not self.recompute_modules:
+        if get_framework(self.framework).per_op_sac and not self.recompute_modules:
             return frozenset({"op_sac"})  # per-op SAC (estimate/activations.py per_op_sac_saved)
         mods = frozenset(self.recompute_modules or ("core_attn",))
         return mods - {"moe_act", "shared_experts"} if "moe" in mods else mods
@@ -396,6 +396,12 @@ class TrainingConfig:
         if self.profile != "fused":
             return 0.0
         return 2.0 * BLOCK_SCALED.get(self.precision, (0.0, 0.0, 0.0))[2]
+
+    @property
+    def fsdp_gathered_under_pp(self) -> bool:
+        """Under pipeline parallelism FSDP keeps weights and gradients gathered through the step
+        (Framework.fsdp_gathered_under_pp: torchtitan)."""
+        return get_framework(self.framework).fsdp_gathered_under_pp
 
     @property
     def sharded_params_are_masters(self) -> bool:
