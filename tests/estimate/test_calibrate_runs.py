@@ -101,3 +101,20 @@ def test_calibrating_on_one_published_run_beats_uncalibrated_per_family():
     assert set(out) == {"A100 SXM (40 and 80 GB)", "H100/H200/H800 SXM"}
     for fam in out.values():
         assert fam["calibrated_mean_abs_error"] < fam["uncalibrated_mean_abs_error"]
+
+
+def test_a_rate_fitted_to_the_users_runs_also_times_one_gpu_plans():
+    # the catalog's measured one-GPU rate (Efficiency.solo_sustained) must not override a
+    # calibration profile's fitted rate on a one-GPU plan
+    import dataclasses
+
+    from gpuplan import catalog
+    from gpuplan.estimate.factors import apply_factors
+    from gpuplan.specs.hardware import one_gpu
+
+    gpu = catalog.gpu("h100-sxm")
+    assert one_gpu(gpu).efficiency.sustained == gpu.efficiency.solo_sustained
+    fitted = dataclasses.replace(gpu, efficiency=apply_factors(gpu.efficiency, {"gemm_sustained": 0.5}))
+    assert one_gpu(fitted).efficiency.sustained == 0.5
+    other = dataclasses.replace(gpu, efficiency=apply_factors(gpu.efficiency, {"hbm": 0.8}))
+    assert one_gpu(other).efficiency.sustained == gpu.efficiency.solo_sustained

@@ -158,12 +158,25 @@ def test_overlapped_expert_all_to_all_hides_behind_at_most_the_paired_compute(h1
 def test_hidden_communication_still_costs_the_sms_nccl_holds(h100):
     # NCCL runs a thread block per channel on its own SM: compute beside a collective runs on the
     # others, so the step pays hidden time x comm_sms / sm_count (overlap is never free)
-    cfg = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=64, tp_overlap=True)
+    cfg = TrainingConfig.for_framework("torchtitan", seq_len=4096, micro_batch=1, global_batch=64, tp_overlap=True)
     st = _st("llama-3.1-8b", h100, ParallelPlan(dp=8, tp=8, sp=True), cfg, 8)
     hidden = sum(c.hidden for c in st.comm.values())
     e = h100.efficiency
     assert hidden > 0
     assert st.breakdown["overlap_contention"] == pytest.approx(hidden * e.comm_sms / h100.sm_count)
+
+
+def test_transformer_engine_userbuffers_hold_their_own_sms_not_nccls(h100):
+    # TE's default userbuffers (module/base.py initialize_ub): the all-gathers feeding a GEMM run
+    # ring_exchange on the copy engine with 1 SM, the reduce-scatters and the backward's bulk
+    # overlaps 16 SMs: hiding the same TP collectives costs less than NCCL's 32 channels would
+    cfg = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=64, tp_overlap=True)
+    st = _st("llama-3.1-8b", h100, ParallelPlan(dp=8, tp=8, sp=True), cfg, 8)
+    tp = st.comm["tp"]
+    assert tp.stated_hidden == pytest.approx(tp.hidden) and tp.hidden > 0
+    assert 1 * tp.hidden < tp.sm_hidden < 16 * tp.hidden
+    nccl = sum(c.hidden for d, c in st.comm.items() if d != "tp") * h100.efficiency.comm_sms
+    assert st.breakdown["overlap_contention"] == pytest.approx((nccl + tp.sm_hidden) / h100.sm_count)
 
 
 def test_a_recalibrated_gpu_never_reuses_a_cached_step_time(h100):
@@ -248,12 +261,14 @@ def test_torchtitan_runs_sdpa_with_cudnn_first():
 def test_moe_layers_put_no_attention_tp_collective_around_the_experts(h100):
     # Qwen3-30B-A3B (every layer MoE, no shared expert) with TP 2: the dispatcher routes each
     # rank's sequence-parallel share as it is (token_dispatcher.py), so only the attention's
-    # all-gather in and reduce-scatter out run over tp, forward and backward: by hand, 4 collectives
-    # of 4096 tokens x 2048 x bf16, each sending half of it, per layer (48) and micro-batch (4)
+    # all-gather in and reduce-scatter out run over tp, forward and backward, and (Megatron's
+    # sequence parallelism) the input's all-gather again for the weight gradient: by hand, 5
+    # collectives of 4096 tokens x 2048 x bf16, each sending half of it, per layer (48) and
+    # micro-batch (4)
     m = catalog.model("qwen3-30b-a3b")
     cfg = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=16)
     unset = step_time(m, cfg, ParallelPlan(dp=4, tp=2, ep=4), h100, 4)
-    assert unset.comm["tp"].bytes_per_gpu == pytest.approx(48 * 4 * 4 * 4096 * 2048 * 2 / 2)
+    assert unset.comm["tp"].bytes_per_gpu == pytest.approx(48 * 4 * 5 * 4096 * 2048 * 2 / 2)
     # etp unset is Megatron's default etp = tp (model_parallel_config.py __post_init__)
     same = step_time(m, cfg, ParallelPlan(dp=4, tp=2, ep=4, etp=2), h100, 4)
     assert unset.step_s == same.step_s

@@ -48,12 +48,15 @@ def test_published_runs_are_predicted_within_the_targets(results):
     errors = {r.row.id: round(r.error, 3) for r in results}
     a100 = [abs(r.error) for r in results if r.row.gpu.startswith("a100")]
     assert max(a100) <= 0.15, errors
-    # H100: the issue's target is max 20%. Two rows miss it (see the note on issue 14): mcore-32b
-    # (+25%: its fp32 gradient reduce-scatter over 48 nodes, one rank per node, is exposed in the
-    # model; the source does not state its micro-batch) and llama3-405b-16k-cp16 (+23%: the
-    # bubble of 16 micro-batches on pp 16 under the V = 2 the paper draws). This bound keeps them
-    # from getting worse.
-    assert s["max_abs_error"] <= 0.27, errors
+    # H100: the issue's target is max 20%, met by every row but two (see the notes on issue 14):
+    # mcore-32b (+25%: its fp32 gradient reduce-scatter over 48 nodes, one rank per node, is
+    # exposed in the model behind the last of 4 micro-batches; the source does not state its
+    # micro-batch, and at 4 the whole backward would hide it) and llama3-405b-16k-cp16 (+24%: the
+    # bubble of 16 micro-batches on pp 16 under the V = 2 the paper draws; +22.5% before the H100
+    # family's fitted rate moved from 0.83 to 0.81 with TP collectives paired to their GEMMs,
+    # layer_comm.tp_partners). These bounds keep them from getting worse.
+    known = {"mcore-32b": 0.26, "llama3-405b-16k-cp16": 0.25}
+    assert all(abs(r.error) <= known.get(r.row.id, 0.20) for r in results), errors
 
 
 def test_each_family_runs_at_the_sustained_rate_fitted_over_all_its_rows():
@@ -252,5 +255,9 @@ def test_held_out_runs_are_within_the_issues_targets_for_unseen_runs(held_out):
         "tt2506-8b-asynctp-fp8",
     }, over
     # 16.0% (94 runs) before torchtitan's rows stated torch.compile, 17.6% since (they read uniformly
-    # too fast, -17.8%: see test_validate_memory): the 15% target is missed, by MoE and those rows
-    assert summary(held_out)["mean_abs_error"] <= 0.177
+    # too fast, -17.8%: see test_validate_memory): the 15% target is missed, by MoE and those rows.
+    # 16.3% once a TP collective hid only behind the GEMM it feeds or drains, Megatron's backward
+    # gathered its input again and TE's userbuffers held their own SMs (estimate/layer_comm.py),
+    # the H100 fit moving 0.83 -> 0.81 with it and Blackwell's assumed rate following (dense
+    # 12.2%: H100 6.4%, B200 12.5%, GB200 14.3%, the 500 W H100 15.3%; torchtitan 15.3%; MoE 23.4%)
+    assert summary(held_out)["mean_abs_error"] <= 0.165

@@ -72,13 +72,18 @@ def test_errors_stay_within_what_was_last_measured():
     # them, CSV notes): 9.0%, 50.1%, 354% over 73 rows; the steady-state rows 7.8%, 34.6%, 66%.
     # TTFT with the wait behind other prompts' prefills (steady_state.prefill_wait, M/D/1):
     # 8.0%, 42.9%, 354%; steady-state 6.8%, 27.6%, 66% (NIM c5/c25/c50 TTFT -26/-41/-51% -> -17/-8/-1%)
+    # One-GPU replicas at one GPU's measured clock (specs/hardware.py one_gpu, 0.87 of the MAMF where
+    # the multi-GPU fit reads 0.81): medians and p90 unchanged; the one-GPU rows 2-6 points faster,
+    # TensorRT-LLM v0.5's Llama-2-7B TTFT -11% -> -16% (its trtllm-0.6 engine's max); the multi-GPU
+    # fit at 0.81 with Blackwell's assumed rate following it: 7.7%, 42.0% (TRT-LLM v0.19's B200
+    # TP sweep 1-2 points slower)
     s = summary(validate_held_out())
     assert s["median_abs_error"] <= 0.081
     assert s["p90_abs_error"] <= 0.43
     assert s["max_abs_error"] <= 3.6
     steady = s["by_load"]["steady"]  # the analytic model's rows (the issue's 8% median target is missed since)
     assert steady["median_abs_error"] <= 0.069 and steady["p90_abs_error"] <= 0.28 and steady["max_abs_error"] <= 0.66
-    assert s["by_engine"]["trtllm-0.6"]["max_abs_error"] <= 0.15
+    assert s["by_engine"]["trtllm-0.6"]["max_abs_error"] <= 0.16
 
 
 def test_a_burst_row_is_predicted_by_serve_sims_burst_not_the_steady_state():

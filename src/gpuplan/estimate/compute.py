@@ -100,6 +100,9 @@ class OpTimes:
     bwd_weight: float = 0.0
     parts: dict[str, float] = field(default_factory=dict)  # forward+backward seconds by kind
     modules: dict[str, float] = field(default_factory=dict)  # forward seconds by recomputable module
+    # (forward, backward-input, backward-weight) seconds of each weight's GEMM, by tensor name: what a
+    # tensor-parallel collective overlapped with that GEMM can hide behind (layer_comm.tp_partners)
+    gemms: dict[str, tuple[float, float, float]] = field(default_factory=dict)
 
     def add(
         self,
@@ -204,13 +207,10 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
         # GEMM is one kernel
         gap = (te_stream_chain(experts) - 1) * efficiency(gpu).kernel_overhead_s if t.expert and not s.eager else 0.0
         fwd_g = gemm_time(gpu, d, rows, n_out, n_in, experts) + gap
-        out.add(
-            kind,
-            fwd=fwd_g,
-            b=gemm_time(gpu, d, rows, n_in, n_out, experts) + gap,
-            w=gemm_time(gpu, d, n_out, n_in, rows, experts) + gap,
-            modules=mods,
-        )
+        b_g = gemm_time(gpu, d, rows, n_in, n_out, experts) + gap
+        w_g = gemm_time(gpu, d, n_out, n_in, rows, experts) + gap
+        out.add(kind, fwd=fwd_g, b=b_g, w=w_g, modules=mods)
+        out.gemms[t.name] = (fwd_g, b_g, w_g)
         if t.expert:  # the routed-expert loop's GPU work (estimate/moe_host.py)
             out.credit("expert_loop", fwd_g)
         else:

@@ -2,13 +2,15 @@
 what overlap hides of it.
 
 Tensor parallelism: with sequence parallelism an all-gather in and a reduce-scatter out of each
-block, forward and mirrored backward (Korthikanti et al. 2022, section 4.2.2); without it one
-all-reduce per block each way (Shoeybi et al. 2019, the f and g operators); TransformerEngine's
-userbuffers overlap hides them behind their GEMMs. Context parallelism: ring attention's KV
-exchange, cp-1 steps each hidden behind one chunk's attention (Liu et al. 2023). Experts: the
-all-to-all dispatcher's collectives (``_moe_dispatch_comm``). FSDP / ZeRO-3: the layer's weights
-gathered for forward and backward, its gradients reduce-scattered, prefetched behind the
-neighbouring layer. ``CommLine`` records a dimension's collectives over a step.
+block, forward and mirrored backward (Korthikanti et al. 2022, section 4.2.2), Megatron gathering
+the input once more for the weight gradient; without it one all-reduce per block each way (Shoeybi
+et al. 2019, the f and g operators). Overlap (TransformerEngine's userbuffers, PyTorch's async TP)
+hides each behind the GEMM it feeds or drains (``tp_partners``), never the attention core.
+Context parallelism: ring attention's KV exchange, cp-1 steps each hidden behind one chunk's
+attention (Liu et al. 2023). Experts: the all-to-all dispatcher's collectives
+(``_moe_dispatch_comm``). FSDP / ZeRO-3: the layer's weights gathered for forward and backward,
+its gradients reduce-scattered, prefetched behind the neighbouring layer. ``CommLine`` records a
+dimension's collectives over a step.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ class CommLine:
     time: float = 0.0  # seconds if nothing overlapped
     exposed: float = 0.0  # seconds on the critical path
     collectives: dict[str, float] = field(default_factory=dict)  # kind -> bytes sent per GPU
+    # hidden seconds of the transfers that state the SMs they hold, and those seconds x SMs
+    # (``overlap_contention``; the rest hold NCCL's channels)
+    stated_hidden: float = 0.0
+    sm_hidden: float = 0.0
 
     @property
     def hidden(self) -> float:
@@ -41,19 +47,49 @@ class CommLine:
         return max(0.0, self.time - self.exposed)
 
     def add(
-        self, kind: str, size: float, group: Group, gpu: GPUSpec, count: float, exposed: float | None = None
+        self,
+        kind: str,
+        size: float,
+        group: Group,
+        gpu: GPUSpec,
+        count: float,
+        exposed: float | None = None,
+        sms: int | None = None,
     ) -> float:
         """Record ``count`` collectives of ``size`` bytes; returns the seconds of one."""
         t = collective_time(kind, size, group, gpu)
-        self.record(kind, bytes_sent_per_rank(kind, size, group.size), t, count, exposed)
+        self.record(kind, bytes_sent_per_rank(kind, size, group.size), t, count, exposed, sms)
         return t
 
-    def record(self, kind: str, sent: float, seconds: float, count: float, exposed: float | None = None) -> None:
-        """Record ``count`` transfers of ``sent`` bytes per GPU taking ``seconds`` each."""
+    def record(
+        self,
+        kind: str,
+        sent: float,
+        seconds: float,
+        count: float,
+        exposed: float | None = None,
+        sms: int | None = None,
+    ) -> None:
+        """Record ``count`` transfers of ``sent`` bytes per GPU taking ``seconds`` each; ``sms``:
+        the SMs each holds while it runs (None: NCCL's channels)."""
         self.bytes_per_gpu += sent * count
         self.collectives[kind] = self.collectives.get(kind, 0.0) + sent * count
         self.time += seconds * count
-        self.exposed += (seconds * count) if exposed is None else exposed
+        exposed = (seconds * count) if exposed is None else exposed
+        self.exposed += exposed
+        if sms is not None:
+            hidden = max(0.0, seconds * count - exposed)
+            self.stated_hidden += hidden
+            self.sm_hidden += hidden * sms
+
+
+# SMs each TransformerEngine userbuffers overlap holds (transformer_engine/pytorch/module/base.py,
+# initialize_ub get_default_config, unchanged since 5ee981757, 2024-07): the all-gathers feeding a
+# GEMM (qkv_fprop, fc1_fprop and, backward, proj_dgrad, fc2_dgrad) are "ring_exchange" on the copy
+# engine with num_sm 1; the reduce-scatters after a GEMM (proj_fprop, fc2_fprop) are "pipeline"
+# and the backward's gather again and dgrad reduce-scatter (qkv/fc1_dgrad, qkv/fc1_wgrad) "bulk",
+# both num_sm 16
+UB_SMS = {"all-gather": 1, "reduce-scatter": 16, "all-reduce": 16, "bulk": 16}
 
 
 def layer_comm(
@@ -90,15 +126,42 @@ def layer_comm(
             per = [("all-reduce", size)] * blocks
         # selective recompute of the MLP (or the MoE layer) reruns that block's collectives
         rerun_mlp = ("moe" if moe else "mlp") in cfg.recomputed and blocks == 2
+        partners = tp_partners(m, moe, ops, shape.sp)[: len(per)]
+        if len(partners) != len(per):  # no plain GEMM pairs (MLA): a share of the layer each
+            partners = [(ops.fwd / len(per), ops.bwd_input / len(per), ops.bwd_weight / len(per))] * len(per)
+        # Megatron and TransformerEngine run a column-parallel GEMM's backward collectives async
+        # beside its own GEMMs, overlap or not (megatron/core/tensor_parallel/layers.py,
+        # LinearWithGradAccumulationAndAsyncCommunication.backward: "async_op=True" on each): with
+        # sequence parallelism they keep only the local share of the input and gather it again
+        # for the weight gradient while the dgrad GEMM runs (Korthikanti et al. 2022, section
+        # 4.2.2), then reduce-scatter the dgrad while the wgrad GEMM runs; without it the dgrad's
+        # all-reduce runs beside the wgrad GEMM. PyTorch's DTensor TP keeps the gathered input.
+        async_bwd = cfg.profile == "fused" if cfg.tp_async_backward is None else cfg.tp_async_backward
+        ub = cfg.tp_overlap and cfg.profile == "fused"  # TransformerEngine's userbuffers: their SMs
         exposed = 0.0
         for i, (kind, sz) in enumerate(per):
-            t = collective_time(kind, sz, g, gpu)
-            # with overlap (TransformerEngine userbuffers) a collective hides behind its GEMM
-            exp_f = t if not cfg.tp_overlap else max(0.0, t - ops.fwd / len(per))
-            exp_b = t if not cfg.tp_overlap else max(0.0, t - ops.bwd / len(per))
+            pf, pb, pw = partners[i]
             fwd_runs = 2 if full or (rerun_mlp and i >= len(per) // 2) else 1
-            e = fwd_runs * exp_f + exp_b
-            comm["tp"].add(kind, sz, g, gpu, count * (fwd_runs + 1), exposed=count * e)
+            # with overlap (TransformerEngine userbuffers, PyTorch's async TP) a collective hides
+            # behind the GEMM it feeds or drains, forward and backward (``tp_partners``); the
+            # backward runs each forward collective's transpose
+            t = collective_time(kind, sz, g, gpu)
+            e = fwd_runs * (max(0.0, t - pf) if cfg.tp_overlap else t)
+            sms = UB_SMS[kind] if ub else None
+            comm["tp"].add(kind, sz, g, gpu, count * fwd_runs, exposed=count * e, sms=sms)
+            back = {"all-gather": "reduce-scatter", "reduce-scatter": "all-gather"}.get(kind, kind)
+            t = collective_time(back, sz, g, gpu)
+            if async_bwd and kind != "reduce-scatter":  # the dgrad's reduce-scatter or all-reduce beside wgrad
+                e_b, sms = max(0.0, t - pw), (UB_SMS["bulk"] if ub else None)
+            else:
+                e_b, sms = (max(0.0, t - pb) if cfg.tp_overlap else t), (UB_SMS[back] if ub else None)
+            comm["tp"].add(back, sz, g, gpu, count, exposed=count * e_b, sms=sms)
+            e += e_b
+            if async_bwd and kind == "all-gather":  # the input gathered again beside the dgrad GEMM
+                t = collective_time(kind, sz, g, gpu)
+                sms = UB_SMS["bulk"] if ub else None
+                comm["tp"].add(kind, sz, g, gpu, count, exposed=count * max(0.0, t - pb), sms=sms)
+                e += max(0.0, t - pb)
             exposed += e
         out["tp"] = exposed
     if plan.cp > 1:
@@ -130,6 +193,46 @@ def layer_comm(
         comm["dp"].add("all-gather", w * cfg.weight_bytes, g, gpu, 2 * count, exposed=count * e_f)
         comm["dp"].add("reduce-scatter", w * cfg.grad_bytes, g, gpu, count, exposed=count * e_b)
         out["dp"] = e_f + e_b
+    return out
+
+
+def tp_partners(m: ModelSpec, moe: bool, ops: OpTimes, sp: bool) -> list[tuple[float, float, float]]:
+    """(forward, dgrad, wgrad) seconds of the GEMM each tensor-parallel collective of a block can hide
+    behind, in ``layer_comm``'s order; empty where the block's GEMMs are not the plain pairs.
+
+    A TP collective overlaps only the GEMM that consumes or produces its tensor, split into
+    chunks that pipeline with the transfer. TransformerEngine's userbuffers (transformer_engine/
+    pytorch/module/base.py, initialize_ub: the default methods) overlap the all-gather with the
+    column-parallel GEMM it feeds (qkv_fprop, fc1_fprop: ring_exchange), the reduce-scatter with
+    the row-parallel GEMM that produces it (proj_fprop, fc2_fprop: pipeline), the output
+    gradient's all-gather with the row-parallel dgrad (proj_dgrad, fc2_dgrad), and the input's
+    second gather and the dgrad's reduce-scatter with the column-parallel dgrad and wgrad
+    (qkv_dgrad, qkv_wgrad: bulk; ``layer_comm``). PyTorch's async TP fuses the same forward and
+    output-gradient pairs (``fused_all_gather_matmul``, ``fused_matmul_reduce_scatter``; Wang et
+    al. 2023, "Overlap Communication with Dependent Computation via Decomposition in Large Deep
+    Learning Models", ASPLOS), the input gradient's reduce-scatter with the column-parallel dgrad.
+    The attention core and the elementwise kernels between the two GEMMs hide nothing. Without
+    sequence parallelism the block's forward all-reduce follows the row-parallel GEMM and its
+    backward one the column-parallel dgrad.
+    """
+    if m.is_mla:  # MLA's latent projections gather a compressed tensor: no plain pair
+        return []
+    g = ops.gemms
+    # (column-parallel GEMMs, row-parallel GEMMs) each collective pair sits around
+    pairs: list[tuple[tuple[str, ...], tuple[str, ...]]] = [(("attn.qkv.weight",), ("attn.o.weight",))]
+    if not moe:
+        pairs.append((("mlp.up.weight",), ("mlp.down.weight",)))
+    elif m.shared_expert_ffn_size:
+        pairs.append((("moe.shared.up.weight",), ("moe.shared.down.weight",)))
+    if any(t not in g for cols, rows in pairs for t in cols + rows):
+        return []
+    if m.parallel_attn and len(pairs) == 2:  # attention and MLP side by side: one pair around both
+        pairs = [(pairs[0][0] + pairs[1][0], pairs[0][1] + pairs[1][1])]
+    out: list[tuple[float, float, float]] = []
+    for cols, rows in pairs:
+        cf, cb, cw = (sum(g[t][i] for t in cols) for i in range(3))
+        rf, rb, rw = (sum(g[t][i] for t in rows) for i in range(3))
+        out += [(cf, cb, cw), (rf, rb, rw)] if sp else [(rf, cb, cw)]
     return out
 
 
@@ -248,8 +351,10 @@ def overlap_contention(comm: dict[str, CommLine], gpu: GPUSpec) -> float:
     thread block per channel, each on its own SM, so the kernels beside it run on the other SMs
     (NCCL's channels; Rashidi et al. 2021, "Enabling Compute-Communication Overlap in Distributed
     Deep Learning Training Platforms", measured overlapped compute slowing by up to 1.4x).
-    Overlap is never free: hidden time x (SMs NCCL holds / SMs)."""
+    Overlap is never free: hidden time x (SMs NCCL holds / SMs); a transfer that states its SMs
+    (TransformerEngine's userbuffers: ``UB_SMS``) holds those instead."""
     e = efficiency(gpu)
     if not e.comm_sms or not gpu.sm_count:
         return 0.0
-    return sum(c.hidden for c in comm.values()) * min(1.0, e.comm_sms / gpu.sm_count)
+    nccl = sum(max(0.0, c.hidden - c.stated_hidden) for c in comm.values()) * min(e.comm_sms, gpu.sm_count)
+    return (nccl + sum(c.sm_hidden for c in comm.values())) / gpu.sm_count

@@ -30,7 +30,7 @@ from gpuplan.estimate.model_ends import embedding_times, head_times
 from gpuplan.estimate.stage_params import stage_params
 from gpuplan.pipeline.bubble import pipeline_bubble
 from gpuplan.specs import schedules, validity
-from gpuplan.specs.hardware import GPUSpec
+from gpuplan.specs.hardware import GPUSpec, one_gpu
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.split import stage_layers
@@ -125,6 +125,8 @@ def optimizer_bytes_moved(cfg: TrainingConfig) -> float:
 
 def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpec, microbatches: int) -> StepTime:
     """Predicted seconds per optimizer step, with its breakdown (see the module docstring)."""
+    if plan.world_size == 1:  # one GPU waits for no other: its own clock (specs/hardware.py)
+        gpu = one_gpu(gpu)
     groups = place(plan, gpu, tuple(plan.order.split("-")))
     # the expert groups (etp, ep, edp) regroup each stage's tp x cp x dp ranks (MoE parallel
     # folding; with etp unset, etp = tp as in Megatron, which gives the unfolded groups)
@@ -167,9 +169,7 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
     inp = [tot - f_ - w_ for tot, f_, w_ in zip(totals, fwd, wgt)]
     bubble = pipeline_bubble(plan.schedule, plan.vp, mb, fwd, inp, wgt)
     # a private copy: stage results are cached and shared between plans
-    crit_comm = {
-        d: CommLine(c.bytes_per_gpu, c.time, c.exposed, dict(c.collectives)) for d, c in stage_comm[crit].items()
-    }
+    crit_comm = {d: dataclasses.replace(c, collectives=dict(c.collectives)) for d, c in stage_comm[crit].items()}
 
     # pipeline point-to-point: one activation (or gradient) per micro-batch and chunk boundary
     p2p = 0.0

@@ -69,7 +69,16 @@ class Source:
 # (p2p_communication.py at 64a83fb588: batch_isend_irecv, req.wait(), torch.cuda.synchronize())
 _MEGATRON_2021 = dict(attention="eager", overlap_grad_reduce=False, overlap_param_gather=False, overlap_p2p=False)
 SOURCES = (
-    Source("Narayanan et al. 2021", "Megatron-LM (2021)", "gpt", "megatron", _MEGATRON_2021, dropout=0.1),
+    # Narayanan et al. 2021's code (Megatron-LM at 64a83fb588, 2021-03) predates the async
+    # all-reduce of the column-parallel dgrad (megatron/mpu/layers.py, 2021-09: 16c90445e7)
+    Source(
+        "Narayanan et al. 2021",
+        "Megatron-LM (2021)",
+        "gpt",
+        "megatron",
+        dict(_MEGATRON_2021, tp_async_backward=False),
+        dropout=0.1,
+    ),
     Source("Korthikanti et al. 2022", "Megatron-LM (2022)", "gpt", "megatron", _MEGATRON_2021, dropout=0.1),
     # Megatron-LM README, "Performance benchmarking" (core_r0.8.0): TransformerEngine kernels,
     # distributed optimizer, --overlap-grad-reduce --overlap-param-gather --tp-comm-overlap, sequence

@@ -32,12 +32,19 @@ class Efficiency:
     inter_latency_s: float
     kernel_overhead_s: float
     sustained: float = 1.0  # tensor-core rate held in long multi-GPU runs over the short-burst MAMF
+    # The rate one GPU holds by itself under back-to-back dense GEMMs, over the MAMF (measured; None:
+    # not measured, ``sustained`` stands for it). ``sustained`` is fitted over multi-GPU runs, which
+    # also wait at every collective for the slowest of their GPUs: identical GPUs differ by 8% on
+    # average (max 22%) under power management (Sinha et al., SC22, "Not All GPUs Are Created
+    # Equal"). A job on one GPU waits for none (``one_gpu``).
+    solo_sustained: float | None = None
     # FlashAttention-2 kernels (PyTorch SDPA's flash backend, the flash_attn 2 package) where the GPU's
     # best fused kernel (flash_fwd/bwd: FlashAttention-3 or cuDNN on Hopper) is faster; 0: the same
     fa2_fwd: float = 0.0
     fa2_bwd: float = 0.0
     # PyTorch SDPA's cuDNN backend by head dim: (head_dim, forward, backward) long-sequence rates
-    # over peak x sustained, measured (scripts/fit_attention.py). Where present, SDPA ("sdpa")
+    # over peak x the clock they were measured at (one GPU: solo_sustained, else sustained),
+    # measured (scripts/fit_attention.py). Where present, SDPA ("sdpa")
     # runs it, as PyTorch >= 2.11 does on sm90/sm100 (sdp_utils.cpp check_prefer_cudnn_attention:
     # the bundled cuDNN > 9.15); where absent, SDPA runs FlashAttention-2 (fa2_fwd/fa2_bwd)
     sdpa_cudnn: tuple[tuple[int, float, float], ...] = ()
@@ -60,8 +67,10 @@ class Efficiency:
     assumed: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("flash_fwd", "flash_bwd", "hbm", "intra_bus", "inter_bus", "sustained"):
+        for name in ("flash_fwd", "flash_bwd", "hbm", "intra_bus", "inter_bus", "sustained", "solo_sustained"):
             value = getattr(self, name)
+            if value is None:
+                continue
             require(0 < value <= 1, f"efficiency.{name}", f"must be in (0, 1], got {value}")
         for dtype, value in self.gemm.items():
             require(0 < value <= 1, f"efficiency.gemm.{dtype}", f"must be in (0, 1], got {value}")
@@ -120,7 +129,7 @@ class Efficiency:
             gemm={
                 k: v
                 for k, v in data["gemm"].items()
-                if k not in ("tiles", "sustained", "tile_k_fill", "persistent_tiles")
+                if k not in ("tiles", "sustained", "solo_sustained", "tile_k_fill", "persistent_tiles")
             },
             tiles=tuple((int(m), int(n), float(r)) for m, n, r in data["gemm"]["tiles"]),
             flash_fwd=data["attention"]["flash_fwd"],
@@ -135,6 +144,7 @@ class Efficiency:
             inter_latency_s=net["inter_latency_us"] * 1e-6,
             kernel_overhead_s=data["kernel"]["overhead_us"] * 1e-6,
             sustained=data["gemm"].get("sustained", 1.0),
+            solo_sustained=data["gemm"].get("solo_sustained"),
             tile_k_fill=data["gemm"].get("tile_k_fill", 0.0),
             comm_sms=net.get("comm_sms", 0),
             persistent_tiles=data["gemm"].get("persistent_tiles", False),
@@ -307,3 +317,13 @@ class GPUSpec:
             source=data["source"],
             date=data["date"],
         )
+
+
+def one_gpu(gpu: GPUSpec) -> GPUSpec:
+    """``gpu`` as a job on it alone runs it: at the rate one GPU holds by itself
+    (``Efficiency.solo_sustained``, measured) where the family states one, not the multi-GPU
+    runs' fitted ``sustained``, which also waits for the slowest of many GPUs."""
+    e = gpu.efficiency
+    if e is None or e.solo_sustained is None or e.solo_sustained == e.sustained:
+        return gpu
+    return dataclasses.replace(gpu, efficiency=dataclasses.replace(e, sustained=e.solo_sustained))

@@ -106,6 +106,11 @@ class TrainingConfig:
     # (Megatron-Core overlap_p2p_comm, on for interleaved runs since 2023; Megatron-LM 2021-22
     # waited on every batch_isend_irecv and synchronized: megatron/p2p_communication.py)
     overlap_p2p: bool = True
+    # A column-parallel GEMM's backward collectives run async beside its own dgrad and wgrad GEMMs
+    # (Megatron-LM's LinearWithGradAccumulationAndAsyncCommunication since 2021-09, and
+    # TransformerEngine's modules; layer_comm.py). None: the fused profile's. Megatron-LM before
+    # it (Narayanan et al. 2021's code) all-reduced the dgrad synchronously.
+    tp_async_backward: bool | None = None
     # MoE: the most loaded expert-parallel GPU's routed tokens over the mean (``gpuplan experts``
     # reports it for a placement); the slowest GPU sets the pace of the expert GEMMs and all-to-all
     expert_imbalance: float = 1.0
