@@ -90,3 +90,23 @@ def test_a_parallel_attention_block_hides_its_one_collective_pair_behind_both_br
     g = ops.gemms
     assert col == tuple(g["attn.qkv.weight"][i] + g["mlp.up.weight"][i] for i in range(3))
     assert row == tuple(g["attn.o.weight"][i] + g["mlp.down.weight"][i] for i in range(3))
+
+
+def test_torchtitans_per_op_sac_runs_the_all_gathers_again_but_not_the_reduce_scatters():
+    # torchtitan's _save_list keeps reduce_scatter_tensor's output and not all_gather's, so the
+    # block's recompute gathers its sequence-parallel input again: per block the forward
+    # all-gather runs twice, the reduce-scatter once (the backward's transposes once each)
+    from gpuplan.estimate.step_time import step_time
+    from gpuplan.specs.parallel import ParallelPlan
+    from gpuplan.specs.training import TrainingConfig
+
+    def tp(recompute: str) -> dict[str, float]:
+        cfg = TrainingConfig.for_framework(
+            "torchtitan", seq_len=4096, micro_batch=1, global_batch=1, recompute=recompute
+        )
+        plan = ParallelPlan(dp=1, tp=8, sp=True)
+        return step_time(catalog.model("llama-3.1-8b"), cfg, plan, catalog.gpu("h100-sxm"), 1).comm["tp"].collectives
+
+    none, sac = tp("none"), tp("selective")
+    assert sac["reduce-scatter"] == none["reduce-scatter"]
+    assert sac["all-gather"] == 1.5 * none["all-gather"]

@@ -259,5 +259,6 @@ def test_held_out_runs_are_within_the_issues_targets_for_unseen_runs(held_out):
     # 16.3% once a TP collective hid only behind the GEMM it feeds or drains, Megatron's backward
     # gathered its input again and TE's userbuffers held their own SMs (estimate/layer_comm.py),
     # the H100 fit moving 0.83 -> 0.81 with it and Blackwell's assumed rate following (dense
-    # 12.2%: H100 6.4%, B200 12.5%, GB200 14.3%, the 500 W H100 15.3%; torchtitan 15.3%; MoE 23.4%)
-    assert summary(held_out)["mean_abs_error"] <= 0.165
+    # 12.2%: H100 6.4%, B200 12.5%, GB200 14.3%, the 500 W H100 15.3%; torchtitan 15.3%; MoE 23.4%);
+    # 16.1% once torchtitan's per-op SAC re-ran the all-gathers it does not save (8B TP 8: -24% -> -20%)
+    assert summary(held_out)["mean_abs_error"] <= 0.163

@@ -138,10 +138,16 @@ def layer_comm(
         # all-reduce runs beside the wgrad GEMM. PyTorch's DTensor TP keeps the gathered input.
         async_bwd = cfg.profile == "fused" if cfg.tp_async_backward is None else cfg.tp_async_backward
         ub = cfg.tp_overlap and cfg.profile == "fused"  # TransformerEngine's userbuffers: their SMs
+        op_sac = "op_sac" in cfg.recomputed
         exposed = 0.0
         for i, (kind, sz) in enumerate(per):
             pf, pb, pw = partners[i]
-            fwd_runs = 2 if full or (rerun_mlp and i >= len(per) // 2) else 1
+            # torchtitan's per-op SAC saves the reduce-scatters' outputs and re-runs every other
+            # collective in the block's recompute (its _save_list: reduce_scatter_tensor, not
+            # all_gather; models/llama3/parallelize_llama.py at 820504e, distributed/
+            # activation_checkpoint.py since)
+            rerun = full or (rerun_mlp and i >= len(per) // 2) or (op_sac and kind != "reduce-scatter")
+            fwd_runs = 2 if rerun else 1
             # with overlap (TransformerEngine userbuffers, PyTorch's async TP) a collective hides
             # behind the GEMM it feeds or drains, forward and backward (``tp_partners``); the
             # backward runs each forward collective's transpose
