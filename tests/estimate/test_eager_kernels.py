@@ -15,7 +15,21 @@ pytest.importorskip("transformers")
 
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-VIEWS = {"view", "_unsafe_view", "t", "transpose", "expand", "slice", "unsqueeze", "squeeze", "detach", "alias"}
+VIEWS = {
+    "view",
+    "_unsafe_view",
+    "t",
+    "transpose",
+    "expand",
+    "slice",
+    "unsqueeze",
+    "squeeze",
+    "detach",
+    "alias",
+    "split",
+    "split_with_sizes",
+    "narrow",
+}
 
 
 class ByteCounter(TorchDispatchMode):
@@ -195,3 +209,60 @@ def test_unfused_cross_entropy_moves_the_bytes_of_megatrons_vocab_parallel_loss(
     # per-token reductions, gathers and the target index are O(tokens): a few percent at this size
     assert fwd.bytes / n == pytest.approx(f_bytes, rel=0.05)
     assert bwd.bytes / n == pytest.approx(b_bytes, rel=0.05)
+
+
+class AllocatingCounter(ByteCounter):
+    """ByteCounter, but ops that only allocate (new_zeros, zeros_like) write their result and read
+    nothing."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ in ("new_zeros", "zeros_like", "new_empty", "empty_like"):
+            out = func(*args, **(kwargs or {}))
+            self.bytes += out.numel() * out.element_size()
+            self.kernels += 1
+            return out
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+def _expert_bias(packed: bool, rows: int, h: int, experts: int):
+    """Megatron's TEGroupedMLP._apply_bias (megatron/core/transformer/moe/experts.py) on CPU tensors:
+    the fc2 output plus each expert's bias scaled by the routing prob, in fp32, cast back; the
+    probs and the bias learn. Returns (forward counter, backward counter, bytes autograd keeps)."""
+    out = torch.randn(rows, h, dtype=torch.bfloat16, requires_grad=True)
+    probs = torch.rand(rows, 1, requires_grad=True)
+    split = [rows // experts] * experts
+    kept: dict[int, int] = {}
+
+    def pack(t):
+        kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    bias = torch.randn(experts, h, dtype=torch.bfloat16, requires_grad=True)
+    biases = [torch.randn(h, dtype=torch.bfloat16, requires_grad=True) for _ in range(experts)]
+    counts = torch.tensor(split)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), AllocatingCounter() as fwd:
+        if packed:  # the CUDA-graph-safe path: the bias repeated over the rows on the device
+            rep = torch.repeat_interleave(bias.float(), counts, dim=0, output_size=rows)
+            y = (out.view(-1, h).float() + rep * probs.float()).view(rows, h).to(torch.bfloat16)
+        else:  # host token counts: a Python loop over the local experts
+            parts = zip(torch.split(out.view(-1, h), split), biases, torch.split(probs, split))
+            y = torch.cat([t + b * p for t, b, p in parts]).view(rows, h).to(out.dtype)
+    g = torch.randn_like(y)
+    with AllocatingCounter() as bwd:
+        y.backward(g)
+    return fwd, bwd, sum(kept.values())
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["host-counts-loop", "cuda-graph-packed"])
+@pytest.mark.parametrize("experts", [2, 4])
+def test_megatrons_weighted_expert_bias_moves_and_keeps_what_gpuplan_counts(packed, experts):
+    from gpuplan.estimate.expert_bias import expert_bias_passes
+
+    rows, h = 4096, 512
+    fwd, bwd, kept = _expert_bias(packed, rows, h, experts)
+    (want_f, kernels_f), (want_b, kernels_b), want_kept = expert_bias_passes(experts, packed)
+    # the probs, the biases and the split sizes are O(rows + experts x h): under 1% here
+    assert fwd.bytes / (rows * h) == pytest.approx(want_f, rel=0.01)
+    assert bwd.bytes / (rows * h) == pytest.approx(want_b, rel=0.01)
+    assert (fwd.kernels, bwd.kernels) == (kernels_f, kernels_b)
+    assert kept / (rows * h) == pytest.approx(want_kept, abs=0.03)

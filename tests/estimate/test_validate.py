@@ -201,7 +201,8 @@ def test_fine_grained_moe_is_far_too_fast_and_its_band_says_so(held_out):
     # NCCL's and DeepEP's published NVLink rates, so no GPU term found here closes the rest.
     # gpt-oss-120b (top-4 of 128, FFN 2880) at its recipe's MBS 1 is ~34% too fast (it read ~24%
     # while its full-attention layers were priced at its 128-token window's kernel rate, a bug
-    # that hid part of the gap). This guard keeps both misses visible: MoE predictions are optimistic.
+    # that hid part of the gap), ~25% with the fp32 pass Megatron adds its experts' fc2 bias in
+    # (estimate/expert_bias.py). This guard keeps both misses visible: MoE predictions are optimistic.
     errors = {r.row.id: r.error for r in held_out if r.row.plan.ep > 1}
     assert errors["mb2511-qwen3-30b-a3b"] < -0.5 and -0.35 < errors["mb2511-gpt-oss-120b"] < 0
     band = error_band(
@@ -260,5 +261,6 @@ def test_held_out_runs_are_within_the_issues_targets_for_unseen_runs(held_out):
     # gathered its input again and TE's userbuffers held their own SMs (estimate/layer_comm.py),
     # the H100 fit moving 0.83 -> 0.81 with it and Blackwell's assumed rate following (dense
     # 12.2%: H100 6.4%, B200 12.5%, GB200 14.3%, the 500 W H100 15.3%; torchtitan 15.3%; MoE 23.4%);
-    # 16.1% once torchtitan's per-op SAC re-ran the all-gathers it does not save (8B TP 8: -24% -> -20%)
-    assert summary(held_out)["mean_abs_error"] <= 0.163
+    # 16.1% once torchtitan's per-op SAC re-ran the all-gathers it does not save (8B TP 8: -24% -> -20%);
+    # 15.6% with the fp32 pass Megatron adds biased experts' fc2 bias in (gpt-oss BF16 rows 4-8 points)
+    assert summary(held_out)["mean_abs_error"] <= 0.158

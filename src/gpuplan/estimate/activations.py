@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from gpuplan.estimate.expert_bias import expert_bias_passes
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.training import TrainingConfig
@@ -216,6 +217,10 @@ def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) 
             expert_mlp -= g * m.moe_ffn_size
         # dispatched in/out + expert MLP, router probabilities
         routed = k * (_dispatched_saved(a, g, h, plan.expert_tp) + expert_mlp) + FP32 * m.num_experts
+        if m.mlp_bias and profile == "fused" and not cfg.te_op_fuser:
+            # Megatron's fp32 weighted fc2 bias: under a CUDA graph its multiply keeps the bias
+            # repeated over every routed copy, in fp32, for the probs' gradient (compute.expert_bias_passes)
+            routed += k * expert_bias_passes(1, cfg.full_cuda_graph)[2] * h
         shared = _mlp_saved(m, a, block, m.shared_expert_ffn_size, g) if m.shared_expert_ffn_size else 0.0
         if "shared_experts" in mods:
             shared = 0.0

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from gpuplan.estimate.activations import FP32
 from gpuplan.estimate.comm import efficiency
+from gpuplan.estimate.expert_bias import expert_bias_passes
 from gpuplan.estimate.flops import mean_context
 from gpuplan.estimate.kernels import (
     dtype_bytes,
@@ -172,6 +173,8 @@ class LayerShape:
     fused_ce: bool = True  # the cross-entropy's elementwise passes fused (TrainingConfig.fused_cross_entropy)
     fp8_current: bool = False  # per-tensor FP8 with current scaling: an amax pass before each cast
     moe_dispatcher: str = ""  # the MoE token dispatcher (TrainingConfig.moe_dispatcher; "" not stated)
+    te_op_fuser: bool = False  # TransformerEngine's op fuser runs the experts' MLP (TrainingConfig.te_op_fuser)
+    full_cuda_graph: bool = False  # the whole step one CUDA graph: token counts stay on the device
 
 
 @functools.lru_cache(maxsize=4096)  # keyed on every argument (GPUSpec hashes its efficiency)
@@ -387,6 +390,17 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
                 "moe_permute",
                 fwd=memory_time(gpu, fwd_b * rows_h, kf),
                 b=memory_time(gpu, bwd_b * rows_h, kb),
+                modules=("moe",),
+            )
+        if m.mlp_bias and not s.eager and not s.te_op_fuser:
+            # Megatron adds biased experts' fc2 bias outside the GEMM, weighted by each copy's
+            # routing prob, in fp32 (``expert_bias_passes``); TE's op fuser keeps it in the GEMM
+            rows_h = routed_tokens * local * h
+            (bf, kf), (bb, kb), _ = expert_bias_passes(local, s.full_cuda_graph)
+            out.add(
+                "expert_bias",
+                fwd=memory_time(gpu, bf * rows_h, kf),
+                b=memory_time(gpu, bb * rows_h, kb),
                 modules=("moe",),
             )
     # torchtitan's per-op SAC (activations.per_op_sac_saved) re-runs the block's forward but for the

@@ -104,6 +104,8 @@ def _shape(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) -> LayerShape:
         etp=plan.expert_tp,
         fp8_current=cfg.precision == "fp8" and cfg.fp8_scaling == "current",
         moe_dispatcher=cfg.moe_dispatcher if m.is_moe and plan.ep > 1 else "",
+        te_op_fuser=cfg.te_op_fuser,
+        full_cuda_graph=cfg.full_cuda_graph,
     )
 
 

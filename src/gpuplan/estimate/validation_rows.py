@@ -74,7 +74,7 @@ def _model(arch: str, r: dict[str, str], dropout: float) -> ModelSpec:
 def _row_config(r: dict[str, str]) -> dict[str, Any]:
     """Settings a row's own recipe states where it departs from its source's (optional columns
     ``tp_overlap``, ``ep_overlap`` and ``fp8_params`` yes/no, ``offload_layers``,
-    ``recompute_modules``, ``moe_dispatcher``, ``cuda_graph``, ``optim_dtype``,
+    ``recompute_modules``, ``moe_dispatcher``, ``cuda_graph``, ``te_op_fuser``, ``optim_dtype``,
     ``expandable_segments`` and ``compile``, in the held-out set). ``fp8_params``: the Megatron-Bridge FP8-CS and MXFP8
     presets set fp8_param_gather (src/megatron/bridge/training/mixed_precision.py,
     bf16_with_fp8_current_scaling_mixed and bf16_with_mxfp8_mixed, v0.1.0rc4 to v0.6.0), which the
@@ -91,6 +91,8 @@ def _row_config(r: dict[str, str]) -> dict[str, Any]:
         out["moe_dispatcher"] = r["moe_dispatcher"]
     if r.get("cuda_graph"):  # "full": a full-iteration CUDA graph (Megatron-Bridge v0.6.0 perf_recipes)
         out["full_cuda_graph"] = r["cuda_graph"] == "full"
+    if r.get("te_op_fuser"):  # Megatron-Core use_transformer_engine_op_fuser (TrainingConfig.te_op_fuser)
+        out["te_op_fuser"] = r["te_op_fuser"] == "yes"
     if r.get("recompute_modules"):  # Megatron-Core --recompute-modules, space-separated
         out["recompute_modules"] = tuple(r["recompute_modules"].split())
     if r.get("fp8_params"):  # Megatron-Core --fp8-param-gather (TrainingConfig.fp8_params)

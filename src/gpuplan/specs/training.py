@@ -122,6 +122,10 @@ class TrainingConfig:
     # (estimate/moe_host.py), and whether the whole step is one CUDA graph (no host launches)
     moe_dispatcher: str = ""  # one of MOE_DISPATCHERS
     full_cuda_graph: bool = False
+    # MoE: Megatron-Core's use_transformer_engine_op_fuser: TransformerEngine's op fuser runs the
+    # routed experts' fc1, activation and fc2 with its prob-scaled bias as fused ops (experts.py
+    # TEGroupedMLP._with_fused_impl), so no fp32 bias pass follows fc2 (estimate/expert_bias.py)
+    te_op_fuser: bool = False
     # torch.compile over each transformer block (torchtitan's compile.enable, transformers'
     # torch_compile): Inductor fuses a block's pointwise and reduction ops (norms, rotary, the MLP's
     # activation) into a few kernels, and AOTAutograd's partitioner saves what a fused kernel would
@@ -172,6 +176,13 @@ class TrainingConfig:
             f"the {self.framework} profile runs fused kernels already ({self.profile} profile): torch.compile "
             "has nothing to fuse",
             "drop `compile`, or use `framework=torchtitan` or `framework=hf` (eager PyTorch)",
+        )
+        require(
+            not self.te_op_fuser or self.profile == "fused",
+            "te_op_fuser",
+            f"TransformerEngine's op fuser is a Megatron-Core option; the {self.framework} profile runs "
+            f"{self.profile} kernels",
+            "drop `te_op_fuser`, or use `framework=megatron` or `framework=nemo`",
         )
         require(
             self.moe_dispatcher in MOE_DISPATCHERS,

@@ -171,6 +171,14 @@ def train(
             help="MoE: the whole step is one CUDA graph (no host syncs or per-expert launches).",
         ),
     ] = False,
+    te_op_fuser: Annotated[
+        bool,
+        typer.Option(
+            "--te-op-fuser/--no-te-op-fuser",
+            help="MoE, fused profile: TransformerEngine's op fuser runs the experts' MLP "
+            "(Megatron use_transformer_engine_op_fuser): biased experts' fc2 bias inside the GEMM.",
+        ),
+    ] = False,
     compile_blocks: CompileOpt = False,
     offload_activations: Annotated[
         int,
@@ -303,6 +311,7 @@ def train(
         ep_overlap=ep_overlap,
         moe_dispatcher=moe_dispatcher,
         full_cuda_graph=full_cuda_graph,
+        te_op_fuser=te_op_fuser,
         compile=compile_blocks,
         offload_activation_layers=offload_activations,
         grad_fp32=_grad_fp32(grad_dtype),

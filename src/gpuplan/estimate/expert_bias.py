@@ -1,0 +1,22 @@
+"""Megatron's weighted fc2 bias of biased routed experts (gpt-oss): an fp32 pass after the GEMM."""
+
+from __future__ import annotations
+
+
+def expert_bias_passes(local_experts: int, packed: bool) -> tuple[tuple[float, int], tuple[float, int], float]:
+    """Megatron's weighted fc2 bias of biased experts (TEGroupedMLP._apply_bias, megatron/core/
+    transformer/moe/experts.py): ((bytes per output element, kernels) forward, the same backward,
+    bytes kept for backward per element), outside the GEMM and in fp32.
+
+    With the token counts on the host (every dispatcher that synchronises, moe_host.SYNCS), each
+    local expert's rows add ``bias * prob`` in a Python loop (fp32 by the prob's type), then one
+    concatenation and the cast back: 4 + 10 + 8 + 6 bytes forward, 6 + 6 + 24 + 4 backward (the
+    casts, the two products and sums per expert for the prob's and the bias's gradients, the
+    gradient's concatenation), and only the per-expert bias and probs kept. Under a CUDA graph
+    (counts on the device, Megatron-LM since 883533e049, 2026-08) the packed path upcasts the
+    output, repeats the bias over the rows, multiplies and adds: 36 forward, 40 backward, and the
+    repeated fp32 bias kept for the prob's gradient (4). Counted in torch's own ops by
+    tests/estimate/test_eager_kernels.py."""
+    if packed:
+        return (36, 7), (40, 8), 4
+    return (28, 2 * local_experts + 2), (40, 6 * local_experts + 3), 0
