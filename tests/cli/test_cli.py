@@ -314,12 +314,12 @@ def test_validate_training_held_out_reports_peak_memory_in_both_outputs(capsys):
     assert code == 0, err
     doc = json.loads(out)
     mem = [r for r in doc["rows"] if r["measured_peak_bytes"]]
-    assert doc["peak_memory"]["rows"] == len(mem) == 18
+    assert doc["peak_memory"]["rows"] == len(mem) == 20
     assert all(r["memory_measure"] == "reserved" and r["memory_error"] is not None for r in mem)
     code, out, err = run(["validate", "training-held-out"], capsys)
     assert code == 0, err
     pct = doc["peak_memory"]["mean_abs_error"]
-    assert f"peak memory: 18 rows, mean |error| {pct:.1%}, max {doc['peak_memory']['max_abs_error']:.1%}" in out
+    assert f"peak memory: 20 rows, mean |error| {pct:.1%}, max {doc['peak_memory']['max_abs_error']:.1%}" in out
 
 
 def test_collective_reports_the_ring_volume(capsys):

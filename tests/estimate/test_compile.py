@@ -72,3 +72,55 @@ def test_compile_is_refused_where_the_kernels_are_fused_already():
     with pytest.raises(GpuplanError, match="megatron profile") as e:
         TrainingConfig.for_framework("megatron", seq_len=4096, compile=True)
     assert e.value.field == "compile"
+    with pytest.raises(GpuplanError, match="fused cross-entropy") as e:
+        TrainingConfig.for_framework("nemo", seq_len=4096, compile_loss=True)
+    assert e.value.field == "compile_loss"
+
+
+def _loss_saved_per_logit(compiled: bool) -> float:
+    """Bytes per logit torchtitan's loss (cross_entropy over ``pred.float()``, components/loss.py)
+    saves for backward over bf16 logits, eager and under torch.compile; each storage once."""
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    rows, vocab = 128, 1024
+
+    def loss(pred, labels):
+        return F.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1))
+
+    fn = torch.compile(loss) if compiled else loss
+    pred = torch.randn(2, rows // 2, vocab, dtype=torch.bfloat16, requires_grad=True)
+    kept: dict[int, int] = {}
+
+    def pack(t):
+        kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = fn(pred, torch.randint(0, vocab, (2, rows // 2)))
+    except Exception as e:  # no C++ compiler for Inductor's CPU backend
+        pytest.skip(f"torch.compile unavailable here: {type(e).__name__}")
+    out.backward()
+    assert pred.grad.dtype == torch.bfloat16  # the gradient comes back in the logits' dtype
+    return sum(kept.values()) / (rows * vocab)
+
+
+def test_a_compiled_loss_keeps_the_bf16_logits_not_an_fp32_log_softmax():
+    from gpuplan.estimate.activations import FP32, INDEX
+
+    m = catalog.model("llama-3.1-8b")
+    plan = ParallelPlan(dp=8, zero=3)
+    kw = dict(seq_len=4096, micro_batch=1, global_batch=8)
+    blocks = TrainingConfig.for_framework("torchtitan", compile=True, compile_loss=False, **kw)
+    both = TrainingConfig.for_framework("torchtitan", compile=True, **kw)
+    assert both.compiled_loss and not blocks.compiled_loss
+    eager, fused = activation_breakdown(m, blocks, plan), activation_breakdown(m, both, plan)
+    tokens, vocab = 4096, m.vocab_size
+    # torch's own saved tensors, per logit: eager keeps the fp32 log-softmax (4 bytes), compiled the
+    # bf16 logits (2) and per row two floats and the target
+    assert _loss_saved_per_logit(False) == pytest.approx(FP32, rel=0.01)
+    assert _loss_saved_per_logit(True) == pytest.approx(2, rel=0.02)
+    assert eager.loss_saved == pytest.approx(tokens * (FP32 * vocab + INDEX))
+    assert fused.loss_saved == pytest.approx(tokens * (2 * vocab + 2 * FP32 + INDEX))
+    # and the backward writes one bf16 gradient where eager holds fp32 buffers beside the logits
+    assert fused.loss_transient == tokens * 2 * vocab < eager.loss_transient

@@ -262,5 +262,6 @@ def test_held_out_runs_are_within_the_issues_targets_for_unseen_runs(held_out):
     # the H100 fit moving 0.83 -> 0.81 with it and Blackwell's assumed rate following (dense
     # 12.2%: H100 6.4%, B200 12.5%, GB200 14.3%, the 500 W H100 15.3%; torchtitan 15.3%; MoE 23.4%);
     # 16.1% once torchtitan's per-op SAC re-ran the all-gathers it does not save (8B TP 8: -24% -> -20%);
-    # 15.6% with the fp32 pass Megatron adds biased experts' fc2 bias in (gpt-oss BF16 rows 4-8 points)
-    assert summary(held_out)["mean_abs_error"] <= 0.158
+    # 15.6% with the fp32 pass Megatron adds biased experts' fc2 bias in (gpt-oss BF16 rows 4-8 points);
+    # 15.3% over 96 with Trainy's two H200 torchtitan runs (predicted blind within 1%)
+    assert summary(held_out)["mean_abs_error"] <= 0.155

@@ -65,12 +65,15 @@ def test_torchtitan_held_out_memory_error_as_measured(titan):
     # per-op SAC's own term (activations.per_op_sac_saved) 19.0%, max 47.5%: the 8B SAC rows
     # -0.7..+8.6%. With FSDP2's unsharded fp32 gradients under PP (memory_terms.pp_grad_accumulator)
     # 8.6%, max 18.8%: the 405B rows -36..-48% -> -3..-19%; full-AC rows without PP within 13% (8B
-    # CP +8..+9%, 70B -7%, -13%). See the rows' notes.
+    # CP +8..+9%, 70B -7%, -13%). See the rows' notes. Trainy's two H200 8B runs (2025-06, torch.compile
+    # over blocks and loss) joined at +44%, +43%, predicted before any change: the loss's fp32
+    # log-softmax and buffers, which torchtitan's compiled loss does not keep (TrainingConfig.compile_loss),
+    # then +1%, -1%: 20 rows at 7.7%, max 19.9%.
     s = memory_summary(titan)
-    assert s["rows"] == 18
-    assert s["mean_abs_error"] <= 0.087 and s["max_abs_error"] <= 0.20
+    assert s["rows"] == 20
+    assert s["mean_abs_error"] <= 0.08 and s["max_abs_error"] <= 0.20
     sac = [abs(r.memory_error) for r in titan if r.memory_error is not None and r.row.config.recompute == "selective"]
-    assert len(sac) == 6 and max(sac) <= 0.09
+    assert len(sac) == 8 and max(sac) <= 0.09
     full_no_pp = [
         abs(r.memory_error)
         for r in titan
@@ -86,9 +89,11 @@ def test_torchtitan_held_out_throughput_error_as_measured(titan):
     # it does not keep and every elementwise pass, not the attention core): 11.9%, signed -8.2%. With
     # torch.compile stated (24 of 26 rows; TrainingConfig.compile): 17.8%, every row too fast: the
     # compiled rows had absorbed a bias the two eager rows show (-12%, -14%), and the 8B A/B reads
-    # a 21.6% compile speedup where torchtitan measured 15.7%
+    # a 21.6% compile speedup where torchtitan measured 15.7%. TP collectives paired with their GEMMs
+    # and per-op SAC re-running the all-gathers: 15.3%. Trainy's two H200 rows, predicted blind at
+    # +1.0%, -0.6% (700 W parts): 28 rows at 13.8%, signed -13.8%
     s = summary(titan)
-    assert s["rows"] == 26 and s["mean_abs_error"] <= 0.179 and s["mean_signed_error"] < 0
+    assert s["rows"] == 28 and s["mean_abs_error"] <= 0.142 and s["mean_signed_error"] < 0
 
 
 def test_the_96gb_h100_is_the_sxm_die_at_its_own_memory_bandwidth_and_power():

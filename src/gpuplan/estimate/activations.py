@@ -237,7 +237,13 @@ def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) 
     embedding = INDEX  # token ids saved by the embedding's backward
     head = _norm_saved(m, a, profile, True) / rep_div if m.final_norm else a * h / rep_div
     vocab = m.vocab_size / t  # vocab-parallel LM head and cross-entropy
-    if profile == "eager":
+    if profile == "eager" and cfg.compiled_loss:
+        # Inductor's fused cross-entropy keeps the logits as they are, each row's max and
+        # log-sum-exp and the targets; its backward writes the gradient in the logits' dtype
+        # (tests/estimate/test_compile.py: torch.compile's saved tensors)
+        loss_saved = a * vocab + 2 * FP32 + INDEX
+        loss_transient = a * vocab
+    elif profile == "eager":
         loss_saved = FP32 * vocab + INDEX  # log_softmax output in fp32, targets
         if m.final_logit_softcap:
             loss_saved += a * vocab  # tanh soft-capping of the logits saves its output

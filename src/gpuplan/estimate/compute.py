@@ -167,6 +167,7 @@ class LayerShape:
     attention_kernel: str = "fa3"  # flash kernels: fa3 (FlashAttention-3/cuDNN) or fa2 (SDPA, flash_attn 2)
     eager: bool = False  # PyTorch ops as transformers' modeling code runs them, not fused kernels
     compiled: bool = False  # torch.compile: the block's elementwise ops fused (TrainingConfig.compile)
+    compiled_loss: bool = False  # torch.compile over the loss (TrainingConfig.compiled_loss)
     autocast: bool = False  # torch.autocast over fp32 parameters: fp32 residual stream and casts
     expert_imbalance: float = 1.0  # routed tokens on the busiest expert-parallel GPU over the mean
     etp: int | None = None  # expert tensor parallelism (MoE parallel folding); None: the experts split by tp

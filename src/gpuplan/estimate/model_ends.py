@@ -29,7 +29,15 @@ def head_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape) -> OpTimes:
     d = high_precision(s.dtype)
     out.add("gemm", fwd=gemm_time(gpu, d, T, v, h), b=gemm_time(gpu, d, T, h, v), w=gemm_time(gpu, d, v, h, T))
     logits = T * v
-    f_bytes, f_kernels, b_bytes, b_kernels = cross_entropy_bytes(a, s.fused_ce or s.eager)
+    f_bytes: float
+    b_bytes: float
+    if s.compiled_loss:
+        # Inductor's cross-entropy: one kernel each way, two loops over each row forward (its max,
+        # then the sum of exponentials) and one backward that reads the logits and writes their
+        # gradient in their own dtype, from the row's saved max and log-sum-exp
+        f_bytes, f_kernels, b_bytes, b_kernels = 2 * a, 1, 2 * a, 1
+    else:
+        f_bytes, f_kernels, b_bytes, b_kernels = cross_entropy_bytes(a, s.fused_ce or s.eager)
     out.add("loss", fwd=memory_time(gpu, logits * f_bytes, f_kernels), b=memory_time(gpu, logits * b_bytes, b_kernels))
     return out
 

@@ -98,6 +98,7 @@ def _shape(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) -> LayerShape:
         attention_kernel=cfg.attention_kernel,
         eager=cfg.profile == "eager",
         compiled=cfg.compile,
+        compiled_loss=cfg.compiled_loss,
         autocast=cfg.autocast,
         expert_imbalance=cfg.expert_imbalance if plan.ep > 1 else 1.0,
         fused_ce=cfg.fused_cross_entropy,

@@ -290,7 +290,8 @@ def to_dict(est: TrainEstimate) -> dict:
             "global_batch": req.global_batch,
             "microbatches": req.microbatches,
         },
-        "training": {**dataclasses.asdict(req.config), "tokens": tokens},
+        # compile_loss None means "with compile": the JSON states what ran
+        "training": {**dataclasses.asdict(req.config), "compile_loss": req.config.compiled_loss, "tokens": tokens},
         "memory": {
             "per_gpu": stage_dict(mem.per_gpu),
             "most_loaded_stage": mem.per_gpu.stage,

@@ -101,8 +101,11 @@ def _row_config(r: dict[str, str]) -> dict[str, Any]:
         out["optimizer_dtype"] = r["optim_dtype"]
     if r.get("expandable_segments"):  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the run's env
         out["expandable_segments"] = r["expandable_segments"] == "yes"
-    if r.get("compile"):  # torch.compile over each block (torchtitan's compile.enable)
-        out["compile"] = r["compile"] == "yes"
+    if r.get("compile"):  # torch.compile (torchtitan's compile.enable): "yes" the blocks and the
+        # loss (torchtitan since 2025-04), "model" the blocks alone (its loss compile commented out before)
+        out["compile"] = r["compile"] in ("yes", "model")
+        if r["compile"] == "model":
+            out["compile_loss"] = False
     return out
 
 

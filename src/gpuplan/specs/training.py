@@ -131,6 +131,12 @@ class TrainingConfig:
     # activation) into a few kernels, and AOTAutograd's partitioner saves what a fused kernel would
     # keep, not every eager op's inputs. Only for the eager profile: the fused one is fused already.
     compile: bool = False
+    # torch.compile over the loss too (torchtitan's compile components ["model", "loss"], the default
+    # since bbb1b616e, 2025-04; transformers computes the loss inside the compiled forward): Inductor
+    # fuses the fp32 upcast, log-softmax and NLL, so the loss keeps the bf16 logits and two floats
+    # per row instead of an fp32 log-softmax. None: with ``compile``; False: the blocks alone
+    # (torchtitan before 2025-04 left the loss eager: "compiling loss function causes CUDA errors")
+    compile_loss: bool | None = None
     # The training framework (specs/framework.py): "generic" is gpuplan's defaults, every option
     # open. Build with ``for_framework`` to take a framework's defaults for the fields above.
     framework: str = "generic"
@@ -169,7 +175,18 @@ class TrainingConfig:
         }
         return cls(framework=framework, **{**defaults, **given})
 
+    @property
+    def compiled_loss(self) -> bool:
+        """Whether torch.compile runs the loss (``compile_loss``, else with ``compile``)."""
+        return self.compile if self.compile_loss is None else self.compile_loss
+
     def __post_init__(self) -> None:
+        require(
+            not self.compile_loss or self.profile == "eager",
+            "compile_loss",
+            f"the {self.framework} profile runs a fused cross-entropy already ({self.profile} profile)",
+            "drop `compile_loss`, or use `framework=torchtitan` or `framework=hf` (eager PyTorch)",
+        )
         require(
             not self.compile or self.profile == "eager",
             "compile",
