@@ -137,6 +137,20 @@ SOURCES = (
         dict(grad_fp32=False, fp8_scaling="current", cross_entropy_in_place=True),
         sp=True,
     ),
+    # The NeMo 25.02 summary (the same docs page when 25.02 was current): "FP8 precision (using
+    # NeMo 2.0)", scaling not stated. Its recipes (NVIDIA/NeMo v2.2.0, 7192a2c9, 2025-03-12,
+    # scripts/llm/performance/pretrain_*.py): bf16_with_fp8_mixed (TE delayed scaling, amax history
+    # 1024, fp8_params True) with grad_reduce_in_fp32 False; no cross_entropy_fusion_impl yet
+    # (GPTConfig's cross_entropy_loss_fusion True: Megatron-Core's own fused loss, not TE's in-place
+    # one); utils.py set_primary_perf_configs: sequence_parallel = tp_size > 1.
+    Source(
+        "NeMo 25.02",
+        "NeMo 25.02 (NeMo 2.0, Megatron-Core + TransformerEngine)",
+        "",
+        "nemo",
+        dict(grad_fp32=False),
+        sp=True,
+    ),
     # Megatron-Bridge performance summaries (NeMo 25.11 to 26.06 containers), the same stack a year
     # on: FP8-CS = TE current scaling (every FP8 row is FP8-CS, the pages' "fp8_cs" recipes);
     # FSDP > 0 = Megatron-FSDP (gpuplan's zero 3). Their performance
