@@ -137,6 +137,18 @@ SOURCES = (
         dict(grad_fp32=False, fp8_scaling="current", cross_entropy_in_place=True),
         sp=True,
     ),
+    # NeMo 25.07 (docs.nvidia.com nemo-framework performance-summary.html, 'Container: NeMo 25.07'),
+    # the same FP8-CS wording; its recipes (NVIDIA/NeMo v2.4.0, 2381f42f, 2025-07-25,
+    # scripts/performance/helpers.py): set_precision_configs grad_reduce_in_fp32 False,
+    # cross_entropy_fusion_impl "te", bf16_with_fp8_current_scaling_mixed for "cs".
+    Source(
+        "NeMo 25.07",
+        "NeMo 25.07 (NeMo 2.0, Megatron-Core + TransformerEngine)",
+        "",
+        "nemo",
+        dict(grad_fp32=False, fp8_scaling="current", cross_entropy_in_place=True),
+        sp=True,
+    ),
     # The NeMo 25.02 summary (the same docs page when 25.02 was current): "FP8 precision (using
     # NeMo 2.0)", scaling not stated. Its recipes (NVIDIA/NeMo v2.2.0, 7192a2c9, 2025-03-12,
     # scripts/llm/performance/pretrain_*.py): bf16_with_fp8_mixed (TE delayed scaling, amax history
