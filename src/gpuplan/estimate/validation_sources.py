@@ -122,6 +122,47 @@ SOURCES = (
         dict(grad_fp32=False, master_remainders=True),
         sp=True,
     ),
+    # NeMo 2.0's performance summary for the NeMo 25.04 container (docs.nvidia.com nemo-framework
+    # archive/25.04-performance-summary.html): "per-tensor FP8 quantization, leveraging scaling
+    # factors computed in the current step" (FP8-CS). Its recipes (NVIDIA/NeMo v2.3.0, 2b03b748,
+    # 2025-05-08, scripts/performance/utils.py set_primary_perf_configs): cross_entropy_fusion_impl
+    # "te" with GPTConfig's cross_entropy_loss_fusion True, the precision plugin's
+    # grad_reduce_in_fp32 False, bf16_with_fp8_current_scaling_mixed (fp8_param_gather True, off
+    # under Megatron-FSDP: the row's fp8_params column); the model recipes set sequence parallelism.
+    Source(
+        "NeMo 25.04",
+        "NeMo 25.04 (NeMo 2.0, Megatron-Core + TransformerEngine)",
+        "",
+        "nemo",
+        dict(grad_fp32=False, fp8_scaling="current", cross_entropy_in_place=True),
+        sp=True,
+    ),
+    # NeMo 25.07 (docs.nvidia.com nemo-framework performance-summary.html, 'Container: NeMo 25.07'),
+    # the same FP8-CS wording; its recipes (NVIDIA/NeMo v2.4.0, 2381f42f, 2025-07-25,
+    # scripts/performance/helpers.py): set_precision_configs grad_reduce_in_fp32 False,
+    # cross_entropy_fusion_impl "te", bf16_with_fp8_current_scaling_mixed for "cs".
+    Source(
+        "NeMo 25.07",
+        "NeMo 25.07 (NeMo 2.0, Megatron-Core + TransformerEngine)",
+        "",
+        "nemo",
+        dict(grad_fp32=False, fp8_scaling="current", cross_entropy_in_place=True),
+        sp=True,
+    ),
+    # The NeMo 25.02 summary (the same docs page when 25.02 was current): "FP8 precision (using
+    # NeMo 2.0)", scaling not stated. Its recipes (NVIDIA/NeMo v2.2.0, 7192a2c9, 2025-03-12,
+    # scripts/llm/performance/pretrain_*.py): bf16_with_fp8_mixed (TE delayed scaling, amax history
+    # 1024, fp8_params True) with grad_reduce_in_fp32 False; no cross_entropy_fusion_impl yet
+    # (GPTConfig's cross_entropy_loss_fusion True: Megatron-Core's own fused loss, not TE's in-place
+    # one); utils.py set_primary_perf_configs: sequence_parallel = tp_size > 1.
+    Source(
+        "NeMo 25.02",
+        "NeMo 25.02 (NeMo 2.0, Megatron-Core + TransformerEngine)",
+        "",
+        "nemo",
+        dict(grad_fp32=False),
+        sp=True,
+    ),
     # Megatron-Bridge performance summaries (NeMo 25.11 to 26.06 containers), the same stack a year
     # on: FP8-CS = TE current scaling (every FP8 row is FP8-CS, the pages' "fp8_cs" recipes);
     # FSDP > 0 = Megatron-FSDP (gpuplan's zero 3). Their performance
