@@ -219,7 +219,7 @@ def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) 
         routed = k * (_dispatched_saved(a, g, h, plan.expert_tp) + expert_mlp) + FP32 * m.num_experts
         if m.mlp_bias and profile == "fused" and not cfg.te_op_fuser:
             # Megatron's fp32 weighted fc2 bias: under a CUDA graph its multiply keeps the bias
-            # repeated over every routed copy, in fp32, for the probs' gradient (compute.expert_bias_passes)
+            # repeated over every routed copy, in fp32, for the probs' gradient (estimate/expert_bias.py)
             routed += k * expert_bias_passes(1, cfg.full_cuda_graph)[2] * h
         shared = _mlp_saved(m, a, block, m.shared_expert_ffn_size, g) if m.shared_expert_ffn_size else 0.0
         if "shared_experts" in mods:
