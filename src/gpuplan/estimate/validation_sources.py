@@ -68,6 +68,9 @@ class Source:
 # Megatron-LM 2021-22: no gradient/parameter overlap, and its pipeline p2p blocked
 # (p2p_communication.py at 64a83fb588: batch_isend_irecv, req.wait(), torch.cuda.synchronize())
 _MEGATRON_2021 = dict(attention="eager", overlap_grad_reduce=False, overlap_param_gather=False, overlap_p2p=False)
+# NeMo 2.0 / Megatron-Bridge performance recipes since 2025-04: BF16 gradient reduce, TE current-scaling
+# FP8 (FP8-CS), TransformerEngine's in-place cross-entropy (each Source below says where it read them)
+_NEMO2_FP8CS = dict(grad_fp32=False, fp8_scaling="current", cross_entropy_in_place=True)
 SOURCES = (
     # Narayanan et al. 2021's code (Megatron-LM at 64a83fb588, 2021-03) predates the async
     # all-reduce of the column-parallel dgrad (megatron/mpu/layers.py, 2021-09: 16c90445e7)
@@ -134,7 +137,7 @@ SOURCES = (
         "NeMo 25.04 (NeMo 2.0, Megatron-Core + TransformerEngine)",
         "",
         "nemo",
-        dict(grad_fp32=False, fp8_scaling="current", cross_entropy_in_place=True),
+        _NEMO2_FP8CS,
         sp=True,
     ),
     # NeMo 25.07 (docs.nvidia.com nemo-framework performance-summary.html, 'Container: NeMo 25.07'),
@@ -146,7 +149,7 @@ SOURCES = (
         "NeMo 25.07 (NeMo 2.0, Megatron-Core + TransformerEngine)",
         "",
         "nemo",
-        dict(grad_fp32=False, fp8_scaling="current", cross_entropy_in_place=True),
+        _NEMO2_FP8CS,
         sp=True,
     ),
     # The NeMo 25.02 summary (the same docs page when 25.02 was current): "FP8 precision (using
@@ -177,7 +180,7 @@ SOURCES = (
         "Megatron-Bridge (NeMo container)",
         "",
         "nemo",
-        dict(grad_fp32=False, fp8_scaling="current", cross_entropy_in_place=True),
+        _NEMO2_FP8CS,
         sp=True,
     ),
     # llm-foundry: Composer + PyTorch FSDP FULL_SHARD, amp_bf16 (fp32 masters and reduction),
