@@ -151,23 +151,22 @@ def layer_comm(
             # with overlap (TransformerEngine userbuffers, PyTorch's async TP) a collective hides
             # behind the GEMM it feeds or drains, forward and backward (``tp_partners``); the
             # backward runs each forward collective's transpose
-            t = collective_time(kind, sz, g, gpu)
+            t, sent = collective_time(kind, sz, g, gpu), bytes_sent_per_rank(kind, sz, g.size)
             e = fwd_runs * (max(0.0, t - pf) if cfg.tp_overlap else t)
             sms = UB_SMS[kind] if ub else None
-            comm["tp"].add(kind, sz, g, gpu, count * fwd_runs, exposed=count * e, sms=sms)
+            comm["tp"].record(kind, sent, t, count * fwd_runs, exposed=count * e, sms=sms)
+            if async_bwd and kind == "all-gather":  # the input gathered again beside the dgrad GEMM
+                regather = max(0.0, t - pb)
+                comm["tp"].record(kind, sent, t, count, exposed=count * regather, sms=UB_SMS["bulk"] if ub else None)
+                e += regather
             back = {"all-gather": "reduce-scatter", "reduce-scatter": "all-gather"}.get(kind, kind)
-            t = collective_time(back, sz, g, gpu)
+            t, sent = collective_time(back, sz, g, gpu), bytes_sent_per_rank(back, sz, g.size)
             if async_bwd and kind != "reduce-scatter":  # the dgrad's reduce-scatter or all-reduce beside wgrad
                 e_b, sms = max(0.0, t - pw), (UB_SMS["bulk"] if ub else None)
             else:
                 e_b, sms = (max(0.0, t - pb) if cfg.tp_overlap else t), (UB_SMS[back] if ub else None)
-            comm["tp"].add(back, sz, g, gpu, count, exposed=count * e_b, sms=sms)
+            comm["tp"].record(back, sent, t, count, exposed=count * e_b, sms=sms)
             e += e_b
-            if async_bwd and kind == "all-gather":  # the input gathered again beside the dgrad GEMM
-                t = collective_time(kind, sz, g, gpu)
-                sms = UB_SMS["bulk"] if ub else None
-                comm["tp"].add(kind, sz, g, gpu, count, exposed=count * max(0.0, t - pb), sms=sms)
-                e += max(0.0, t - pb)
             exposed += e
         out["tp"] = exposed
     if plan.cp > 1:

@@ -49,6 +49,7 @@ NVLS_TREE runs only across nodes; tree only all-reduces; PAT only with one GPU p
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 US = 1e-6
@@ -285,6 +286,7 @@ def candidates(kind: str, size: float, ranks: int, nodes: int, f: Fabric) -> lis
     return out
 
 
+@functools.lru_cache(maxsize=65536)  # a pure function of numbers: the search asks the same sizes again
 def choose(kind: str, size: float, ranks: int, nodes: int, f: Fabric) -> Choice:
     """NCCL's pick for ``kind`` of ``size`` bytes over ``ranks`` GPUs on ``nodes`` nodes: the
     candidate with the least predicted time (enqueue.cc ``topoGetAlgoInfo``; NVLS's times with the
