@@ -39,8 +39,20 @@ def test_one_gpu_runs_at_the_rate_the_measured_h100_settled_at():
     rates = [r["tflops"] * 1e12 for r in json.loads((MEASURED / "kernels" / "sustained.json").read_text())["rates"]]
     mamf = gpu.peak("bf16") * gpu.efficiency.gemm_fraction("bf16")
     assert gpu.efficiency.solo_sustained == round(statistics.median(rates[1:]) / mamf, 2)
-    # and a job on one GPU is timed at it, where a multi-GPU one keeps the fitted rate
+    # and a job on one GPU is timed at it, where a multi-GPU one keeps the fitted rate; the JSON says which
     assert one_gpu(gpu).efficiency.sustained == gpu.efficiency.solo_sustained > gpu.efficiency.sustained
+    from gpuplan.estimate.train import TrainRequest, estimate_training, to_dict
+    from gpuplan.specs.parallel import ParallelPlan
+    from gpuplan.specs.training import TrainingConfig
+
+    for dp, rate in ((1, gpu.efficiency.solo_sustained), (8, gpu.efficiency.sustained)):
+        req = TrainRequest(
+            model=catalog.model("llama-3.2-1b"),
+            gpu=gpu,
+            plan=ParallelPlan(dp=dp, zero=1),
+            config=TrainingConfig(seq_len=2048, micro_batch=1, global_batch=dp),
+        )
+        assert to_dict(estimate_training(req))["performance"]["efficiency"]["sustained"] == rate
 
 
 def test_large_gemms_are_predicted_within_ten_percent_of_the_measured_kernels():

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from gpuplan.errors import GpuplanError, field_ref, require
+from gpuplan.estimate.comm import efficiency
 from gpuplan.estimate.flops import Flops, six_nd, training_flops
 from gpuplan.estimate.memory import MemoryReport, estimate_memory, offloaded_layers
 from gpuplan.estimate.params import ParamCounts, count_params
@@ -17,7 +18,7 @@ from gpuplan.estimate.step_time import StepTime, step_time
 from gpuplan.estimate.time import TrainingTime, training_time
 from gpuplan.specs import validity
 from gpuplan.specs.framework import check_plan, get as get_framework
-from gpuplan.specs.hardware import GPUSpec
+from gpuplan.specs.hardware import GPUSpec, one_gpu
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.split import stage_layers
@@ -371,6 +372,7 @@ def vision_dict(m: ModelSpec) -> dict | None:
 
 def performance_dict(st: StepTime, gpu) -> dict:
     """The performance model's prediction: step time, its breakdown and every dimension's traffic."""
+    timed = efficiency(one_gpu(gpu) if st.gpus == 1 else gpu)  # one GPU: its own measured clock
     return {
         "step_s": st.step_s,
         "mfu": st.mfu,
@@ -403,5 +405,11 @@ def performance_dict(st: StepTime, gpu) -> dict:
             }
             for s in st.stages
         ],
-        "efficiency": {"name": gpu.efficiency.name, "assumed": gpu.efficiency.assumed},
+        "efficiency": {
+            "name": gpu.efficiency.name,
+            "assumed": gpu.efficiency.assumed,
+            # the tensor-core rate over the MAMF this plan was timed at: one GPU its own measured
+            # clock (specs/hardware.py one_gpu), several the multi-GPU fit
+            "sustained": timed.sustained,
+        },
     }
