@@ -153,3 +153,14 @@ def test_a_max_model_len_beyond_the_models_context_is_refused_as_vllm_refuses_it
     with pytest.raises(GpuplanError) as e:
         estimate_serving(ServeRequest(catalog.model("llama-3.1-8b"), H100, config=ServeConfig(max_model_len=200_000)))
     assert e.value.field == "max_model_len" and "131072" in str(e.value)
+
+
+def test_a_one_gpu_replica_runs_at_one_gpus_clock_and_a_tp_replica_at_the_multi_gpu_rate():
+    # one GPU waits for no other (specs/hardware.py one_gpu: the measured settled clock); a TP
+    # replica's GPUs meet at every layer's all-reduce, as the multi-GPU fit's runs do
+    m, e = catalog.model("llama-3.1-8b"), H100.efficiency
+    one, two = (
+        to_dict(estimate_serving(ServeRequest(m, H100, input_len=1000, output_len=100, tp=tp))) for tp in (1, 2)
+    )
+    assert (one["sustained"], two["sustained"]) == (e.solo_sustained, e.sustained)
+    assert e.solo_sustained > e.sustained

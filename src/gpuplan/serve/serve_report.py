@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gpuplan.estimate.comm import efficiency
 from gpuplan.serve.engines import engine
 from gpuplan.serve.kv import kv_bytes_per_sequence, kv_bytes_per_token
 from gpuplan.serve.memory import blocks_per_sequence
@@ -97,6 +98,9 @@ def to_dict(e: ServeEstimate) -> dict:
         "prefill_s": e.prefill.seconds,
         "prefill_parts_s": e.prefill.parts,
         "compute_bound_batch": e.compute_bound_batch,
+        # the tensor-core rate over the MAMF the replica is timed at: one GPU its own measured clock,
+        # several GPUs the multi-GPU fit (specs/hardware.py one_gpu; Deployment)
+        "sustained": efficiency(d.gpu).sustained,
         "throughput_curve": [_point(c) for c in e.curve],
         "price_per_gpu_hour": r.price_per_gpu_hour,
         "cost_per_million_input_tokens": e.cost_per_million_input_tokens,
