@@ -110,11 +110,11 @@ def test_a_rate_fitted_to_the_users_runs_also_times_one_gpu_plans():
 
     from gpuplan import catalog
     from gpuplan.estimate.factors import apply_factors
-    from gpuplan.specs.hardware import one_gpu
+    from gpuplan.specs.hardware import for_job
 
     gpu = catalog.gpu("h100-sxm")
-    assert one_gpu(gpu).efficiency.sustained == gpu.efficiency.solo_sustained
+    assert for_job(gpu, 1).efficiency.sustained == gpu.efficiency.solo_sustained
     fitted = dataclasses.replace(gpu, efficiency=apply_factors(gpu.efficiency, {"gemm_sustained": 0.5}))
-    assert one_gpu(fitted).efficiency.sustained == 0.5
+    assert for_job(fitted, 1).efficiency.sustained == 0.5
     other = dataclasses.replace(gpu, efficiency=apply_factors(gpu.efficiency, {"hbm": 0.8}))
-    assert one_gpu(other).efficiency.sustained == gpu.efficiency.solo_sustained
+    assert for_job(other, 1).efficiency.sustained == gpu.efficiency.solo_sustained

@@ -17,7 +17,7 @@ from gpuplan import catalog
 from gpuplan.estimate.kernels import gemm_time
 from gpuplan.runs.compare import compare_run
 from gpuplan.runs.readers import read_telemetry
-from gpuplan.specs.hardware import one_gpu
+from gpuplan.specs.hardware import for_job
 
 ROOT = Path(__file__).resolve().parents[2]
 MEASURED = ROOT / "measurements" / "h100-sxm-2026-11-23"
@@ -40,7 +40,7 @@ def test_one_gpu_runs_at_the_rate_the_measured_h100_settled_at():
     mamf = gpu.peak("bf16") * gpu.efficiency.gemm_fraction("bf16")
     assert gpu.efficiency.solo_sustained == round(statistics.median(rates[1:]) / mamf, 2)
     # and a job on one GPU is timed at it, where a multi-GPU one keeps the fitted rate; the JSON says which
-    assert one_gpu(gpu).efficiency.sustained == gpu.efficiency.solo_sustained > gpu.efficiency.sustained
+    assert for_job(gpu, 1).efficiency.sustained == gpu.efficiency.solo_sustained > gpu.efficiency.sustained
     from gpuplan.estimate.train import TrainRequest, estimate_training, to_dict
     from gpuplan.specs.parallel import ParallelPlan
     from gpuplan.specs.training import TrainingConfig
@@ -56,7 +56,7 @@ def test_one_gpu_runs_at_the_rate_the_measured_h100_settled_at():
 
 
 def test_large_gemms_are_predicted_within_ten_percent_of_the_measured_kernels():
-    gpu = one_gpu(catalog.gpu("h100-sxm"))  # timed alone on one GPU
+    gpu = for_job(catalog.gpu("h100-sxm"), 1)  # timed alone on one GPU
     rows = json.loads((MEASURED / "kernels" / "gemm.json").read_text())["rows"]
     for dtype in ("bf16", "fp8"):
         big = [r for r in rows if r["dtype"] == dtype and 2 * r["m"] * r["n"] * r["k"] >= 1e12]
@@ -83,7 +83,7 @@ def test_eager_hugging_face_steps_on_one_h100_are_predicted_within_sixteen_perce
     }
     assert len(errors) == 13
     # before the eager kernel inventory, autocast casts and SDPA's cuDNN rates: mean 23%, max 40%.
-    # Timed at one GPU's measured clock (one_gpu, 0.87 of the MAMF) since the multi-GPU fit moved
+    # Timed at one GPU's measured clock (for_job, 0.87 of the MAMF) since the multi-GPU fit moved
     # to 0.81: every run ~2 points faster, the four Qwen 0.5-0.6B runs -13..-15% (too fast: their
     # 896-1024-wide kernels are short enough for host time the model does not count to show)
     assert statistics.mean(abs(e) for e in errors.values()) <= 0.07, errors

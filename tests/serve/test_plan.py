@@ -156,7 +156,7 @@ def test_a_max_model_len_beyond_the_models_context_is_refused_as_vllm_refuses_it
 
 
 def test_a_one_gpu_replica_runs_at_one_gpus_clock_and_a_tp_replica_at_the_multi_gpu_rate():
-    # one GPU waits for no other (specs/hardware.py one_gpu: the measured settled clock); a TP
+    # one GPU waits for no other (specs/hardware.py for_job: the measured settled clock); a TP
     # replica's GPUs meet at every layer's all-reduce, as the multi-GPU fit's runs do
     m, e = catalog.model("llama-3.1-8b"), H100.efficiency
     one, two = (

@@ -72,7 +72,7 @@ def test_errors_stay_within_what_was_last_measured():
     # them, CSV notes): 9.0%, 50.1%, 354% over 73 rows; the steady-state rows 7.8%, 34.6%, 66%.
     # TTFT with the wait behind other prompts' prefills (steady_state.prefill_wait, M/D/1):
     # 8.0%, 42.9%, 354%; steady-state 6.8%, 27.6%, 66% (NIM c5/c25/c50 TTFT -26/-41/-51% -> -17/-8/-1%)
-    # One-GPU replicas at one GPU's measured clock (specs/hardware.py one_gpu, 0.87 of the MAMF where
+    # One-GPU replicas at one GPU's measured clock (specs/hardware.py for_job, 0.87 of the MAMF where
     # the multi-GPU fit reads 0.81): medians and p90 unchanged; the one-GPU rows 2-6 points faster,
     # TensorRT-LLM v0.5's Llama-2-7B TTFT -11% -> -16% (its trtllm-0.6 engine's max); the multi-GPU
     # fit at 0.81 with Blackwell's assumed rate following it: 7.7%, 42.0% (TRT-LLM v0.19's B200

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from gpuplan.estimate.expert_bias import expert_bias_passes
+from gpuplan.estimate.expert_bias import expert_bias_kept
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.training import TrainingConfig
@@ -220,7 +220,7 @@ def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) 
         if m.mlp_bias and profile == "fused" and not cfg.te_op_fuser:
             # Megatron's fp32 weighted fc2 bias: under a CUDA graph its multiply keeps the bias
             # repeated over every routed copy, in fp32, for the probs' gradient (estimate/expert_bias.py)
-            routed += k * expert_bias_passes(1, cfg.full_cuda_graph)[2] * h
+            routed += k * expert_bias_kept(cfg.full_cuda_graph) * h
         shared = _mlp_saved(m, a, block, m.shared_expert_ffn_size, g) if m.shared_expert_ffn_size else 0.0
         if "shared_experts" in mods:
             shared = 0.0

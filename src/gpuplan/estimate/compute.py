@@ -397,7 +397,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
             # Megatron adds biased experts' fc2 bias outside the GEMM, weighted by each copy's
             # routing prob, in fp32 (``expert_bias_passes``); TE's op fuser keeps it in the GEMM
             rows_h = routed_tokens * local * h
-            (bf, kf), (bb, kb), _ = expert_bias_passes(local, s.full_cuda_graph)
+            (bf, kf), (bb, kb) = expert_bias_passes(local, s.full_cuda_graph)
             out.add(
                 "expert_bias",
                 fwd=memory_time(gpu, bf * rows_h, kf),

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 
-def expert_bias_passes(local_experts: int, packed: bool) -> tuple[tuple[float, int], tuple[float, int], float]:
+def expert_bias_passes(local_experts: int, packed: bool) -> tuple[tuple[float, int], tuple[float, int]]:
     """Megatron's weighted fc2 bias of biased experts (TEGroupedMLP._apply_bias, megatron/core/
-    transformer/moe/experts.py): ((bytes per output element, kernels) forward, the same backward,
-    bytes kept for backward per element), outside the GEMM and in fp32.
+    transformer/moe/experts.py): ((bytes per output element, kernels) forward, the same backward),
+    outside the GEMM and in fp32; what it keeps for backward is ``expert_bias_kept``.
 
     With the token counts on the host (every dispatcher that synchronises, moe_host.SYNCS), each
     local expert's rows add ``bias * prob`` in a Python loop (fp32 by the prob's type), then one
@@ -18,5 +18,12 @@ def expert_bias_passes(local_experts: int, packed: bool) -> tuple[tuple[float, i
     repeated fp32 bias kept for the prob's gradient (4). Counted in torch's own ops by
     tests/estimate/test_eager_kernels.py."""
     if packed:
-        return (36, 7), (40, 8), 4
-    return (28, 2 * local_experts + 2), (40, 6 * local_experts + 3), 0
+        return (36, 7), (40, 8)
+    return (28, 2 * local_experts + 2), (40, 6 * local_experts + 3)
+
+
+def expert_bias_kept(packed: bool) -> float:
+    """Bytes per output element the weighted bias keeps for backward (``expert_bias_passes``): the
+    packed path's repeated fp32 bias, which its multiply saves for the prob's gradient; the loop
+    keeps only each expert's bias and probs."""
+    return 4.0 if packed else 0.0

@@ -109,7 +109,7 @@ def apply_factors(base: Efficiency, values: dict[str, float]) -> Efficiency:
         base,
         sustained=v["gemm_sustained"],
         # a rate fitted to the user's runs stands for one GPU too: the catalog's measured
-        # single-GPU rate (one_gpu) would otherwise override it on one-GPU plans
+        # single-GPU rate (for_job) would otherwise override it on one-GPU plans
         solo_sustained=None if "gemm_sustained" in values else base.solo_sustained,
         attention_scale=v["attention_scale"],  # every kernel's rate (Efficiency.attention_fractions)
         hbm=v["hbm"],

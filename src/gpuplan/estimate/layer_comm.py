@@ -47,18 +47,11 @@ class CommLine:
         return max(0.0, self.time - self.exposed)
 
     def add(
-        self,
-        kind: str,
-        size: float,
-        group: Group,
-        gpu: GPUSpec,
-        count: float,
-        exposed: float | None = None,
-        sms: int | None = None,
+        self, kind: str, size: float, group: Group, gpu: GPUSpec, count: float, exposed: float | None = None
     ) -> float:
         """Record ``count`` collectives of ``size`` bytes; returns the seconds of one."""
         t = collective_time(kind, size, group, gpu)
-        self.record(kind, bytes_sent_per_rank(kind, size, group.size), t, count, exposed, sms)
+        self.record(kind, bytes_sent_per_rank(kind, size, group.size), t, count, exposed)
         return t
 
     def record(
@@ -88,8 +81,11 @@ class CommLine:
 # GEMM (qkv_fprop, fc1_fprop and, backward, proj_dgrad, fc2_dgrad) are "ring_exchange" on the copy
 # engine with num_sm 1; the reduce-scatters after a GEMM (proj_fprop, fc2_fprop) are "pipeline"
 # and the backward's gather again and dgrad reduce-scatter (qkv/fc1_dgrad, qkv/fc1_wgrad) "bulk",
-# both num_sm 16
-UB_SMS = {"all-gather": 1, "reduce-scatter": 16, "all-reduce": 16, "bulk": 16}
+# both num_sm 16. Megatron runs them only with sequence parallelism (megatron/training/arguments.py:
+# "Tensor parallel communication/GEMM overlap can happen only when sequence parallelism is enabled")
+UB_SMS = {"all-gather": 1, "reduce-scatter": 16, "bulk": 16}
+# the collective a forward one's backward runs
+TRANSPOSE = {"all-gather": "reduce-scatter", "reduce-scatter": "all-gather", "all-reduce": "all-reduce"}
 
 
 def layer_comm(
@@ -137,7 +133,7 @@ def layer_comm(
         # 4.2.2), then reduce-scatter the dgrad while the wgrad GEMM runs; without it the dgrad's
         # all-reduce runs beside the wgrad GEMM. PyTorch's DTensor TP keeps the gathered input.
         async_bwd = cfg.profile == "fused" if cfg.tp_async_backward is None else cfg.tp_async_backward
-        ub = cfg.tp_overlap and cfg.profile == "fused"  # TransformerEngine's userbuffers: their SMs
+        ub = cfg.tp_overlap and cfg.profile == "fused" and shape.sp  # TransformerEngine's userbuffers: their SMs
         op_sac = "op_sac" in cfg.recomputed
         exposed = 0.0
         for i, (kind, sz) in enumerate(per):
@@ -159,7 +155,7 @@ def layer_comm(
                 regather = max(0.0, t - pb)
                 comm["tp"].record(kind, sent, t, count, exposed=count * regather, sms=UB_SMS["bulk"] if ub else None)
                 e += regather
-            back = {"all-gather": "reduce-scatter", "reduce-scatter": "all-gather"}.get(kind, kind)
+            back = TRANSPOSE[kind]
             t, sent = collective_time(back, sz, g, gpu), bytes_sent_per_rank(back, sz, g.size)
             if async_bwd and kind != "reduce-scatter":  # the dgrad's reduce-scatter or all-reduce beside wgrad
                 e_b, sms = max(0.0, t - pw), (UB_SMS["bulk"] if ub else None)

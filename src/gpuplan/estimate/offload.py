@@ -38,7 +38,7 @@ from gpuplan.errors import DoesNotFit, GpuplanError, require
 from gpuplan.estimate.flops import training_flops
 from gpuplan.estimate.memory import estimate_memory
 from gpuplan.estimate.params import count_params
-from gpuplan.specs.hardware import GPUSpec, one_gpu
+from gpuplan.specs.hardware import GPUSpec, for_job
 from gpuplan.specs.host import HostSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
@@ -176,7 +176,7 @@ def estimate_offload_training(req: OffloadTrainRequest) -> OffloadTrainEstimate:
         cpu_b, disk_b = per_host * n, per_disk * n
     fl = training_flops(m, c.seq_len, c.recompute, modules=c.recomputed)
     tokens = c.seq_len * c.micro_batch * req.microbatches  # per rank per step
-    eff = (one_gpu(g) if p.world_size == 1 else g).efficiency  # one GPU: its own clock
+    eff = for_job(g, p.world_size).efficiency  # one GPU: its own clock
     dtype = c.compute_dtype
     rate = g.peak(dtype) * (eff.gemm_fraction(dtype) * eff.sustained if eff else _GEMM_EFF) / p.tp
     compute = tokens * fl.hardware_per_token / rate

@@ -30,7 +30,7 @@ from gpuplan.estimate.model_ends import embedding_times, head_times
 from gpuplan.estimate.stage_params import stage_params
 from gpuplan.pipeline.bubble import pipeline_bubble
 from gpuplan.specs import schedules, validity
-from gpuplan.specs.hardware import GPUSpec, one_gpu
+from gpuplan.specs.hardware import GPUSpec, for_job
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.split import stage_layers
@@ -128,8 +128,7 @@ def optimizer_bytes_moved(cfg: TrainingConfig) -> float:
 
 def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpec, microbatches: int) -> StepTime:
     """Predicted seconds per optimizer step, with its breakdown (see the module docstring)."""
-    if plan.world_size == 1:  # one GPU waits for no other: its own clock (specs/hardware.py)
-        gpu = one_gpu(gpu)
+    gpu = for_job(gpu, plan.world_size)  # one GPU waits for no other: its own clock
     groups = place(plan, gpu, tuple(plan.order.split("-")))
     # the expert groups (etp, ep, edp) regroup each stage's tp x cp x dp ranks (MoE parallel
     # folding; with etp unset, etp = tp as in Megatron, which gives the unfolded groups)

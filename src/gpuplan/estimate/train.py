@@ -18,7 +18,7 @@ from gpuplan.estimate.step_time import StepTime, step_time
 from gpuplan.estimate.time import TrainingTime, training_time
 from gpuplan.specs import validity
 from gpuplan.specs.framework import check_plan, get as get_framework
-from gpuplan.specs.hardware import GPUSpec, one_gpu
+from gpuplan.specs.hardware import GPUSpec, for_job
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.split import stage_layers
@@ -372,7 +372,7 @@ def vision_dict(m: ModelSpec) -> dict | None:
 
 def performance_dict(st: StepTime, gpu) -> dict:
     """The performance model's prediction: step time, its breakdown and every dimension's traffic."""
-    timed = efficiency(one_gpu(gpu) if st.gpus == 1 else gpu)  # one GPU: its own measured clock
+    timed = efficiency(for_job(gpu, st.gpus))  # one GPU: its own measured clock
     return {
         "step_s": st.step_s,
         "mfu": st.mfu,
@@ -409,7 +409,7 @@ def performance_dict(st: StepTime, gpu) -> dict:
             "name": gpu.efficiency.name,
             "assumed": gpu.efficiency.assumed,
             # the tensor-core rate over the MAMF this plan was timed at: one GPU its own measured
-            # clock (specs/hardware.py one_gpu), several the multi-GPU fit
+            # clock (specs/hardware.py for_job), several the multi-GPU fit
             "sustained": timed.sustained,
         },
     }

@@ -33,7 +33,7 @@ from gpuplan.search.advice import no_plan_error, smallest_fitting_plan
 from gpuplan.search.constraints import SEARCH_SCHEDULES, Constraints, parse_choices
 from gpuplan.search.space import RECOMPUTE_ORDER, Fits, enumerate_layouts, feasible_plans, layout_view, valid_layouts
 from gpuplan.specs.framework import get as get_framework
-from gpuplan.specs.hardware import GPUSpec, one_gpu
+from gpuplan.specs.hardware import GPUSpec, for_job
 from gpuplan.specs.host import HostSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
@@ -172,8 +172,8 @@ def search(
             rejected["ZeRO stage or recompute not asked for (`zero`, `recompute`)"] += extra
             considered += extra
         if len(fit.layout):
-            # one GPU runs at its own clock, as step_time times it (specs/hardware.py one_gpu)
-            bound = fit.grid.compute_bound(one_gpu(gpu) if world == 1 else gpu, fit.mb)[fit.layout, fit.mbs, fit.rec]
+            # one GPU runs at its own clock, as step_time times it (specs/hardware.py for_job)
+            bound = fit.grid.compute_bound(for_job(gpu, world), fit.mb)[fit.layout, fit.mbs, fit.rec]
             # cost: GPU-seconds per step (tokens per step are the same for every plan)
             pools.append((fit, bound * (world if objective == "cost" else 1), world if objective == "cost" else 1))
     if not pools and not offloaded:

@@ -99,7 +99,7 @@ def to_dict(e: ServeEstimate) -> dict:
         "prefill_parts_s": e.prefill.parts,
         "compute_bound_batch": e.compute_bound_batch,
         # the tensor-core rate over the MAMF the replica is timed at: one GPU its own measured clock,
-        # several GPUs the multi-GPU fit (specs/hardware.py one_gpu; Deployment)
+        # several GPUs the multi-GPU fit (specs/hardware.py for_job; Deployment)
         "sustained": efficiency(d.gpu).sustained,
         "throughput_curve": [_point(c) for c in e.curve],
         "price_per_gpu_hour": r.price_per_gpu_hour,

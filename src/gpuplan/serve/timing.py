@@ -43,7 +43,7 @@ from gpuplan.serve.formats import KVFormat, WeightFormat
 from gpuplan.serve.kv import cached_tokens, kv_bytes_per_token_layer, kv_heads_per_gpu
 from gpuplan.serve.weights import tensor_bits, tensor_tp
 from gpuplan.specs import validity
-from gpuplan.specs.hardware import GPUSpec, one_gpu
+from gpuplan.specs.hardware import GPUSpec, for_job
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
 
@@ -77,8 +77,8 @@ class Deployment:
         require(isinstance(self.tp, int) and self.tp >= 1, "tp", f"must be a positive integer, got {self.tp!r}")
         require(isinstance(self.pp, int) and self.pp >= 1, "pp", f"must be a positive integer, got {self.pp!r}")
         validity.require_serving(m, self.tp, self.pp)  # heads over tp, KV heads split or replicated, pp
-        if self.gpus == 1:  # a replica on one GPU waits for no other: its own clock (specs/hardware.py)
-            object.__setattr__(self, "gpu", one_gpu(self.gpu))
+        # a replica on one GPU waits for no other: its own clock (specs/hardware.py for_job)
+        object.__setattr__(self, "gpu", for_job(self.gpu, self.gpus))
 
     @property
     def gpus(self) -> int:

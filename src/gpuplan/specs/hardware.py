@@ -36,7 +36,7 @@ class Efficiency:
     # not measured, ``sustained`` stands for it). ``sustained`` is fitted over multi-GPU runs, which
     # also wait at every collective for the slowest of their GPUs: identical GPUs differ by 8% on
     # average (max 22%) under power management (Sinha et al., SC22, "Not All GPUs Are Created
-    # Equal"). A job on one GPU waits for none (``one_gpu``).
+    # Equal"). A job on one GPU waits for none (``for_job``).
     solo_sustained: float | None = None
     # FlashAttention-2 kernels (PyTorch SDPA's flash backend, the flash_attn 2 package) where the GPU's
     # best fused kernel (flash_fwd/bwd: FlashAttention-3 or cuDNN on Hopper) is faster; 0: the same
@@ -319,11 +319,11 @@ class GPUSpec:
         )
 
 
-def one_gpu(gpu: GPUSpec) -> GPUSpec:
-    """``gpu`` as a job on it alone runs it: at the rate one GPU holds by itself
-    (``Efficiency.solo_sustained``, measured) where the family states one, not the multi-GPU
-    runs' fitted ``sustained``, which also waits for the slowest of many GPUs."""
+def for_job(gpu: GPUSpec, gpus: int) -> GPUSpec:
+    """``gpu`` as a job on ``gpus`` of them runs it: one GPU alone at the rate it holds by itself
+    (``Efficiency.solo_sustained``, measured) where the family states one; several at the
+    multi-GPU runs' fitted ``sustained``, which also waits for the slowest of them."""
     e = gpu.efficiency
-    if e is None or e.solo_sustained is None or e.solo_sustained == e.sustained:
+    if gpus != 1 or e is None or e.solo_sustained is None or e.solo_sustained == e.sustained:
         return gpu
     return dataclasses.replace(gpu, efficiency=dataclasses.replace(e, sustained=e.solo_sustained))
