@@ -5,6 +5,7 @@
 #   bash scripts/gpu_campaign.sh runs      # all kernel families, then the training runs below
 #   bash scripts/gpu_campaign.sh profile   # GEMMs again (CUDA graphs), profiler traces, torch.compile
 #   bash scripts/gpu_campaign.sh waves     # GEMM time across wave boundaries; eager elementwise kernels
+#   bash scripts/gpu_campaign.sh moe       # grouped GEMMs of MoE experts, router and permutation kernels
 set -uo pipefail
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 R=${OUT:-/tmp/out}/results
@@ -46,6 +47,9 @@ profile)
   STEPS=10 train pythia-1.4b 2048 4 none --profile-trace
   STEPS=30 train llama-3.2-1b 4096 2 none --compile
   STEPS=30 train qwen3-0.6b 4096 4 none --compile
+  ;;
+moe)
+  timeout 420 python3 scripts/measure_moe_gpu.py --out "$R/kernels" 2>&1 | tail -400
   ;;
 waves)
   timeout 300 python3 scripts/measure_gpu.py --out "$R/kernels" --only env,waves,eltwise 2>&1 | tail -5

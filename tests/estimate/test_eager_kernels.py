@@ -224,12 +224,12 @@ class AllocatingCounter(ByteCounter):
         return super().__torch_dispatch__(func, types, args, kwargs)
 
 
-def _expert_bias(packed: bool, rows: int, h: int, experts: int):
+def _expert_bias(packed: bool, rows: int, h: int, experts: int, fp32_probs: bool = True):
     """Megatron's TEGroupedMLP._apply_bias (megatron/core/transformer/moe/experts.py) on CPU tensors:
     the fc2 output plus each expert's bias scaled by the routing prob, in fp32, cast back; the
     probs and the bias learn. Returns (forward counter, backward counter, bytes autograd keeps)."""
     out = torch.randn(rows, h, dtype=torch.bfloat16, requires_grad=True)
-    probs = torch.rand(rows, 1, requires_grad=True)
+    probs = torch.rand(rows, 1, dtype=torch.float32 if fp32_probs else torch.bfloat16, requires_grad=True)
     split = [rows // experts] * experts
     kept: dict[int, int] = {}
 
@@ -253,17 +253,69 @@ def _expert_bias(packed: bool, rows: int, h: int, experts: int):
     return fwd, bwd, sum(kept.values())
 
 
-@pytest.mark.parametrize("packed", [False, True], ids=["host-counts-loop", "cuda-graph-packed"])
+@pytest.mark.parametrize(
+    ("packed", "fp32_probs"),
+    [(False, True), (False, False), (True, True)],
+    ids=["host-counts-loop-fp32-probs", "host-counts-loop-bf16-probs", "cuda-graph-packed"],
+)
 @pytest.mark.parametrize("experts", [2, 4])
-def test_megatrons_weighted_expert_bias_moves_and_keeps_what_gpuplan_counts(packed, experts):
+def test_megatrons_weighted_expert_bias_moves_and_keeps_what_gpuplan_counts(packed, fp32_probs, experts):
     from gpuplan.estimate.expert_bias import expert_bias_kept, expert_bias_passes
 
     rows, h = 4096, 512
-    fwd, bwd, kept = _expert_bias(packed, rows, h, experts)
-    (want_f, kernels_f), (want_b, kernels_b) = expert_bias_passes(experts, packed)
+    fwd, bwd, kept = _expert_bias(packed, rows, h, experts, fp32_probs)
+    (want_f, kernels_f), (want_b, kernels_b) = expert_bias_passes(experts, packed, fp32_probs)
     want_kept = expert_bias_kept(packed)
     # the probs, the biases and the split sizes are O(rows + experts x h): under 1% here
     assert fwd.bytes / (rows * h) == pytest.approx(want_f, rel=0.01)
     assert bwd.bytes / (rows * h) == pytest.approx(want_b, rel=0.01)
     assert (fwd.kernels, bwd.kernels) == (kernels_f, kernels_b)
     assert kept / (rows * h) == pytest.approx(want_kept, abs=0.03)
+
+
+def _megatron_rope(t, freqs, mscale: float):
+    """Megatron's _apply_rotary_pos_emb_bshd (megatron/core/models/common/embeddings/rope_utils.py
+    at 0d8e0714, lines 92-126), not interleaved, on CPU tensors."""
+    rot_dim = freqs.shape[-1]
+    t, t_pass = t[..., :rot_dim], t[..., rot_dim:]
+    cos_ = (torch.cos(freqs) * mscale).to(t.dtype)
+    sin_ = (torch.sin(freqs) * mscale).to(t.dtype)
+    x1, x2 = torch.chunk(t, 2, dim=-1)
+    t = (t * cos_) + (torch.cat((-x2, x1), dim=-1) * sin_)
+    return torch.cat((t, t_pass), dim=-1)
+
+
+def test_megatrons_unfused_yarn_rope_moves_what_gpuplan_counts():
+    from gpuplan.estimate.unfused_ops import yarn_rope_passes
+
+    s, b, heads, d = 512, 8, 64, 64  # cos and sin are [s, 1, 1, d]: 1/512 of the rotated tensor
+    t = torch.randn(s, b, heads, d, dtype=torch.bfloat16, requires_grad=True)
+    freqs = torch.randn(s, 1, 1, d)
+    with AllocatingCounter() as fwd:
+        y = _megatron_rope(t, freqs, 1.347)
+    g = torch.randn_like(y)
+    with AllocatingCounter() as bwd:
+        y.backward(g)
+    (want_f, kernels_f), (want_b, kernels_b) = yarn_rope_passes(2)
+    assert fwd.bytes / t.numel() == pytest.approx(want_f, rel=0.01)
+    assert bwd.bytes / t.numel() == pytest.approx(want_b, rel=0.01)
+    assert (fwd.kernels, bwd.kernels) == (kernels_f, kernels_b)
+
+
+def test_megatrons_activation_clamp_moves_what_gpuplan_counts():
+    from gpuplan.estimate.unfused_ops import glu_clamp_passes
+
+    # weighted_bias_quick_geglu_impl's clamps (megatron/core/fusions/fused_bias_geglu.py at
+    # 0d8e0714, lines 424-432), per element of the activation's output (half of its input)
+    rows, ffn, limit = 4096, 256, 7.0
+    x = torch.randn(rows, 2 * ffn, dtype=torch.bfloat16, requires_grad=True)
+    with AllocatingCounter() as fwd:
+        x_glu, x_linear = x.chunk(2, -1)
+        y = torch.cat((x_glu.clamp(min=None, max=limit), x_linear.clamp(min=-limit, max=limit)), -1)
+    g = torch.randn_like(y)
+    with AllocatingCounter() as bwd:
+        y.backward(g)
+    (want_f, kernels_f), (want_b, kernels_b) = glu_clamp_passes(2)
+    assert fwd.bytes / (rows * ffn) == pytest.approx(want_f, rel=0.01)
+    assert bwd.bytes / (rows * ffn) == pytest.approx(want_b, rel=0.01)
+    assert (fwd.kernels, bwd.kernels) == (kernels_f, kernels_b)

@@ -202,7 +202,8 @@ def test_fine_grained_moe_is_far_too_fast_and_its_band_says_so(held_out):
     # gpt-oss-120b (top-4 of 128, FFN 2880) at its recipe's MBS 1 is ~34% too fast (it read ~24%
     # while its full-attention layers were priced at its 128-token window's kernel rate, a bug
     # that hid part of the gap), ~25% with the fp32 pass Megatron adds its experts' fc2 bias in
-    # (estimate/expert_bias.py). This guard keeps both misses visible: MoE predictions are optimistic.
+    # (estimate/expert_bias.py), ~20% with its unfused YaRN rotary and activation clamps
+    # (estimate/unfused_ops.py). This guard keeps both misses visible: MoE predictions are optimistic.
     errors = {r.row.id: r.error for r in held_out if r.row.plan.ep > 1}
     assert errors["mb2511-qwen3-30b-a3b"] < -0.5 and -0.35 < errors["mb2511-gpt-oss-120b"] < 0
     band = error_band(
@@ -266,5 +267,8 @@ def test_held_out_runs_are_within_the_issues_targets_for_unseen_runs(held_out):
     # 16.1% once torchtitan's per-op SAC re-ran the all-gathers it does not save (8B TP 8: -24% -> -20%);
     # 15.6% with the fp32 pass Megatron adds biased experts' fc2 bias in (gpt-oss BF16 rows 4-8 points);
     # 15.3% over 96 with Trainy's two H200 torchtitan runs (predicted blind within 1%)
-    # 15.3% over 112 with NeMo 25.04 (GB200, 6 rows), 25.02 (B200 6, H100 1) and 25.07 (GB200, 3) added, predicted blind
-    assert summary(held_out)["mean_abs_error"] <= 0.155
+    # 15.3% over 112 with NeMo 25.04 (GB200, 6 rows), 25.02 (B200 6, H100 1) and 25.07 (GB200, 3) added, predicted blind;
+    # 14.8% once routed experts paid their part-filled row tiles (kernels.row_tiles, measured on an
+    # H100) and gpt-oss its unfused YaRN rotary and activation clamps, its fc2 bias in the probs'
+    # bf16 under the alltoall dispatcher (estimate/unfused_ops.py; gpt-oss rows 2-8 points closer)
+    assert summary(held_out)["mean_abs_error"] <= 0.15

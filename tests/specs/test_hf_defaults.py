@@ -48,3 +48,47 @@ def test_gemma3_as_published_keeps_its_128k_context():
         }
     )
     assert spec.max_position_embeddings == 131072
+
+
+@pytest.mark.parametrize(
+    "rope",
+    [
+        {"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096},  # gpt-oss
+        {
+            "rope_type": "yarn",
+            "factor": 40.0,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+            "original_max_position_embeddings": 4096,
+        },
+        {
+            "rope_type": "yarn",
+            "factor": 40.0,
+            "mscale": 0.707,
+            "mscale_all_dim": 1.0,
+            "original_max_position_embeddings": 4096,
+        },
+        {"rope_type": "yarn", "factor": 4.0, "attention_factor": 1.25, "original_max_position_embeddings": 4096},
+        {"rope_type": "linear", "factor": 8.0},
+    ],
+    ids=["factor-only", "equal-mscales", "unequal-mscales", "explicit", "not-yarn"],
+)
+def test_yarns_attention_factor_is_what_transformers_scales_cos_and_sin_by(rope):
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    sizes = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, vocab_size=256)
+    config = transformers.LlamaConfig(**sizes, rope_parameters={**rope, "rope_theta": 10000.0})
+    want = ROPE_INIT_FUNCTIONS["yarn"](config, "cpu")[1] if rope["rope_type"] == "yarn" else 1.0
+    spec = model_from_hf_config({"model_type": "llama", **sizes, "rope_scaling": rope})
+    assert spec.rope_attention_factor == pytest.approx(want)
+
+
+def test_a_deepseek_yarn_with_equal_mscales_has_no_attention_factor_and_gpt_oss_has_its_clamp():
+    from gpuplan import catalog
+
+    # DeepSeek-V3's config.json: factor 40, mscale = mscale_all_dim = 1 -> their ratio, 1
+    assert catalog.model("deepseek-v3").rope_attention_factor == 1.0
+    oss = catalog.model("gpt-oss-120b")
+    assert oss.rope_attention_factor == pytest.approx(0.1 * __import__("math").log(32) + 1)
+    assert oss.glu_clamp == transformers.GptOssConfig().swiglu_limit
+    assert catalog.model("llama-3.1-8b").glu_clamp is None

@@ -38,6 +38,7 @@ from gpuplan.estimate.moe_dispatch import dispatcher_copy_passes
 from gpuplan.estimate.moe_host import te_stream_chain
 from gpuplan.estimate.params import Tensor, layer_tensors, op_sac_kept
 from gpuplan.estimate.stage_params import _local_shape
+from gpuplan.estimate.unfused_ops import glu_clamp_passes, yarn_rope_passes
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.training import LOW_PRECISION
@@ -210,8 +211,11 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
         # batched GEMM below pays it once (moe_host.te_stream_chain); eager frameworks' grouped
         # GEMM is one kernel
         gap = (te_stream_chain(experts) - 1) * efficiency(gpu).kernel_overhead_s if t.expert and not s.eager else 0.0
-        fwd_g = gemm_time(gpu, d, rows, n_out, n_in, experts) + gap
-        b_g = gemm_time(gpu, d, rows, n_in, n_out, experts) + gap
+        # routed experts' row counts differ expert to expert: each GEMM's last row tile is part
+        # filled (kernels.row_tiles); the weight gradient reduces over the rows, so its tiles do not
+        ragged = t.expert
+        fwd_g = gemm_time(gpu, d, rows, n_out, n_in, experts, ragged) + gap
+        b_g = gemm_time(gpu, d, rows, n_in, n_out, experts, ragged) + gap
         w_g = gemm_time(gpu, d, n_out, n_in, rows, experts) + gap
         out.add(kind, fwd=fwd_g, b=b_g, w=w_g, modules=mods)
         out.gemms[t.name] = (fwd_g, b_g, w_g)
@@ -337,6 +341,11 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
             # forward, 13 a + 28 backward (each gradient cast back to q's dtype)
             rf, rb, rkf, rkb = (6 * a + 24, 13 * a + 28, 6, 9) if s.autocast else (10 * a, 14 * a, 5, 7)
             out.add("rotary", fwd=memory_time(gpu, rf * T * qk, 2 * rkf), b=memory_time(gpu, rb * T * qk, 2 * rkb))
+        elif m.rope_attention_factor != 1.0:
+            # YaRN with an attention factor: Megatron rotates q and k in unfused torch ops
+            # (unfused_ops.yarn_rope_passes), one call each
+            (yf, ykf), (yb, ykb) = yarn_rope_passes(a)
+            out.add("rotary", fwd=memory_time(gpu, yf * T * qk, 2 * ykf), b=memory_time(gpu, yb * T * qk, 2 * ykb))
         else:
             out.add("rotary", fwd=memory_time(gpu, 2 * a * T * qk, 2), b=memory_time(gpu, 2 * a * T * qk, 2))
     if s.eager and s.attention == "flash":
@@ -353,6 +362,14 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
         rw, kernels = (2, 3), (1, 1)
     act_f = memory_time(gpu, rw[0] * a * f_local, kernels[0])
     out.add("activation", fwd=act_f, b=memory_time(gpu, rw[1] * a * f_local, kernels[1]))
+    if moe and m.glu_clamp is not None and not pointwise_eager and not s.te_op_fuser:
+        # Megatron clamps the experts' gate and linear halves in eager ops before its fused
+        # activation (unfused_ops.glu_clamp_passes); TE's op fuser clamps inside its kernel
+        (cf, ckf), (cb, ckb) = glu_clamp_passes(a)
+        routed_out = T * m.moe_ffn_size * m.experts_per_token / tp
+        clamp_f = memory_time(gpu, cf * routed_out, ckf)
+        out.add("activation", fwd=clamp_f, b=memory_time(gpu, cb * routed_out, ckb), modules=("moe_act", "moe"))
+        out.credit("expert_loop", clamp_f)
     if moe:  # the experts' and the shared experts' parts of that pass
         routed_width = m.moe_ffn_size * m.experts_per_token
         for mod, part in (("moe_act", routed_width), ("shared_experts", m.shared_expert_ffn_size)):
@@ -397,7 +414,8 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
             # Megatron adds biased experts' fc2 bias outside the GEMM, weighted by each copy's
             # routing prob, in fp32 (``expert_bias_passes``); TE's op fuser keeps it in the GEMM
             rows_h = routed_tokens * local * h
-            (bf, kf), (bb, kb) = expert_bias_passes(local, s.full_cuda_graph)
+            fp32_probs = s.moe_dispatcher in ("flex", "deepep", "hybridep")  # they upcast the probs
+            (bf, kf), (bb, kb) = expert_bias_passes(local, s.full_cuda_graph, fp32_probs)
             out.add(
                 "expert_bias",
                 fwd=memory_time(gpu, bf * rows_h, kf),

@@ -56,6 +56,11 @@ class ModelSpec:
     attention_chunked: bool = False
     qk_norm: bool = False  # RMSNorm over each query and key head, with a head_dim weight (Qwen3, Gemma 3, GLM-4.5)
     attn_sinks: bool = False  # one learned sink logit per head (gpt-oss)
+    # YaRN's attention factor, multiplied into cos and sin (transformers' _compute_yarn_parameters,
+    # Megatron's "mscale" concentration factor); 1 without YaRN. gpt-oss: 0.1 ln(32) + 1
+    rope_attention_factor: float = 1.0
+    # the gated activation's inputs clamped to +-this (gpt-oss ``swiglu_limit``); None: no clamp
+    glu_clamp: float | None = None
     attn_logit_softcap: float | None = None
     final_logit_softcap: float | None = None
     # Mixture of experts
@@ -120,6 +125,13 @@ class ModelSpec:
         for name in ("dropout", "attention_dropout"):
             value = getattr(self, name)
             require(0.0 <= value < 1.0, name, f"must be in [0, 1), got {value}")
+        require(
+            self.rope_attention_factor > 0,
+            "rope_scaling.attention_factor",
+            f"must be positive, got {self.rope_attention_factor}",
+        )
+        if self.glu_clamp is not None:
+            require(self.glu_clamp > 0, "swiglu_limit", f"must be positive, got {self.glu_clamp}")
         if self.num_experts:
             require(
                 0 < self.experts_per_token <= self.num_experts,

@@ -5,6 +5,7 @@ configuration class does."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -61,6 +62,9 @@ class _Family:
     # has none (a config whose topk_method is "greedy", DeepSeek-V2's default, ignores them too)
     groups_default: tuple[int, int] | None = None
     mla: bool = False
+    # the rope_scaling a config omits (GptOssConfig's default: YaRN, factor 32); None: no default
+    rope_scaling: dict[str, Any] | None = None
+    glu_clamp: float | None = None  # default swiglu_limit (GptOssConfig: 7.0); None: no clamp
     softcap: bool = False  # Gemma 2's attention and final logit soft-capping
     max_pos: int = 2048  # default max_position_embeddings (Gemma 3's Hub configs omit it)
 
@@ -152,6 +156,8 @@ FAMILIES: dict[str, _Family] = {
         expert_ffn="intermediate_size",
         router_bias=True,
         expert_bias=True,
+        rope_scaling={"rope_type": "yarn", "factor": 32.0},
+        glu_clamp=7.0,
     ),
     "llama4_text": _Family(
         head_dim=128,
@@ -283,6 +289,28 @@ def _head_dim(c: Config, f: _Family, hidden: int, heads: int) -> int:
     return hidden // heads if heads else 0
 
 
+def _rope_attention_factor(c: Config, f: _Family) -> float:
+    """YaRN's attention factor from ``rope_scaling`` (transformers 5: ``rope_parameters``), as
+    transformers' _compute_yarn_parameters and Megatron's _yarn_get_concentration_factor compute it:
+    ``attention_factor`` if given, else get_mscale(factor, mscale) / get_mscale(factor,
+    mscale_all_dim) when both are given (DeepSeek: 1), else get_mscale(factor) = 0.1 ln(factor) + 1;
+    1 for any other rope type."""
+    rs = c.data.get("rope_scaling") or c.data.get("rope_parameters") or f.rope_scaling
+    if not isinstance(rs, dict) or (rs.get("rope_type") or rs.get("type")) != "yarn":
+        return 1.0
+    if isinstance(rs.get("attention_factor"), (int, float)):
+        return float(rs["attention_factor"])
+
+    def get_mscale(scale: float, mscale: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+    factor = float(rs.get("factor") or 1.0)
+    mscale, mscale_all_dim = rs.get("mscale"), rs.get("mscale_all_dim")
+    if mscale and mscale_all_dim:
+        return get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)
+    return get_mscale(factor)
+
+
 def decoder(c: Config, name: str, model_type: str) -> ModelSpec:
     """Every Llama-shaped family: the shared keys, read through the family's :class:`_Family`."""
     f = FAMILIES[model_type]
@@ -316,6 +344,8 @@ def decoder(c: Config, name: str, model_type: str) -> ModelSpec:
         attention_chunked=f.chunked and local > 0,
         qk_norm=qk_norm,
         attn_sinks=f.sinks,
+        rope_attention_factor=_rope_attention_factor(c, f),
+        glu_clamp=c.get("swiglu_limit", default=f.glu_clamp, kind=float) if f.glu_clamp else None,
     )
     if f.gemma:
         kw.update(norm="rmsnorm_gemma", pre_norms_per_layer=2, post_norms_per_layer=2)
