@@ -6,6 +6,7 @@
 #   bash scripts/gpu_campaign.sh profile   # GEMMs again (CUDA graphs), profiler traces, torch.compile
 #   bash scripts/gpu_campaign.sh waves     # GEMM time across wave boundaries; eager elementwise kernels
 #   bash scripts/gpu_campaign.sh moe       # grouped GEMMs of MoE experts, router and permutation kernels
+#   bash scripts/gpu_campaign.sh unfused   # the elementwise chains Megatron runs unfused for gpt-oss
 set -uo pipefail
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 R=${OUT:-/tmp/out}/results
@@ -50,6 +51,9 @@ profile)
   ;;
 moe)
   timeout 420 python3 scripts/measure_moe_gpu.py --out "$R/kernels" 2>&1 | tail -400
+  ;;
+unfused)
+  timeout 240 python3 scripts/measure_unfused_gpu.py --out "$R/kernels" 2>&1 | tail -20
   ;;
 waves)
   timeout 300 python3 scripts/measure_gpu.py --out "$R/kernels" --only env,waves,eltwise 2>&1 | tail -5

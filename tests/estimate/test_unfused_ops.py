@@ -8,7 +8,7 @@ import pytest
 
 from gpuplan import catalog
 from gpuplan.estimate.compute import LayerShape, layer_times
-from gpuplan.estimate.kernels import memory_time
+from gpuplan.estimate.kernels import eager_memory_time, memory_time
 
 GPU = catalog.gpu("gb200")
 SHAPE = dict(tokens=16384, seq=4096, micro_batch=4, tp=1, cp=1, ep=64, sp=False, dtype="bf16", act_bytes=2)
@@ -24,7 +24,8 @@ def test_yarn_with_an_attention_factor_rotates_q_and_k_in_megatrons_unfused_ops(
     qk = SHAPE["tokens"] * (oss.num_heads + oss.num_kv_heads) * oss.head_dim
     # fused: one read and one write each way; unfused: 12 a in 12 kernels forward, 14 a in 7 back
     assert _layer(plain).parts["rotary"] == pytest.approx(2 * memory_time(GPU, 2 * 2 * qk, 2))
-    assert _layer(oss).parts["rotary"] == pytest.approx(memory_time(GPU, 24 * qk, 24) + memory_time(GPU, 28 * qk, 14))
+    unfused = eager_memory_time(GPU, 24 * qk, 24) + eager_memory_time(GPU, 28 * qk, 14)
+    assert _layer(oss).parts["rotary"] == pytest.approx(unfused)
 
 
 def test_the_activation_clamp_is_paid_unless_te_op_fuser_clamps_in_its_kernel():
@@ -32,12 +33,14 @@ def test_the_activation_clamp_is_paid_unless_te_op_fuser_clamps_in_its_kernel():
     unclamped = dataclasses.replace(oss, glu_clamp=None)
     routed_out = SHAPE["tokens"] * oss.moe_ffn_size * oss.experts_per_token
     extra = _layer(oss).parts["activation"] - _layer(unclamped).parts["activation"]
-    assert extra == pytest.approx(memory_time(GPU, 16 * routed_out, 3) + memory_time(GPU, 30 * routed_out, 9))
+    assert extra == pytest.approx(
+        eager_memory_time(GPU, 16 * routed_out, 3) + eager_memory_time(GPU, 30 * routed_out, 9)
+    )
     fuser = _layer(oss, te_op_fuser=True).parts["activation"]
     assert fuser == pytest.approx(_layer(unclamped, te_op_fuser=True).parts["activation"])
     # and recompute of the experts' activation (moe_act) runs the clamps' forward again
     assert _layer(oss).modules["moe_act"] - _layer(unclamped).modules["moe_act"] == pytest.approx(
-        memory_time(GPU, 16 * routed_out, 3)
+        eager_memory_time(GPU, 16 * routed_out, 3)
     )
 
 

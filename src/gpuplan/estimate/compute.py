@@ -27,6 +27,7 @@ from gpuplan.estimate.expert_bias import expert_bias_passes
 from gpuplan.estimate.flops import mean_context
 from gpuplan.estimate.kernels import (
     dtype_bytes,
+    eager_memory_time,
     flash_time,
     fp8_cast_times,
     gemm_time,
@@ -345,7 +346,11 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
             # YaRN with an attention factor: Megatron rotates q and k in unfused torch ops
             # (unfused_ops.yarn_rope_passes), one call each
             (yf, ykf), (yb, ykb) = yarn_rope_passes(a)
-            out.add("rotary", fwd=memory_time(gpu, yf * T * qk, 2 * ykf), b=memory_time(gpu, yb * T * qk, 2 * ykb))
+            out.add(
+                "rotary",
+                fwd=eager_memory_time(gpu, yf * T * qk, 2 * ykf),
+                b=eager_memory_time(gpu, yb * T * qk, 2 * ykb),
+            )
         else:
             out.add("rotary", fwd=memory_time(gpu, 2 * a * T * qk, 2), b=memory_time(gpu, 2 * a * T * qk, 2))
     if s.eager and s.attention == "flash":
@@ -367,8 +372,8 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
         # activation (unfused_ops.glu_clamp_passes); TE's op fuser clamps inside its kernel
         (cf, ckf), (cb, ckb) = glu_clamp_passes(a)
         routed_out = T * m.moe_ffn_size * m.experts_per_token / tp
-        clamp_f = memory_time(gpu, cf * routed_out, ckf)
-        out.add("activation", fwd=clamp_f, b=memory_time(gpu, cb * routed_out, ckb), modules=("moe_act", "moe"))
+        clamp_f = eager_memory_time(gpu, cf * routed_out, ckf)
+        out.add("activation", fwd=clamp_f, b=eager_memory_time(gpu, cb * routed_out, ckb), modules=("moe_act", "moe"))
         out.credit("expert_loop", clamp_f)
     if moe:  # the experts' and the shared experts' parts of that pass
         routed_width = m.moe_ffn_size * m.experts_per_token
@@ -418,8 +423,8 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
             (bf, kf), (bb, kb) = expert_bias_passes(local, s.full_cuda_graph, fp32_probs)
             out.add(
                 "expert_bias",
-                fwd=memory_time(gpu, bf * rows_h, kf),
-                b=memory_time(gpu, bb * rows_h, kb),
+                fwd=eager_memory_time(gpu, bf * rows_h, kf),  # torch ops in a Python loop
+                b=eager_memory_time(gpu, bb * rows_h, kb),
                 modules=("moe",),
             )
     # torchtitan's per-op SAC (activations.per_op_sac_saved) re-runs the block's forward but for the

@@ -77,6 +77,15 @@ def memory_time(gpu: GPUSpec, nbytes: float, kernels: int = 1) -> float:
     return nbytes / (gpu.hbm_bytes_per_s * e.hbm) + kernels * e.kernel_overhead_s
 
 
+def eager_memory_time(gpu: GPUSpec, nbytes: float, kernels: int = 1) -> float:
+    """Seconds for PyTorch's eager elementwise kernels moving ``nbytes``: at the measured eager
+    rate (``Efficiency.eager_hbm``) where the GPU has one, else as streaming kernels."""
+    if nbytes <= 0:
+        return 0.0
+    e = efficiency(gpu)
+    return nbytes / (gpu.hbm_bytes_per_s * (e.eager_hbm or e.hbm)) + kernels * e.kernel_overhead_s
+
+
 def flash_time(
     gpu: GPUSpec, dtype: str, flops_fwd: float, seq: float, kernel: str = "fa3", head_dim: int = 128
 ) -> tuple[float, float]:

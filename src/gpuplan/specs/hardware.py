@@ -64,10 +64,23 @@ class Efficiency:
     # Seconds every optimizer step pays outside the kernels modelled (host, data loader, framework
     # bookkeeping, logging): 0 in the catalog; a calibration profile fits it from the user's runs
     step_overhead_s: float = 0.0
+    # PyTorch's eager elementwise kernels (TensorIterator: casts, broadcasts, strided halves, cat)
+    # over the HBM peak, where measured (None: ``hbm``). Megatron's unfused chains run them
+    # (estimate/unfused_ops.py, expert_bias.py; kernels.eager_memory_time)
+    eager_hbm: float | None = None
     assumed: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("flash_fwd", "flash_bwd", "hbm", "intra_bus", "inter_bus", "sustained", "solo_sustained"):
+        for name in (
+            "flash_fwd",
+            "flash_bwd",
+            "hbm",
+            "intra_bus",
+            "inter_bus",
+            "sustained",
+            "solo_sustained",
+            "eager_hbm",
+        ):
             value = getattr(self, name)
             if value is None:
                 continue
@@ -136,6 +149,7 @@ class Efficiency:
             flash_bwd=data["attention"]["flash_bwd"],
             seq_half=data["attention"]["seq_half"],
             hbm=data["memory"]["hbm"],
+            eager_hbm=data["memory"].get("eager_hbm"),
             fa2_fwd=data["attention"].get("fa2_fwd", 0.0),
             fa2_bwd=data["attention"].get("fa2_bwd", 0.0),
             intra_bus=net["intra_bus"],
