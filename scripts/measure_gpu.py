@@ -45,6 +45,17 @@ MODELS = {
 }
 
 
+def parse_args(doc: str) -> tuple[Path, bool]:
+    """(output folder, made; --quick) of a measurement script whose docstring is ``doc``."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--quick", action="store_true", help="tiny shapes: checks the script on a CPU")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out, args.quick
+
+
 def sync() -> None:
     if DEV == "cuda":
         torch.cuda.synchronize()

@@ -23,7 +23,6 @@ inputs rotated so small shapes are not timed from L2, random data).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -31,7 +30,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure_gpu import DEV, graph_time, n_sets, smi  # noqa: E402
+from measure_gpu import DEV, graph_time, n_sets, parse_args, smi  # noqa: E402
 
 # (hidden, expert intermediate, experts, top-k) from each model's Hugging Face config.json
 MOE_MODELS = {
@@ -215,12 +214,7 @@ def bench_routing(quick: bool) -> list[dict]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--quick", action="store_true", help="tiny shapes: checks the script on a CPU")
-    args = ap.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out, quick = parse_args(__doc__)
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
     data: dict = {"torch": torch.__version__, "device": DEV, "smi_before": smi(), "grouped": [], "routing": []}
@@ -230,7 +224,7 @@ def main() -> None:
     def save():
         (out / "moe.json").write_text(json.dumps(data, indent=1))
 
-    for shape in shapes(args.quick):
+    for shape in shapes(quick):
         for kind in ("balanced", "routed"):
             counts = counts_for(shape["experts"], shape["per_expert"], kind, shape["topk"], gen)
             row = {**shape, "counts": kind, "rows_per_expert": counts}
@@ -248,7 +242,7 @@ def main() -> None:
                 flush=True,
             )
         save()
-    data["routing"] = bench_routing(args.quick)
+    data["routing"] = bench_routing(quick)
     data["smi_after"] = smi()
     save()
     print("wrote moe.json", flush=True)

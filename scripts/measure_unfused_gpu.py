@@ -11,7 +11,6 @@ and top-4 routed rows, each with the bytes tests/estimate/test_eager_kernels.py 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure_gpu import DEV, graph_time, smi, timeit  # noqa: E402
+from measure_gpu import DEV, graph_time, parse_args, smi, timeit  # noqa: E402
 
 HEADS, KV_HEADS, HEAD_DIM, FFN, TOPK = 64, 8, 64, 2880, 4  # gpt-oss-120b's config.json
 
@@ -58,15 +57,10 @@ def fwd_bwd(fn, x: torch.Tensor) -> tuple[float, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--quick", action="store_true", help="tiny shapes: checks the script on a CPU")
-    args = ap.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out, quick = parse_args(__doc__)
     bf = torch.bfloat16
     rows = []
-    for tokens in (64,) if args.quick else (4096, 16384):
+    for tokens in (64,) if quick else (4096, 16384):
         s, b = tokens // 4, 4  # [s, b, heads, dim] as Megatron holds q and k
         freqs = torch.randn(s, 1, 1, HEAD_DIM, device=DEV)
         for name, heads in (("rope_q", HEADS), ("rope_k", KV_HEADS)):
@@ -84,7 +78,7 @@ def main() -> None:
                 )
             )
         routed = tokens * TOPK
-        x = torch.randn(routed, 2 * (FFN // 8 if args.quick else FFN), device=DEV, dtype=bf)
+        x = torch.randn(routed, 2 * (FFN // 8 if quick else FFN), device=DEV, dtype=bf)
         f, fb = fwd_bwd(clamp, x)
         n = x.numel() // 2
         rows.append(
