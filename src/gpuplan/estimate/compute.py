@@ -417,7 +417,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
             )
         if m.mlp_bias and not s.eager and not s.te_op_fuser:
             # Megatron adds biased experts' fc2 bias outside the GEMM, weighted by each copy's
-            # routing prob, in fp32 (``expert_bias_passes``); TE's op fuser keeps it in the GEMM
+            # routing prob, in the probs' type (``expert_bias_passes``); TE's op fuser keeps it in the GEMM
             rows_h = routed_tokens * local * h
             fp32_probs = s.moe_dispatcher in ("flex", "deepep", "hybridep")  # they upcast the probs
             (bf, kf), (bb, kb) = expert_bias_passes(local, s.full_cuda_graph, fp32_probs)
