@@ -23,6 +23,7 @@ inputs rotated so small shapes are not timed from L2, random data).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -115,7 +116,7 @@ def bench_grouped(shape: dict, counts: list[int]) -> dict:
         for j, (a, b) in enumerate(spans):
             if b <= a and op != "wgrad":
                 continue
-            ctx = torch.cuda.stream(streams[j % len(streams)]) if streams else _null()
+            ctx = torch.cuda.stream(streams[j % len(streams)]) if streams else contextlib.nullcontext()
             with ctx:
                 if op == "fwd":
                     torch.mm(x[a:b], w[j].t())
@@ -134,14 +135,6 @@ def bench_grouped(shape: dict, counts: list[int]) -> dict:
             res[f"loop_{op}_s"] = graph_time(lambda i, op=op: loop(op, i, None), sets, calls=few)
             res[f"loop4_{op}_s"] = graph_time(lambda i, op=op: loop(op, i, four), sets, calls=few)
     return res
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 def bench_fp8_grouped(shape: dict, counts: list[int]) -> dict:

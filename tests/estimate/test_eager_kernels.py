@@ -273,16 +273,17 @@ def test_megatrons_weighted_expert_bias_moves_and_keeps_what_gpuplan_counts(pack
     assert kept / (rows * h) == pytest.approx(want_kept, abs=0.03)
 
 
-def _megatron_rope(t, freqs, mscale: float):
-    """Megatron's _apply_rotary_pos_emb_bshd (megatron/core/models/common/embeddings/rope_utils.py
-    at 0d8e0714, lines 92-126), not interleaved, on CPU tensors."""
-    rot_dim = freqs.shape[-1]
-    t, t_pass = t[..., :rot_dim], t[..., rot_dim:]
-    cos_ = (torch.cos(freqs) * mscale).to(t.dtype)
-    sin_ = (torch.sin(freqs) * mscale).to(t.dtype)
-    x1, x2 = torch.chunk(t, 2, dim=-1)
-    t = (t * cos_) + (torch.cat((-x2, x1), dim=-1) * sin_)
-    return torch.cat((t, t_pass), dim=-1)
+def _megatron_chains():
+    """scripts/measure_unfused_gpu.py: its transcriptions of Megatron's unfused rotary and activation
+    clamps are what the GPU timed; here they run on CPU tensors to count what they move."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "measure_unfused_gpu.py"
+    spec = importlib.util.spec_from_file_location("measure_unfused_gpu", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_megatrons_unfused_yarn_rope_moves_what_gpuplan_counts():
@@ -292,7 +293,7 @@ def test_megatrons_unfused_yarn_rope_moves_what_gpuplan_counts():
     t = torch.randn(s, b, heads, d, dtype=torch.bfloat16, requires_grad=True)
     freqs = torch.randn(s, 1, 1, d)
     with AllocatingCounter() as fwd:
-        y = _megatron_rope(t, freqs, 1.347)
+        y = _megatron_chains().rope(t, freqs, 1.347)
     g = torch.randn_like(y)
     with AllocatingCounter() as bwd:
         y.backward(g)
@@ -305,13 +306,12 @@ def test_megatrons_unfused_yarn_rope_moves_what_gpuplan_counts():
 def test_megatrons_activation_clamp_moves_what_gpuplan_counts():
     from gpuplan.estimate.unfused_ops import glu_clamp_passes
 
-    # weighted_bias_quick_geglu_impl's clamps (megatron/core/fusions/fused_bias_geglu.py at
-    # 0d8e0714, lines 424-432), per element of the activation's output (half of its input)
-    rows, ffn, limit = 4096, 256, 7.0
+    # per element of the activation's output (half of its input)
+    rows, ffn = 4096, 256
     x = torch.randn(rows, 2 * ffn, dtype=torch.bfloat16, requires_grad=True)
+    clamp = _megatron_chains().clamp
     with AllocatingCounter() as fwd:
-        x_glu, x_linear = x.chunk(2, -1)
-        y = torch.cat((x_glu.clamp(min=None, max=limit), x_linear.clamp(min=-limit, max=limit)), -1)
+        y = clamp(x)
     g = torch.randn_like(y)
     with AllocatingCounter() as bwd:
         y.backward(g)

@@ -45,6 +45,7 @@ def test_a_ragged_gemm_pays_half_a_row_tile_more_on_average_than_its_mean_rows_f
             assert row_tiles(mean, tm, ragged=True) == pytest.approx(tiles, rel=0.01)
     # a GEMM with rows pays at least one tile; one that is not ragged pays whole tiles of its rows
     assert row_tiles(10.0, 128, ragged=True) == 1.0
+    assert row_tiles(0.25, 128, ragged=True) == 0.25  # a quarter of the GEMMs have a row at most
     assert row_tiles(129.0, 128, ragged=False) == 2
 
 

@@ -49,3 +49,13 @@ def test_the_expert_bias_runs_in_bf16_unless_the_dispatcher_upcasts_the_probs():
     alltoall = _layer(oss, moe_dispatcher="alltoall").parts["expert_bias"]
     hybridep = _layer(oss, moe_dispatcher="hybridep").parts["expert_bias"]
     assert alltoall < hybridep
+
+
+def test_eager_frameworks_pay_neither_megatron_chain_compiled_or_not():
+    # torchtitan or transformers run their own rotary and activation; these chains are Megatron's
+    oss = catalog.model("gpt-oss-120b")
+    plain = dataclasses.replace(oss, rope_attention_factor=1.0, glu_clamp=None)
+    for compiled in (False, True):
+        got, want = _layer(oss, eager=True, compiled=compiled), _layer(plain, eager=True, compiled=compiled)
+        assert got.parts["rotary"] == want.parts["rotary"]
+        assert got.parts["activation"] == want.parts["activation"]

@@ -88,7 +88,11 @@ def test_a_deepseek_yarn_with_equal_mscales_has_no_attention_factor_and_gpt_oss_
 
     # DeepSeek-V3's config.json: factor 40, mscale = mscale_all_dim = 1 -> their ratio, 1
     assert catalog.model("deepseek-v3").rope_attention_factor == 1.0
-    oss = catalog.model("gpt-oss-120b")
-    assert oss.rope_attention_factor == pytest.approx(0.1 * __import__("math").log(32) + 1)
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    oss = catalog.model("gpt-oss-120b")  # its toml omits rope_scaling: GptOssConfig's default
+    assert oss.rope_attention_factor == pytest.approx(
+        ROPE_INIT_FUNCTIONS["yarn"](transformers.GptOssConfig(), "cpu")[1]
+    )
     assert oss.glu_clamp == transformers.GptOssConfig().swiglu_limit
     assert catalog.model("llama-3.1-8b").glu_clamp is None

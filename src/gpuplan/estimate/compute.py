@@ -342,7 +342,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
             # forward, 13 a + 28 backward (each gradient cast back to q's dtype)
             rf, rb, rkf, rkb = (6 * a + 24, 13 * a + 28, 6, 9) if s.autocast else (10 * a, 14 * a, 5, 7)
             out.add("rotary", fwd=memory_time(gpu, rf * T * qk, 2 * rkf), b=memory_time(gpu, rb * T * qk, 2 * rkb))
-        elif m.rope_attention_factor != 1.0:
+        elif m.rope_attention_factor != 1.0 and not s.eager:
             # YaRN with an attention factor: Megatron rotates q and k in unfused torch ops
             # (unfused_ops.yarn_rope_passes), one call each
             (yf, ykf), (yb, ykb) = yarn_rope_passes(a)
@@ -367,7 +367,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
         rw, kernels = (2, 3), (1, 1)
     act_f = memory_time(gpu, rw[0] * a * f_local, kernels[0])
     out.add("activation", fwd=act_f, b=memory_time(gpu, rw[1] * a * f_local, kernels[1]))
-    if moe and m.glu_clamp is not None and not pointwise_eager and not s.te_op_fuser:
+    if moe and m.glu_clamp is not None and not s.eager and not s.te_op_fuser:
         # Megatron clamps the experts' gate and linear halves in eager ops before its fused
         # activation (unfused_ops.glu_clamp_passes); TE's op fuser clamps inside its kernel
         (cf, ckf), (cb, ckb) = glu_clamp_passes(a)

@@ -34,13 +34,13 @@ def row_tiles(m: float, tm: int, ragged: bool) -> float:
     """Tiles along M of one GEMM of ``m`` rows. ``ragged``: ``m`` is the mean of row counts that
     differ GEMM to GEMM (a dropless MoE layer's tokens per expert), each GEMM's last tile part
     filled wherever its count falls, so a GEMM pays m / tm + 1/2 tiles on average (the expectation
-    of ceil(c / tm) when c's place within a tile is equally likely anywhere), at least one while it
-    has a row. Measured on one H100 (measurements/h100-sxm-2026-11-27/kernels/moe.json): grouped
+    of ceil(c / tm) when c's place within a tile is equally likely anywhere), at least one once it
+    has a row; below one row on average, at most ``m`` (the share of GEMMs with a row). Measured on one H100 (measurements/h100-sxm-2026-11-27/kernels/moe.json): grouped
     GEMMs over routed counts take 13% longer than ceil(mean / tm) tiles predict, 2% less than
     this expectation (tests/estimate/test_measured_moe_h100.py)."""
     if not ragged:
         return math.ceil(m / tm)
-    return max(min(m, 1.0), m / tm + 0.5)
+    return m if m < 1 else max(1.0, m / tm + 0.5)
 
 
 def gemm_compute_time(
