@@ -97,3 +97,27 @@ CONFIGS = {
         topk_group=1,
     ),
 }
+
+# Llama-shaped families that differ in their norms, biases, activation or residual layout, at one
+# small size (head_dim given: their config classes default it to 128 or 256)
+_SMALL = dict(
+    vocab_size=1000,
+    hidden_size=128,
+    intermediate_size=352,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    pad_token_id=0,
+)
+CONFIGS |= {
+    "qwen3": dict(_SMALL, model_type="qwen3"),  # per-head q/k RMSNorm
+    "olmo2": dict(_SMALL, model_type="olmo2"),  # norms after the blocks only, full-width q/k norms
+    "exaone4": dict(_SMALL, model_type="exaone4"),  # OLMo 2's layout, per-head q/k norms
+    "cohere-qk": dict(_SMALL, model_type="cohere", use_qk_norm=True),  # parallel blocks, fp32 LayerNorm
+    "starcoder2": dict(_SMALL, model_type="starcoder2"),  # LayerNorm, biases, GELU MLP
+    "arcee": dict(_SMALL, model_type="arcee"),  # squared-ReLU MLP
+    "nemotron": dict(_SMALL, model_type="nemotron"),  # LayerNorm1p, squared ReLU, partial rotary
+    "phi": dict(_SMALL, model_type="phi", resid_pdrop=0.0),  # parallel, GELU (new), partial rotary
+    "glm4": dict(_SMALL, model_type="glm4"),  # four norms, fused gate/up, partial rotary
+}

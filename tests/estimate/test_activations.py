@@ -25,6 +25,16 @@ CASES = [
     for prec in (F32, BF16)
     for attn in ("sdpa", "eager")
 ]
+# the newer Llama-shaped families: q/k norms (per head, full width), norms after the blocks, fp32
+# norms (OLMo 2, Cohere), parallel blocks, GELU and squared-ReLU MLPs; SDPA for those with full
+# rotary (partial rotary's concatenated q/k take another copy on the CPU SDPA path)
+CASES += [
+    (name, prec, attn)
+    for name in ("qwen3", "olmo2", "exaone4", "cohere-qk", "starcoder2", "arcee")
+    for prec in (F32, BF16)
+    for attn in ("sdpa", "eager")
+]
+CASES += [(name, prec, "eager") for name in ("nemotron", "phi", "glm4") for prec in (F32, BF16)]
 CASES += [
     ("gemma2", F32, "eager"),
     ("gemma2", BF16, "eager"),

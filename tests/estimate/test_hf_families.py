@@ -185,6 +185,49 @@ FAMILIES = {
     ),
     "mistral-null-window": dict(_SMALL, model_type="mistral", intermediate_size=96, sliding_window=None, head_dim=32),
     "mixtral": dict(_SMALL, model_type="mixtral", intermediate_size=96, num_local_experts=4, sliding_window=8),
+    # the newer Llama-shaped families (specs/hf/decoder.py), each as its transformers class builds it
+    "gemma": dict(_SMALL, model_type="gemma", intermediate_size=96, head_dim=16),
+    "granite": dict(_SMALL, model_type="granite", intermediate_size=96, attention_bias=True, mlp_bias=True),
+    # HeliumAttention's o_proj is hidden x hidden: a real config has heads x head_dim = hidden
+    "helium": dict(_SMALL, model_type="helium", intermediate_size=96, head_dim=16),
+    "smollm3-sliding": dict(
+        _SMALL, model_type="smollm3", intermediate_size=96, pad_token_id=0, use_sliding_window=True, sliding_window=8
+    ),
+    "seed-oss": dict(_SMALL, model_type="seed_oss", intermediate_size=96, head_dim=16),
+    "seed-oss-out-bias": dict(_SMALL, model_type="seed_oss", intermediate_size=96, attention_out_bias=True),
+    "ernie4.5": dict(_SMALL, model_type="ernie4_5", intermediate_size=96, head_dim=16, use_bias=True),
+    "glm4": dict(_SMALL, model_type="glm4", intermediate_size=96, pad_token_id=0),
+    "olmo2": dict(_SMALL, model_type="olmo2", intermediate_size=96),
+    "olmo3": dict(_SMALL, model_type="olmo3", intermediate_size=96, sliding_window=8),
+    "exaone4": dict(_SMALL, model_type="exaone4", intermediate_size=96, sliding_window=8, sliding_window_pattern=3),
+    "cohere-qk-norm": dict(_SMALL, model_type="cohere", intermediate_size=96, use_qk_norm=True, pad_token_id=0),
+    "cohere2": dict(_SMALL, model_type="cohere2", intermediate_size=96, sliding_window=8, pad_token_id=0),
+    "starcoder2": dict(_SMALL, model_type="starcoder2", intermediate_size=96, sliding_window=8),
+    "starcoder2-no-bias": dict(_SMALL, model_type="starcoder2", intermediate_size=96, use_bias=False),
+    "stablelm": dict(_SMALL, model_type="stablelm", intermediate_size=96, use_qkv_bias=True),
+    "stablelm-parallel": dict(_SMALL, model_type="stablelm", intermediate_size=96, use_parallel_residual=True),
+    "phi": dict(_SMALL, model_type="phi", intermediate_size=96),
+    "nemotron": dict(_SMALL, model_type="nemotron", intermediate_size=96, attention_bias=True, mlp_bias=True),
+    "arcee": dict(_SMALL, model_type="arcee", intermediate_size=96),
+    "qwen2-moe": dict(
+        _SMALL,
+        model_type="qwen2_moe",
+        intermediate_size=96,
+        num_experts=8,
+        moe_intermediate_size=32,
+        shared_expert_intermediate_size=48,
+        decoder_sparse_step=2,
+        mlp_only_layers=[1],
+    ),
+    "olmoe": dict(_SMALL, model_type="olmoe", intermediate_size=32, num_experts=8),
+    "granitemoe": dict(_SMALL, model_type="granitemoe", intermediate_size=32, num_local_experts=4),
+    "granitemoeshared": dict(
+        _SMALL, model_type="granitemoeshared", intermediate_size=32, num_local_experts=4, shared_intermediate_size=48
+    ),
+    "phimoe": dict(
+        _SMALL, model_type="phimoe", intermediate_size=32, num_local_experts=4, attention_bias=True, lm_head_bias=True
+    ),
+    "minimax-m2": dict(_SMALL, model_type="minimax_m2", intermediate_size=32, num_local_experts=8, head_dim=16),
 }
 
 
@@ -294,6 +337,23 @@ def test_group_limited_routing_is_read_and_bad_groups_name_the_key():
         model_from_hf_config(dict(base, n_group=2, topk_group=3))
     greedy = model_from_hf_config(dict(base, topk_method="greedy", n_group=2, topk_group=1))
     assert greedy.expert_groups == 1  # DeepSeek-V2's greedy top-k ignores the groups
+
+
+def test_exaone4_reads_its_hub_pattern_string_as_the_layer_types_it_spells():
+    # EXAONE 4.0's Hub configs spell the layout "LLLG" (L local, G global); Exaone4Config's own
+    # expansion takes an int, so the oracle is the layer_types the string stands for
+    base = dict(FAMILIES["exaone4"], sliding_window_pattern="LLLG")
+    spelled = ["sliding_attention" if "LLLG"[i % 4] == "L" else "full_attention" for i in range(6)]
+    from_string = model_from_hf_config(base)
+    from_types = model_from_hf_config(dict(FAMILIES["exaone4"], layer_types=spelled))
+    assert from_string.num_sliding_layers == from_types.num_sliding_layers == spelled.count("sliding_attention")
+
+
+@pytest.mark.parametrize("family", ["stablelm", "phi"])
+def test_per_head_qk_layernorms_are_refused_naming_the_key(family):
+    with pytest.raises(GpuplanError, match="qk_layernorm") as err:
+        model_from_hf_config(dict(FAMILIES[family], qk_layernorm=True))
+    assert "\n" not in str(err.value)
 
 
 def test_unsupported_model_type_lists_families_and_nested_configs():

@@ -60,10 +60,37 @@ def _norm_saved(m: ModelSpec, a: int, profile: str, feeds_linear: bool, g: float
         return a * h + (g * h if feeds_linear else 0)
     if m.norm == "rmsnorm":  # x.float(); x * rsqrt(mean(x^2)+eps); weight * x.to(dtype)
         return FP32 * h + FP32 + a * h + (a * h if feeds_linear else 0)
-    if m.norm == "rmsnorm_gemma":  # x.float() normalised, * (1 + weight) in fp32, then .type_as(x)
+    # Gemma: x.float() normalised, * (1 + weight) in fp32, then .type_as(x); OLMo 2: weight * x in fp32
+    if m.norm in ("rmsnorm_gemma", "rmsnorm_fp32"):
         return FP32 * h + FP32 + FP32 * h + (a * h if feeds_linear else 0)
+    if m.norm == "layernorm_fp32":  # Cohere's, in fp32 ops: x - mean twice, rsqrt, the normalised x
+        return 3 * FP32 * h + FP32 + (a * h if feeds_linear else 0)
     # layernorm: native_layer_norm saves input, mean and rstd
     return a * h + 2 * FP32 + (a * h if feeds_linear else 0)
+
+
+def _qk_norm_saved(m: ModelSpec, a: int, profile: str) -> float:
+    """Bytes per token the query and key norms save (Qwen3, Gemma 3, OLMo 2, ...): their inputs are
+    the projections' outputs, their outputs go on to rotary and attention, which keep their own.
+
+    Per element as ``_norm_saved`` (the fused kernel keeps its input: TransformerEngine's RMSNorm op,
+    which Megatron's qk_layernorm builds, saves x and rstdevs, ops/basic/rmsnorm.py; eager RMSNorm its fp32 upcast
+    and the normalised tensor the weight multiplies; Gemma's two fp32 tensors; native LayerNorm its
+    input), plus one fp32 statistic per normalised row: per head, or one per token for q and one
+    for k where the norm spans all heads (``qk_norm_full``)."""
+    if not m.qk_norm or m.is_mla:
+        return 0.0
+    width = m.num_heads * m.head_dim + m.num_kv_heads * m.head_dim
+    rows = 2 if m.qk_norm_full else m.num_heads + m.num_kv_heads
+    if profile == "fused":
+        return a * width + FP32 * rows
+    if m.norm == "rmsnorm":
+        return (FP32 + a) * width + FP32 * rows
+    if m.norm in ("rmsnorm_gemma", "rmsnorm_fp32"):
+        return 2 * FP32 * width + FP32 * rows
+    if m.norm == "layernorm_fp32":
+        return 3 * FP32 * width + FP32 * rows
+    return a * width + 2 * FP32 * rows  # layernorm: input, mean and rstd
 
 
 def _mlp_saved(m: ModelSpec, a: int, profile: str, ffn: int, g: float | None = None) -> float:
@@ -79,6 +106,7 @@ def _mlp_saved(m: ModelSpec, a: int, profile: str, ffn: int, g: float | None = N
         "gelu": 2,
         "gelu_tanh": 2,  # F.gelu saves its input; fc2 saves the output
         "relu": 1,  # relu saves its output, the same tensor fc2 saves
+        "relu2": 2,  # relu(x) ** 2: pow saves relu's output, fc2 the square (Nemotron's ReLUSquaredActivation)
         "bloom_gelu": 2,  # BLOOM's GeLUFunction saves its input
         "gelu_new": 5,  # 0.5*x*(1+tanh(c*(x+0.044715x^3))) in python ops: x, tanh, 0.5x, 1+tanh, output
         "silu": 2,
@@ -189,7 +217,11 @@ def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) 
     norms = m.pre_norms_per_layer * _norm_saved(m, a, block, True, g) + m.post_norms_per_layer * _norm_saved(
         m, a, block, False
     )
+    # a block whose first linear reads the residual stream itself, no norm before it (OLMo 2's and
+    # EXAONE 4's norms sit after attention and the MLP): that linear keeps its raw input
+    norms += max(0, (1 if m.parallel_attn else 2) - m.pre_norms_per_layer) * g * h
     attn, scores = _attention_saved(m, cfg, a, cfg.seq_len)
+    attn += _qk_norm_saved(m, a, block)
     if g != a:  # the attention kernel keeps its BF16 output; the output projection its own FP8 copy
         attn += g * m.num_heads * m.v_dim
     mods = cfg.recomputed  # selective recompute by module (TrainingConfig.recompute_modules)

@@ -48,7 +48,7 @@ from gpuplan.specs.training import LOW_PRECISION
 # query_key_value, GPT-2's c_attn, Phi-3's qkv_proj, MPT's Wqkv, BLOOM's and Falcon's
 # query_key_value, GPTBigCode's c_attn), and whose gate and up projections are one (Phi-3's gate_up_proj)
 FUSED_QKV = frozenset({"gpt_neox", "gpt2", "phi3", "mpt", "bloom", "falcon", "gpt_bigcode"})
-FUSED_GATE_UP = frozenset({"phi3"})
+FUSED_GATE_UP = frozenset({"phi3", "glm4"})
 
 
 def autocast_input_casts(m: ModelSpec, moe: bool) -> int:
@@ -81,7 +81,7 @@ def eager_norm_bytes(norm: str, r: float) -> tuple[float, float, int, int]:
     up = 0.0 if r == FP32 else r + FP32  # x.to(float32), and its gradient's cast back
     down = 0.0 if r == FP32 else FP32 + r
     casts = (up > 0) + (down > 0)
-    w = r if norm == "rmsnorm" else FP32  # weight * y in the stream's dtype, or (1 + w) * y in fp32
+    w = r if norm == "rmsnorm" else FP32  # weight * y in the stream's dtype, or in fp32 (Gemma, OLMo 2)
     fwd = up + 2 * FP32 + FP32 + 2 * FP32 + down + 2 * w  # cast, pow, mean, x * rsqrt, cast, weight
     # d(weight * y): g * w and g * y then the sum over tokens (6 w); through x * rsqrt: dz * x,
     # dz * rsqrt and the row sum (3 + 2 + 1 fp32 widths); through mean(x^2): the expanded division,

@@ -63,10 +63,10 @@ def _linear(name: str, n_in: int, n_out: int, split: str, bias: bool, **kw) -> l
     return out
 
 
-def _norm(m: ModelSpec, name: str, width: int) -> list[Tensor]:
-    out = [Tensor(f"{name}.weight", (width,), matmul=False)]
+def _norm(m: ModelSpec, name: str, width: int, split: str = "none") -> list[Tensor]:
+    out = [Tensor(f"{name}.weight", (width,), split, matmul=False)]
     if m.norm == "layernorm" and m.norm_bias:
-        out.append(Tensor(f"{name}.bias", (width,), matmul=False))
+        out.append(Tensor(f"{name}.bias", (width,), split, matmul=False))
     return out
 
 
@@ -87,7 +87,9 @@ def _attention(m: ModelSpec) -> list[Tensor]:
         return t
     kv = m.num_kv_heads * m.head_dim
     t = _linear("attn.qkv", h, m.q_size + 2 * kv, "col", m.qkv_bias) + _linear("attn.o", m.q_size, h, "row", m.o_bias)
-    if m.qk_norm:  # one weight over head_dim, shared by all heads: every TP rank holds it
+    if m.qk_norm_full:  # one weight over all query (key) heads, split with them under TP
+        t += _norm(m, "attn.q_norm", m.q_size, "col") + _norm(m, "attn.k_norm", kv, "col")
+    elif m.qk_norm:  # one weight over head_dim, shared by all heads: every TP rank holds it
         t += _norm(m, "attn.q_norm", m.head_dim) + _norm(m, "attn.k_norm", m.head_dim)
     if m.attn_sinks:  # a logit per head, split with the heads
         t.append(Tensor("attn.sinks", (m.num_heads,), "col", matmul=False))
@@ -111,6 +113,8 @@ def _moe(m: ModelSpec) -> list[Tensor]:
     t += [Tensor(x.name, (m.num_experts, *x.shape), x.split, expert=True, matmul=x.matmul) for x in per_expert]
     if m.shared_expert_ffn_size:
         t += _mlp(m, "moe.shared", m.shared_expert_ffn_size, m.mlp_bias)
+        if m.shared_expert_gate:  # sigmoid(Linear(hidden, 1)) scales the shared expert's output
+            t.append(Tensor("moe.shared.gate.weight", (1, h)))
     return t
 
 
@@ -149,6 +153,8 @@ def head_tensors(m: ModelSpec) -> tuple[Tensor, ...]:
         t.append(Tensor("head.project_out", (m.embed_proj_dim, m.hidden_size), "none"))
     if not m.tied_embeddings:
         t.append(Tensor("lm_head", (m.vocab_size, m.embed_proj_dim or m.hidden_size), "vocab"))
+    if m.lm_head_bias:
+        t.append(Tensor("lm_head.bias", (m.vocab_size,), "vocab", matmul=False))
     return tuple(t)
 
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from gpuplan.errors import require
 from gpuplan.specs.vision import VisionTower
 
-NORMS = ("rmsnorm", "rmsnorm_gemma", "layernorm")
+NORMS = ("rmsnorm", "rmsnorm_gemma", "rmsnorm_fp32", "layernorm", "layernorm_fp32")
 # Activation functions as the eager implementation runs them; the name decides which tensors
 # autograd saves (see estimate/activations.py).
-ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "gelu_new", "relu", "bloom_gelu")
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "gelu_new", "relu", "relu2", "bloom_gelu")
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,7 @@ class ModelSpec:
     o_bias: bool = False
     mlp_bias: bool = False
     tied_embeddings: bool = False
+    lm_head_bias: bool = False  # the LM head adds a vocabulary-wide bias (Phi-2)
     position_embeddings: int = 0  # rows of a learned absolute position table (0: rotary/ALiBi)
     rotary: bool = True  # rotary position embeddings (False: learned positions or ALiBi)
     embedding_norm: bool = False  # BLOOM's word_embeddings_layernorm
@@ -55,6 +56,10 @@ class ModelSpec:
     # not a window trailing each query): on average half the keys of a sliding window of that size
     attention_chunked: bool = False
     qk_norm: bool = False  # RMSNorm over each query and key head, with a head_dim weight (Qwen3, Gemma 3, GLM-4.5)
+    # the query and key norms span all heads: one weight of the q width and one of the k width, split
+    # with the heads under TP (OLMo 2/3, OLMoE, MiniMax-M2: a norm over q_proj's whole output; Cohere's
+    # (heads, head_dim) LayerNorm)
+    qk_norm_full: bool = False
     attn_sinks: bool = False  # one learned sink logit per head (gpt-oss)
     # YaRN's attention factor, multiplied into cos and sin (transformers' _compute_yarn_parameters,
     # Megatron's "mscale" concentration factor); 1 without YaRN. gpt-oss: 0.1 ln(32) + 1
@@ -74,6 +79,7 @@ class ModelSpec:
     # Qwen3-MoE has decoder_sparse_step and mlp_only_layers); None: the DeepSeek rule above
     moe_layers: tuple[int, ...] | None = None
     router_bias: bool = False  # the router linear has a bias (gpt-oss)
+    shared_expert_gate: bool = False  # a sigmoid gate, Linear(hidden, 1), scales the shared expert (Qwen2-MoE)
     # Group-limited routing (DeepSeek-V2/V3: n_group, topk_group): the experts in this many equal
     # groups, each token's experts chosen inside this many of them (1, 1: no limit)
     expert_groups: int = 1

@@ -35,12 +35,29 @@ class _Family:
     head_dim: int | None = None  # default head_dim (None: hidden_size // num_attention_heads)
     tied: bool = False  # default tie_word_embeddings
     act: str = "silu"  # default hidden_act
+    gated: bool = True  # gate and up projections (False: one up projection, as GPT-2's MLP)
     attention_bias: bool = False  # default attention_bias
+    bias_key: str = "attention_bias"  # the key that switches the attention biases on
     bias: str = "all"  # what attention_bias switches on: "all" (q, k, v, o) or "qkv" (o has none)
+    o_bias_key: str = ""  # o's own bias key (Seed-OSS: attention_out_bias), default False
     qkv_bias: bool = False  # q, k, v always biased (Qwen2)
+    mlp_bias_key: str = "mlp_bias"  # the key that switches the MLP biases on
+    mlp_bias: bool = False  # its default
+    lm_head_bias: bool | str = False  # True, or the key that switches it on (PhiMoE: lm_head_bias)
     qk_norm: bool | str = False  # True, or the boolean key that switches it on (GLM-4 MoE: use_qk_norm)
+    qk_norm_full: bool = False  # the q/k norms span all heads (OLMo 2, MiniMax-M2, Cohere), not one head
     sinks: bool = False
-    gemma: bool = False  # (1 + w) RMSNorm, four norms per layer, sqrt(hidden)-scaled embeddings
+    gemma: bool = False  # (1 + w) RMSNorm and sqrt(hidden)-scaled embeddings
+    # rmsnorm | layernorm | rmsnorm_fp32 (the weight multiplies the fp32 normalised input before
+    # the cast back: OLMo 2's Olmo2RMSNorm) | layernorm_fp32 (CohereLayerNorm: fp32 ops, no bias)
+    norm: str = "rmsnorm"
+    # norms per layer: (before attention and the MLP, after them); OLMo 2 and EXAONE 4 norm only the
+    # blocks' outputs (0, 2), Gemma 2/3 and GLM-4 both (2, 2)
+    norms: tuple[int, int] = (2, 0)
+    parallel: bool | str = False  # attention and MLP side by side on one norm (True, or the key: StableLM)
+    dropout_key: str = ""  # the residual dropout's key (Phi: resid_pdrop), default 0
+    # boolean keys gpuplan does not model: a config that sets one is refused, naming it
+    unsupported: tuple[str, ...] = ()
     vocab: int | None = None  # default vocab_size (Gemma 3's text_config omits it)
     # local/global layout when the config has no layer_types: default window and which layers slide
     window: int | None = None
@@ -51,8 +68,11 @@ class _Family:
     top_k: int | None = None
     expert_ffn: str = "moe_intermediate_size"
     expert_ffn_default: int | None = None
-    shared: str = ""  # "n_shared_experts" (DeepSeek, GLM: n x expert width) or "one" (Llama 4)
-    shared_default: int = 1
+    # "n_shared_experts" (DeepSeek, GLM: n x expert width), "one" (Llama 4), or the key of the
+    # shared expert's own width (Qwen2-MoE: shared_expert_intermediate_size)
+    shared: str = ""
+    shared_default: int = 1  # n_shared_experts, or the width under a width key
+    shared_gate: bool = False  # Qwen2-MoE's sigmoid gate over the shared expert
     moe_rule: str = "all"  # all | deepseek | qwen3_moe | llama4
     dense_ffn: str = "intermediate_size"  # Llama 4's dense layers use intermediate_size_mlp
     first_dense_default: int = 0
@@ -111,6 +131,33 @@ def _phi3_layout(c: Config, layers: int) -> Callable[[int], bool] | None:
     return (lambda i: True) if c.get("sliding_window", default=None) else None
 
 
+def _pattern_layout(c: Config, layers: int) -> Callable[[int], bool] | None:
+    # Cohere2Config and Exaone4Config: every sliding_window_pattern-th layer attends globally;
+    # EXAONE 4's Hub configs spell the pattern as a string, "LLLG" (L: local, G: global)
+    pattern = c.data.get("sliding_window_pattern", 4)
+    if isinstance(pattern, str) and pattern and set(pattern) <= {"L", "G"}:
+        return lambda i: pattern[i % len(pattern)] == "L"
+    step = c.get("sliding_window_pattern", default=4)
+    return _every(step) if step else None
+
+
+def _olmo3_layout(c: Config, layers: int) -> Callable[[int], bool] | None:
+    return _every(4)  # Olmo3Config: three sliding layers, then a full one
+
+
+def _smollm3_layout(c: Config, layers: int) -> Callable[[int], bool] | None:
+    # SmolLM3Config: with use_sliding_window, the NoPE layers (no_rope_layers[i] == 0, every
+    # no_rope_layer_interval-th by default) slide
+    if not c.get("use_sliding_window", default=False, kind=bool):
+        return None
+    flags = c.data.get("no_rope_layers")
+    if flags is None:
+        return lambda i: not _every(c.get("no_rope_layer_interval", default=4))(i)
+    if not isinstance(flags, list) or len(flags) != layers:
+        raise GpuplanError(f"{c.where}: no_rope_layers", f"must list one 0/1 per layer ({layers})")
+    return lambda i: not flags[i]
+
+
 FAMILIES: dict[str, _Family] = {
     "llama": _Family(),
     "mistral": _Family(sliding=_mistral_layout),
@@ -132,13 +179,21 @@ FAMILIES: dict[str, _Family] = {
     "qwen2_5_vl_text": _Family(qkv_bias=True, sliding=_qwen_layout, vocab=152_064),
     "qwen3_vl_text": _Family(head_dim=128, qk_norm=True, vocab=151_936),
     "gemma2": _Family(
-        head_dim=256, tied=True, act="gelu_pytorch_tanh", gemma=True, window=4096, sliding=_gemma2_layout, softcap=True
+        head_dim=256,
+        tied=True,
+        act="gelu_pytorch_tanh",
+        gemma=True,
+        norms=(2, 2),
+        window=4096,
+        sliding=_gemma2_layout,
+        softcap=True,
     ),
     "gemma3_text": _Family(
         head_dim=256,
         tied=True,
         act="gelu_pytorch_tanh",
         gemma=True,
+        norms=(2, 2),
         qk_norm=True,
         vocab=262_208,
         window=4096,
@@ -198,6 +253,96 @@ FAMILIES: dict[str, _Family] = {
         moe_rule="deepseek",
         groups_default=(8, 4),  # DeepseekV3Config's n_group, topk_group
     ),
+    # --- Llama-shaped dense families (each as its transformers configuration and modeling code) ---
+    "gemma": _Family(head_dim=256, tied=True, act="gelu_pytorch_tanh", gemma=True, vocab=256_000),
+    "granite": _Family(),  # Llama with scaling multipliers (no weights)
+    "helium": _Family(head_dim=128),
+    "smollm3": _Family(tied=True, window=None, sliding=_smollm3_layout),
+    "seed_oss": _Family(head_dim=128, attention_bias=True, bias="qkv", o_bias_key="attention_out_bias"),
+    "ernie4_5": _Family(head_dim=128, tied=True, bias_key="use_bias", mlp_bias_key="use_bias"),
+    "glm4": _Family(head_dim=128, attention_bias=True, bias="qkv", norms=(2, 2)),
+    "olmo2": _Family(norm="rmsnorm_fp32", qk_norm=True, qk_norm_full=True, norms=(0, 2)),
+    "olmo3": _Family(
+        norm="rmsnorm_fp32", qk_norm=True, qk_norm_full=True, norms=(0, 2), window=4096, sliding=_olmo3_layout
+    ),
+    "exaone4": _Family(qk_norm=True, norms=(0, 2), window=4096, sliding=_pattern_layout),
+    "cohere": _Family(tied=True, norm="layernorm_fp32", parallel=True, qk_norm="use_qk_norm", qk_norm_full=True),
+    "cohere2": _Family(tied=True, norm="layernorm_fp32", parallel=True, window=4096, sliding=_pattern_layout),
+    "starcoder2": _Family(
+        tied=True,
+        act="gelu_pytorch_tanh",
+        gated=False,
+        norm="layernorm",
+        attention_bias=True,
+        bias_key="use_bias",
+        mlp_bias=True,
+        mlp_bias_key="use_bias",
+        sliding=_mistral_layout,
+        dropout_key="residual_dropout",
+    ),
+    "stablelm": _Family(
+        norm="layernorm",
+        bias_key="use_qkv_bias",
+        bias="qkv",
+        parallel="use_parallel_residual",
+        dropout_key="hidden_dropout",
+        unsupported=("qk_layernorm",),  # one LayerNorm per head, without bias
+    ),
+    "phi": _Family(
+        act="gelu_new",
+        gated=False,
+        norm="layernorm",
+        norms=(1, 0),
+        parallel=True,
+        attention_bias=True,
+        bias_key="",
+        mlp_bias=True,
+        mlp_bias_key="",
+        lm_head_bias=True,
+        dropout_key="resid_pdrop",
+        unsupported=("qk_layernorm",),
+    ),
+    "nemotron": _Family(act="relu2", gated=False, norm="layernorm"),  # LayerNorm1p: weight and bias
+    "arcee": _Family(act="relu2", gated=False),
+    # --- MoE families -------------------------------------------------------------------------------
+    "qwen2_moe": _Family(
+        qkv_bias=True,
+        sliding=_qwen_layout,
+        experts=("num_experts", 60),
+        top_k=4,
+        expert_ffn_default=1408,
+        shared="shared_expert_intermediate_size",
+        shared_default=5632,
+        shared_gate=True,
+        moe_rule="qwen3_moe",  # decoder_sparse_step and mlp_only_layers, as Qwen3-MoE
+    ),
+    "olmoe": _Family(
+        qk_norm=True, qk_norm_full=True, experts=("num_experts", 64), top_k=8, expert_ffn="intermediate_size"
+    ),
+    "granitemoe": _Family(experts=("num_local_experts", 8), top_k=2, expert_ffn="intermediate_size"),
+    "granitemoeshared": _Family(
+        experts=("num_local_experts", 8),
+        top_k=2,
+        expert_ffn="intermediate_size",
+        shared="shared_intermediate_size",
+        shared_default=0,
+    ),
+    "phimoe": _Family(
+        norm="layernorm",
+        sliding=_mistral_layout,
+        experts=("num_local_experts", 16),
+        top_k=2,
+        expert_ffn="intermediate_size",
+        lm_head_bias="lm_head_bias",
+    ),
+    "minimax_m2": _Family(
+        head_dim=128,
+        qk_norm=True,
+        qk_norm_full=True,
+        experts=("num_local_experts", 256),
+        top_k=8,
+        expert_ffn="intermediate_size",
+    ),
 }
 # default max_position_embeddings of each family's transformers config class, where it is not
 # LlamaConfig's 2048 (tests/specs/test_hf_defaults.py reads them from transformers)
@@ -216,6 +361,22 @@ for _type, _pos in {
     "llama4_text": 131072,
     "glm4_moe": 131072,
     "deepseek_v3": 4096,
+    "gemma": 8192,
+    "helium": 4096,
+    "smollm3": 32768,
+    "seed_oss": 524288,
+    "ernie4_5": 131072,
+    "glm4": 131072,
+    "cohere": 8192,
+    "cohere2": 8192,
+    "starcoder2": 4096,
+    "stablelm": 4096,
+    "nemotron": 4096,
+    "arcee": 4096,
+    "qwen2_moe": 32768,
+    "olmoe": 4096,
+    "phimoe": 131072,
+    "minimax_m2": 196608,
 }.items():
     FAMILIES[_type] = dataclasses.replace(FAMILIES[_type], max_pos=_pos)
 
@@ -314,11 +475,27 @@ def _rope_attention_factor(c: Config, f: _Family) -> float:
 def decoder(c: Config, name: str, model_type: str) -> ModelSpec:
     """Every Llama-shaped family: the shared keys, read through the family's :class:`_Family`."""
     f = FAMILIES[model_type]
+    for key in f.unsupported:
+        if c.get(key, default=False, kind=bool):
+            raise GpuplanError(
+                f"{c.where}: {key}",
+                f"is true, a layout gpuplan does not model for {model_type}",
+                f"plan without it by setting {key} to false (its weights are a small share of the model)",
+            )
     hidden = c.get("hidden_size")
     heads = c.get("num_attention_heads")
     layers = c.get("num_hidden_layers")
-    attention_bias = c.get("attention_bias", default=f.attention_bias, kind=bool)
-    qk_norm = c.get(f.qk_norm, default=False, kind=bool) if isinstance(f.qk_norm, str) else f.qk_norm
+
+    def switch(key: bool | str, default: bool = False) -> bool:
+        """A family's fixed choice (a bool), else the config's boolean ``key`` ("" : ``default``)."""
+        if isinstance(key, bool):
+            return key
+        return c.get(key, default=default, kind=bool) if key else default
+
+    attention_bias = switch(f.bias_key, f.attention_bias)
+    qk_norm = switch(f.qk_norm)
+    parallel = switch(f.parallel)
+    pre_norms, post_norms = (1, 0) if parallel else f.norms
     dense_ffn = c.get(f.dense_ffn, default=16384 if f.dense_ffn == "intermediate_size_mlp" else MISSING)
     window, local = _layer_flags(c, f, layers)
     kw: dict[str, Any] = dict(
@@ -331,24 +508,31 @@ def decoder(c: Config, name: str, model_type: str) -> ModelSpec:
         num_kv_heads=c.get("num_key_value_heads", default=heads),
         head_dim=_head_dim(c, f, hidden, heads),
         ffn_size=dense_ffn,
-        gated_mlp=True,
+        gated_mlp=f.gated,
         activation=activation(c.get("hidden_act", "hidden_activation", default=f.act, kind=str), c.where),
+        norm=f.norm,
+        pre_norms_per_layer=pre_norms,
+        post_norms_per_layer=post_norms,
+        parallel_attn=parallel,
         qkv_bias=attention_bias or f.qkv_bias,
-        o_bias=attention_bias and f.bias == "all",
-        mlp_bias=c.get("mlp_bias", default=False, kind=bool),
+        o_bias=(attention_bias and f.bias == "all") or switch(f.o_bias_key),
+        mlp_bias=switch(f.mlp_bias_key, f.mlp_bias),
         tied_embeddings=c.get("tie_word_embeddings", default=f.tied, kind=bool),
+        lm_head_bias=switch(f.lm_head_bias),
+        dropout=c.get(f.dropout_key, default=0.0, kind=float) if f.dropout_key else 0.0,
         max_position_embeddings=c.get("max_position_embeddings", default=f.max_pos),
         attention_dropout=c.get("attention_dropout", default=0.0, kind=float),
         sliding_window=window,
         num_sliding_layers=local,
         attention_chunked=f.chunked and local > 0,
         qk_norm=qk_norm,
+        qk_norm_full=qk_norm and f.qk_norm_full,
         attn_sinks=f.sinks,
         rope_attention_factor=_rope_attention_factor(c, f),
         glu_clamp=c.get("swiglu_limit", default=f.glu_clamp, kind=float) if f.glu_clamp else None,
     )
     if f.gemma:
-        kw.update(norm="rmsnorm_gemma", pre_norms_per_layer=2, post_norms_per_layer=2)
+        kw.update(norm="rmsnorm_gemma")
         kw["activation"] = activation(c.get("hidden_activation", "hidden_act", default=f.act, kind=str), c.where)
     if f.softcap:
         kw.update(
@@ -364,12 +548,15 @@ def decoder(c: Config, name: str, model_type: str) -> ModelSpec:
             shared = expert_ffn * c.get("n_shared_experts", default=f.shared_default)
         elif f.shared == "one":
             shared = expert_ffn
+        elif f.shared:  # the shared expert's own width key
+            shared = c.get(f.shared, default=f.shared_default)
         kw.update(
             num_experts=experts,
             experts_per_token=c.get("num_experts_per_tok", default=MISSING if f.top_k is None else f.top_k),
             moe_ffn_size=expert_ffn,
             shared_expert_ffn_size=shared,
             router_bias=f.router_bias,
+            shared_expert_gate=f.shared_gate and shared > 0,
             **_moe_layers(c, f, layers),
         )
         if f.expert_bias:
