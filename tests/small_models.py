@@ -120,4 +120,16 @@ CONFIGS |= {
     "nemotron": dict(_SMALL, model_type="nemotron"),  # LayerNorm1p, squared ReLU, partial rotary
     "phi": dict(_SMALL, model_type="phi", resid_pdrop=0.0),  # parallel, GELU (new), partial rotary
     "glm4": dict(_SMALL, model_type="glm4"),  # four norms, fused gate/up, partial rotary
+    # MoE with a sigmoid-gated shared expert and a dense layer between MoE ones
+    "qwen2-moe": dict(
+        _SMALL,
+        model_type="qwen2_moe",
+        num_hidden_layers=3,
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=64,
+        shared_expert_intermediate_size=96,
+        mlp_only_layers=[1],
+    ),
+    "olmoe": dict(_SMALL, model_type="olmoe", intermediate_size=64, num_experts=4, num_experts_per_tok=2),
 }

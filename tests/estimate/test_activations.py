@@ -35,6 +35,8 @@ CASES += [
     for attn in ("sdpa", "eager")
 ]
 CASES += [(name, prec, "eager") for name in ("nemotron", "phi", "glm4") for prec in (F32, BF16)]
+# MoE: routed copies, router probabilities, shared experts and Qwen2-MoE's gated shared expert
+CASES += [(name, prec, "sdpa") for name in ("mixtral", "qwen2-moe", "olmoe") for prec in (F32, BF16)]
 CASES += [
     ("gemma2", F32, "eager"),
     ("gemma2", BF16, "eager"),

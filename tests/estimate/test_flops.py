@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 flop_counter = pytest.importorskip("torch.utils.flop_counter")
 transformers = pytest.importorskip("transformers")
 
-FLOP_CASES = ["llama", "qwen2", "mixtral", "gpt2", "opt"]
+FLOP_CASES = ["llama", "qwen2", "mixtral", "gpt2", "opt", "olmo2", "cohere-qk", "starcoder2", "nemotron", "phi", "glm4", "qwen2-moe", "olmoe"]
 
 
 def measured_training_flops(config: dict, batch: int, seq: int) -> float:
@@ -21,7 +21,8 @@ def measured_training_flops(config: dict, batch: int, seq: int) -> float:
     cfg = transformers.AutoConfig.for_model(**config)
     # eager attention: its bmm's are visible to the counter (the CPU SDPA kernel is not);
     # eager experts: transformers' default grouped_mm kernel is not counted either
-    extra = {"experts_implementation": "eager"} if config["model_type"] == "mixtral" else {}
+    moe = config["model_type"] in ("mixtral", "qwen2_moe", "olmoe")
+    extra = {"experts_implementation": "eager"} if moe else {}
     model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", **extra)
     ids = torch.randint(0, cfg.vocab_size, (batch, seq))
     with flop_counter.FlopCounterMode(display=False) as counter:

@@ -254,6 +254,8 @@ def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) 
             # repeated over every routed copy, in fp32, for the probs' gradient (estimate/expert_bias.py)
             routed += k * expert_bias_kept(cfg.full_cuda_graph) * h
         shared = _mlp_saved(m, a, block, m.shared_expert_ffn_size, g) if m.shared_expert_ffn_size else 0.0
+        if m.shared_expert_gate:  # sigmoid(gate(x)) * shared(x): the product keeps both factors
+            shared += a * h + a
         if "shared_experts" in mods:
             shared = 0.0
         if "moe" in mods:  # the MoE layer keeps only its input, the pre-MLP norm's output
