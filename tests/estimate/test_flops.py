@@ -13,7 +13,21 @@ torch = pytest.importorskip("torch")
 flop_counter = pytest.importorskip("torch.utils.flop_counter")
 transformers = pytest.importorskip("transformers")
 
-FLOP_CASES = ["llama", "qwen2", "mixtral", "gpt2", "opt", "olmo2", "cohere-qk", "starcoder2", "nemotron", "phi", "glm4", "qwen2-moe", "olmoe"]
+FLOP_CASES = [
+    "llama",
+    "qwen2",
+    "mixtral",
+    "gpt2",
+    "opt",
+    "olmo2",
+    "cohere-qk",
+    "starcoder2",
+    "nemotron",
+    "phi",
+    "glm4",
+    "qwen2-moe",
+    "olmoe",
+]
 
 
 def measured_training_flops(config: dict, batch: int, seq: int) -> float:

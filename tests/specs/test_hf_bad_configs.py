@@ -41,3 +41,17 @@ def test_hidden_size_not_divisible_by_heads_without_head_dim_asks_for_head_dim()
 )
 def test_a_zero_size_names_its_config_key(key):
     assert _error(dict(LLAMA, **{key: 0})).startswith(f"{key}: must be a positive integer")
+
+
+@pytest.mark.parametrize("value", [["llama"], {"a": 1}, 7, None])
+def test_a_model_type_that_is_not_a_string_is_named_not_a_traceback(value):
+    # a list or object was looked up as a family key (TypeError: unhashable type)
+    assert "model_type" in _error(dict(LLAMA, model_type=value))
+    assert "model_type" in _error(dict(model_type="llama4", text_config=dict(LLAMA, model_type=value)))
+
+
+@pytest.mark.parametrize("family", ["olmo2", "cohere-qk", "starcoder2", "phi", "qwen2-moe"])
+@pytest.mark.parametrize("key", ["hidden_size", "num_attention_heads", "intermediate_size", "vocab_size"])
+@pytest.mark.parametrize("value", [-1, "abc", [1], 1e13])
+def test_the_newer_families_name_a_bad_size(family, key, value):
+    assert key in _error(dict(CONFIGS[family], **{key: value}))

@@ -85,9 +85,11 @@ def model_from_hf_config(config: dict[str, Any], name: str = "custom", where: st
     is not counted."""
     if not isinstance(config, dict):
         raise GpuplanError(where, "must hold a JSON object", "pass a Hugging Face config.json")
+    if not isinstance(config.get("model_type", ""), str):
+        raise GpuplanError(f"{where}: model_type", f"must be a string, got {config['model_type']!r}", 'e.g. "llama"')
     text, text_where, outer = _split_multimodal(config, where)
     model_type = text.get("model_type")
-    if model_type not in ADAPTERS:
+    if not isinstance(model_type, str) or model_type not in ADAPTERS:
         raise GpuplanError(
             f"{text_where}: model_type",
             f"unsupported model_type {model_type!r}",

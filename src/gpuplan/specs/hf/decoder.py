@@ -292,7 +292,6 @@ FAMILIES: dict[str, _Family] = {
         act="gelu_new",
         gated=False,
         norm="layernorm",
-        norms=(1, 0),
         parallel=True,
         attention_bias=True,
         bias_key="",
