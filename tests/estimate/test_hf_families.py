@@ -228,6 +228,29 @@ FAMILIES = {
         _SMALL, model_type="phimoe", intermediate_size=32, num_local_experts=4, attention_bias=True, lm_head_bias=True
     ),
     "minimax-m2": dict(_SMALL, model_type="minimax_m2", intermediate_size=32, num_local_experts=8, head_dim=16),
+    "ernie4.5-moe": dict(
+        _SMALL,
+        model_type="ernie4_5_moe",
+        intermediate_size=96,
+        moe_num_experts=8,
+        moe_k=2,
+        moe_intermediate_size=32,
+        moe_layer_start_index=1,
+        moe_layer_end_index=4,
+        moe_layer_interval=2,
+    ),
+    "dots1": dict(
+        _SMALL,
+        model_type="dots1",
+        intermediate_size=96,
+        n_routed_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        n_shared_experts=1,
+        first_k_dense_replace=1,
+        sliding_window=8,
+        max_window_layers=4,
+    ),
 }
 
 
@@ -349,10 +372,13 @@ def test_exaone4_reads_its_hub_pattern_string_as_the_layer_types_it_spells():
     assert from_string.num_sliding_layers == from_types.num_sliding_layers == spelled.count("sliding_attention")
 
 
-@pytest.mark.parametrize("family", ["stablelm", "phi"])
-def test_per_head_qk_layernorms_are_refused_naming_the_key(family):
-    with pytest.raises(GpuplanError, match="qk_layernorm") as err:
-        model_from_hf_config(dict(FAMILIES[family], qk_layernorm=True))
+@pytest.mark.parametrize(
+    "family, key", [("stablelm", "qk_layernorm"), ("phi", "qk_layernorm"), ("ernie4.5-moe", "use_bias")]
+)
+def test_layouts_gpuplan_does_not_model_are_refused_naming_the_key(family, key):
+    # StableLM's and Phi's per-head q/k LayerNorms; ERNIE 4.5 MoE's biases, which skip the experts
+    with pytest.raises(GpuplanError, match=key) as err:
+        model_from_hf_config(dict(FAMILIES[family], **{key: True}))
     assert "\n" not in str(err.value)
 
 

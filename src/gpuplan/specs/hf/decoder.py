@@ -66,14 +66,16 @@ class _Family:
     # MoE: the experts key and its default, experts per token, the expert width key, shared experts
     experts: tuple[str, int | None] | None = None
     top_k: int | None = None
+    top_k_key: str = "num_experts_per_tok"  # ERNIE 4.5: moe_k
     expert_ffn: str = "moe_intermediate_size"
     expert_ffn_default: int | None = None
-    # "n_shared_experts" (DeepSeek, GLM: n x expert width), "one" (Llama 4), or the key of the
-    # shared expert's own width (Qwen2-MoE: shared_expert_intermediate_size)
+    # a count key ending in "shared_experts" (DeepSeek, GLM: n_shared_experts; ERNIE 4.5:
+    # moe_num_shared_experts; n x expert width), "one" (Llama 4), or the key of the shared expert's
+    # own width (Qwen2-MoE: shared_expert_intermediate_size)
     shared: str = ""
     shared_default: int = 1  # n_shared_experts, or the width under a width key
     shared_gate: bool = False  # Qwen2-MoE's sigmoid gate over the shared expert
-    moe_rule: str = "all"  # all | deepseek | qwen3_moe | llama4
+    moe_rule: str = "all"  # all | deepseek | qwen3_moe | llama4 | ernie
     dense_ffn: str = "intermediate_size"  # Llama 4's dense layers use intermediate_size_mlp
     first_dense_default: int = 0
     router_bias: bool = False
@@ -129,6 +131,12 @@ def _llama4_layout(c: Config, layers: int) -> Callable[[int], bool] | None:
 
 def _phi3_layout(c: Config, layers: int) -> Callable[[int], bool] | None:
     return (lambda i: True) if c.get("sliding_window", default=None) else None
+
+
+def _dots1_layout(c: Config, layers: int) -> Callable[[int], bool] | None:
+    # Dots1Config: with a sliding_window, the layers from max_window_layers on slide
+    first = c.get("max_window_layers", default=62)
+    return lambda i: i >= first
 
 
 def _pattern_layout(c: Config, layers: int) -> Callable[[int], bool] | None:
@@ -334,6 +342,29 @@ FAMILIES: dict[str, _Family] = {
         expert_ffn="intermediate_size",
         lm_head_bias="lm_head_bias",
     ),
+    "ernie4_5_moe": _Family(
+        tied=True,
+        unsupported=("use_bias",),  # biases on attention and the dense MLPs but not on the experts
+        experts=("moe_num_experts", 64),
+        top_k=6,
+        top_k_key="moe_k",
+        expert_ffn_default=1536,
+        shared="moe_num_shared_experts",
+        shared_default=2,
+        moe_rule="ernie",
+        router_bias=True,  # the gate's e_score_correction_bias, one value per expert
+    ),
+    "dots1": _Family(
+        qk_norm=True,
+        window=4096,
+        sliding=_dots1_layout,
+        experts=("n_routed_experts", None),
+        expert_ffn_default=1408,
+        shared="n_shared_experts",
+        shared_default=0,
+        moe_rule="deepseek",
+        groups_default=(1, 1),
+    ),
     "minimax_m2": _Family(
         head_dim=128,
         qk_norm=True,
@@ -376,6 +407,7 @@ for _type, _pos in {
     "olmoe": 4096,
     "phimoe": 131072,
     "minimax_m2": 196608,
+    "ernie4_5_moe": 131072,
 }.items():
     FAMILIES[_type] = dataclasses.replace(FAMILIES[_type], max_pos=_pos)
 
@@ -426,6 +458,12 @@ def _moe_layers(c: Config, f: _Family, layers: int) -> dict[str, Any]:
         step = _step(c, "decoder_sparse_step")
         dense = c.get("mlp_only_layers", default=[], kind=list)
         return dict(moe_layers=tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0))
+    if f.moe_rule == "ernie":  # Ernie4_5_MoeDecoderLayer: every interval-th layer from start to end
+        step = _step(c, "moe_layer_interval")
+        start = c.get("moe_layer_start_index", default=1)
+        end = c.data.get("moe_layer_end_index", -1)
+        end = layers - 1 if end == -1 else c.get("moe_layer_end_index")
+        return dict(moe_layers=tuple(i for i in range(layers) if (i + 1) % step == 0 and start <= i <= end))
     if f.moe_rule == "llama4":  # Llama4TextConfig.moe_layers, default every interleave_moe_layer_step-th
         given = c.get("moe_layers", default=None, kind=list)
         if given is None:
@@ -543,15 +581,15 @@ def decoder(c: Config, name: str, model_type: str) -> ModelSpec:
         experts = c.get(key, default=MISSING if default is None else default)
         expert_ffn = c.get(f.expert_ffn, default=MISSING if f.expert_ffn_default is None else f.expert_ffn_default)
         shared = 0
-        if f.shared == "n_shared_experts":
-            shared = expert_ffn * c.get("n_shared_experts", default=f.shared_default)
+        if f.shared.endswith("shared_experts"):
+            shared = expert_ffn * c.get(f.shared, default=f.shared_default)
         elif f.shared == "one":
             shared = expert_ffn
         elif f.shared:  # the shared expert's own width key
             shared = c.get(f.shared, default=f.shared_default)
         kw.update(
             num_experts=experts,
-            experts_per_token=c.get("num_experts_per_tok", default=MISSING if f.top_k is None else f.top_k),
+            experts_per_token=c.get(f.top_k_key, default=MISSING if f.top_k is None else f.top_k),
             moe_ffn_size=expert_ffn,
             shared_expert_ffn_size=shared,
             router_bias=f.router_bias,
