@@ -228,6 +228,17 @@ FAMILIES = {
         _SMALL, model_type="phimoe", intermediate_size=32, num_local_experts=4, attention_bias=True, lm_head_bias=True
     ),
     "minimax-m2": dict(_SMALL, model_type="minimax_m2", intermediate_size=32, num_local_experts=8, head_dim=16),
+    "deepseek-v3.2": dict(
+        _SMALL | _MLA,
+        model_type="deepseek_v32",
+        n_routed_experts=8,
+        q_lora_rank=24,
+        n_group=1,
+        topk_group=1,
+        index_n_heads=4,
+        index_head_dim=16,
+        index_topk=32,
+    ),
     "ernie4.5-moe": dict(
         _SMALL,
         model_type="ernie4_5_moe",

@@ -93,6 +93,18 @@ def _qk_norm_saved(m: ModelSpec, a: int, profile: str) -> float:
     return a * width + 2 * FP32 * rows  # layernorm: input, mean and rstd
 
 
+def _indexer_saved(m: ModelSpec, cfg: TrainingConfig, a: int) -> float:
+    """Bytes per token DSA's indexer keeps for its own loss (DeepSeek-V3.2): Megatron-Core's
+    FusedDSAIndexerLoss saves the indexer's queries, keys and head weights and the top-k indices
+    (megatron/core/transformer/experimental_attention_variant/dsa.py, ``ctx.save_for_backward(q,
+    weights, k, query, key, topk_indices)``; query and key are the attention's own, detached), all
+    duplicated over TP. transformers runs the indexer under no_grad: nothing under the eager profile."""
+    if not m.index_heads or cfg.profile != "fused":
+        return 0.0
+    topk = min(m.index_topk, cfg.seq_len)
+    return a * m.index_heads * m.index_head_dim + a * m.index_head_dim + FP32 * m.index_heads + INDEX * topk
+
+
 def _mlp_saved(m: ModelSpec, a: int, profile: str, ffn: int, g: float | None = None) -> float:
     """Bytes per token saved inside one MLP (its input is the norm output, counted there);
     ``g``: bytes per element of the fc2 input as fc2 keeps it (``gemm_input_bytes``)."""
@@ -239,7 +251,8 @@ def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) 
         replicated_dense = replicated - g * h
     else:
         replicated_dense = replicated
-    dense = replicated_dense / rep_div + (attn + scores + mlp) / t
+    indexer = _indexer_saved(m, cfg, a) if "core_attn" not in mods else 0.0
+    dense = replicated_dense / rep_div + (attn + scores + mlp) / t + indexer
 
     moe = 0.0
     if m.is_moe:
@@ -260,7 +273,7 @@ def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) 
             shared = 0.0
         if "moe" in mods:  # the MoE layer keeps only its input, the pre-MLP norm's output
             routed = shared = 0.0
-        moe = (replicated - own_norm * (not m.is_mla)) / rep_div + (attn + scores + routed + shared) / t
+        moe = (replicated - own_norm * (not m.is_mla)) / rep_div + (attn + scores + routed + shared) / t + indexer
 
     rerun = 0.0
     if per_op_sac(m, cfg):  # the block keeps what the policy saves; its re-run, the rest

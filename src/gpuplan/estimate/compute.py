@@ -251,6 +251,10 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
         # ramp: a sliding-window or chunked layer's kernel runs at the rate of its window, a
         # full layer's at the sequence's) and the mean context its FLOPs cover
         kinds = [(1.0, s.seq, mean_context(s.seq, None, True))]
+        if m.index_topk and not s.eager:
+            # DSA: a sparse MLA kernel (FlashMLA's) walks the index_topk keys the indexer picked;
+            # transformers' eager and SDPA paths mask a dense attention instead (DeepseekV32Indexer)
+            kinds = [(1.0, min(s.seq, m.index_topk), mean_context(s.seq, m.index_topk, True))]
         if m.num_sliding_layers:
             frac = m.num_sliding_layers / m.num_layers
             kinds = [
@@ -287,6 +291,16 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
             b=memory_time(gpu, sm_b, 2 if attn_drop else 1),
             core=True,
         )
+    if m.index_heads:
+        # DSA's indexer scores every earlier key (flops.indexer_flops_per_token): an MQA-shaped QK^T
+        # (index_heads queries, one key head) without AV, timed as an attention kernel of its head
+        # dim over the whole sequence; its heads are replicated over TP
+        per_ctx_idx = 2.0 * s.micro_batch * m.index_heads * (m.index_head_dim + 1) * s.seq / s.cp
+        ctx_idx = mean_context(s.seq, None, True)
+        f_idx, b_idx = flash_time(
+            gpu, attn_dtype, per_ctx_idx * ctx_idx, s.seq / s.cp, s.attention_kernel, m.index_head_dim
+        )
+        out.add("attention", fwd=f_idx, b=b_idx)
 
     # elementwise work on the residual stream: sequence-parallel regions hold T/tp tokens
     t_res = T / tp if s.sp else T

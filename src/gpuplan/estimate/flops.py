@@ -44,13 +44,28 @@ def mean_context(seq_len: int, window: int | None, causal: bool, chunked: bool =
 
 
 def attention_flops_per_token(m: ModelSpec, seq_len: int, causal: bool = True) -> float:
-    """Forward FLOPs of QK^T and AV per token, summed over layers (sliding-window layers see fewer keys)."""
+    """Forward FLOPs of QK^T and AV per token, summed over layers (sliding-window layers see fewer
+    keys), plus DeepSeek Sparse Attention's indexer (``indexer_flops_per_token``): under DSA each
+    query's MLA attends only the ``index_topk`` keys the indexer picks (DeepSeek-V3.2-Exp report,
+    section 2: core attention O(L k) instead of O(L^2)), the same count as a window of that size."""
     per_key = 2 * m.num_heads * (m.qk_head_dim + m.v_dim)
     full = m.num_layers - m.num_sliding_layers
-    ctx = full * mean_context(seq_len, None, causal)
+    ctx = full * mean_context(seq_len, m.index_topk or None, causal)
     if m.num_sliding_layers:
         ctx += m.num_sliding_layers * mean_context(seq_len, m.sliding_window, causal, m.attention_chunked)
-    return per_key * ctx
+    return per_key * ctx + indexer_flops_per_token(m, seq_len, causal)
+
+
+def indexer_flops_per_token(m: ModelSpec, seq_len: int, causal: bool = True) -> float:
+    """Forward FLOPs per token of DSA's lightning indexer scores, summed over layers: every earlier
+    token's key (one head of index_head_dim) against the token's index_heads queries, then the
+    heads' ReLU'd scores weighted and summed: 2 x index_heads x (index_head_dim + 1) per key
+    (DeepSeek-V3.2-Exp report, eq. 1; transformers' DeepseekV32Indexer). The indexer's own
+    projections are weights, counted with the matmuls."""
+    if not m.index_heads:
+        return 0.0
+    per_key = 2 * m.index_heads * (m.index_head_dim + 1)
+    return m.num_layers * per_key * mean_context(seq_len, None, causal)
 
 
 @dataclass(frozen=True)

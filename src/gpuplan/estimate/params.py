@@ -84,6 +84,13 @@ def _attention(m: ModelSpec) -> list[Tensor]:
         t += _norm(m, "attn.kv_a_layernorm", m.kv_lora_rank)
         t += _linear("attn.kv_b_proj", m.kv_lora_rank, m.num_heads * (m.head_dim + m.v_head_dim), "col", False)
         t += _linear("attn.o_proj", m.num_heads * m.v_head_dim, h, "row", m.o_bias)
+        if m.index_heads:  # DSA's lightning indexer (DeepSeek-V3.2), replicated over TP
+            d = m.index_head_dim
+            t += _linear("attn.indexer.wq_b", m.q_lora_rank, m.index_heads * d, "none", False)
+            t += _linear("attn.indexer.wk", h, d, "none", False)
+            t += [Tensor("attn.indexer.k_norm.weight", (d,), matmul=False)]
+            t += [Tensor("attn.indexer.k_norm.bias", (d,), matmul=False)]  # nn.LayerNorm
+            t += _linear("attn.indexer.weights_proj", h, m.index_heads, "none", False)
         return t
     kv = m.num_kv_heads * m.head_dim
     t = _linear("attn.qkv", h, m.q_size + 2 * kv, "col", m.qkv_bias) + _linear("attn.o", m.q_size, h, "row", m.o_bias)

@@ -10,12 +10,21 @@ Tensor parallelism splits KV heads across GPUs, but a GPU always holds at least 
 GPUs than KV heads the heads are replicated (vLLM ``num_kv_heads // tp`` floored at 1). The MLA
 latent is not split by heads, so every TP rank holds all of it.
 
+DeepSeek Sparse Attention (DeepSeek-V3.2) adds the indexer's key, ``index_head_dim`` values per
+token and layer, beside the latent (vLLM and SGLang cache it in FP8 with a per-token scale; here
+in the cache's format). Its decode reads every cached index key but only the ``index_topk``
+latents the indexer picked (``attended_tokens``).
+
 Sliding-window layers (Mistral, and every other layer of Gemma-2) keep only the last
 ``window - 1`` tokens between steps (the token being decoded is the window's last one), which is
 what transformers' ``DynamicSlidingWindowLayer`` holds; full-attention layers keep everything.
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
 
 from gpuplan.serve.formats import KVFormat
 from gpuplan.specs import validity
@@ -36,11 +45,17 @@ def kv_values_per_head(m: ModelSpec) -> int:
     return 2 * m.head_dim
 
 
+def index_bytes_per_token_layer(m: ModelSpec, fmt: KVFormat) -> float:
+    """Bytes of DSA's indexer key one token adds to one layer's cache (0 without DSA); replicated
+    over TP like the latent."""
+    return m.index_head_dim * fmt.bytes + fmt.meta_bytes_per_head if m.index_heads else 0.0
+
+
 def kv_bytes_per_token_layer(m: ModelSpec, fmt: KVFormat, tp: int = 1) -> float:
-    """Bytes one token adds to one layer's cache on one GPU."""
+    """Bytes one token adds to one layer's cache on one GPU (with DSA's indexer key)."""
     heads = kv_heads_per_gpu(m, tp)
     per_head = kv_values_per_head(m) * fmt.bytes + (2 if not m.is_mla else 1) * fmt.meta_bytes_per_head
-    return heads * per_head
+    return heads * per_head + index_bytes_per_token_layer(m, fmt)
 
 
 def kv_bytes_per_token(m: ModelSpec, fmt: KVFormat, tp: int = 1) -> float:
@@ -48,11 +63,22 @@ def kv_bytes_per_token(m: ModelSpec, fmt: KVFormat, tp: int = 1) -> float:
     return m.num_layers * kv_bytes_per_token_layer(m, fmt, tp)
 
 
-def cached_tokens(m: ModelSpec, context: float) -> float:
-    """Token-layers held for a sequence of ``context`` tokens, summed over layers."""
+def cached_tokens(m: ModelSpec, context: Any) -> Any:
+    """Token-layers held for a sequence of ``context`` tokens (a number or a numpy array), summed
+    over layers."""
     full = m.num_layers - m.num_sliding_layers
-    sliding = m.num_sliding_layers * min(context, (m.sliding_window or context + 1) - 1) if m.num_sliding_layers else 0
-    return full * context + sliding
+    if not m.num_sliding_layers:
+        return full * context
+    window = m.sliding_window
+    return full * context + m.num_sliding_layers * (np.minimum(context, window - 1) if window else context)
+
+
+def attended_tokens(m: ModelSpec, context: Any) -> Any:
+    """Token-layers a decode step's attention reads at ``context`` tokens: what is cached, or under
+    DSA the ``index_topk`` entries its indexer picked in each layer."""
+    if m.index_topk:
+        return m.num_layers * np.minimum(context, m.index_topk)
+    return cached_tokens(m, context)
 
 
 def kv_bytes_per_sequence(m: ModelSpec, fmt: KVFormat, context: float, tp: int = 1) -> float:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -40,7 +41,13 @@ from gpuplan.estimate.params import embedding_tensors, head_tensors, layer_tenso
 from gpuplan.serve.allreduce import tp_allreduce
 from gpuplan.serve.engines import Engine
 from gpuplan.serve.formats import KVFormat, WeightFormat
-from gpuplan.serve.kv import cached_tokens, kv_bytes_per_token_layer, kv_heads_per_gpu
+from gpuplan.serve.kv import (
+    attended_tokens,
+    cached_tokens,
+    index_bytes_per_token_layer,
+    kv_bytes_per_token_layer,
+    kv_heads_per_gpu,
+)
 from gpuplan.serve.weights import tensor_bits, tensor_tp
 from gpuplan.specs import validity
 from gpuplan.specs.hardware import GPUSpec, for_job
@@ -123,7 +130,9 @@ class StepModel:
         self.n_dense = m.num_layers - self.n_moe
         groups = place(ParallelPlan(tp=d.tp, pp=d.pp), gpu)
         self.tp_group, self.pp_group = groups["tp"], groups["pp"]
-        self.kv_token_layer = kv_bytes_per_token_layer(m, d.kv, d.tp)
+        # DSA: the latent a decode step reads for its top-k, and the indexer key it reads for all
+        self.index_token_layer = index_bytes_per_token_layer(m, d.kv)
+        self.kv_token_layer = kv_bytes_per_token_layer(m, d.kv, d.tp) - self.index_token_layer
         self.heads = m.num_heads // (1 if d.dp_attention else d.tp)  # query heads this GPU attends with
         # times a decode step reads each cached KV head (engines.py Engine.kv_reads_per_kv_head):
         # more than once only in the engines whose decode kernel runs a block per query head
@@ -143,7 +152,7 @@ class StepModel:
         )
         self._gemm_cache: dict[tuple[int, bool], tuple[float, float]] = {}
         self._head_cache: dict[int, float] = {}
-        self._decode_lines: dict[float, tuple[float, float]] = {}
+        self._decode_rest: dict[float, float] = {}  # a decode step's time but its attention, by batch
 
     # -- GEMMs ----------------------------------------------------------------------------------
     def _matmul(self, t, rows: float) -> tuple[float, float]:
@@ -230,16 +239,17 @@ class StepModel:
         # attention: decode reads the cache; prefill is a flash kernel over the prompt
         attn = 0.0
         if decode:
-            mine = decode / d.kv_groups  # DP attention: each rank attends for its own sequences
-            kv_bytes = mine * cached_tokens(m, decode_context) * self.kv_token_layer * self.kv_reads
-            flops = 2.0 * mine * self.heads * self.attn_dims * cached_tokens(m, decode_context)
-            rate = gpu.peak(d.dtype16) * self.eff.attention_fractions("fa3")[0]
-            attn += max(kv_bytes / self.hbm, flops / rate) + m.num_layers * self.overhead
+            attn += float(self.decode_attention(decode, decode_context))
         if prefill:
-            ctx = cached_tokens(m, prefill_context) / m.num_layers
+            ctx = attended_tokens(m, prefill_context) / m.num_layers
             flops = 2.0 * prefill / d.kv_groups * self.heads * self.attn_dims * ctx
             fwd, _ = flash_time(gpu, self.prefill_attention_dtype, flops, max(1.0, 2 * prefill_context))
             attn += m.num_layers * fwd
+            if m.index_heads:  # DSA's indexer over every earlier key of the prompt
+                held = cached_tokens(m, prefill_context) / m.num_layers
+                flops = 2.0 * prefill / d.kv_groups * m.index_heads * (m.index_head_dim + 1) * held
+                fwd, _ = flash_time(gpu, self.prefill_attention_dtype, flops, max(1.0, 2 * prefill_context))
+                attn += m.num_layers * fwd
         parts["attention"] = attn
 
         # elementwise: norms, residual adds, rotary, MLP activation (per layer, on all rows)
@@ -278,28 +288,38 @@ class StepModel:
             parts["host"] = self.engine.exposed_host_s(gpu_s, decode + prefill_seqs)
         return Iteration(sum(parts.values()), parts)
 
+    def decode_attention(self, decode: float, context: Any) -> Any:
+        """Seconds of one decode step's attention for ``decode`` sequences at ``context`` tokens (a
+        number or a numpy array of them): the cache it reads (all of it, or DSA's top-k latents
+        and every indexer key) at HBM speed, or its FLOPs at the attention kernel's rate."""
+        d, m = self.d, self.d.model
+        mine = decode / d.kv_groups  # DP attention: each rank attends for its own sequences
+        read = attended_tokens(m, context)
+        kv_bytes = mine * read * self.kv_token_layer * self.kv_reads
+        flops = 2.0 * mine * self.heads * self.attn_dims * read
+        if m.index_heads:  # the indexer scores every cached key (flops.indexer_flops_per_token)
+            held = cached_tokens(m, context)
+            kv_bytes = kv_bytes + mine * held * self.index_token_layer
+            flops = flops + 2.0 * mine * m.index_heads * (m.index_head_dim + 1) * held
+        rate = d.gpu.peak(d.dtype16) * self.eff.attention_fractions("fa3")[0]
+        return np.maximum(kv_bytes / self.hbm, flops / rate) + m.num_layers * self.overhead
+
     def decode_step(self, batch: float, context: float) -> Iteration:
         return self.iteration(decode=batch, decode_context=context)
 
     def decode_times(self, batch: float, context: float, steps: int) -> np.ndarray:
         """Seconds of ``steps`` consecutive decode-only iterations of ``batch`` sequences, the
         first at ``context`` tokens, each one token longer: what ``decode_step`` gives for each,
-        computed at once. A decode step's GPU time is a + b x cached_tokens(context) (only the
-        attention term reads the context, and it is linear in the cached tokens), so two calls
-        give a and b for a batch; the engine's host time is added per step as ``iteration`` does."""
-        m = self.d.model
-        if batch not in self._decode_lines:
-            at0, at1 = (self.iteration(decode=batch, decode_context=c) for c in (0.0, 1024.0))  # any two
-            a = at0.seconds - at0.parts.get("host", 0.0)
-            b = (at1.seconds - at1.parts.get("host", 0.0) - a) / cached_tokens(m, 1024.0)
-            self._decode_lines[batch] = (a, b)
-        a, b = self._decode_lines[batch]
+        computed at once. Only the attention term reads the context: the step is the rest, from
+        one call at no context, plus ``decode_attention`` over the contexts as an array; the
+        engine's host time is added per step as ``iteration`` does."""
+        if batch not in self._decode_rest:
+            at0 = self.iteration(decode=batch, decode_context=0.0)
+            rest = at0.seconds - at0.parts.get("host", 0.0) - float(self.decode_attention(batch, 0.0))
+            self._decode_rest[batch] = rest
+        rest = self._decode_rest[batch]
         ctx = context + np.arange(steps, dtype=float)
-        window = (m.sliding_window or 0) - 1
-        held = (m.num_layers - m.num_sliding_layers) * ctx
-        if m.num_sliding_layers:
-            held = held + m.num_sliding_layers * np.minimum(ctx, window)
-        t = a + b * held
+        t = rest + self.decode_attention(batch, ctx)
         if self.engine is not None:
             host = self.engine.host_s(batch)
             t = t + (np.maximum(0.0, host - t) if self.engine.overlap else host)

@@ -89,6 +89,11 @@ class ModelSpec:
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # DeepSeek Sparse Attention (DeepSeek-V3.2): a lightning indexer of index_heads heads of
+    # index_head_dim scores every earlier token; each query's MLA attends only the index_topk best
+    index_topk: int = 0
+    index_heads: int = 0
+    index_head_dim: int = 0
     # A multimodal checkpoint's image encoder and projector (specs/vision.py): its weights and
     # training states are counted on the first pipeline stage; None for a text-only model
     vision: VisionTower | None = None
@@ -167,6 +172,14 @@ class ModelSpec:
                 "qk_rope_head_dim",
                 "MLA needs positive qk_rope_head_dim and v_head_dim",
             )
+        if self.index_heads:
+            require(
+                self.is_mla and self.q_lora_rank > 0,
+                "index_n_heads",
+                "DeepSeek Sparse Attention's indexer reads MLA's compressed query (q_lora_rank > 0)",
+            )
+            require(self.index_topk > 0, "index_topk", f"must be positive, got {self.index_topk}")
+            require(self.index_head_dim > 0, "index_head_dim", f"must be positive, got {self.index_head_dim}")
         if self.moe_layers is not None:
             require(
                 all(0 <= i < self.num_layers for i in self.moe_layers),
@@ -210,6 +223,14 @@ class ModelSpec:
     def is_moe_layer(self, index: int) -> bool:
         """Explicit ``moe_layers`` when given; else DeepSeek's rule: MoE from first_k_dense_replace on,
         every freq-th."""
+        if self.index_heads:
+            require(
+                self.is_mla and self.q_lora_rank > 0,
+                "index_n_heads",
+                "DeepSeek Sparse Attention's indexer reads MLA's compressed query (q_lora_rank > 0)",
+            )
+            require(self.index_topk > 0, "index_topk", f"must be positive, got {self.index_topk}")
+            require(self.index_head_dim > 0, "index_head_dim", f"must be positive, got {self.index_head_dim}")
         if self.moe_layers is not None:
             return self.is_moe and index in self.moe_layers
         return self.is_moe and index >= self.first_dense_layers and index % self.moe_layer_freq == 0

@@ -20,7 +20,9 @@ from gpuplan.specs.model import ModelSpec
 # global attention, and in how MoE layers are laid out. ``_Family`` names those differences; one
 # function, ``decoder``, reads every config through it.
 
-LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
+# "indexed_attention": DeepSeek-V3.2's DSA layers, which cache and may attend to every token
+LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "indexed_attention")
+LOCAL_TYPES = ("sliding_attention", "chunked_attention")
 
 
 def _every(step: int) -> Callable[[int], bool]:
@@ -84,6 +86,7 @@ class _Family:
     # has none (a config whose topk_method is "greedy", DeepSeek-V2's default, ignores them too)
     groups_default: tuple[int, int] | None = None
     mla: bool = False
+    dsa: bool = False  # DeepSeek Sparse Attention's indexer (index_topk, index_n_heads, index_head_dim)
     # the rope_scaling a config omits (GptOssConfig's default: YaRN, factor 32); None: no default
     rope_scaling: dict[str, Any] | None = None
     glu_clamp: float | None = None  # default swiglu_limit (GptOssConfig: 7.0); None: no clamp
@@ -259,7 +262,17 @@ FAMILIES: dict[str, _Family] = {
         experts=("n_routed_experts", None),
         shared="n_shared_experts",
         moe_rule="deepseek",
+        first_dense_default=3,  # DeepseekV3Config's first_k_dense_replace
         groups_default=(8, 4),  # DeepseekV3Config's n_group, topk_group
+    ),
+    "deepseek_v32": _Family(  # DeepSeek-V3.2: V3 with DeepSeek Sparse Attention
+        mla=True,
+        dsa=True,
+        experts=("n_routed_experts", None),
+        shared="n_shared_experts",
+        moe_rule="deepseek",
+        first_dense_default=3,
+        groups_default=(8, 4),
     ),
     # --- Llama-shaped dense families (each as its transformers configuration and modeling code) ---
     "gemma": _Family(head_dim=256, tied=True, act="gelu_pytorch_tanh", gemma=True, vocab=256_000),
@@ -391,6 +404,7 @@ for _type, _pos in {
     "llama4_text": 131072,
     "glm4_moe": 131072,
     "deepseek_v3": 4096,
+    "deepseek_v32": 163840,
     "gemma": 8192,
     "helium": 4096,
     "smollm3": 32768,
@@ -425,7 +439,7 @@ def _layer_flags(c: Config, f: _Family, layers: int) -> tuple[int | None, int]:
                 f"must list one of {LAYER_TYPES} per layer ({layers})",
                 "fix layer_types or leave it out",
             )
-        local = sum(t != "full_attention" for t in types)
+        local = sum(t in LOCAL_TYPES for t in types)
     else:
         rule = f.sliding(c, layers) if f.sliding else None
         local = sum(rule(i) for i in range(layers)) if rule else 0
@@ -618,6 +632,12 @@ def decoder(c: Config, name: str, model_type: str) -> ModelSpec:
             kv_lora_rank=c.get("kv_lora_rank"),
             qk_rope_head_dim=c.get("qk_rope_head_dim", default=64),
             v_head_dim=c.get("v_head_dim", default=128),
+        )
+    if f.dsa:  # DeepseekV32Config's defaults
+        kw.update(
+            index_topk=c.get("index_topk", default=2048),
+            index_heads=c.get("index_n_heads", default=64),
+            index_head_dim=c.get("index_head_dim", default=128),
         )
     notes = []
     mtp = c.data.get("num_nextn_predict_layers") or c.data.get("num_mtp_layers")

@@ -1,0 +1,148 @@
+"""DeepSeek Sparse Attention (DeepSeek-V3.2): the indexer's weights, FLOPs, time, saved bytes and
+cache, against transformers' DeepseekV32 on CPU and against the definition of top-k attention."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from gpuplan import catalog
+from gpuplan.estimate.activations import activation_breakdown
+from gpuplan.estimate.compute import layer_times
+from gpuplan.estimate.flops import attention_flops_per_token, indexer_flops_per_token, mean_context, training_flops
+from gpuplan.estimate.step_time import _shape
+from gpuplan.serve.formats import kv_format, weight_format
+from gpuplan.serve.kv import attended_tokens, cached_tokens, kv_bytes_per_token_layer
+from gpuplan.serve.timing import Deployment, step_model
+from gpuplan.specs.hf import model_from_hf_config
+from gpuplan.specs.parallel import ParallelPlan
+from gpuplan.specs.training import TrainingConfig
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+flop_counter = pytest.importorskip("torch.utils.flop_counter")
+
+SMALL = dict(
+    model_type="deepseek_v32",
+    vocab_size=1000,
+    hidden_size=128,
+    intermediate_size=256,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    kv_lora_rank=32,
+    q_lora_rank=48,
+    qk_rope_head_dim=8,
+    qk_nope_head_dim=16,
+    v_head_dim=16,
+    moe_intermediate_size=64,
+    n_routed_experts=4,
+    num_experts_per_tok=2,
+    first_k_dense_replace=1,
+    n_group=1,
+    topk_group=1,
+    index_n_heads=4,
+    index_head_dim=16,
+    index_topk=2048,
+)
+# a DeepSeek-V3.2-sized model: 64 indexer heads of 128, top-2048 (DeepseekV32Config's defaults)
+BIG = dataclasses.replace(
+    catalog.model("deepseek-v3"), model_type="deepseek_v32", index_topk=2048, index_heads=64, index_head_dim=128
+)
+
+
+def test_forward_flops_equal_flop_counter_below_the_top_k():
+    # below index_topk every key is picked, so transformers' masked dense attention is the sparse
+    # work; its indexer (scores and head weighting) runs in the same forward
+    batch, seq = 2, 96
+    torch.manual_seed(0)
+    cfg = transformers.AutoConfig.for_model(**SMALL)
+    # eager attention and experts: the counter sees bmm's and per-expert mm's, not SDPA or grouped_mm
+    model = transformers.AutoModelForCausalLM.from_config(
+        cfg, attn_implementation="eager", experts_implementation="eager"
+    )
+    with torch.no_grad(), flop_counter.FlopCounterMode(display=False) as counter:
+        model(input_ids=torch.randint(0, cfg.vocab_size, (batch, seq)))
+    m = model_from_hf_config(SMALL)
+    predicted = training_flops(m, seq, causal=False).forward_per_token * batch * seq
+    assert predicted == pytest.approx(counter.get_total_flops(), rel=1e-9)
+
+
+def test_each_query_attends_at_most_top_k_keys_while_the_indexer_scores_them_all():
+    seq, k = 32768, BIG.index_topk
+    dense = dataclasses.replace(BIG, index_topk=0, index_heads=0, index_head_dim=0)
+    per_key = 2 * BIG.num_heads * (BIG.qk_head_dim + BIG.v_dim)
+    # causal: query i sees min(i + 1, k) keys
+    main = per_key * BIG.num_layers * sum(min(i + 1, k) for i in range(seq)) / seq
+    indexer = BIG.num_layers * 2 * 64 * (128 + 1) * (seq + 1) / 2
+    assert indexer_flops_per_token(BIG, seq) == pytest.approx(indexer)
+    assert attention_flops_per_token(BIG, seq) == pytest.approx(main + indexer)
+    # at 32K the indexer's O(L^2) scores outweigh the top-k core, and the total is a third of dense
+    assert indexer > main and attention_flops_per_token(BIG, seq) < attention_flops_per_token(dense, seq) / 3
+    # at or below k tokens DSA is dense attention plus the indexer
+    short = 2048
+    assert attention_flops_per_token(BIG, short) == pytest.approx(
+        attention_flops_per_token(dense, short) + indexer_flops_per_token(BIG, short)
+    )
+
+
+def test_the_sparse_kernel_runs_under_the_fused_profile_and_transformers_masks_a_dense_one():
+    gpu = catalog.gpu("h100-sxm")
+    plan = ParallelPlan(tp=8, ep=8, dp=8)
+    wide = dataclasses.replace(BIG, index_topk=10**9)  # top-k beyond the sequence: every key
+    for profile, sparse_is_faster in (("fused", True), ("eager", False)):
+        cfg = TrainingConfig(seq_len=32768, profile=profile)
+        t_sparse = layer_times(BIG, gpu, _shape(BIG, cfg, plan), True).parts["attention"]
+        t_wide = layer_times(wide, gpu, _shape(wide, cfg, plan), True).parts["attention"]
+        # the indexer over all 32K keys stays (two thirds of the sparse layer's attention time)
+        assert (t_sparse < 0.8 * t_wide) == sparse_is_faster, profile
+        if not sparse_is_faster:
+            assert t_sparse == pytest.approx(t_wide)
+
+
+def test_the_indexer_keeps_its_queries_keys_weights_and_top_k_indices_for_its_loss_under_megatron():
+    plan = ParallelPlan(tp=8, ep=8, dp=8)
+    dense = dataclasses.replace(BIG, index_topk=0, index_heads=0, index_head_dim=0)
+    for seq in (1024, 8192):
+        cfg = TrainingConfig(seq_len=seq, profile="fused")
+        extra = activation_breakdown(BIG, cfg, plan).moe_layer - activation_breakdown(dense, cfg, plan).moe_layer
+        per_token = 2 * 64 * 128 + 2 * 128 + 4 * 64 + 8 * min(2048, seq)  # bf16 q, k; fp32 weights; int64
+        assert extra == pytest.approx(per_token * seq)
+    eager = TrainingConfig(seq_len=1024, profile="eager")  # transformers: the indexer under no_grad
+    assert activation_breakdown(BIG, eager, plan).moe_layer == activation_breakdown(dense, eager, plan).moe_layer
+
+
+def test_the_cache_holds_the_indexer_key_beside_the_latent_and_decode_reads_top_k_latents():
+    fmt = kv_format("fp8")
+    assert kv_bytes_per_token_layer(BIG, fmt) == (512 + 64) * 1 + 128 * 1
+    assert cached_tokens(BIG, 100_000) == BIG.num_layers * 100_000
+    assert attended_tokens(BIG, 100_000) == BIG.num_layers * 2048
+    gpu = catalog.gpu("h200")
+    d = Deployment(BIG, gpu, weight_format("fp8", gpu), fmt, tp=8)
+    sm = step_model(d)
+    # past top-k each step reads one more indexer key per layer, not one more latent
+    a, b = (float(sm.decode_attention(64, c)) for c in (50_000, 100_000))
+    dense = dataclasses.replace(BIG, index_topk=0, index_heads=0, index_head_dim=0)
+    sd = step_model(Deployment(dense, gpu, weight_format("fp8", gpu), fmt, tp=8))
+    a0, b0 = (float(sd.decode_attention(64, c)) for c in (50_000, 100_000))
+    assert (b - a) < 0.3 * (b0 - a0)
+
+
+@pytest.mark.parametrize("model", ["dsa", "gemma-3-27b", "llama-3.1-8b"])
+def test_vectorised_decode_steps_equal_one_iteration_each(model):
+    m = BIG if model == "dsa" else catalog.model(model)
+    gpu = catalog.gpu("h200")
+    tp = 8 if model == "dsa" else 1
+    sm = step_model(Deployment(m, gpu, weight_format("fp8", gpu), kv_format("fp8"), tp=tp))
+    start, steps, batch = 1500, 1200, 32  # crosses a 2048 top-k and Gemma 3's 1024 window
+    vec = sm.decode_times(batch, start, steps)
+    one = np.array([sm.decode_step(batch, start + i).seconds for i in range(0, steps, 97)])
+    assert vec[::97] == pytest.approx(one, rel=1e-9)
+
+
+def test_dsa_needs_mla_with_a_compressed_query():
+    from gpuplan.errors import GpuplanError
+
+    with pytest.raises(GpuplanError, match="index_n_heads"):
+        model_from_hf_config(dict(SMALL, q_lora_rank=None))
+    assert mean_context(10, 4, True) == (4 * 5 / 2 + 6 * 4) / 10
