@@ -223,14 +223,6 @@ class ModelSpec:
     def is_moe_layer(self, index: int) -> bool:
         """Explicit ``moe_layers`` when given; else DeepSeek's rule: MoE from first_k_dense_replace on,
         every freq-th."""
-        if self.index_heads:
-            require(
-                self.is_mla and self.q_lora_rank > 0,
-                "index_n_heads",
-                "DeepSeek Sparse Attention's indexer reads MLA's compressed query (q_lora_rank > 0)",
-            )
-            require(self.index_topk > 0, "index_topk", f"must be positive, got {self.index_topk}")
-            require(self.index_head_dim > 0, "index_head_dim", f"must be positive, got {self.index_head_dim}")
         if self.moe_layers is not None:
             return self.is_moe and index in self.moe_layers
         return self.is_moe and index >= self.first_dense_layers and index % self.moe_layer_freq == 0
