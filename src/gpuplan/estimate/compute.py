@@ -294,13 +294,14 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
     if m.index_heads:
         # DSA's indexer scores every earlier key (flops.indexer_flops_per_token): an MQA-shaped QK^T
         # (index_heads queries, one key head) without AV, timed as an attention kernel of its head
-        # dim over the whole sequence; its heads are replicated over TP
+        # dim over the whole sequence; its heads are replicated over TP. Its backward serves its own
+        # loss (Megatron-Core's FusedDSAIndexerLoss); transformers runs it under no_grad
         per_ctx_idx = 2.0 * s.micro_batch * m.index_heads * (m.index_head_dim + 1) * s.seq / s.cp
         ctx_idx = mean_context(s.seq, None, True)
         f_idx, b_idx = flash_time(
             gpu, attn_dtype, per_ctx_idx * ctx_idx, s.seq / s.cp, s.attention_kernel, m.index_head_dim
         )
-        out.add("attention", fwd=f_idx, b=b_idx)
+        out.add("attention", fwd=f_idx, b=0.0 if s.eager else b_idx)
 
     # elementwise work on the residual stream: sequence-parallel regions hold T/tp tokens
     t_res = T / tp if s.sp else T
