@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 _SMALL = dict(vocab_size=512, hidden_size=64, num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2)
+_ROPE = {"rope_type": "default", "rope_theta": 10000.0}
 _MLA = dict(
     kv_lora_rank=32,
     qk_rope_head_dim=8,
@@ -238,6 +239,14 @@ FAMILIES = {
         index_n_heads=4,
         index_head_dim=16,
         index_topk=32,
+    ),
+    # (MinistralConfig and HunYuanDenseV1Config leave rope_theta unset: transformers needs it given)
+    "ministral": dict(_SMALL, model_type="ministral", intermediate_size=96, head_dim=16, rope_parameters=_ROPE),
+    "ministral-no-window": dict(
+        _SMALL, model_type="ministral", intermediate_size=96, head_dim=16, sliding_window=None, rope_parameters=_ROPE
+    ),
+    "hunyuan-dense": dict(
+        _SMALL, model_type="hunyuan_v1_dense", intermediate_size=96, head_dim=16, rope_parameters=_ROPE
     ),
     "ernie4.5-moe": dict(
         _SMALL,

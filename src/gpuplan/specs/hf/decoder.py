@@ -136,6 +136,11 @@ def _phi3_layout(c: Config, layers: int) -> Callable[[int], bool] | None:
     return (lambda i: True) if c.get("sliding_window", default=None) else None
 
 
+def _ministral_layout(c: Config, layers: int) -> Callable[[int], bool] | None:
+    # MinistralConfig: every layer slides unless sliding_window is null (its default is 4096)
+    return None if c.data.get("sliding_window", 4096) is None else (lambda i: True)
+
+
 def _dots1_layout(c: Config, layers: int) -> Callable[[int], bool] | None:
     # Dots1Config: with a sliding_window, the layers from max_window_layers on slide
     first = c.get("max_window_layers", default=62)
@@ -277,6 +282,8 @@ FAMILIES: dict[str, _Family] = {
     # --- Llama-shaped dense families (each as its transformers configuration and modeling code) ---
     "gemma": _Family(head_dim=256, tied=True, act="gelu_pytorch_tanh", gemma=True, vocab=256_000),
     "granite": _Family(),  # Llama with scaling multipliers (no weights)
+    "ministral": _Family(window=4096, sliding=_ministral_layout),
+    "hunyuan_v1_dense": _Family(qk_norm=True),  # query_layernorm / key_layernorm over each head
     "helium": _Family(head_dim=128),
     "smollm3": _Family(tied=True, window=None, sliding=_smollm3_layout),
     "seed_oss": _Family(head_dim=128, attention_bias=True, bias="qkv", o_bias_key="attention_out_bias"),
@@ -422,6 +429,7 @@ for _type, _pos in {
     "phimoe": 131072,
     "minimax_m2": 196608,
     "ernie4_5_moe": 131072,
+    "ministral": 131072,
 }.items():
     FAMILIES[_type] = dataclasses.replace(FAMILIES[_type], max_pos=_pos)
 
