@@ -248,6 +248,35 @@ FAMILIES = {
     "hunyuan-dense": dict(
         _SMALL, model_type="hunyuan_v1_dense", intermediate_size=96, head_dim=16, rope_parameters=_ROPE
     ),
+    "glm-4.7-flash-shaped": dict(
+        _SMALL | _MLA, model_type="glm4_moe_lite", n_routed_experts=8, q_lora_rank=24, first_k_dense_replace=2
+    ),
+    # GLM-4.7-Flash's 20 heads do not divide its 2048 hidden size: MLA has its own head widths
+    "glm-4.7-flash-20-heads": dict(
+        _SMALL | _MLA,
+        model_type="glm4_moe_lite",
+        n_routed_experts=8,
+        q_lora_rank=24,
+        num_attention_heads=5,
+        num_key_value_heads=5,
+    ),
+    "glm-4.7-flash-mlp-types": dict(
+        _SMALL | _MLA,
+        model_type="glm4_moe_lite",
+        n_routed_experts=8,
+        q_lora_rank=24,
+        mlp_layer_types=["dense", "sparse", "dense", "sparse", "sparse", "dense"],
+    ),
+    "exaone-moe": dict(
+        _SMALL,
+        model_type="exaone_moe",
+        intermediate_size=96,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        num_shared_experts=2,
+        sliding_window=8,
+    ),
     "ernie4.5-moe": dict(
         _SMALL,
         model_type="ernie4_5_moe",
@@ -365,6 +394,14 @@ def test_bad_layouts_name_the_key():
         model_from_hf_config(dict(model_type="llama4", text_config=[1]))
     with pytest.raises(GpuplanError, match="moe_layers"):
         model_from_hf_config(dict(FAMILIES["llama4-moe-layers"], moe_layers=[9]))
+
+
+def test_mlp_layer_types_decide_the_moe_layers_and_a_bad_list_names_the_key():
+    spec = model_from_hf_config(FAMILIES["glm-4.7-flash-mlp-types"])
+    assert [spec.is_moe_layer(i) for i in range(6)] == [False, True, False, True, True, False]
+    for bad in (["dense"] * 5, ["dense", "moe", "dense", "dense", "dense", "dense"], "dense"):
+        with pytest.raises(GpuplanError, match="mlp_layer_types"):
+            model_from_hf_config(dict(FAMILIES["glm-4.7-flash-mlp-types"], mlp_layer_types=bad))
 
 
 def test_group_limited_routing_is_read_and_bad_groups_name_the_key():

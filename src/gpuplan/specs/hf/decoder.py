@@ -77,7 +77,7 @@ class _Family:
     shared: str = ""
     shared_default: int = 1  # n_shared_experts, or the width under a width key
     shared_gate: bool = False  # Qwen2-MoE's sigmoid gate over the shared expert
-    moe_rule: str = "all"  # all | deepseek | qwen3_moe | llama4 | ernie
+    moe_rule: str = "all"  # all | deepseek | qwen3_moe | llama4 | ernie | after_first
     dense_ffn: str = "intermediate_size"  # Llama 4's dense layers use intermediate_size_mlp
     first_dense_default: int = 0
     router_bias: bool = False
@@ -86,6 +86,9 @@ class _Family:
     # has none (a config whose topk_method is "greedy", DeepSeek-V2's default, ignores them too)
     groups_default: tuple[int, int] | None = None
     mla: bool = False
+    # MLA's defaults when a config omits them: q_lora_rank, qk_rope_head_dim, qk_nope_head_dim,
+    # v_head_dim (DeepseekV3Config's; GLM-4.7-Flash's Glm4MoeLiteConfig has its own)
+    mla_defaults: tuple[int, int, int, int] = (1536, 64, 128, 128)
     dsa: bool = False  # DeepSeek Sparse Attention's indexer (index_topk, index_n_heads, index_head_dim)
     # the rope_scaling a config omits (GptOssConfig's default: YaRN, factor 32); None: no default
     rope_scaling: dict[str, Any] | None = None
@@ -362,6 +365,29 @@ FAMILIES: dict[str, _Family] = {
         expert_ffn="intermediate_size",
         lm_head_bias="lm_head_bias",
     ),
+    # GLM-4.7-Flash: MLA and DeepSeek's MoE layout
+    "glm4_moe_lite": _Family(
+        mla=True,
+        mla_defaults=(768, 64, 192, 256),
+        experts=("n_routed_experts", 64),
+        top_k=4,
+        expert_ffn_default=1536,
+        shared="n_shared_experts",
+        moe_rule="after_first",  # Glm4MoeLiteConfig: the first layer dense, whatever first_k_dense_replace says
+        groups_default=(1, 1),
+    ),
+    "exaone_moe": _Family(
+        qk_norm=True,
+        window=4096,
+        sliding=_pattern_layout,
+        experts=("num_experts", 64),
+        top_k=8,
+        expert_ffn_default=1024,
+        shared="num_shared_experts",
+        moe_rule="deepseek",
+        first_dense_default=1,
+        groups_default=(1, 1),
+    ),
     "ernie4_5_moe": _Family(
         tied=True,
         unsupported=("use_bias",),  # biases on attention and the dense MLPs but not on the experts
@@ -430,6 +456,7 @@ for _type, _pos in {
     "minimax_m2": 196608,
     "ernie4_5_moe": 131072,
     "ministral": 131072,
+    "glm4_moe_lite": 202752,
 }.items():
     FAMILIES[_type] = dataclasses.replace(FAMILIES[_type], max_pos=_pos)
 
@@ -470,7 +497,19 @@ def _step(c: Config, key: str) -> int:
     return step
 
 
+MLP_TYPES = {"dense": False, "sparse": True}  # transformers' mlp_layer_types (DeepSeek-V3.2, GLM-4.7-Flash)
+
+
 def _moe_layers(c: Config, f: _Family, layers: int) -> dict[str, Any]:
+    types = c.data.get("mlp_layer_types")
+    if types is not None:  # the per-layer list a config class builds, when given, decides
+        if not isinstance(types, list) or len(types) != layers or any(t not in MLP_TYPES for t in types):
+            raise GpuplanError(
+                f"{c.where}: mlp_layer_types",
+                f"must list one of {tuple(MLP_TYPES)} per layer ({layers})",
+                "fix mlp_layer_types or leave it out",
+            )
+        return dict(moe_layers=tuple(i for i, t in enumerate(types) if MLP_TYPES[t]))
     if f.moe_rule == "deepseek":  # DeepseekV3DecoderLayer: MoE from first_k_dense_replace on
         return dict(
             first_dense_layers=c.get("first_k_dense_replace", default=f.first_dense_default),
@@ -480,6 +519,8 @@ def _moe_layers(c: Config, f: _Family, layers: int) -> dict[str, Any]:
         step = _step(c, "decoder_sparse_step")
         dense = c.get("mlp_only_layers", default=[], kind=list)
         return dict(moe_layers=tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0))
+    if f.moe_rule == "after_first":
+        return dict(moe_layers=tuple(range(1, layers)))
     if f.moe_rule == "ernie":  # Ernie4_5_MoeDecoderLayer: every interval-th layer from start to end
         step = _step(c, "moe_layer_interval")
         start = c.get("moe_layer_start_index", default=1)
@@ -565,7 +606,8 @@ def decoder(c: Config, name: str, model_type: str) -> ModelSpec:
         num_layers=layers,
         num_heads=heads,
         num_kv_heads=c.get("num_key_value_heads", default=heads),
-        head_dim=_head_dim(c, f, hidden, heads),
+        # MLA's head widths are its own keys (below): hidden_size need not divide over the heads
+        head_dim=1 if f.mla else _head_dim(c, f, hidden, heads),
         ffn_size=dense_ffn,
         gated_mlp=f.gated,
         activation=activation(c.get("hidden_act", "hidden_activation", default=f.act, kind=str), c.where),
@@ -629,17 +671,18 @@ def decoder(c: Config, name: str, model_type: str) -> ModelSpec:
             )
     if f.mla:
         # MLA: head_dim is the "nope" part of queries and keys; q_lora_rank null = a plain q_proj
-        kw["head_dim"] = c.get("qk_nope_head_dim", default=128)
+        q_default, rope_default, nope_default, v_default = f.mla_defaults
+        kw["head_dim"] = c.get("qk_nope_head_dim", default=nope_default)
         # q_lora_rank: null (DeepSeek-V2-Lite) means no query compression; a missing key means the
-        # configuration class's default, 1536
-        q_rank = c.data.get("q_lora_rank", 1536)
+        # configuration class's default
+        q_rank = c.data.get("q_lora_rank", q_default)
         if q_rank is not None:
-            q_rank = c.get("q_lora_rank")
+            q_rank = c.get("q_lora_rank", default=q_default)
         kw.update(
             q_lora_rank=q_rank or 0,
             kv_lora_rank=c.get("kv_lora_rank"),
-            qk_rope_head_dim=c.get("qk_rope_head_dim", default=64),
-            v_head_dim=c.get("v_head_dim", default=128),
+            qk_rope_head_dim=c.get("qk_rope_head_dim", default=rope_default),
+            v_head_dim=c.get("v_head_dim", default=v_default),
         )
     if f.dsa:  # DeepseekV32Config's defaults
         kw.update(
