@@ -336,7 +336,9 @@ FAMILIES: dict[str, _Family] = {
     "arcee": _Family(act="relu2", gated=False),
     # --- MoE families -------------------------------------------------------------------------------
     "qwen2_moe": _Family(
-        qkv_bias=True,
+        attention_bias=True,  # Qwen2MoeConfig.qkv_bias, True unless a config turns it off
+        bias_key="qkv_bias",
+        bias="qkv",
         sliding=_qwen_layout,
         experts=("num_experts", 60),
         top_k=4,
