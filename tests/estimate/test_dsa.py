@@ -113,8 +113,10 @@ def test_the_indexer_keeps_its_queries_keys_weights_and_top_k_indices_for_its_lo
 
 
 def test_the_cache_holds_the_indexer_key_beside_the_latent_and_decode_reads_top_k_latents():
+    # vLLM's DeepseekV32IndexerCache: 128 FP8 values and one fp32 scale, whatever the latent's format
+    assert kv_bytes_per_token_layer(BIG, kv_format("bf16")) == (512 + 64) * 2 + 132
     fmt = kv_format("fp8")
-    assert kv_bytes_per_token_layer(BIG, fmt) == (512 + 64) * 1 + 128 * 1
+    assert kv_bytes_per_token_layer(BIG, fmt) == (512 + 64) * 1 + 132
     assert cached_tokens(BIG, 100_000) == BIG.num_layers * 100_000
     assert attended_tokens(BIG, 100_000) == BIG.num_layers * 2048
     gpu = catalog.gpu("h200")

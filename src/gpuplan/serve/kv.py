@@ -10,10 +10,11 @@ Tensor parallelism splits KV heads across GPUs, but a GPU always holds at least 
 GPUs than KV heads the heads are replicated (vLLM ``num_kv_heads // tp`` floored at 1). The MLA
 latent is not split by heads, so every TP rank holds all of it.
 
-DeepSeek Sparse Attention (DeepSeek-V3.2) adds the indexer's key, ``index_head_dim`` values per
-token and layer, beside the latent (vLLM and SGLang cache it in FP8 with a per-token scale; here
-in the cache's format). Its decode reads every cached index key but only the ``index_topk``
-latents the indexer picked (``attended_tokens``).
+DeepSeek Sparse Attention (DeepSeek-V3.2) adds the indexer's key beside the latent, in FP8 with
+an fp32 scale per 128 values whatever the latent's format: 132 bytes per token and layer for its
+128-wide key (vLLM model_executor/models/deepseek_v2.py, ``Indexer``: ``DeepseekV32IndexerCache(
+head_dim=head_dim + head_dim // quant_block_size * 4, dtype=torch.uint8)``). Its decode reads every
+cached index key but only the ``index_topk`` latents the indexer picked (``attended_tokens``).
 
 Sliding-window layers (Mistral, and every other layer of Gemma-2) keep only the last
 ``window - 1`` tokens between steps (the token being decoded is the window's last one), which is
@@ -22,6 +23,7 @@ what transformers' ``DynamicSlidingWindowLayer`` holds; full-attention layers ke
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -45,17 +47,19 @@ def kv_values_per_head(m: ModelSpec) -> int:
     return 2 * m.head_dim
 
 
-def index_bytes_per_token_layer(m: ModelSpec, fmt: KVFormat) -> float:
-    """Bytes of DSA's indexer key one token adds to one layer's cache (0 without DSA); replicated
-    over TP like the latent."""
-    return m.index_head_dim * fmt.bytes + fmt.meta_bytes_per_head if m.index_heads else 0.0
+def index_bytes_per_token_layer(m: ModelSpec) -> float:
+    """Bytes of DSA's indexer key one token adds to one layer's cache (0 without DSA): FP8 values
+    and an fp32 scale per 128 of them, in any cache format; replicated over TP like the latent."""
+    if not m.index_heads:
+        return 0.0
+    return m.index_head_dim + 4 * math.ceil(m.index_head_dim / 128)
 
 
 def kv_bytes_per_token_layer(m: ModelSpec, fmt: KVFormat, tp: int = 1) -> float:
     """Bytes one token adds to one layer's cache on one GPU (with DSA's indexer key)."""
     heads = kv_heads_per_gpu(m, tp)
     per_head = kv_values_per_head(m) * fmt.bytes + (2 if not m.is_mla else 1) * fmt.meta_bytes_per_head
-    return heads * per_head + index_bytes_per_token_layer(m, fmt)
+    return heads * per_head + index_bytes_per_token_layer(m)
 
 
 def kv_bytes_per_token(m: ModelSpec, fmt: KVFormat, tp: int = 1) -> float:

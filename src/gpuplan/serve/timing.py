@@ -131,7 +131,7 @@ class StepModel:
         groups = place(ParallelPlan(tp=d.tp, pp=d.pp), gpu)
         self.tp_group, self.pp_group = groups["tp"], groups["pp"]
         # DSA: the latent a decode step reads for its top-k, and the indexer key it reads for all
-        self.index_token_layer = index_bytes_per_token_layer(m, d.kv)
+        self.index_token_layer = index_bytes_per_token_layer(m)
         self.kv_token_layer = kv_bytes_per_token_layer(m, d.kv, d.tp) - self.index_token_layer
         self.heads = m.num_heads // (1 if d.dp_attention else d.tp)  # query heads this GPU attends with
         # times a decode step reads each cached KV head (engines.py Engine.kv_reads_per_kv_head):
