@@ -74,14 +74,20 @@ def cached_tokens(m: ModelSpec, context: Any) -> Any:
     if not m.num_sliding_layers:
         return full * context
     window = m.sliding_window
-    return full * context + m.num_sliding_layers * (np.minimum(context, window - 1) if window else context)
+    held = _smaller(context, window - 1) if window else context
+    return full * context + m.num_sliding_layers * held
+
+
+def _smaller(context: Any, bound: float) -> Any:
+    """min(context, bound) for a number (Python's, faster on scalars) or a numpy array."""
+    return np.minimum(context, bound) if isinstance(context, np.ndarray) else min(context, bound)
 
 
 def attended_tokens(m: ModelSpec, context: Any) -> Any:
     """Token-layers a decode step's attention reads at ``context`` tokens: what is cached, or under
     DSA the ``index_topk`` entries its indexer picked in each layer."""
     if m.index_topk:
-        return m.num_layers * np.minimum(context, m.index_topk)
+        return m.num_layers * _smaller(context, m.index_topk)
     return cached_tokens(m, context)
 
 

@@ -134,11 +134,12 @@ class StepModel:
         self.index_token_layer = index_bytes_per_token_layer(m)
         self.kv_token_layer = kv_bytes_per_token_layer(m, d.kv, d.tp) - self.index_token_layer
         self.heads = m.num_heads // (1 if d.dp_attention else d.tp)  # query heads this GPU attends with
+        self.kv_heads = kv_heads_per_gpu(m, d.tp)
+        # a decode step's attention FLOPs run at the fused kernel's forward rate
+        self.decode_rate = gpu.peak(d.dtype16) * e.attention_fractions("fa3")[0]
         # times a decode step reads each cached KV head (engines.py Engine.kv_reads_per_kv_head):
         # more than once only in the engines whose decode kernel runs a block per query head
-        self.kv_reads = (
-            1.0 if engine is None or m.is_mla else engine.kv_reads_per_kv_head(self.heads, kv_heads_per_gpu(m, d.tp))
-        )
+        self.kv_reads = 1.0 if engine is None or m.is_mla else engine.kv_reads_per_kv_head(self.heads, self.kv_heads)
         if m.is_mla:  # absorbed MLA decode: scores over the latent + rotary key, values from the latent
             self.attn_dims = m.kv_lora_rank + m.qk_rope_head_dim + m.kv_lora_rank
         else:
@@ -259,7 +260,7 @@ class StepModel:
         width = (m.moe_ffn_size * m.experts_per_token + m.shared_expert_ffn_size) if m.is_moe else m.ffn_size
         per_row = (norms * 2 + adds * 3) * a * h + (3 if m.gated_mlp else 2) * a * width / d.tp
         if m.rotary:
-            per_row += 2 * a * (self.heads + kv_heads_per_gpu(m, d.tp)) * m.qk_head_dim
+            per_row += 2 * a * (self.heads + self.kv_heads) * m.qk_head_dim
         parts["elementwise"] = m.num_layers * memory_time(gpu, rows * per_row, norms + adds + 2)
 
         # communication: TP all-reduces per layer; PP sends between stages
@@ -301,8 +302,8 @@ class StepModel:
             held = cached_tokens(m, context)
             kv_bytes = kv_bytes + mine * held * self.index_token_layer
             flops = flops + 2.0 * mine * m.index_heads * (m.index_head_dim + 1) * held
-        rate = d.gpu.peak(d.dtype16) * self.eff.attention_fractions("fa3")[0]
-        return np.maximum(kv_bytes / self.hbm, flops / rate) + m.num_layers * self.overhead
+        seconds = np.maximum(kv_bytes / self.hbm, flops / self.decode_rate) + m.num_layers * self.overhead
+        return seconds if isinstance(context, np.ndarray) else float(seconds)
 
     def decode_step(self, batch: float, context: float) -> Iteration:
         return self.iteration(decode=batch, decode_context=context)
