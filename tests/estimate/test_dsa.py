@@ -148,3 +148,13 @@ def test_dsa_needs_mla_with_a_compressed_query():
     with pytest.raises(GpuplanError, match="index_n_heads"):
         model_from_hf_config(dict(SMALL, q_lora_rank=None))
     assert mean_context(10, 4, True) == (4 * 5 / 2 + 6 * 4) / 10
+
+
+def test_a_dsa_plan_says_no_published_run_calibrates_its_sparse_attention():
+    from gpuplan.estimate.validate import error_band
+
+    gpu, cfg, plan = catalog.gpu("h100-sxm"), TrainingConfig(seq_len=4096), ParallelPlan(tp=8, ep=8, dp=8)
+    band = error_band(gpu, cfg, plan, 10.0, BIG)
+    assert any("DeepSeek Sparse Attention" in f for f in band["uncalibrated_features"])
+    dense = dataclasses.replace(BIG, index_topk=0, index_heads=0, index_head_dim=0)
+    assert "uncalibrated_features" not in error_band(gpu, cfg, plan, 10.0, dense)

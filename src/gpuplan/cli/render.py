@@ -142,6 +142,8 @@ def render_train(est) -> None:
                 )
             else:
                 ft.add_row("calibration", f"[yellow]uncalibrated[/]: no published run of this kind ({cat})")
+            for feature in band.get("uncalibrated_features", ()):
+                ft.add_row("calibration", f"[yellow]uncalibrated[/]: {feature}")
         ft.add_row("tokens/s per GPU", f"{t.tokens_per_s_per_gpu:,.0f}")
         ft.add_row("steps", f"{t.steps:,.0f}")
         ft.add_row("training time", f"{t.days:,.2f} days")

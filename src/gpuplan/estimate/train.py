@@ -219,7 +219,7 @@ def estimate_training(req: TrainRequest, find_plan: FindPlan | None = None) -> T
         price_per_gpu_hour=req.price_per_gpu_hour,
     )
     suggestions = () if memory.fits else suggest_fixes(req, find_plan=find_plan)
-    band = None if req.mfu is not None else error_band(req.gpu, c, req.plan, step.step_s)
+    band = None if req.mfu is not None else error_band(req.gpu, c, req.plan, step.step_s, m)
     return TrainEstimate(
         request=req,
         params=count_params(m),

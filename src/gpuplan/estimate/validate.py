@@ -42,6 +42,7 @@ from gpuplan.estimate.validation_sources import (
     source_for,
 )
 from gpuplan.specs.hardware import GPUSpec
+from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.training import TrainingConfig
 
@@ -171,13 +172,31 @@ def _bands() -> dict[tuple[str, str, str, str], dict[str, float]]:
     return by_category(validate_training(CSVS + HELD_OUT))
 
 
-def error_band(gpu: str | GPUSpec, cfg: TrainingConfig, plan: ParallelPlan, step_s: float) -> dict[str, Any]:
+def uncalibrated_features(m: ModelSpec) -> list[str]:
+    """Parts of ``m`` that no published run in the validation set exercises: the band of its kind
+    does not cover them."""
+    out = []
+    if m.index_heads:
+        out.append(
+            "DeepSeek Sparse Attention: no published run uses it; its top-k kernel and indexer are "
+            "timed at the dense attention kernel's rates"
+        )
+    return out
+
+
+def error_band(
+    gpu: str | GPUSpec, cfg: TrainingConfig, plan: ParallelPlan, step_s: float, model: ModelSpec | None = None
+) -> dict[str, Any]:
     """What validation measured for published runs of this kind (``category``), and the step time
     range it implies: a run measured e too slow/fast was predicted (1 + e) x its time, so the true
     step lies in [step / (1 + max error), step / (1 + min error)]. A kind with no published run is
-    marked ``calibrated: False`` with no range: its numbers are physics and datasheets only."""
+    marked ``calibrated: False`` with no range: its numbers are physics and datasheets only. A
+    ``model`` with parts no published run exercises lists them (``uncalibrated_features``)."""
     key = category(gpu, cfg, plan)
     doc: dict[str, Any] = {"category": dict(zip(("gpu_family", "precision", "context", "parallel"), key))}
+    features = uncalibrated_features(model) if model is not None else []
+    if features:
+        doc["uncalibrated_features"] = features
     band = _bands().get(key)
     if band is None:
         return {

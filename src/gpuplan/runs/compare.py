@@ -34,7 +34,7 @@ def compare_run(run: Run, res: Resolved) -> dict[str, Any]:
 
     st = step_time(res.model, res.config, res.plan, res.gpu, res.microbatches)
     mem = estimate_memory(res.model, res.config, res.plan, res.gpu, res.microbatches).per_gpu
-    band = error_band(res.gpu, res.config, res.plan, st.step_s)
+    band = error_band(res.gpu, res.config, res.plan, st.step_s, res.model)
     if band["calibrated"]:
         lo, hi = band["min_error"], band["max_error"]
         wide = max(DEFAULT_BAND, abs(lo), abs(hi))
