@@ -17,6 +17,22 @@ KV_CASES = {
     "mqa": CONFIGS["mistral-mqa"],
     "sliding": dict(CONFIGS["mistral-mqa"], num_key_value_heads=2, sliding_window=8),
     "alternating": dict(CONFIGS["gemma2"], num_hidden_layers=4, sliding_window=8),
+    # the newer families' layouts: 3 sliding + 1 full (OLMo 3, Cohere 2, EXAONE 4), all sliding
+    # (Ministral, StarCoder 2), MoE with a dense layer (Qwen2-MoE)
+    "olmo3": dict(CONFIGS["olmo2"], model_type="olmo3", num_hidden_layers=4, sliding_window=8),
+    "cohere2": dict(
+        CONFIGS["cohere-qk"], model_type="cohere2", num_hidden_layers=4, sliding_window=8, use_qk_norm=False
+    ),
+    "exaone4": dict(CONFIGS["exaone4"], num_hidden_layers=4, sliding_window=8),
+    "ministral": dict(
+        CONFIGS["olmo2"],
+        model_type="ministral",
+        num_hidden_layers=4,
+        sliding_window=8,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    ),
+    "starcoder2": dict(CONFIGS["starcoder2"], sliding_window=8),
+    "qwen2-moe": CONFIGS["qwen2-moe"],
 }
 
 
