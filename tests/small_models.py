@@ -117,6 +117,7 @@ CONFIGS |= {
     "cohere-qk": dict(_SMALL, model_type="cohere", use_qk_norm=True),  # parallel blocks, fp32 LayerNorm
     "starcoder2": dict(_SMALL, model_type="starcoder2"),  # LayerNorm, biases, GELU MLP
     "arcee": dict(_SMALL, model_type="arcee"),  # squared-ReLU MLP
+    "apertus": dict(_SMALL, model_type="apertus"),  # xIELU MLP (two trainable scalars), q/k norms
     "nemotron": dict(_SMALL, model_type="nemotron"),  # LayerNorm1p, squared ReLU, partial rotary
     "phi": dict(_SMALL, model_type="phi", resid_pdrop=0.0),  # parallel, GELU (new), partial rotary
     "glm4": dict(_SMALL, model_type="glm4"),  # four norms, fused gate/up, partial rotary

@@ -30,7 +30,7 @@ CASES = [
 # rotary (partial rotary's concatenated q/k take another copy on the CPU SDPA path)
 CASES += [
     (name, prec, attn)
-    for name in ("qwen3", "olmo2", "exaone4", "cohere-qk", "starcoder2", "arcee")
+    for name in ("qwen3", "olmo2", "exaone4", "cohere-qk", "starcoder2", "arcee", "apertus")
     for prec in (F32, BF16)
     for attn in ("sdpa", "eager")
 ]

@@ -27,6 +27,7 @@ FLOP_CASES = [
     "glm4",
     "qwen2-moe",
     "olmoe",
+    "apertus",
 ]
 
 

@@ -210,6 +210,7 @@ FAMILIES = {
     "phi": dict(_SMALL, model_type="phi", intermediate_size=96),
     "nemotron": dict(_SMALL, model_type="nemotron", intermediate_size=96, attention_bias=True, mlp_bias=True),
     "arcee": dict(_SMALL, model_type="arcee", intermediate_size=96),
+    "apertus": dict(_SMALL, model_type="apertus", intermediate_size=96, head_dim=16, attention_bias=True),
     "qwen2-moe": dict(
         _SMALL,
         model_type="qwen2_moe",

@@ -114,6 +114,11 @@ def _mlp_saved(m: ModelSpec, a: int, profile: str, ffn: int, g: float | None = N
         return (2 * a + g) * ffn if profile == "fused" else 4 * a * ffn
     if profile == "fused":
         return (a + g) * ffn  # activation input + fc2 input (Korthikanti: 8sbh + 8sbh at ffn = 4h)
+    if m.activation == "xielu":
+        # transformers' Python xIELU (the CUDA kernel is optional): torch.where(x > 0, alpha_p*x*x +
+        # beta*x, (expm1(min(x, eps)) - x)*alpha_n + beta*x) keeps x, alpha_p*x, expm1's output,
+        # expm1 - x and the 1-byte mask; fc2 keeps the output
+        return (5 * a + 1) * ffn
     per_act = {
         "gelu": 2,
         "gelu_tanh": 2,  # F.gelu saves its input; fc2 saves the output

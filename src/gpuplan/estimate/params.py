@@ -106,9 +106,12 @@ def _attention(m: ModelSpec) -> list[Tensor]:
 def _mlp(m: ModelSpec, name: str, width: int, bias: bool, expert: bool = False) -> list[Tensor]:
     h = m.hidden_size
     up = 2 * width if m.gated_mlp else width  # gate and up projections fused
-    return _linear(f"{name}.up", h, up, "col", bias, expert=expert) + _linear(
+    t = _linear(f"{name}.up", h, up, "col", bias, expert=expert) + _linear(
         f"{name}.down", width, h, "row", bias, expert=expert
     )
+    if m.activation == "xielu":  # XIELUActivation's alpha_p and alpha_n (transformers activations.py)
+        t += [Tensor(f"{name}.act.alpha_p", (1,), matmul=False), Tensor(f"{name}.act.alpha_n", (1,), matmul=False)]
+    return t
 
 
 def _moe(m: ModelSpec) -> list[Tensor]:

@@ -16,7 +16,7 @@ from gpuplan.specs.vision import VisionTower
 NORMS = ("rmsnorm", "rmsnorm_gemma", "rmsnorm_fp32", "layernorm", "layernorm_fp32")
 # Activation functions as the eager implementation runs them; the name decides which tensors
 # autograd saves (see estimate/activations.py).
-ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "gelu_new", "relu", "relu2", "bloom_gelu")
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "gelu_new", "relu", "relu2", "xielu", "bloom_gelu")
 
 
 @dataclass(frozen=True)

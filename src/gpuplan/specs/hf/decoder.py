@@ -334,6 +334,7 @@ FAMILIES: dict[str, _Family] = {
     ),
     "nemotron": _Family(act="relu2", gated=False, norm="layernorm"),  # LayerNorm1p: weight and bias
     "arcee": _Family(act="relu2", gated=False),
+    "apertus": _Family(act="xielu", gated=False, qk_norm=True),
     # --- MoE families -------------------------------------------------------------------------------
     "qwen2_moe": _Family(
         attention_bias=True,  # Qwen2MoeConfig.qkv_bias, True unless a config turns it off
@@ -459,6 +460,7 @@ for _type, _pos in {
     "ernie4_5_moe": 131072,
     "ministral": 131072,
     "glm4_moe_lite": 202752,
+    "apertus": 65536,
 }.items():
     FAMILIES[_type] = dataclasses.replace(FAMILIES[_type], max_pos=_pos)
 

@@ -59,6 +59,7 @@ def activation(name: str, where: str) -> str:
         "gelu_fast": "gelu_new",
         "relu": "relu",
         "relu2": "relu2",  # Nemotron, Arcee: relu(x) ** 2
+        "xielu": "xielu",  # Apertus: xIELU, with two trainable scalars per MLP
     }
     if name not in table:
         raise GpuplanError(f"{where}: hidden_act", f"unsupported activation {name!r}", f"use one of {sorted(table)}")
