@@ -249,6 +249,15 @@ FAMILIES = {
     "hunyuan-dense": dict(
         _SMALL, model_type="hunyuan_v1_dense", intermediate_size=96, head_dim=16, rope_parameters=_ROPE
     ),
+    "glm-5-shaped": dict(
+        _SMALL | _MLA,
+        model_type="glm_moe_dsa",
+        n_routed_experts=8,
+        q_lora_rank=24,
+        first_k_dense_replace=2,
+        index_n_heads=4,
+        index_head_dim=16,
+    ),
     "glm-4.7-flash-shaped": dict(
         _SMALL | _MLA, model_type="glm4_moe_lite", n_routed_experts=8, q_lora_rank=24, first_k_dense_replace=2
     ),
@@ -395,6 +404,17 @@ def test_bad_layouts_name_the_key():
         model_from_hf_config(dict(model_type="llama4", text_config=[1]))
     with pytest.raises(GpuplanError, match="moe_layers"):
         model_from_hf_config(dict(FAMILIES["llama4-moe-layers"], moe_layers=[9]))
+
+
+@pytest.mark.parametrize(
+    "keys", [dict(index_topk_freq=2), dict(index_topk_pattern="FSFSFS"), dict(indexer_types=["full", "shared"] * 3)]
+)
+def test_glm5_layers_that_reuse_another_layers_top_k_are_refused_naming_the_key(keys):
+    with pytest.raises(GpuplanError, match="indexer_types") as err:
+        model_from_hf_config(dict(FAMILIES["glm-5-shaped"], **keys))
+    assert "\n" not in str(err.value)
+    every = model_from_hf_config(dict(FAMILIES["glm-5-shaped"], indexer_types=["full"] * 6))
+    assert (every.index_heads, every.index_head_dim, every.index_topk) == (4, 16, 2048)
 
 
 def test_mlp_layer_types_decide_the_moe_layers_and_a_bad_list_names_the_key():

@@ -90,6 +90,7 @@ class _Family:
     # v_head_dim (DeepseekV3Config's; GLM-4.7-Flash's Glm4MoeLiteConfig has its own)
     mla_defaults: tuple[int, int, int, int] = (1536, 64, 128, 128)
     dsa: bool = False  # DeepSeek Sparse Attention's indexer (index_topk, index_n_heads, index_head_dim)
+    dsa_defaults: tuple[int, int, int] = (2048, 64, 128)  # DeepseekV32Config's index_topk, _n_heads, _head_dim
     # the rope_scaling a config omits (GptOssConfig's default: YaRN, factor 32); None: no default
     rope_scaling: dict[str, Any] | None = None
     glu_clamp: float | None = None  # default swiglu_limit (GptOssConfig: 7.0); None: no clamp
@@ -368,6 +369,20 @@ FAMILIES: dict[str, _Family] = {
         expert_ffn="intermediate_size",
         lm_head_bias="lm_head_bias",
     ),
+    # GLM-5: MLA, DeepSeek Sparse Attention and DeepSeek's MoE layout
+    "glm_moe_dsa": _Family(
+        mla=True,
+        mla_defaults=(2048, 64, 192, 256),
+        dsa=True,
+        dsa_defaults=(2048, 32, 128),
+        experts=("n_routed_experts", 256),
+        top_k=8,
+        expert_ffn_default=2048,
+        shared="n_shared_experts",
+        moe_rule="deepseek",
+        first_dense_default=3,
+        groups_default=(1, 1),
+    ),
     # GLM-4.7-Flash: MLA and DeepSeek's MoE layout
     "glm4_moe_lite": _Family(
         mla=True,
@@ -461,6 +476,7 @@ for _type, _pos in {
     "ministral": 131072,
     "glm4_moe_lite": 202752,
     "apertus": 65536,
+    "glm_moe_dsa": 202752,
 }.items():
     FAMILIES[_type] = dataclasses.replace(FAMILIES[_type], max_pos=_pos)
 
@@ -576,6 +592,27 @@ def _rope_attention_factor(c: Config, f: _Family) -> float:
     return get_mscale(factor)
 
 
+def _every_layer_indexes(c: Config, layers: int) -> None:
+    """GLM-5's DSA may let a layer reuse the previous layer's top-k ("shared": no indexer of its own),
+    per indexer_types, index_topk_pattern ("F"/"S") or index_topk_freq / index_skip_topk_offset
+    (GlmMoeDsaConfig.__post_init__); gpuplan models an indexer in every layer and refuses the rest."""
+    types = c.data.get("indexer_types")
+    if types is None:
+        pattern = c.data.get("index_topk_pattern")
+        if isinstance(pattern, str):
+            types = ["shared" if ch == "S" else "full" for ch in pattern]
+        else:
+            freq = max(c.get("index_topk_freq", default=1), 1)
+            offset = c.get("index_skip_topk_offset", default=2)
+            types = ["full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(layers)]
+    if not isinstance(types, list) or any(t != "full" for t in types):
+        raise GpuplanError(
+            f"{c.where}: indexer_types",
+            'layers that reuse another layer\'s top-k ("shared") are not modelled: every layer runs its own indexer here',
+            'set indexer_types to "full" for every layer to plan an upper bound on the indexer\'s cost',
+        )
+
+
 def decoder(c: Config, name: str, model_type: str) -> ModelSpec:
     """Every Llama-shaped family: the shared keys, read through the family's :class:`_Family`."""
     f = FAMILIES[model_type]
@@ -688,11 +725,13 @@ def decoder(c: Config, name: str, model_type: str) -> ModelSpec:
             qk_rope_head_dim=c.get("qk_rope_head_dim", default=rope_default),
             v_head_dim=c.get("v_head_dim", default=v_default),
         )
-    if f.dsa:  # DeepseekV32Config's defaults
+    if f.dsa:
+        _every_layer_indexes(c, layers)
+        topk, heads, dim = f.dsa_defaults
         kw.update(
-            index_topk=c.get("index_topk", default=2048),
-            index_heads=c.get("index_n_heads", default=64),
-            index_head_dim=c.get("index_head_dim", default=128),
+            index_topk=c.get("index_topk", default=topk),
+            index_heads=c.get("index_n_heads", default=heads),
+            index_head_dim=c.get("index_head_dim", default=dim),
         )
     notes = []
     mtp = c.data.get("num_nextn_predict_layers") or c.data.get("num_mtp_layers")
