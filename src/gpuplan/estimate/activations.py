@@ -73,8 +73,9 @@ def _qk_norm_saved(m: ModelSpec, a: int, profile: str) -> float:
     """Bytes per token the query and key norms save (Qwen3, Gemma 3, OLMo 2, ...): their inputs are
     the projections' outputs, their outputs go on to rotary and attention, which keep their own.
 
-    Per element as ``_norm_saved`` (the fused kernel keeps its input: TransformerEngine's RMSNorm op,
-    which Megatron's qk_layernorm builds, saves x and rstdevs, ops/basic/rmsnorm.py; eager RMSNorm its fp32 upcast
+    Per element as ``_norm_saved`` (the fused kernel keeps its input: Megatron-Core's qk_layernorm is
+    TENorm, megatron/core/extensions/transformer_engine_spec_provider.py ``layer_norm(for_qk=True)``,
+    whose RMSNorm op saves x and rstdevs, TransformerEngine ops/basic/rmsnorm.py; eager RMSNorm its fp32 upcast
     and the normalised tensor the weight multiplies; Gemma's two fp32 tensors; native LayerNorm its
     input), plus one fp32 statistic per normalised row: per head, or one per token for q and one
     for k where the norm spans all heads (``qk_norm_full``)."""
