@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from gpuplan.estimate.activations import FP32
 from gpuplan.estimate.comm import efficiency
 from gpuplan.estimate.expert_bias import expert_bias_passes
-from gpuplan.estimate.flops import mean_context
+from gpuplan.estimate.flops import indexer_flops_per_key, mean_context
 from gpuplan.estimate.kernels import (
     dtype_bytes,
     eager_memory_time,
@@ -296,7 +296,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
         # (index_heads queries, one key head) without AV, timed as an attention kernel of its head
         # dim over the whole sequence; its heads are replicated over TP. Its backward serves its own
         # loss (Megatron-Core's FusedDSAIndexerLoss); transformers runs it under no_grad
-        per_ctx_idx = 2.0 * s.micro_batch * m.index_heads * (m.index_head_dim + 1) * s.seq / s.cp
+        per_ctx_idx = s.micro_batch * indexer_flops_per_key(m) * s.seq / s.cp
         ctx_idx = mean_context(s.seq, None, True)
         f_idx, b_idx = flash_time(
             gpu, attn_dtype, per_ctx_idx * ctx_idx, s.seq / s.cp, s.attention_kernel, m.index_head_dim

@@ -56,16 +56,18 @@ def attention_flops_per_token(m: ModelSpec, seq_len: int, causal: bool = True) -
     return per_key * ctx + indexer_flops_per_token(m, seq_len, causal)
 
 
+def indexer_flops_per_key(m: ModelSpec) -> float:
+    """Forward FLOPs of DSA's lightning indexer per query token, key and layer: the key (one head of
+    index_head_dim) against the token's index_heads queries, then the heads' ReLU'd scores weighted
+    and summed: 2 x index_heads x (index_head_dim + 1) (DeepSeek-V3.2-Exp report, eq. 1;
+    transformers' DeepseekV32Indexer); 0 without DSA. Its projections are weights, counted with the
+    matmuls."""
+    return 2.0 * m.index_heads * (m.index_head_dim + 1)
+
+
 def indexer_flops_per_token(m: ModelSpec, seq_len: int, causal: bool = True) -> float:
-    """Forward FLOPs per token of DSA's lightning indexer scores, summed over layers: every earlier
-    token's key (one head of index_head_dim) against the token's index_heads queries, then the
-    heads' ReLU'd scores weighted and summed: 2 x index_heads x (index_head_dim + 1) per key
-    (DeepSeek-V3.2-Exp report, eq. 1; transformers' DeepseekV32Indexer). The indexer's own
-    projections are weights, counted with the matmuls."""
-    if not m.index_heads:
-        return 0.0
-    per_key = 2 * m.index_heads * (m.index_head_dim + 1)
-    return m.num_layers * per_key * mean_context(seq_len, None, causal)
+    """Forward FLOPs per token of DSA's indexer scores over every earlier key, summed over layers."""
+    return m.num_layers * indexer_flops_per_key(m) * mean_context(seq_len, None, causal)
 
 
 @dataclass(frozen=True)

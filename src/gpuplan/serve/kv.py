@@ -55,11 +55,17 @@ def index_bytes_per_token_layer(m: ModelSpec) -> float:
     return m.index_head_dim + 4 * math.ceil(m.index_head_dim / 128)
 
 
-def kv_bytes_per_token_layer(m: ModelSpec, fmt: KVFormat, tp: int = 1) -> float:
-    """Bytes one token adds to one layer's cache on one GPU (with DSA's indexer key)."""
+def attention_bytes_per_token_layer(m: ModelSpec, fmt: KVFormat, tp: int = 1) -> float:
+    """Bytes of K and V (or the MLA latent) one token adds to one layer's cache on one GPU: what
+    attention reads back, without DSA's indexer key."""
     heads = kv_heads_per_gpu(m, tp)
     per_head = kv_values_per_head(m) * fmt.bytes + (2 if not m.is_mla else 1) * fmt.meta_bytes_per_head
-    return heads * per_head + index_bytes_per_token_layer(m)
+    return heads * per_head
+
+
+def kv_bytes_per_token_layer(m: ModelSpec, fmt: KVFormat, tp: int = 1) -> float:
+    """Bytes one token adds to one layer's cache on one GPU (with DSA's indexer key)."""
+    return attention_bytes_per_token_layer(m, fmt, tp) + index_bytes_per_token_layer(m)
 
 
 def kv_bytes_per_token(m: ModelSpec, fmt: KVFormat, tp: int = 1) -> float:

@@ -36,6 +36,7 @@ import numpy as np
 from gpuplan.errors import require
 from gpuplan.estimate.comm import collective_time, efficiency, place
 from gpuplan.estimate.compute import _local_gemm
+from gpuplan.estimate.flops import indexer_flops_per_key
 from gpuplan.estimate.kernels import flash_time, gemm_compute_time, memory_time
 from gpuplan.estimate.params import embedding_tensors, head_tensors, layer_tensors
 from gpuplan.serve.allreduce import tp_allreduce
@@ -43,9 +44,9 @@ from gpuplan.serve.engines import Engine
 from gpuplan.serve.formats import KVFormat, WeightFormat
 from gpuplan.serve.kv import (
     attended_tokens,
+    attention_bytes_per_token_layer,
     cached_tokens,
     index_bytes_per_token_layer,
-    kv_bytes_per_token_layer,
     kv_heads_per_gpu,
 )
 from gpuplan.serve.weights import tensor_bits, tensor_tp
@@ -132,7 +133,7 @@ class StepModel:
         self.tp_group, self.pp_group = groups["tp"], groups["pp"]
         # DSA: the latent a decode step reads for its top-k, and the indexer key it reads for all
         self.index_token_layer = index_bytes_per_token_layer(m)
-        self.kv_token_layer = kv_bytes_per_token_layer(m, d.kv, d.tp) - self.index_token_layer
+        self.kv_token_layer = attention_bytes_per_token_layer(m, d.kv, d.tp)
         self.heads = m.num_heads // (1 if d.dp_attention else d.tp)  # query heads this GPU attends with
         self.kv_heads = kv_heads_per_gpu(m, d.tp)
         # a decode step's attention FLOPs run at the fused kernel's forward rate
@@ -248,7 +249,7 @@ class StepModel:
             attn += m.num_layers * fwd
             if m.index_heads:  # DSA's indexer over every earlier key of the prompt
                 held = cached_tokens(m, prefill_context) / m.num_layers
-                flops = 2.0 * prefill / d.kv_groups * m.index_heads * (m.index_head_dim + 1) * held
+                flops = prefill / d.kv_groups * indexer_flops_per_key(m) * held
                 fwd, _ = flash_time(gpu, self.prefill_attention_dtype, flops, max(1.0, 2 * prefill_context))
                 attn += m.num_layers * fwd
         parts["attention"] = attn
@@ -301,7 +302,7 @@ class StepModel:
         if m.index_heads:  # the indexer scores every cached key (flops.indexer_flops_per_token)
             held = cached_tokens(m, context)
             kv_bytes = kv_bytes + mine * held * self.index_token_layer
-            flops = flops + 2.0 * mine * m.index_heads * (m.index_head_dim + 1) * held
+            flops = flops + mine * indexer_flops_per_key(m) * held
         seconds = np.maximum(kv_bytes / self.hbm, flops / self.decode_rate) + m.num_layers * self.overhead
         return seconds if isinstance(context, np.ndarray) else float(seconds)
 

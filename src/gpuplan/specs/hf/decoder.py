@@ -638,6 +638,9 @@ def decoder(c: Config, name: str, model_type: str) -> ModelSpec:
     parallel = switch(f.parallel)
     pre_norms, post_norms = (1, 0) if parallel else f.norms
     dense_ffn = c.get(f.dense_ffn, default=16384 if f.dense_ffn == "intermediate_size_mlp" else MISSING)
+    # MLA: head_dim is the "nope" part of queries and keys, its own key; hidden_size need not divide
+    # over the heads (GLM-4.7-Flash: 20 heads of a 2048 model)
+    head_dim = c.get("qk_nope_head_dim", default=f.mla_defaults[2]) if f.mla else _head_dim(c, f, hidden, heads)
     window, local = _layer_flags(c, f, layers)
     kw: dict[str, Any] = dict(
         name=name,
@@ -647,8 +650,7 @@ def decoder(c: Config, name: str, model_type: str) -> ModelSpec:
         num_layers=layers,
         num_heads=heads,
         num_kv_heads=c.get("num_key_value_heads", default=heads),
-        # MLA's head widths are its own keys (below): hidden_size need not divide over the heads
-        head_dim=1 if f.mla else _head_dim(c, f, hidden, heads),
+        head_dim=head_dim,
         ffn_size=dense_ffn,
         gated_mlp=f.gated,
         activation=activation(c.get("hidden_act", "hidden_activation", default=f.act, kind=str), c.where),
@@ -711,9 +713,8 @@ def decoder(c: Config, name: str, model_type: str) -> ModelSpec:
                 expert_groups_per_token=c.get("topk_group", default=f.groups_default[1], kind=int) or 1,
             )
     if f.mla:
-        # MLA: head_dim is the "nope" part of queries and keys; q_lora_rank null = a plain q_proj
-        q_default, rope_default, nope_default, v_default = f.mla_defaults
-        kw["head_dim"] = c.get("qk_nope_head_dim", default=nope_default)
+        # q_lora_rank null = a plain q_proj
+        q_default, rope_default, _, v_default = f.mla_defaults
         # q_lora_rank: null (DeepSeek-V2-Lite) means no query compression; a missing key means the
         # configuration class's default
         q_rank = c.data.get("q_lora_rank", q_default)
