@@ -133,4 +133,18 @@ CONFIGS |= {
         mlp_only_layers=[1],
     ),
     "olmoe": dict(_SMALL, model_type="olmoe", intermediate_size=64, num_experts=4, num_experts_per_tok=2),
+    # Qwen3-Next's softmax layers (output gate, per-head q/k norms, zero-centred norms) and its
+    # gated shared expert; its linear-attention layers run FLA's kernels on a GPU, not these
+    "qwen3-next-softmax": dict(
+        _SMALL,
+        model_type="qwen3_next",
+        head_dim=16,
+        layer_types=["full_attention"] * _SMALL["num_hidden_layers"],
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        shared_expert_intermediate_size=48,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+    ),
 }

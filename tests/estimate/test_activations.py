@@ -37,6 +37,8 @@ CASES += [
 CASES += [(name, prec, "eager") for name in ("nemotron", "phi", "glm4") for prec in (F32, BF16)]
 # MoE: routed copies, router probabilities, shared experts and Qwen2-MoE's gated shared expert
 CASES += [(name, prec, "sdpa") for name in ("mixtral", "qwen2-moe", "olmoe") for prec in (F32, BF16)]
+# gated softmax attention (Qwen3-Next): the product keeps the ungated output and the gate's sigmoid
+CASES += [("qwen3-next-softmax", prec, "eager") for prec in (F32, BF16)]
 CASES += [
     ("gemma2", F32, "eager"),
     ("gemma2", BF16, "eager"),
@@ -58,7 +60,7 @@ def predicted_saved_bytes(config, precision, attention, batch, seq):
         attention="flash" if attention == "sdpa" else "eager",
     )
     act = activation_breakdown(m, cfg, ParallelPlan())
-    layers = sum(act.layer(m.is_moe_layer(i)) for i in range(m.num_layers))
+    layers = sum(act.layer(m.is_moe_layer(i), m.is_linear_layer(i)) for i in range(m.num_layers))
     return act.embedding + layers + act.head + act.loss_saved
 
 

@@ -15,6 +15,8 @@ CASES = [
     ("llama-3.1-8b", 16, TrainingConfig(seq_len=4096, global_batch=64)),
     ("mixtral-8x7b", 32, TrainingConfig(seq_len=4096, global_batch=64)),  # MoE: ep, expert ZeRO group
     ("deepseek-v3", 256, TrainingConfig(seq_len=4096, global_batch=256)),  # MLA, leading dense layers, 61 layers
+    # Gated DeltaNet hybrid: three linear-attention layers to one softmax, stages cutting the pattern
+    ("qwen3-next-80b-a3b", 32, TrainingConfig(seq_len=4096, global_batch=256)),
     ("gemma-2-9b", 8, TrainingConfig(seq_len=4096, global_batch=32, optimizer="adafactor")),
     ("llama-3.1-70b", 64, TrainingConfig(seq_len=8192, global_batch=512, precision="fp16", profile="eager")),
     ("qwen2.5-7b", 16, TrainingConfig(seq_len=4096, global_batch=64, precision="fp8")),  # TE's FP8 weight copies
@@ -58,7 +60,7 @@ def test_peak_memory_matches_the_scalar_model_on_every_sampled_plan(name, gpus, 
         )
 
 
-@pytest.mark.parametrize("name,gpus,base", CASES[:3], ids=[c[0] for c in CASES[:3]])
+@pytest.mark.parametrize("name,gpus,base", CASES[:4], ids=[c[0] for c in CASES[:4]])
 def test_compute_bound_never_exceeds_the_step_time(name, gpus, base):
     m, gpu, grid = _grid(name, gpus, base)
     mb, _ = grid.microbatches()
@@ -69,7 +71,7 @@ def test_compute_bound_never_exceeds_the_step_time(name, gpus, base):
         assert bound[li, mi, ri] <= st.step_s * (1 + 1e-12)
 
 
-@pytest.mark.parametrize("name,gpus,base", CASES[:3], ids=[c[0] for c in CASES[:3]])
+@pytest.mark.parametrize("name,gpus,base", CASES[:4], ids=[c[0] for c in CASES[:4]])
 def test_zb_v_plans_put_the_head_on_rank_0_in_the_grid_as_in_the_scalar_model(name, gpus, base):
     m, gpu, grid = _grid(name, gpus, base)
     mb, _ = grid.microbatches()

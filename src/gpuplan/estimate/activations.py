@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gpuplan.estimate.expert_bias import expert_bias_kept
+from gpuplan.estimate.flops import GDN_CHUNK
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.training import TrainingConfig
@@ -46,9 +47,12 @@ class ActivationBreakdown:
     # per-op SAC (``per_op_sac``): what one dense block's re-run holds in its backward beyond what
     # the block keeps; 0 where nothing re-runs a whole block's forward
     layer_rerun: float = 0.0
+    # a Gated DeltaNet block's token mixer minus a softmax block's attention (``_linear_saved``):
+    # what a linear-attention layer keeps beyond (or short of) a softmax layer of its MLP kind
+    linear_delta: float = 0.0
 
-    def layer(self, moe: bool) -> float:
-        return self.moe_layer if moe else self.dense_layer
+    def layer(self, moe: bool, linear: bool = False) -> float:
+        return (self.moe_layer if moe else self.dense_layer) + (self.linear_delta if linear else 0.0)
 
 
 def _norm_saved(m: ModelSpec, a: int, profile: str, feeds_linear: bool, g: float | None = None) -> float:
@@ -150,6 +154,10 @@ def _attention_saved(m: ModelSpec, cfg: TrainingConfig, a: int, seq_keys: int) -
         if eager and cfg.attention == "eager" and nh != kv_heads:
             kv_heads = nh  # transformers' repeat_kv copies K and V to every query head
         kv = 2 * a * kv_heads * hd
+    if m.attn_output_gate:
+        # out = attention x sigmoid(gate) (Qwen3-Next): the product keeps both factors, the
+        # ungated output and the gate's sigmoid (which the sigmoid's backward reads too)
+        out += 2 * a * nh * v
     if cfg.attention == "flash":
         lse = FP32 * nh  # log-sum-exp per head, fp32
         return q + kv + out + lse, 0.0
@@ -163,6 +171,24 @@ def _attention_saved(m: ModelSpec, cfg: TrainingConfig, a: int, seq_keys: int) -
     if m.attention_dropout > 0:
         softmax += 1 + a  # dropout mask and dropout output (Korthikanti's 5as/h = 2 + 1 + 2)
     return q + kv + out, softmax * nh * seq_keys
+
+
+def _linear_saved(m: ModelSpec, a: int, g: float) -> float:
+    """Bytes per token (split by TP) a Gated DeltaNet mixer keeps for backward, its input norm
+    aside (as for attention): the conv's input (FLA's causal_conv1d keeps x and recomputes the
+    SiLU); what FLA's chunked rule saves (fla/ops/gated_delta_rule/chunk.py,
+    ChunkGatedDeltaRuleFunction: q and k L2-normalised with their fp32 rstd, v, the fp32 cumulated
+    decay g, beta and the C-wide WY matrix A, per value head); the gated RMSNorm's inputs (the rule's
+    output o and the gate z) and fp32 rstd; the output projection's input (``g`` per element); the
+    gate's pre-activations (alpha and b, one each per value head)."""
+    kd = m.linear_k_heads * m.linear_k_dim
+    vd = m.linear_v_heads * m.linear_v_dim
+    nv = m.linear_v_heads
+    conv_in = a * (2 * kd + vd)
+    rule = a * (2 * kd + vd) + FP32 * 2 * m.linear_k_heads + FP32 * nv + a * nv + a * nv * GDN_CHUNK
+    gated_norm = 2 * a * vd + FP32 * nv
+    gates = 2 * a * nv
+    return conv_in + rule + gated_norm + g * vd + gates
 
 
 def _dispatched_saved(a: int, g: float, h: int, etp: int) -> float:
@@ -281,6 +307,10 @@ def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) 
             routed = shared = 0.0
         moe = (replicated - own_norm * (not m.is_mla)) / rep_div + (attn + scores + routed + shared) / t + indexer
 
+    linear_delta = 0.0
+    if m.linear_layers:  # the mixer's bytes in place of the attention's (q/k norms, scores and all)
+        linear_delta = (_linear_saved(m, a, g) - attn - scores) / t
+
     rerun = 0.0
     if per_op_sac(m, cfg):  # the block keeps what the policy saves; its re-run, the rest
         everything = activation_breakdown(m, replace(cfg, recompute="none"), plan).dense_layer / tokens
@@ -323,4 +353,5 @@ def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) 
         loss_saved=loss_saved * tokens,
         loss_transient=loss_transient * tokens,
         layer_rerun=rerun * tokens,
+        linear_delta=linear_delta * tokens,
     )

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from gpuplan.estimate.activations import FP32
 from gpuplan.estimate.comm import efficiency
 from gpuplan.estimate.expert_bias import expert_bias_passes
-from gpuplan.estimate.flops import indexer_flops_per_key, mean_context
+from gpuplan.estimate.flops import GDN_CHUNK, indexer_flops_per_key, linear_attention_flops_per_token, mean_context
 from gpuplan.estimate.kernels import (
     dtype_bytes,
     eager_memory_time,
@@ -180,9 +180,65 @@ class LayerShape:
     full_cuda_graph: bool = False  # the whole step one CUDA graph: token counts stay on the device
 
 
+def gated_delta_bytes(m: ModelSpec, a: int) -> tuple[float, float]:
+    """(forward, backward) bytes per token and value head that FLA's chunked gated delta rule moves
+    (fla/ops/gated_delta_rule/chunk.py, chunk_gated_delta_rule_fwd and _bwd), kernel by kernel: each
+    reads its inputs and writes its outputs once; ``a`` bytes per q, k, v element, g in fp32, the
+    per-chunk states h (dk x dv every chunk of C tokens) and the C-wide WY matrix A in ``a``.
+    Key heads are shared by num_v_heads / num_k_heads value heads: counted per value head, as the
+    kernels index them (an upper bound on q and k traffic under grouping)."""
+    dk, dv, c = m.linear_k_dim, m.linear_v_dim, GDN_CHUNK
+    h = a * dk * dv / c  # one chunk state per C tokens
+    g = FP32
+    fwd = [
+        2 * g,  # chunk_local_cumsum(g)
+        a * dk + a + g + FP32 * c,  # chunk_scaled_dot_kkt_fwd: k, beta, g -> A (fp32)
+        FP32 * c + a * c,  # solve_tril: A -> (I + A)^-1
+        a * dk + a * dv + a + a * c + g + a * dk + a * dv,  # recompute_w_u_fwd: -> w, u
+        2 * a * dk + a * dv + g + h + a * dv,  # chunk_gated_delta_rule_fwd_h: -> h, v_new
+        2 * a * dk + a * dv + h + g + a * dv,  # chunk_fwd_o: -> o
+    ]
+    bwd = [
+        a * dk + a * dv + a + a * c + g + a * dk + a * dv,  # recompute_w_u_fwd
+        2 * a * dk + a * dv + g + h + a * dv,  # chunk_gated_delta_rule_fwd_h (recomputed)
+        2 * a * dk + a * dv + g + a * dv,  # chunk_bwd_dv_local: q, k, do -> dv
+        3 * a * dk + 2 * a * dv + g + h + a * dv,  # chunk_gated_delta_rule_bwd_dhu: -> dh, dv
+        3 * a * dk + 3 * a * dv + 2 * h + g + 3 * a * dk + g,  # chunk_bwd_dqkwg: -> dq, dk, dw, dg
+        2 * a * dk + 2 * a * dv + a * c + a + g + a * dk + a * dv + a + g,  # prepare_wy_repr_bwd
+        3 * a * dk + 2 * g,  # dk += dk2, dg reverse cumsum
+    ]
+    return sum(fwd), sum(bwd)
+
+
+def _linear_attention(m: ModelSpec, gpu: GPUSpec, s: LayerShape, out: OpTimes) -> None:
+    """A Gated DeltaNet layer's token mixing on this GPU (its projections are GEMMs above): the
+    causal depthwise conv with SiLU over q, k, v (a read and a write each way; backward reads the
+    gradient too), q and k L2-normalised, the gates (softplus, sigmoid: per head), the chunked
+    delta rule at HBM speed or its FLOPs at the sustained tensor rate, whichever binds
+    (``gated_delta_bytes``), and the gated RMSNorm norm(o) x SiLU(z) before the output projection.
+    Heads split over TP. No published kernel rate calibrates it: a plan with linear attention
+    says so (validate.uncalibrated_features)."""
+    a, T, tp = s.act_bytes, s.tokens, s.tp
+    kd = m.linear_k_heads * m.linear_k_dim / tp
+    vd = m.linear_v_heads * m.linear_v_dim / tp
+    heads = m.linear_v_heads / tp
+    conv = 2 * kd + vd
+    out.add("conv", fwd=memory_time(gpu, 2 * a * T * conv), b=memory_time(gpu, 3 * a * T * conv, 2))
+    out.add("norm", fwd=memory_time(gpu, 2 * a * T * 2 * kd, 2), b=memory_time(gpu, 3 * a * T * 2 * kd, 2))
+    out.add("gates", fwd=memory_time(gpu, 4 * FP32 * T * heads, 2), b=memory_time(gpu, 6 * FP32 * T * heads, 2))
+    fwd_b, bwd_b = gated_delta_bytes(m, a)
+    flops = T * heads * (linear_attention_flops_per_token(m) / m.linear_v_heads)  # the conv's share is tiny
+    peak = gpu.peak(high_precision(s.dtype)) * efficiency(gpu).sustained
+    fwd = max(memory_time(gpu, T * heads * fwd_b, 6), flops / peak)
+    bwd = max(memory_time(gpu, T * heads * bwd_b, 8), 2.5 * flops / peak)  # 2 gradients + w, u, h again
+    out.add("linear_attention", fwd=fwd, b=bwd, core=True)
+    out.add("norm", fwd=memory_time(gpu, 3 * a * T * vd), b=memory_time(gpu, 5 * a * T * vd))
+
+
 @functools.lru_cache(maxsize=4096)  # keyed on every argument (GPUSpec hashes its efficiency)
-def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpTimes:
-    """Compute and memory time of one transformer block (no communication)."""
+def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool, linear: bool = False) -> OpTimes:
+    """Compute and memory time of one transformer block of a kind (``ModelSpec.layer_kinds``; no
+    communication)."""
     s = shape
     T, tp, a = s.tokens, s.tp, s.act_bytes
     h = m.hidden_size
@@ -195,8 +251,8 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
         # and gathers etp shares over the expert TP group (Megatron's MoEAlltoAllTokenDispatcher,
         # token_dispatcher.py dispatch_postprocess): T/tp x etp tokens' copies per expert-TP rank
         routed_tokens = routed_tokens * etp / tp
-    kept, saved_mm = op_sac_kept(m, moe), 0.0  # per-op SAC: the matmul outputs it keeps, their forwards
-    for t in layer_tensors(m, moe):
+    kept, saved_mm = op_sac_kept(m, moe, linear), 0.0  # per-op SAC: the matmul outputs it keeps, their forwards
+    for t in layer_tensors(m, moe, linear):
         if not t.matmul or len(t.shape) < 2:
             continue
         experts, n_out, n_in = _local_gemm(t, tp, s.ep, etp)
@@ -246,7 +302,9 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
     kv_heads = max(1, m.num_kv_heads // tp) if not m.is_mla else heads
     window = m.sliding_window if m.num_sliding_layers else None
     # attention core: queries on this GPU (seq/cp of each sequence) against the whole sequence
-    if s.attention == "flash":
+    if linear:
+        _linear_attention(m, gpu, s, out)
+    elif s.attention == "flash":
         # per layer kind, its share of the layers, the keys a query block walks (the kernel's
         # ramp: a sliding-window or chunked layer's kernel runs at the rate of its window, a
         # full layer's at the sequence's) and the mean context its FLOPs cover
@@ -256,7 +314,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
             # transformers' eager and SDPA paths mask a dense attention instead (DeepseekV32Indexer)
             kinds = [(1.0, min(s.seq, m.index_topk), mean_context(s.seq, m.index_topk, True))]
         if m.num_sliding_layers:
-            frac = m.num_sliding_layers / m.num_layers
+            frac = m.num_sliding_layers / m.num_attention_layers
             kinds = [
                 (1.0 - frac, s.seq, kinds[0][2]),
                 (frac, min(s.seq, window or s.seq), mean_context(s.seq, window, True, m.attention_chunked)),
@@ -323,7 +381,9 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
     out.credit("layernorm", own * one_norm)
     if not moe:
         out.credit("mlp", one_norm)
-    if m.qk_norm:  # RMSNorm over every query and key head (Qwen3, Gemma 3), on the projections' bf16 output
+    if (
+        m.qk_norm and not linear
+    ):  # RMSNorm over every query and key head (Qwen3, Gemma 3), on the projections' bf16 output
         qk_width = (heads + kv_heads) * m.head_dim
         qf, qb, qkf, qkb = eager_norm_bytes(m.norm, a) if pointwise_eager else (2 * a, 3 * a, 1, 1)
         out.add(
@@ -343,7 +403,12 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
         fwd=memory_time(gpu, adds * res_f * t_res * h, adds),
         b=memory_time(gpu, adds * res_b * t_res * h, adds),
     )
-    if m.rotary:
+    if m.attn_output_gate and not linear:
+        # sigmoid(gate) x the attention output (Qwen3-Next): reads both, writes one; the backward
+        # reads them and the gradient and writes two
+        o = T * heads * m.v_dim
+        out.add("gate", fwd=memory_time(gpu, 3 * a * o), b=memory_time(gpu, 5 * a * o))
+    if m.rotary and not linear:
         qk = (
             (heads * m.qk_head_dim + kv_heads * (m.qk_rope_head_dim or m.head_dim))
             if not m.is_mla
@@ -368,7 +433,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
             )
         else:
             out.add("rotary", fwd=memory_time(gpu, 2 * a * T * qk, 2), b=memory_time(gpu, 2 * a * T * qk, 2))
-    if s.eager and s.attention == "flash":
+    if s.eager and s.attention == "flash" and not linear:
         # attn_output.transpose(1, 2).contiguous() before the output projection, and its gradient
         o = T * heads * m.v_dim
         out.add("transpose", fwd=memory_time(gpu, 2 * a * o), b=memory_time(gpu, 2 * a * o))
@@ -403,7 +468,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool) -> OpT
         # lasts one autocast region: again in a full recompute) and each fp32 input from the
         # residual stream per GEMM (activations are not cached); the backward casts the weight
         # gradients and those inputs' gradients back to fp32 and sums the input gradients
-        weights = sum(math.prod(_local_gemm(t, tp, s.ep, etp)) for t in layer_tensors(m, moe) if t.matmul)
+        weights = sum(math.prod(_local_gemm(t, tp, s.ep, etp)) for t in layer_tensors(m, moe, linear) if t.matmul)
         readers = autocast_input_casts(m, moe)
         cast = FP32 + a
         out.add(

@@ -43,17 +43,50 @@ def mean_context(seq_len: int, window: int | None, causal: bool, chunked: bool =
     return (window * (window + 1) / 2 + (s - window) * window) / s
 
 
+# FLA's chunk_gated_delta_rule works on chunks of 64 tokens (chunk_size BT = 64 in
+# fla/ops/gated_delta_rule/chunk.py), as Megatron-Core's GatedDeltaNet and transformers'
+# torch_chunk_gated_delta_rule (chunk_size=64) run it
+GDN_CHUNK = 64
+
+
+def linear_attention_flops_per_token(m: ModelSpec, decode: bool = False) -> float:
+    """Forward FLOPs per token of one Gated DeltaNet layer's token mixing, its projections aside
+    (they are weights, counted with the matmuls); 0 without linear attention.
+
+    The causal depthwise conv: 2 x taps x (2 key widths + the value width). The chunked gated
+    delta rule (Yang, Kautz and Hatamizadeh 2025, section 3.3; Yang et al. 2024, "Parallelizing
+    Linear Transformers with the Delta Rule over Sequence Length", section 3.2, the WY/UT form), per
+    value head and chunk of C tokens, key width dk, value width dv: A = K_beta K^T and the masked
+    Q K^T (2 C^2 dk each); the unit-lower-triangular inverse T = (I + A)^-1 by forward substitution
+    (C^3 / 3); W = T K_beta and U = T V_beta (2 C^2 dk, 2 C^2 dv); per chunk against the state S
+    (dk x dv): W S, Q S and the update K^T (U - W S) (2 C dk dv each) and the intra-chunk
+    (Q K^T) (U - W S) (2 C^2 dv). Per token: 6 C dk + 4 C dv + 6 dk dv + C^2 / 3.
+    Decoding one token (``decode``) runs the recurrence (FLA's fused_recurrent_gated_delta_rule):
+    the decayed state's read k^T S, the rank-one update and the output q^T S: 2 dk dv each."""
+    if not m.linear_layers:
+        return 0.0
+    dk, dv, heads = m.linear_k_dim, m.linear_v_dim, m.linear_v_heads
+    conv = 2.0 * m.linear_conv * (2 * m.linear_k_heads * dk + heads * dv)
+    if decode:
+        return conv + heads * 6.0 * dk * dv
+    c = GDN_CHUNK
+    return conv + heads * (6.0 * c * dk + 4.0 * c * dv + 6.0 * dk * dv + c * c / 3.0)
+
+
 def attention_flops_per_token(m: ModelSpec, seq_len: int, causal: bool = True) -> float:
     """Forward FLOPs of QK^T and AV per token, summed over layers (sliding-window layers see fewer
     keys), plus DeepSeek Sparse Attention's indexer (``indexer_flops_per_token``): under DSA each
     query's MLA attends only the ``index_topk`` keys the indexer picks (DeepSeek-V3.2-Exp report,
-    section 2: core attention O(L k) instead of O(L^2)), the same count as a window of that size."""
+    section 2: core attention O(L k) instead of O(L^2)), the same count as a window of that size.
+    Linear-attention layers (Gated DeltaNet) add their token mixing instead, whatever the length
+    (``linear_attention_flops_per_token``)."""
     per_key = 2 * m.num_heads * (m.qk_head_dim + m.v_dim)
-    full = m.num_layers - m.num_sliding_layers
+    full = m.num_attention_layers - m.num_sliding_layers
+    linear = m.num_linear_layers * linear_attention_flops_per_token(m)
     ctx = full * mean_context(seq_len, m.index_topk or None, causal)
     if m.num_sliding_layers:
         ctx += m.num_sliding_layers * mean_context(seq_len, m.sliding_window, causal, m.attention_chunked)
-    return per_key * ctx + indexer_flops_per_token(m, seq_len, causal)
+    return per_key * ctx + indexer_flops_per_token(m, seq_len, causal) + linear
 
 
 def indexer_flops_per_key(m: ModelSpec) -> float:
@@ -97,8 +130,8 @@ def module_matmul_flops_per_token(m: ModelSpec, module: str) -> float:
     elementwise (norms, activations) and count nothing, as elementwise work never does here."""
     frac = m.experts_per_token / m.num_experts if m.is_moe else 1.0
     total = 0.0
-    for moe, layers in ((False, m.num_layers - m.num_moe_layers), (True, m.num_moe_layers)):
-        for t in layer_tensors(m, moe) if layers else ():
+    for kind, layers in m.layer_kinds():
+        for t in layer_tensors(m, *kind):
             if t.matmul and module in t.recompute_modules:
                 total += layers * 2.0 * t.numel * (frac if t.expert else 1.0)
     return total
@@ -110,9 +143,9 @@ def op_sac_matmul_flops_per_token(m: ModelSpec) -> float:
     4th, ... ``aten.mm`` of a block), and the routed experts' grouped GEMMs whole."""
     frac = m.experts_per_token / m.num_experts if m.is_moe else 1.0
     total = 0.0
-    for moe, layers in ((False, m.num_layers - m.num_moe_layers), (True, m.num_moe_layers)):
-        kept = op_sac_kept(m, moe) if layers else {}
-        for t in layer_tensors(m, moe) if layers else ():
+    for kind, layers in m.layer_kinds():
+        kept = op_sac_kept(m, *kind)
+        for t in layer_tensors(m, *kind):
             if t.matmul and len(t.shape) >= 2:
                 share = frac if t.expert else 1.0 - kept[t.name]
                 total += layers * 2.0 * t.numel * share

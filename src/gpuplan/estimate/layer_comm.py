@@ -100,9 +100,12 @@ def layer_comm(
     comm: dict[str, CommLine],
     count: float,
     dualpipe: bool,
+    linear: bool = False,
 ) -> dict[str, float]:
     """Exposed communication seconds of one layer and micro-batch by dimension (forward, backward
-    and recompute together); records ``count`` copies (layers x micro-batches) into ``comm``."""
+    and recompute together); records ``count`` copies (layers x micro-batches) into ``comm``.
+    A linear-attention layer (``linear``) communicates as a softmax one over TP: its heads split,
+    its input and output projections a column- and a row-parallel GEMM (Megatron-Core GatedDeltaNet)."""
     a, h, T = cfg.activation_bytes, m.hidden_size, shape.tokens
     out: dict[str, float] = {}
     full = cfg.recompute == "full"  # full recompute re-runs the forward's collectives
@@ -186,7 +189,7 @@ def layer_comm(
         # FSDP: gather the layer's weights for forward and again for backward, reduce-scatter its
         # gradients; prefetch hides them behind the neighbouring layer's compute
         g = groups["dp_cp"]
-        w = sum(_per_gpu(t, plan) for t in layer_tensors(m, moe))
+        w = sum(_per_gpu(t, plan) for t in layer_tensors(m, moe, linear))
         ag = collective_time("all-gather", w * cfg.weight_bytes, g, gpu)
         rs = collective_time("reduce-scatter", w * cfg.grad_bytes, g, gpu)
         e_f = max(0.0, ag - ops.fwd)
@@ -220,7 +223,12 @@ def tp_partners(m: ModelSpec, moe: bool, ops: OpTimes, sp: bool) -> list[tuple[f
         return []
     g = ops.gemms
     # (column-parallel GEMMs, row-parallel GEMMs) each collective pair sits around
-    pairs: list[tuple[tuple[str, ...], tuple[str, ...]]] = [(("attn.qkv.weight",), ("attn.o.weight",))]
+    mixer = (
+        (("linear_attn.in_proj.weight",), ("linear_attn.out_proj.weight",))  # Gated DeltaNet
+        if "linear_attn.in_proj.weight" in g
+        else (("attn.qkv.weight",), ("attn.o.weight",))
+    )
+    pairs: list[tuple[tuple[str, ...], tuple[str, ...]]] = [mixer]
     if not moe:
         pairs.append((("mlp.up.weight",), ("mlp.down.weight",)))
     elif m.shared_expert_ffn_size:

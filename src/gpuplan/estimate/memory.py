@@ -111,12 +111,14 @@ def pipeline_candidates(
     """``candidate_stages`` of the pipeline shape (pp, vp, schedule, first/last stage layers),
     without a ParallelPlan: the search asks it once per distinct shape."""
     counts = shape_layers(m.num_layers, pp, vp, schedule, first_layers, last_layers)
-    moe_before = [0]  # MoE layers before each layer index (a prefix sum: one pass over the layers)
+    # MoE and linear-attention layers before each layer index (prefix sums: one pass over the layers)
+    moe_before, linear_before = [0], [0]
     for i in range(m.num_layers):
         moe_before.append(moe_before[-1] + m.is_moe_layer(i))
+        linear_before.append(linear_before[-1] + m.is_linear_layer(i))
     out, first, prev = [], 0, None
     for s, n in enumerate(counts):
-        kind = (n, moe_before[first + n] - moe_before[first])
+        kind = (n, moe_before[first + n] - moe_before[first], linear_before[first + n] - linear_before[first])
         if s in (0, pp - 1) or kind != prev:
             out.append((s, first, n))
         first, prev = first + n, kind
@@ -219,6 +221,8 @@ def estimate_memory(
             last,
             offloaded_layers(cfg, n_layers, plan.vp) if cfg.offload_activation_layers else 0,
             act.layer_rerun,
+            sp_.n_linear,
+            act.linear_delta,
         )
         other: dict[str, float] = {}
         if last:

@@ -149,6 +149,8 @@ def activations(
     last: Any,
     offloaded: Any = 0,
     rerun: Any = 0.0,
+    n_linear: Any = 0,
+    linear_delta: Any = 0.0,
 ) -> tuple[Any, Any]:
     """(activation bytes on the GPU, activation bytes in host memory) of a stage: ``in_flight``
     micro-batches (schedules.in_flight) of what one keeps: every layer's saved tensors, or under
@@ -156,16 +158,21 @@ def activations(
     on the first stage, the head on the stage holding it. ``offloaded`` layers keep theirs in host
     memory with one layer's copy in flight on the GPU (TransformerEngine's offload handler
     double-buffers). ``rerun``: what a dense block's re-run holds beyond what it keeps under
-    per-op SAC (activations.ActivationBreakdown.layer_rerun), alive in one block's backward."""
-    kept = _where(full, layer_checkpoint * n_layers, n_dense * dense_layer + n_moe * moe_layer)
+    per-op SAC (activations.ActivationBreakdown.layer_rerun), alive in one block's backward.
+    ``n_linear`` of the layers are linear attention, each keeping ``linear_delta`` more than a
+    softmax layer of its MLP kind."""
+    linear = _where(n_linear > 0, _maximum(linear_delta, 0.0), 0.0)  # what a linear layer adds at most
+    kept = _where(
+        full, layer_checkpoint * n_layers, n_dense * dense_layer + n_moe * moe_layer + n_linear * linear_delta
+    )
     working = _where(
         full,
-        _maximum(_where(n_dense > 0, dense_layer, 0.0), _where(n_moe > 0, moe_layer, 0.0)),
+        _maximum(_where(n_dense > 0, dense_layer, 0.0), _where(n_moe > 0, moe_layer, 0.0)) + linear,
         _where(n_dense > 0, rerun, 0.0) + 0.0 * kept,
     )
     host = 0.0
     if cfg.offload_activation_layers:
-        biggest = _where(n_moe > 0, moe_layer, dense_layer)
+        biggest = _where(n_moe > 0, moe_layer, dense_layer) + linear
         host = offloaded * biggest
         kept = kept - host
         working = biggest

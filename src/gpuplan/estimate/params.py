@@ -93,7 +93,8 @@ def _attention(m: ModelSpec) -> list[Tensor]:
             t += _linear("attn.indexer.weights_proj", h, m.index_heads, "none", False)
         return t
     kv = m.num_kv_heads * m.head_dim
-    t = _linear("attn.qkv", h, m.q_size + 2 * kv, "col", m.qkv_bias) + _linear("attn.o", m.q_size, h, "row", m.o_bias)
+    q = 2 * m.q_size if m.attn_output_gate else m.q_size  # the output gate is projected beside q
+    t = _linear("attn.qkv", h, q + 2 * kv, "col", m.qkv_bias) + _linear("attn.o", m.q_size, h, "row", m.o_bias)
     if m.qk_norm_full:  # one weight over all query (key) heads, split with them under TP
         t += _norm(m, "attn.q_norm", m.q_size, "col") + _norm(m, "attn.k_norm", kv, "col")
     elif m.qk_norm:  # one weight over head_dim, shared by all heads: every TP rank holds it
@@ -101,6 +102,27 @@ def _attention(m: ModelSpec) -> list[Tensor]:
     if m.attn_sinks:  # a logit per head, split with the heads
         t.append(Tensor("attn.sinks", (m.num_heads,), "col", matmul=False))
     return t
+
+
+def _linear_attention(m: ModelSpec) -> list[Tensor]:
+    """A Gated DeltaNet block's mixer (transformers' Qwen3NextGatedDeltaNet; Megatron-Core's
+    GatedDeltaNet, ssm/gated_delta_net/gdn.py): one input projection to q, k (key heads), v and the
+    output gate z (value heads) and the per-value-head beta and alpha, as Megatron fuses them
+    (Qwen3.5's separate in_proj_qkv, in_proj_z, in_proj_b, in_proj_a hold the same weights); a
+    depthwise causal conv over q, k and v; per-head decay (A_log) and step bias (dt_bias); a
+    gated RMSNorm over each value head (one head_v_dim weight); the output projection. Heads split
+    over TP, the conv's channels with them."""
+    h = m.hidden_size
+    kd, vd, nv = m.linear_k_heads * m.linear_k_dim, m.linear_v_heads * m.linear_v_dim, m.linear_v_heads
+    conv = 2 * kd + vd
+    return [
+        *_linear("linear_attn.in_proj", h, 2 * kd + 2 * vd + 2 * nv, "col", False),
+        Tensor("linear_attn.conv1d.weight", (conv, 1, m.linear_conv), "col", matmul=False),
+        Tensor("linear_attn.dt_bias", (nv,), "col", matmul=False),
+        Tensor("linear_attn.A_log", (nv,), "col", matmul=False),
+        Tensor("linear_attn.norm.weight", (m.linear_v_dim,), matmul=False),
+        *_linear("linear_attn.out_proj", vd, h, "row", False),
+    ]
 
 
 def _mlp(m: ModelSpec, name: str, width: int, bias: bool, expert: bool = False) -> list[Tensor]:
@@ -129,13 +151,14 @@ def _moe(m: ModelSpec) -> list[Tensor]:
 
 
 @functools.lru_cache(maxsize=1024)  # keyed on the whole ModelSpec
-def layer_tensors(m: ModelSpec, moe: bool) -> tuple[Tensor, ...]:
-    """The tensors of one transformer block (dense-MLP or MoE kind)."""
+def layer_tensors(m: ModelSpec, moe: bool, linear: bool = False) -> tuple[Tensor, ...]:
+    """The tensors of one transformer block of a kind (``ModelSpec.layer_kinds``): a dense or MoE
+    MLP after softmax or linear attention."""
     h = m.hidden_size
     t: list[Tensor] = []
     for i in range(m.pre_norms_per_layer + m.post_norms_per_layer):
         t += _norm(m, f"norm{i}", h)
-    t += _attention(m)
+    t += _linear_attention(m) if linear else _attention(m)
     t += _moe(m) if moe else _mlp(m, "mlp", m.ffn_size, m.mlp_bias)
     return tuple(t)
 
@@ -204,24 +227,21 @@ def count_params(m: ModelSpec) -> ParamCounts:
     ``total`` includes a multimodal model's vision tower; ``active`` (what each text token uses,
     the 6ND count) does not."""
     emb, head = embedding_tensors(m), head_tensors(m)
-    dense, moe = layer_tensors(m, False), layer_tensors(m, True)
-    per_layer = tuple(_sum(moe if m.is_moe_layer(i) else dense) for i in range(m.num_layers))
+    per_layer = tuple(_sum(layer_tensors(m, m.is_moe_layer(i), m.is_linear_layer(i))) for i in range(m.num_layers))
     vision = _sum(vision_tensors(m))
     total = _sum(emb) + _sum(head) + sum(per_layer) + vision
 
     # Each token visits experts_per_token routed experts of num_experts.
     frac = m.experts_per_token / m.num_experts if m.is_moe else 1.0
-    n_moe = m.num_moe_layers
-    n_dense = m.num_layers - n_moe
-    expert_moe = _sum(moe, lambda t: t.expert)
-    inactive = round(n_moe * expert_moe * (1 - frac))
 
     def matmul(ts):
         return _sum(ts, lambda t: t.matmul and not t.expert) + frac * _sum(ts, lambda t: t.matmul and t.expert)
 
+    kinds = [(layer_tensors(m, *kind), n) for kind, n in m.layer_kinds()]
+    inactive = round(sum(n * _sum(ts, lambda t: t.expert) * (1 - frac) for ts, n in kinds))
     # A tied embedding is a lookup at the input but still multiplies at the output.
     tied_head = m.vocab_size * (m.embed_proj_dim or m.hidden_size) if m.tied_embeddings else 0
-    matmul_active = round(n_dense * matmul(dense) + n_moe * matmul(moe) + matmul(emb) + matmul(head) + tied_head)
+    matmul_active = round(sum(n * matmul(ts) for ts, n in kinds) + matmul(emb) + matmul(head) + tied_head)
     return ParamCounts(
         total=total,
         active=total - vision - inactive,
@@ -233,7 +253,7 @@ def count_params(m: ModelSpec) -> ParamCounts:
     )
 
 
-def op_sac_kept(m: ModelSpec, moe: bool) -> dict[str, float]:
+def op_sac_kept(m: ModelSpec, moe: bool, linear: bool = False) -> dict[str, float]:
     """Share of each dense weight's matmul output torchtitan's per-op SAC keeps in one block.
 
     Its policy (torchtitan/distributed/activation_checkpoint.py ``_get_custom_policy``) keeps the
@@ -243,11 +263,11 @@ def op_sac_kept(m: ModelSpec, moe: bool) -> dict[str, float]:
     ``aten.mm``) are not in it: they re-run whole."""
     kept: dict[str, float] = {}
     count = 0
-    for t in layer_tensors(m, moe):
+    for t in layer_tensors(m, moe, linear):
         if not t.matmul or len(t.shape) < 2 or t.expert:
             continue
         n_out = t.shape[-2]
-        if t.name.endswith("attn.qkv.weight") and not m.is_mla:
+        if t.name == "attn.qkv.weight" and not m.is_mla:
             kv = m.num_kv_heads * m.head_dim
             parts: list[float] = [n_out - 2 * kv, kv, kv]
         elif t.name.endswith("up.weight") and m.gated_mlp:

@@ -42,10 +42,8 @@ def _stage_tensors(
     holding the output head (default the last; ZB-V's is the first)."""
     head = pp - 1 if head is None else head
     out: list[tuple[Tensor, int]] = []
-    n_moe = sum(m.is_moe_layer(i) for i in layer_ids)
-    n_dense = len(layer_ids) - n_moe
-    out += [(t, n_dense) for t in layer_tensors(m, False)] if n_dense else []
-    out += [(t, n_moe) for t in layer_tensors(m, True)] if n_moe else []
+    for kind, n in m.layer_kinds(layer_ids.start, len(layer_ids)):
+        out += [(t, n) for t in layer_tensors(m, *kind)]
     if stage == 0:
         out += [(t, 1) for t in embedding_tensors(m)]
         # a multimodal model's vision tower feeds the embeddings: the first stage holds it
@@ -72,6 +70,7 @@ class StageParams:
     biggest_gemm: float = 0.0  # the same in the largest block
     gemm_matrices: float = 0.0  # their weight matrices (an expert's each), for per-tensor scales
     biggest_gemm_matrices: float = 0.0
+    n_linear: int = 0  # linear-attention (Gated DeltaNet) layers among them
 
 
 @functools.lru_cache(maxsize=4096)
@@ -97,34 +96,24 @@ def stage_params(
     def per_gpu(t: Tensor) -> float:
         return _per_gpu_numel(t, tp, ep, etp)
 
-    n_moe = sum(1 for i in layer_ids if m.is_moe_layer(i))
-    kinds = {m.is_moe_layer(i) for i in layer_ids}
+    counted = m.layer_kinds(first, n_layers)
+    kinds = [kind for kind, _ in counted]
+    n_moe = sum(n for kind, n in counted if kind.moe)
     return StageParams(
         dense=sum(per_gpu(t) * c for t, c in held if not t.expert),
         expert=sum(per_gpu(t) * c for t, c in held if t.expert),
         adafactor_dense=sum(_adafactor_bytes(t, tp) * c for t, c in held if not t.expert),
         adafactor_expert=sum(_adafactor_bytes(t, etp) / ep * c for t, c in held if t.expert),
-        biggest_layer=max((sum(per_gpu(t) for t in layer_tensors(m, f)) for f in kinds), default=0.0),
+        biggest_layer=max((sum(per_gpu(t) for t in layer_tensors(m, *f)) for f in kinds), default=0.0),
         n_dense=n_layers - n_moe,
         n_moe=n_moe,
-        gemm=sum(
-            per_gpu(t) * n
-            for moe, n in ((False, n_layers - n_moe), (True, n_moe))
-            if n
-            for t in layer_tensors(m, moe)
-            if fp8_gemm(t)
-        ),
-        biggest_gemm=max((sum(per_gpu(t) for t in layer_tensors(m, f) if fp8_gemm(t)) for f in kinds), default=0.0),
-        gemm_matrices=sum(
-            _matrices(t, ep) * n
-            for moe, n in ((False, n_layers - n_moe), (True, n_moe))
-            if n
-            for t in layer_tensors(m, moe)
-            if fp8_gemm(t)
-        ),
+        gemm=sum(per_gpu(t) * n for kind, n in counted for t in layer_tensors(m, *kind) if fp8_gemm(t)),
+        biggest_gemm=max((sum(per_gpu(t) for t in layer_tensors(m, *f) if fp8_gemm(t)) for f in kinds), default=0.0),
+        gemm_matrices=sum(_matrices(t, ep) * n for kind, n in counted for t in layer_tensors(m, *kind) if fp8_gemm(t)),
         biggest_gemm_matrices=max(
-            (sum(_matrices(t, ep) for t in layer_tensors(m, f) if fp8_gemm(t)) for f in kinds), default=0.0
+            (sum(_matrices(t, ep) for t in layer_tensors(m, *f) if fp8_gemm(t)) for f in kinds), default=0.0
         ),
+        n_linear=sum(n for kind, n in counted if kind.linear),
     )
 
 

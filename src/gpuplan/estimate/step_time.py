@@ -146,10 +146,10 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
     for stage, n_layers in enumerate(stage_layers(m, plan)):
         ids = range(first, first + n_layers)
         first += n_layers
-        n_moe = _moe_layers(m, ids.start, n_layers)
+        layer_kinds = m.layer_kinds(ids.start, n_layers)
         # stages with the same layers and ends take the same time: compute each kind once
         off = offloaded_layers(cfg, n_layers, plan.vp)
-        key = (n_layers, n_moe, stage == 0, stage == plan.head_stage, off)
+        key = (n_layers, layer_kinds, stage == 0, stage == plan.head_stage, off)
         if key not in seen:
             # what a stage's time depends on, so plans that differ elsewhere share the work
             z3 = groups["dp_cp"] if plan.zero == 3 and plan.zero_group > 1 else None
@@ -289,19 +289,19 @@ def _stage(
     dualpipe: bool,
     key: tuple,
 ) -> tuple[StageTime, dict, dict]:
-    """One micro-batch on a stage of ``n_layers`` (``n_moe`` of them MoE), first and/or last."""
-    n_layers, n_moe, is_first, is_last, off = key
+    """One micro-batch on a stage of ``n_layers`` (``layer_kinds``: how many of each kind), first
+    and/or last."""
+    n_layers, layer_kinds, is_first, is_last, off = key
     tp_g, cp_g, ep_g, z3, etp_g = group_list
     groups = {"tp": tp_g, "cp": cp_g, "ep": ep_g, "dp_cp": z3, "etp": etp_g}
     c = {d: CommLine() for d in DIMS}
     f = b = w = rec = 0.0
     exposed: dict[str, float] = {}
     kinds: dict[str, float] = {}
-    for moe, n in ((False, n_layers - n_moe), (True, n_moe)):
-        if not n:
-            continue
-        ops = layer_times(m, gpu, shape, moe)
-        for d, e in layer_comm(m, cfg, plan, gpu, groups, shape, ops, moe, c, n * mb, dualpipe).items():
+    before = 0  # layers of the kinds before this one: the offloaded layers are the chunk's first
+    for (moe, linear), n in layer_kinds:
+        ops = layer_times(m, gpu, shape, moe, linear)
+        for d, e in layer_comm(m, cfg, plan, gpu, groups, shape, ops, moe, c, n * mb, dualpipe, linear).items():
             exposed[d] = exposed.get(d, 0.0) + n * e
         f += n * ops.fwd
         b += n * ops.bwd_input
@@ -313,9 +313,10 @@ def _stage(
             host = _moe_host(m, cfg, plan, gpu, ops)
             if host:
                 exposed["moe_host"] = exposed.get("moe_host", 0.0) + n * host
-        if off:  # the offloaded layers are the chunk's first ones: dense before MoE
-            n_off = min(off, n) if not moe else max(0, off - (n_layers - n_moe))
-            exposed["host"] = exposed.get("host", 0.0) + _offload_exposed(m, cfg, plan, gpu, ops, moe, n_off)
+        if off:  # the offloaded layers are the chunk's first ones, taken kind by kind
+            n_off = min(n, max(0, off - before))
+            exposed["host"] = exposed.get("host", 0.0) + _offload_exposed(m, cfg, plan, gpu, ops, moe, n_off, linear)
+        before += n
     extras = ([embedding_times(m, gpu, shape)] if is_first else []) + ([head_times(m, gpu, shape)] if is_last else [])
     for ops in extras:
         f += ops.fwd
@@ -345,12 +346,20 @@ def _moe_host(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
 
 
 def _offload_exposed(
-    m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpec, ops: OpTimes, moe: bool, off: int
+    m: ModelSpec,
+    cfg: TrainingConfig,
+    plan: ParallelPlan,
+    gpu: GPUSpec,
+    ops: OpTimes,
+    moe: bool,
+    off: int,
+    linear: bool = False,
 ) -> float:
     """Seconds per micro-batch that activation offload adds to a stage: each offloaded layer's
     activations go to host memory over the GPU's host link (PCIe, or NVLink-C2C on Grace) in
     forward and come back in backward, each copy overlapped with the next layer's compute
     (TransformerEngine's offload handler prefetches one layer ahead); what a copy takes beyond
     that layer's compute is exposed."""
-    copy = _activations(m, cfg, plan.tp, plan.cp, plan.ep, plan.sp, plan.expert_tp).layer(moe) / gpu.host_bytes_per_s
+    acts = _activations(m, cfg, plan.tp, plan.cp, plan.ep, plan.sp, plan.expert_tp)
+    copy = acts.layer(moe, linear) / gpu.host_bytes_per_s
     return off * (max(0.0, copy - ops.fwd) + max(0.0, copy - ops.bwd_input - ops.bwd_weight))

@@ -181,6 +181,11 @@ def uncalibrated_features(m: ModelSpec) -> list[str]:
             "DeepSeek Sparse Attention: no published run uses it; its top-k kernel and indexer are "
             "timed at the dense attention kernel's rates"
         )
+    if m.linear_layers:
+        out.append(
+            "Gated DeltaNet linear attention: no published run uses it; FLA's chunked kernels are "
+            "timed by the bytes they move at HBM speed, not by a measured rate"
+        )
     return out
 
 

@@ -163,6 +163,7 @@ class Grid:
                 "biggest_layer",
                 "n_dense",
                 "n_moe",
+                "n_linear",
                 "gemm",
                 "biggest_gemm",
                 "gemm_matrices",
@@ -188,7 +189,9 @@ class Grid:
 
     def _activation_table(self) -> dict[str, np.ndarray]:
         """Activation bytes per micro-batch by (shape key, mbs, rec)."""
-        names = ("dense_layer", "moe_layer", "layer_checkpoint", "embedding", "head", "layer_rerun", "loss")
+        names = (
+            "dense_layer", "moe_layer", "layer_checkpoint", "embedding", "head", "layer_rerun", "linear_delta", "loss"
+        )  # fmt: skip
         out = {k: np.zeros((len(self.shape_keys), len(self.mbs), len(self.rec))) for k in names}
         for i, (tp, cp, ep, etp) in enumerate(self.shape_keys):
             for j in range(len(self.mbs)):
@@ -238,6 +241,8 @@ class Grid:
             self.first_stage[:, None, None],
             last,
             rerun=act["layer_rerun"],
+            n_linear=self.params["n_linear"][:, None, None],
+            linear_delta=act["linear_delta"],
         )
         varying = varying + np.where(last, act["loss"], 0.0)  # (rows, M, R): the head's logits
 
@@ -263,6 +268,7 @@ class Grid:
         n_s, n_r = len(self.shape_keys), len(self.rec)
         dense_t = np.zeros((n_s, len(self.mbs), n_r))
         moe_t, ends_first, ends_last = np.zeros_like(dense_t), np.zeros_like(dense_t), np.zeros_like(dense_t)
+        lin_t = np.zeros_like(dense_t)  # a linear-attention layer's time minus a softmax one's (same MLP)
         fwd_min = np.full((n_s, len(self.mbs)), np.inf)  # the cheapest layer's forward
         for i, (tp, cp, ep, etp) in enumerate(self.shape_keys):
             plan = ParallelPlan(dp=ep * (etp or 1), tp=tp, cp=cp, ep=ep, etp=etp)
@@ -276,21 +282,35 @@ class Grid:
                         fwd_min[i, j] = min(fwd_min[i, j], o.fwd)
                         redo = o.recompute(rec, self.configs[j][k].recomputed)
                         out[i, j, k] = o.fwd + o.bwd + redo
+                    if m.linear_layers:
+                        o = layer_times(m, gpu, shape, False, True)
+                        fwd_min[i, j] = min(fwd_min[i, j], o.fwd)
+                        lin_t[i, j, k] = (
+                            o.fwd + o.bwd + o.recompute(rec, self.configs[j][k].recomputed) - dense_t[i, j, k]
+                        )
                     e, h = embedding_times(m, gpu, shape), head_times(m, gpu, shape)
                     ends_first[i, j, k] = e.fwd + e.bwd
                     ends_last[i, j, k] = h.fwd + h.bwd
         key = self.shape_key
         n_d, n_m = self.params["n_dense"][:, None, None], self.params["n_moe"][:, None, None]
+        n_l = self.params["n_linear"][:, None, None]
         stage = (
             n_d * dense_t[key]
             + n_m * moe_t[key]
+            + n_l * lin_t[key]
             + np.where(self.first_stage[:, None, None], ends_first[key], 0.0)
             + np.where(self.last_stage[:, None, None], ends_last[key], 0.0)
         )  # (rows, M, R)
         worst = np.maximum.reduceat(stage, self.starts, axis=0)  # (L, M, R)
         lkey = key[self.starts]
         n_moe = np.array([_moe_layers(m, 0, m.num_layers)] * len(self.layouts), dtype=np.float64)[:, None, None]
-        whole = (m.num_layers - n_moe) * dense_t[lkey] + n_moe * moe_t[lkey] + ends_first[lkey] + ends_last[lkey]
+        whole = (
+            (m.num_layers - n_moe) * dense_t[lkey]
+            + n_moe * moe_t[lkey]
+            + m.num_linear_layers * lin_t[lkey]
+            + ends_first[lkey]
+            + ends_last[lkey]
+        )
         pp = np.array([lo.pp for lo in self.layouts])[:, None, None]
         vp = np.array([lo.vp for lo in self.layouts])[:, None, None]
         one_f = np.array([schedules.get(lo.schedule).flush_bubble_bound for lo in self.layouts])[:, None, None]

@@ -16,6 +16,15 @@ an fp32 scale per 128 values whatever the latent's format: 132 bytes per token a
 head_dim=head_dim + head_dim // quant_block_size * 4, dtype=torch.uint8)``). Its decode reads every
 cached index key but only the ``index_topk`` latents the indexer picked (``attended_tokens``).
 
+Linear-attention layers (Gated DeltaNet: Qwen3-Next, Qwen3.5) cache nothing per token: each
+holds a fixed state per sequence, the recurrent state (value heads x key width x value width) and
+the causal conv's last taps - 1 inputs over q, k and v (vLLM model_executor/layers/mamba/
+mamba_utils.py, ``gated_delta_net_state_shape``), split over TP with the heads
+(``state_bytes_per_layer``). The conv's inputs are kept in 16 bits, the recurrent state in the
+config's ``mamba_ssm_dtype`` (Qwen3.5's configs: float32, and vLLM's MambaSpec for their GDN layers
+reads dtypes=(bfloat16, float32)), else vLLM's "auto", the model's 16-bit type
+(``ModelSpec.linear_state_bytes``).
+
 Sliding-window layers (Mistral, and every other layer of Gemma-2) keep only the last
 ``window - 1`` tokens between steps (the token being decoded is the window's last one), which is
 what transformers' ``DynamicSlidingWindowLayer`` holds; full-attention layers keep everything.
@@ -70,13 +79,26 @@ def kv_bytes_per_token_layer(m: ModelSpec, fmt: KVFormat, tp: int = 1) -> float:
 
 def kv_bytes_per_token(m: ModelSpec, fmt: KVFormat, tp: int = 1) -> float:
     """Bytes one token adds to the cache of all layers (when the context is inside every window)."""
-    return m.num_layers * kv_bytes_per_token_layer(m, fmt, tp)
+    return m.num_attention_layers * kv_bytes_per_token_layer(m, fmt, tp)
+
+
+CONV_STATE_BYTES = 2  # the conv's inputs, in the model's 16-bit type (above)
+
+
+def state_bytes_per_layer(m: ModelSpec, tp: int = 1) -> float:
+    """Bytes of one sequence's fixed state in one linear-attention layer on one GPU (0 without
+    linear attention): the recurrent state and the conv's last linear_conv - 1 inputs."""
+    if not m.linear_layers:
+        return 0.0
+    recurrent = m.linear_v_heads * m.linear_k_dim * m.linear_v_dim
+    conv = (2 * m.linear_k_heads * m.linear_k_dim + m.linear_v_heads * m.linear_v_dim) * (m.linear_conv - 1)
+    return (m.linear_state_bytes * recurrent + CONV_STATE_BYTES * conv) / tp
 
 
 def cached_tokens(m: ModelSpec, context: Any) -> Any:
     """Token-layers held for a sequence of ``context`` tokens (a number or a numpy array), summed
-    over layers."""
-    full = m.num_layers - m.num_sliding_layers
+    over the softmax-attention layers."""
+    full = m.num_attention_layers - m.num_sliding_layers
     if not m.num_sliding_layers:
         return full * context
     window = m.sliding_window
@@ -98,5 +120,8 @@ def attended_tokens(m: ModelSpec, context: Any) -> Any:
 
 
 def kv_bytes_per_sequence(m: ModelSpec, fmt: KVFormat, context: float, tp: int = 1) -> float:
-    """Bytes of one sequence's cache at ``context`` tokens on one GPU of the TP group."""
-    return cached_tokens(m, context) * kv_bytes_per_token_layer(m, fmt, tp)
+    """Bytes of one sequence's cache at ``context`` tokens on one GPU of the TP group, with the
+    linear-attention layers' fixed states."""
+    return cached_tokens(m, context) * kv_bytes_per_token_layer(
+        m, fmt, tp
+    ) + m.num_linear_layers * state_bytes_per_layer(m, tp)

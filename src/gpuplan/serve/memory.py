@@ -22,7 +22,7 @@ import numpy as np
 from gpuplan.errors import require
 from gpuplan.estimate.memory import layers_per_stage
 from gpuplan.serve.engines import engine
-from gpuplan.serve.kv import kv_bytes_per_token_layer
+from gpuplan.serve.kv import kv_bytes_per_token_layer, state_bytes_per_layer
 from gpuplan.serve.timing import Deployment
 from gpuplan.serve.weights import weight_bytes_per_gpu
 from gpuplan.specs.model import ModelSpec
@@ -136,7 +136,9 @@ def serve_memory(d: Deployment, cfg: ServeConfig) -> ServeMemory:
     total = d.gpu.memory_bytes
     rule = engine(cfg.engine).memory_rule
     pool = kv_pool_bytes(rule, total, cfg.gpu_memory_utilization, weights, act, other, cfg.context_bytes)
-    block = cfg.block_size * layers * kv_bytes_per_token_layer(d.model, d.kv, d.tp)
+    # a block spans the stage's softmax layers (a hybrid's linear layers hold states, not blocks)
+    attention_layers = layers * d.model.num_attention_layers / d.model.num_layers
+    block = cfg.block_size * attention_layers * kv_bytes_per_token_layer(d.model, d.kv, d.tp)
     return ServeMemory(
         capacity=total,
         budget=weights + act + other + pool if rule != "total" else total * cfg.gpu_memory_utilization,
@@ -179,7 +181,7 @@ def kv_blocks(m: ModelSpec, bs: int) -> Callable[[Any], Any]:
         return full
     assert m.sliding_window is not None  # ModelSpec: sliding layers come with a window
     window = math.ceil((m.sliding_window - 1) / bs) + 1
-    frac = m.num_sliding_layers / m.num_layers
+    frac = m.num_sliding_layers / m.num_attention_layers
 
     def hybrid(tokens):
         f = full(tokens)
@@ -190,8 +192,18 @@ def kv_blocks(m: ModelSpec, bs: int) -> Callable[[Any], Any]:
 
 def blocks_per_sequence(d: Deployment, cfg: ServeConfig, context: float) -> float:
     """Blocks one sequence of ``context`` tokens holds, in units of all-layer blocks (``kv_blocks``):
-    full layers hold ceil(context / block) blocks, sliding-window layers at most the window's."""
-    return float(kv_blocks(d.model, cfg.block_size)(context))
+    full layers hold ceil(context / block) blocks, sliding-window layers at most the window's; a
+    hybrid's linear-attention states count as the blocks of their bytes."""
+    return float(kv_blocks(d.model, cfg.block_size)(context)) + state_blocks(d, cfg)
+
+
+def state_blocks(d: Deployment, cfg: ServeConfig) -> float:
+    """A sequence's linear-attention states (kv.state_bytes_per_layer) in all-layer KV blocks."""
+    m = d.model
+    if not m.linear_layers:
+        return 0.0
+    block = cfg.block_size * m.num_attention_layers * kv_bytes_per_token_layer(m, d.kv, d.tp)
+    return m.num_linear_layers * state_bytes_per_layer(m, d.tp) / block
 
 
 def max_concurrency(mem: ServeMemory, d: Deployment, cfg: ServeConfig, context: float) -> int:

@@ -166,7 +166,7 @@ def _shape(m: ModelSpec, wf: WeightFormat, kf: KVFormat) -> _Shape:
         return sum(local_numel(t, 1) * tensor_bits(m, t, wf) / 8 for t in ts)
 
     L = m.num_layers
-    layer = sum(size(layer_tensors(m, m.is_moe_layer(i))) for i in range(L)) / L
+    layer = sum(n * size(layer_tensors(m, *kind)) for kind, n in m.layer_kinds()) / L
     pc = count_params(m)
     head_mm = m.vocab_size * (m.embed_proj_dim or m.hidden_size)
     linear = 2 * (pc.matmul_active - head_mm) / L

@@ -38,7 +38,7 @@ import numpy as np
 
 from gpuplan.errors import DoesNotFit, GpuplanError, require
 from gpuplan.serve.engines import engine
-from gpuplan.serve.memory import ServeConfig, context_limit, kv_blocks, serve_memory
+from gpuplan.serve.memory import ServeConfig, context_limit, kv_blocks, serve_memory, state_blocks
 from gpuplan.serve.sim_report import SimResult, meets
 from gpuplan.serve.sim_workload import Lengths, Workload
 from gpuplan.serve.timing import Deployment, StepModel, step_model
@@ -76,6 +76,13 @@ def simulate(
     free = int(mem.kv_pool // mem.kv_block_bytes) * mem.kv_groups if mem.kv_pool > 0 else 0
     bs = cfg.block_size
     need_blocks = kv_blocks(d.model, bs)
+    state = state_blocks(d, cfg)  # a hybrid's linear-attention states, held from admission
+    if state:
+        token_blocks = need_blocks
+
+        def need_blocks(tokens):
+            return token_blocks(tokens) + state
+
     n = len(w.arrival_s)
     longest = int((w.input_len + w.output_len).max())
     # as estimate_serving: the engine refuses a request longer than its context (vLLM's
@@ -134,7 +141,7 @@ def simulate(
     generated = np.zeros(n, dtype=np.int64)
     target = prompt.copy()  # tokens to prefill (the prompt, plus generated tokens after a preemption)
     # blocks in all-layer units: fractional where sliding-window layers hold fewer (kv_blocks)
-    blocks = np.zeros(n, dtype=np.float64 if d.model.num_sliding_layers else np.int64)
+    blocks = np.zeros(n, dtype=np.float64 if d.model.num_sliding_layers or state else np.int64)
     first = np.full(n, np.nan)
     last = np.full(n, np.nan)
     finish = np.full(n, np.nan)

@@ -35,8 +35,8 @@ import numpy as np
 
 from gpuplan.errors import require
 from gpuplan.estimate.comm import collective_time, efficiency, place
-from gpuplan.estimate.compute import _local_gemm
-from gpuplan.estimate.flops import indexer_flops_per_key
+from gpuplan.estimate.compute import _local_gemm, gated_delta_bytes
+from gpuplan.estimate.flops import indexer_flops_per_key, linear_attention_flops_per_token
 from gpuplan.estimate.kernels import flash_time, gemm_compute_time, memory_time
 from gpuplan.estimate.params import embedding_tensors, head_tensors, layer_tensors
 from gpuplan.serve.allreduce import tp_allreduce
@@ -48,6 +48,7 @@ from gpuplan.serve.kv import (
     cached_tokens,
     index_bytes_per_token_layer,
     kv_heads_per_gpu,
+    state_bytes_per_layer,
 )
 from gpuplan.serve.weights import tensor_bits, tensor_tp
 from gpuplan.specs import validity
@@ -127,8 +128,8 @@ class StepModel:
         self.overhead = e.kernel_overhead_s
         # activations quantised for the GEMM: 1 byte (fp8/int8), 4 bits + an FP8 scale per 16 (fp4)
         self.act_bytes = {"fp8": 1.0, "int8": 1.0, "fp4": 0.5 + 1 / 16}.get(d.weights.compute, 2.0)
-        self.n_moe = m.num_moe_layers
-        self.n_dense = m.num_layers - self.n_moe
+        self.kinds = m.layer_kinds()  # (kind, layers): dense or MoE MLP, softmax or linear attention
+        self.state_layer = state_bytes_per_layer(m, d.tp)  # a linear layer's state per sequence
         groups = place(ParallelPlan(tp=d.tp, pp=d.pp), gpu)
         self.tp_group, self.pp_group = groups["tp"], groups["pp"]
         # DSA: the latent a decode step reads for its top-k, and the indexer key it reads for all
@@ -152,7 +153,7 @@ class StepModel:
         self.prefill_attention_dtype = (
             d.dtype16 if engine is None else engine.prefill_attention_dtype(d.kv.name, d.dtype16, gpu)
         )
-        self._gemm_cache: dict[tuple[int, bool], tuple[float, float]] = {}
+        self._gemm_cache: dict[tuple[int, bool, bool], tuple[float, float]] = {}
         self._head_cache: dict[int, float] = {}
         self._decode_rest: dict[float, float] = {}  # a decode step's time but its attention, by batch
 
@@ -188,13 +189,13 @@ class StepModel:
         total = max(compute + unpack, memory)
         return total + self.overhead, total - max(compute, memory)  # the unpacking that shows
 
-    def gemms(self, rows: int, moe: bool) -> tuple[float, float]:
+    def gemms(self, rows: int, moe: bool, linear: bool = False) -> tuple[float, float]:
         """(seconds, exposed unpacking seconds) of one layer's weight GEMMs over ``rows`` tokens."""
-        key = (rows, moe)
+        key = (rows, moe, linear)
         if key not in self._gemm_cache:
             total = unpack = 0.0
             own = math.ceil(rows / self.d.kv_groups)  # with DP attention, this rank's own tokens
-            for t in layer_tensors(self.d.model, moe):
+            for t in layer_tensors(self.d.model, moe, linear):
                 if t.matmul and len(t.shape) >= 2:
                     s, u = self._matmul(t, own if self.d.dp_attention and t.name.startswith("attn.") else rows)
                     total += s
@@ -230,11 +231,10 @@ class StepModel:
         h = m.hidden_size
         parts: dict[str, float] = {}
         gemm = unpack = 0.0
-        for n, moe in ((self.n_dense, False), (self.n_moe, True)):
-            if n:
-                s, u = self.gemms(rows, moe)
-                gemm += n * s
-                unpack += n * u
+        for (moe, linear), n in self.kinds:
+            s, u = self.gemms(rows, moe, linear)
+            gemm += n * s
+            unpack += n * u
         parts["gemm"] = gemm - unpack
         parts["unpack"] = unpack
 
@@ -252,6 +252,10 @@ class StepModel:
                 flops = prefill / d.kv_groups * indexer_flops_per_key(m) * held
                 fwd, _ = flash_time(gpu, self.prefill_attention_dtype, flops, max(1.0, 2 * prefill_context))
                 attn += m.num_layers * fwd
+            if m.linear_layers:  # Gated DeltaNet's chunked rule over the prompt, at HBM speed
+                fwd_b, _ = gated_delta_bytes(m, 2)
+                heads = m.linear_v_heads / d.tp
+                attn += m.num_linear_layers * memory_time(gpu, prefill * heads * fwd_b, 6)
         parts["attention"] = attn
 
         # elementwise: norms, residual adds, rotary, MLP activation (per layer, on all rows)
@@ -303,6 +307,9 @@ class StepModel:
             held = cached_tokens(m, context)
             kv_bytes = kv_bytes + mine * held * self.index_token_layer
             flops = flops + mine * indexer_flops_per_key(m) * held
+        if m.linear_layers:  # each linear layer reads and writes its sequences' states (a recurrent step)
+            kv_bytes = kv_bytes + mine * m.num_linear_layers * 2 * self.state_layer
+            flops = flops + mine * m.num_linear_layers * linear_attention_flops_per_token(m, decode=True) / d.tp
         seconds = np.maximum(kv_bytes / self.hbm, flops / self.decode_rate) + m.num_layers * self.overhead
         return seconds if isinstance(context, np.ndarray) else float(seconds)
 

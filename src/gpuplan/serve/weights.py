@@ -66,11 +66,9 @@ def stage_weight_bytes(
     def size(ts) -> float:
         return sum(local_numel(t, tensor_tp(t, tp, dp_attention)) * tensor_bits(m, t, fmt) / 8 for t in ts)
 
-    dense, moe = size(layer_tensors(m, False)), size(layer_tensors(m, True)) if m.is_moe else 0.0
     out, first = [], 0
     for stage, n in enumerate(layers_per_stage(m.num_layers, pp)):
-        n_moe = sum(1 for i in range(first, first + n) if m.is_moe_layer(i))
-        b = (n - n_moe) * dense + n_moe * moe
+        b = sum(count * size(layer_tensors(m, *kind)) for kind, count in m.layer_kinds(first, n))
         if stage == 0:
             b += size(embedding_tensors(m)) + 2.0 * sum(t.numel for t in vision_tensors(m))
         if stage == pp - 1:

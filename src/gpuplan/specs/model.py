@@ -8,7 +8,9 @@ per-family differences are fields (biases, norm kind, gated MLP, QK norms, MoE l
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from gpuplan.errors import require
 from gpuplan.specs.vision import VisionTower
@@ -17,6 +19,14 @@ NORMS = ("rmsnorm", "rmsnorm_gemma", "rmsnorm_fp32", "layernorm", "layernorm_fp3
 # Activation functions as the eager implementation runs them; the name decides which tensors
 # autograd saves (see estimate/activations.py).
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "gelu_new", "relu", "relu2", "xielu", "bloom_gelu")
+
+
+class LayerKind(NamedTuple):
+    """What a transformer block is made of: an MoE or a dense MLP, linear attention (Gated
+    DeltaNet) or softmax attention. Blocks of one kind have the same weights and cost."""
+
+    moe: bool = False
+    linear: bool = False
 
 
 @dataclass(frozen=True)
@@ -94,6 +104,23 @@ class ModelSpec:
     index_topk: int = 0
     index_heads: int = 0
     index_head_dim: int = 0
+    # Gated DeltaNet linear attention (Yang et al. 2025, "Gated Delta Networks", ICLR; Qwen3-Next,
+    # Qwen3.5): the layers listed mix tokens through a fixed-size recurrent state instead of softmax
+    # attention. Their q and k have linear_k_heads heads of linear_k_dim, v (and the output gate z)
+    # linear_v_heads heads of linear_v_dim; a causal depthwise conv of linear_conv taps runs over
+    # q, k and v first. The state per sequence is linear_v_heads x linear_k_dim x linear_v_dim.
+    linear_layers: tuple[int, ...] = ()
+    linear_k_heads: int = 0
+    linear_v_heads: int = 0
+    linear_k_dim: int = 0
+    linear_v_dim: int = 0
+    linear_conv: int = 0
+    # bytes per element of the recurrent state a server keeps (config.json's mamba_ssm_dtype:
+    # "float32" in Qwen3.5's configs; vLLM's default, "auto", is the model's 16-bit type)
+    linear_state_bytes: int = 2
+    # the softmax layers' q_proj also projects a per-channel gate, sigmoid(gate) x the attention
+    # output before o_proj (Qwen3-Next's gated attention, Qiu et al. 2025)
+    attn_output_gate: bool = False
     # A multimodal checkpoint's image encoder and projector (specs/vision.py): its weights and
     # training states are counted on the first pipeline stage; None for a text-only model
     vision: VisionTower | None = None
@@ -180,6 +207,29 @@ class ModelSpec:
             )
             require(self.index_topk > 0, "index_topk", f"must be positive, got {self.index_topk}")
             require(self.index_head_dim > 0, "index_head_dim", f"must be positive, got {self.index_head_dim}")
+        if self.linear_layers:
+            require(
+                all(0 <= i < self.num_layers for i in self.linear_layers),
+                "layer_types",
+                f"linear-attention layer indices must be in [0, {self.num_layers})",
+            )
+            for name, key in (
+                ("linear_k_heads", "linear_num_key_heads"),
+                ("linear_v_heads", "linear_num_value_heads"),
+                ("linear_k_dim", "linear_key_head_dim"),
+                ("linear_v_dim", "linear_value_head_dim"),
+                ("linear_conv", "linear_conv_kernel_dim"),
+                ("linear_state_bytes", "mamba_ssm_dtype"),
+            ):
+                value = getattr(self, name)
+                require(isinstance(value, int) and value > 0, key, f"must be a positive integer, got {value!r}")
+            require(
+                self.linear_v_heads % self.linear_k_heads == 0,
+                "linear_num_value_heads",
+                f"{self.linear_v_heads} is not a multiple of linear_num_key_heads={self.linear_k_heads}",
+                "each key head serves a whole number of value heads",
+            )
+            require(not self.is_mla, "layer_types", "linear attention beside MLA is not modelled")
         if self.moe_layers is not None:
             require(
                 all(0 <= i < self.num_layers for i in self.moe_layers),
@@ -230,3 +280,30 @@ class ModelSpec:
     @property
     def num_moe_layers(self) -> int:
         return sum(self.is_moe_layer(i) for i in range(self.num_layers))
+
+    def is_linear_layer(self, index: int) -> bool:
+        """A Gated DeltaNet layer (``linear_layers``), not softmax attention."""
+        return index in self.linear_layers
+
+    @property
+    def num_linear_layers(self) -> int:
+        return len(self.linear_layers)
+
+    @property
+    def num_attention_layers(self) -> int:
+        """Layers with softmax attention (all of them but the linear-attention ones)."""
+        return self.num_layers - len(self.linear_layers)
+
+    def layer_kinds(self, first: int = 0, n: int | None = None) -> tuple[tuple[LayerKind, int], ...]:
+        """(kind, count) of the layers first .. first + n - 1 (default all), in a fixed order: what
+        a stage's time, weights and activations are summed over."""
+        return _layer_kinds(self, first, self.num_layers - first if n is None else n)
+
+
+@functools.lru_cache(maxsize=4096)  # keyed on the whole ModelSpec and the range
+def _layer_kinds(m: ModelSpec, first: int, n: int) -> tuple[tuple[LayerKind, int], ...]:
+    counts: dict[LayerKind, int] = {}
+    for i in range(first, first + n):
+        kind = LayerKind(m.is_moe_layer(i), m.is_linear_layer(i))
+        counts[kind] = counts.get(kind, 0) + 1
+    return tuple(sorted(counts.items()))

@@ -35,6 +35,8 @@ class Reason(StrEnum):
     ODD_PP = "DualPipe needs an even pipeline depth"
     TP_HEADS = "tp does not divide the attention heads"
     TP_KV_HEADS = "tp does not divide the key-value heads"
+    TP_LINEAR_HEADS = "tp does not divide the linear-attention key heads"
+    CP_LINEAR = "context parallelism over linear-attention layers is not modelled"
     TP_KV_REPLICAS = "tp neither divides nor is a multiple of the key-value heads"
     PP_LAYERS = "more pipeline stages than layers"
     VP_LAYERS = "layers do not split into pp x vp chunks"
@@ -187,6 +189,27 @@ MODEL: tuple[Rule, ...] = (
         lambda x, m: (
             f"tp={x.tp} does not divide num_key_value_heads={m.num_kv_heads}",
             f"use a tp that divides {m.num_kv_heads}",
+        ),
+    ),
+    Rule(
+        Reason.TP_LINEAR_HEADS,
+        "tp",
+        # value heads are a multiple of the key heads (ModelSpec): dividing the key heads divides both
+        lambda x, m: (not m.linear_layers) | (m.linear_k_heads % x.tp == 0),
+        lambda x, m: (
+            f"tp={x.tp} does not divide linear_num_key_heads={m.linear_k_heads}",
+            f"use a tp that divides {m.linear_k_heads}",
+        ),
+    ),
+    Rule(
+        Reason.CP_LINEAR,
+        "cp",
+        # Megatron-Core splits a Gated DeltaNet layer's heads over CP with all-to-alls (gdn.py);
+        # gpuplan's CP is ring attention's, which a recurrent layer cannot use
+        lambda x, m: (not m.linear_layers) | (x.cp == 1),
+        lambda x, m: (
+            f"cp={x.cp} over {m.num_linear_layers} Gated DeltaNet layers is not modelled",
+            "use cp=1 (longer contexts: more tp, or activation recompute)",
         ),
     ),
     Rule(

@@ -33,13 +33,15 @@ NESTED_TEXT = {
     "mistral3": "mistral",
     "qwen2_5_vl": "qwen2_5_vl_text",
     "qwen3_vl": "qwen3_vl_text",
+    "qwen3_5": "qwen3_5_text",
+    "qwen3_5_moe": "qwen3_5_moe_text",
 }
 # multimodal configs that may keep the text model's keys at the top level, beside vision_config
 # (the Hub's Qwen2.5-VL configs; Qwen2_5_VLConfig moves them into text_config)
 FLAT_TEXT = ("qwen2_5_vl",)
 # composite configs whose own tie_word_embeddings (default as given) ties the LM head, as
 # transformers builds them; Llama 4 and Mistral 3 follow their text_config's
-OUTER_TIE = {"gemma3": True, "qwen2_5_vl": False, "qwen3_vl": False}
+OUTER_TIE = {"gemma3": True, "qwen2_5_vl": False, "qwen3_vl": False, "qwen3_5": False, "qwen3_5_moe": False}
 
 
 ADAPTERS: dict[str, Callable[[Config, str], ModelSpec]] = {

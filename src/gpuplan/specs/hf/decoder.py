@@ -20,8 +20,9 @@ from gpuplan.specs.model import ModelSpec
 # global attention, and in how MoE layers are laid out. ``_Family`` names those differences; one
 # function, ``decoder``, reads every config through it.
 
-# "indexed_attention": DeepSeek-V3.2's DSA layers, which cache and may attend to every token
-LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "indexed_attention")
+# "indexed_attention": DeepSeek-V3.2's DSA layers, which cache and may attend to every token;
+# "linear_attention": Gated DeltaNet layers (Qwen3-Next, Qwen3.5), a recurrent state, no KV cache
+LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "indexed_attention", "linear_attention")
 LOCAL_TYPES = ("sliding_attention", "chunked_attention")
 
 
@@ -79,6 +80,9 @@ class _Family:
     shared_gate: bool = False  # Qwen2-MoE's sigmoid gate over the shared expert
     moe_rule: str = "all"  # all | deepseek | qwen3_moe | llama4 | ernie | after_first
     dense_ffn: str = "intermediate_size"  # Llama 4's dense layers use intermediate_size_mlp
+    # every layer MoE and no dense width in the config class (Qwen3_5MoeTextConfig): the dense
+    # width, which no layer uses, is read as the expert width when the key is absent
+    no_dense: bool = False
     first_dense_default: int = 0
     router_bias: bool = False
     expert_bias: bool = False
@@ -91,6 +95,9 @@ class _Family:
     mla_defaults: tuple[int, int, int, int] = (1536, 64, 128, 128)
     dsa: bool = False  # DeepSeek Sparse Attention's indexer (index_topk, index_n_heads, index_head_dim)
     dsa_defaults: tuple[int, int, int] = (2048, 64, 128)  # DeepseekV32Config's index_topk, _n_heads, _head_dim
+    # Gated DeltaNet layers (linear_* keys; layer_types, else every full_attention_interval-th layer
+    # full) and softmax layers whose q_proj also projects an output gate (Qwen3-Next, Qwen3.5)
+    linear: bool = False
     # the rope_scaling a config omits (GptOssConfig's default: YaRN, factor 32); None: no default
     rope_scaling: dict[str, Any] | None = None
     glu_clamp: float | None = None  # default swiglu_limit (GptOssConfig: 7.0); None: no clamp
@@ -194,6 +201,37 @@ FAMILIES: dict[str, _Family] = {
         top_k=8,
         expert_ffn_default=768,
         moe_rule="qwen3_moe",
+    ),
+    # Gated DeltaNet hybrids: three linear-attention layers to one gated softmax layer by default
+    # (Qwen3NextConfig, Qwen3_5TextConfig, Qwen3_5MoeTextConfig); zero-centred (1 + w) RMSNorms
+    "qwen3_next": _Family(
+        head_dim=256,
+        qk_norm=True,
+        norm="rmsnorm_gemma",
+        vocab=151_936,
+        experts=("num_experts", 512),
+        top_k=10,
+        expert_ffn_default=512,
+        shared="shared_expert_intermediate_size",
+        shared_default=512,
+        shared_gate=True,
+        moe_rule="qwen3_moe",
+        linear=True,
+    ),
+    "qwen3_5_text": _Family(head_dim=256, qk_norm=True, norm="rmsnorm_gemma", vocab=248_320, linear=True),
+    "qwen3_5_moe_text": _Family(
+        head_dim=256,
+        qk_norm=True,
+        norm="rmsnorm_gemma",
+        vocab=248_320,
+        experts=("num_experts", 256),
+        top_k=8,
+        expert_ffn_default=512,
+        shared="shared_expert_intermediate_size",
+        shared_default=512,
+        shared_gate=True,
+        no_dense=True,
+        linear=True,
     ),
     # the text models of Qwen2.5-VL (Qwen2-shaped) and Qwen3-VL (Qwen3-shaped)
     "qwen2_5_vl_text": _Family(qkv_bias=True, sliding=_qwen_layout, vocab=152_064),
@@ -446,6 +484,9 @@ for _type, _pos in {
     "qwen2": 32768,
     "qwen3": 32768,
     "qwen3_moe": 32768,
+    "qwen3_next": 32768,
+    "qwen3_5_text": 32768,
+    "qwen3_5_moe_text": 32768,
     "qwen2_5_vl_text": 32768,
     "qwen3_vl_text": 128000,
     "gemma2": 8192,
@@ -613,6 +654,43 @@ def _every_layer_indexes(c: Config, layers: int) -> None:
         )
 
 
+def _linear_layers(c: Config, layers: int) -> dict[str, Any]:
+    """A Gated DeltaNet hybrid's linear layers (``layer_types``' "linear_attention", else all but
+    every full_attention_interval-th, default 4, as Qwen3NextConfig builds them) and their heads."""
+    types = c.data.get("layer_types")
+    if isinstance(types, list):  # validated against LAYER_TYPES by _layer_flags
+        linear = tuple(i for i, t in enumerate(types) if t == "linear_attention")
+    else:
+        step = _step(c, "full_attention_interval") if "full_attention_interval" in c.data else 4
+        linear = tuple(i for i in range(layers) if (i + 1) % step)
+    return dict(
+        linear_layers=linear,
+        linear_k_heads=c.get("linear_num_key_heads", default=16),
+        linear_v_heads=c.get("linear_num_value_heads", default=32),
+        linear_k_dim=c.get("linear_key_head_dim", default=128),
+        linear_v_dim=c.get("linear_value_head_dim", default=128),
+        linear_conv=c.get("linear_conv_kernel_dim", default=4),
+        linear_state_bytes=_state_bytes(c),
+        # Qwen3.5's configs say attn_output_gate: true; transformers' Qwen3NextAttention and
+        # Qwen3_5Attention always project the gate (q_proj is 2 x heads x head_dim)
+        attn_output_gate=c.get("attn_output_gate", default=True, kind=bool),
+    )
+
+
+STATE_DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": 2}
+
+
+def _state_bytes(c: Config) -> int:
+    """Bytes per recurrent-state element a server keeps: ``mamba_ssm_dtype`` (vLLM reads it into
+    mamba_ssm_cache_dtype), else vLLM's "auto", the model's 16-bit type."""
+    name = c.get("mamba_ssm_dtype", default="auto", kind=str)
+    if name not in STATE_DTYPES:
+        raise GpuplanError(
+            f"{c.where}: mamba_ssm_dtype", f"unknown dtype {name!r}", f"use one of {tuple(STATE_DTYPES)}"
+        )
+    return STATE_DTYPES[name]
+
+
 def decoder(c: Config, name: str, model_type: str) -> ModelSpec:
     """Every Llama-shaped family: the shared keys, read through the family's :class:`_Family`."""
     f = FAMILIES[model_type]
@@ -637,7 +715,10 @@ def decoder(c: Config, name: str, model_type: str) -> ModelSpec:
     qk_norm = switch(f.qk_norm)
     parallel = switch(f.parallel)
     pre_norms, post_norms = (1, 0) if parallel else f.norms
-    dense_ffn = c.get(f.dense_ffn, default=16384 if f.dense_ffn == "intermediate_size_mlp" else MISSING)
+    if f.no_dense:
+        dense_ffn = c.get(f.dense_ffn, f.expert_ffn, default=f.expert_ffn_default)
+    else:
+        dense_ffn = c.get(f.dense_ffn, default=16384 if f.dense_ffn == "intermediate_size_mlp" else MISSING)
     # MLA: head_dim is the "nope" part of queries and keys, its own key; hidden_size need not divide
     # over the heads (GLM-4.7-Flash: 20 heads of a 2048 model)
     head_dim = c.get("qk_nope_head_dim", default=f.mla_defaults[2]) if f.mla else _head_dim(c, f, hidden, heads)
@@ -726,6 +807,8 @@ def decoder(c: Config, name: str, model_type: str) -> ModelSpec:
             qk_rope_head_dim=c.get("qk_rope_head_dim", default=rope_default),
             v_head_dim=c.get("v_head_dim", default=v_default),
         )
+    if f.linear:
+        kw.update(_linear_layers(c, layers))
     if f.dsa:
         _every_layer_indexes(c, layers)
         topk, heads, dim = f.dsa_defaults

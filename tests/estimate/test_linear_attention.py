@@ -1,0 +1,179 @@
+"""Gated DeltaNet hybrids (Qwen3-Next, Qwen3.5): linear-attention layers beside gated softmax ones.
+
+Oracles: transformers' own models (parameter counts on the meta device, FLOPs under
+FlopCounterMode over its chunked rule, its cache after a forward pass); the rest are derived
+properties (a linear layer's mixing cost grows with the tokens, not the context).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import pytest
+
+from gpuplan import catalog
+from gpuplan.errors import GpuplanError
+from gpuplan.estimate.compute import LayerShape, layer_times
+from gpuplan.estimate.flops import GDN_CHUNK, training_flops
+from gpuplan.estimate.params import count_params
+from gpuplan.estimate.stage_params import stage_params
+from gpuplan.serve.formats import kv_format
+from gpuplan.serve.kv import kv_bytes_per_sequence, state_bytes_per_layer
+from gpuplan.specs import validity
+from gpuplan.specs.hf import model_from_hf_config
+from gpuplan.specs.parallel import ParallelPlan
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+SMALL = dict(
+    model_type="qwen3_next",
+    vocab_size=512,
+    hidden_size=64,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_key_head_dim=16,
+    linear_value_head_dim=8,
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=32,
+    shared_expert_intermediate_size=48,
+    pad_token_id=0,
+)
+
+
+def _hf(config: dict, **kw):
+    cfg = transformers.AutoConfig.for_model(**config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return cfg, transformers.AutoModelForCausalLM.from_config(cfg, **kw)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"full_attention_interval": 2, "decoder_sparse_step": 2, "mlp_only_layers": [0]},
+        {"layer_types": ["linear_attention", "full_attention", "full_attention", "linear_attention"]},
+        {"model_type": "qwen3_5_text", "num_experts": 0},
+        {"model_type": "qwen3_5_moe_text", "linear_num_value_heads": 6},
+    ],
+)
+def test_parameters_equal_transformers_layer_by_layer(extra):
+    config = {**SMALL, **extra}
+    with torch.device("meta"):
+        _, model = _hf(config)
+    m = model_from_hf_config(config)
+    counts = count_params(m)
+    assert counts.total == sum(p.numel() for p in model.parameters())
+    assert counts.per_layer == tuple(sum(p.numel() for p in b.parameters()) for b in model.model.layers)
+    kinds = [type(b.linear_attn if hasattr(b, "linear_attn") else b.self_attn).__name__ for b in model.model.layers]
+    assert [("GatedDeltaNet" in k) for k in kinds] == [m.is_linear_layer(i) for i in range(m.num_layers)]
+
+
+def test_pipeline_stages_hold_exactly_their_layers_weights():
+    m = model_from_hf_config({**SMALL, "num_hidden_layers": 8})
+    counts = count_params(m)
+    held = 0.0
+    for stage, first in enumerate((0, 3, 6)):  # uneven stages that cut through the 3:1 pattern
+        n = (3, 3, 2)[stage]
+        sp = stage_params(m, 3, stage, first, n, 1, 1)
+        held += sp.dense + sp.expert
+        assert sp.n_linear == sum(m.is_linear_layer(i) for i in range(first, first + n))
+    assert held == counts.total
+
+
+def test_forward_flops_equal_flop_counter_on_transformers_chunked_rule():
+    batch, seq = 2, 2 * GDN_CHUNK
+    torch.manual_seed(0)
+    cfg, model = _hf(SMALL, attn_implementation="eager", experts_implementation="eager")
+    from torch.utils import flop_counter
+
+    with torch.no_grad(), flop_counter.FlopCounterMode(display=False) as counter:
+        model(input_ids=torch.randint(0, SMALL["vocab_size"], (batch, seq)))
+    m = model_from_hf_config(SMALL)
+    predicted = training_flops(m, seq, causal=False).forward_per_token * batch * seq
+    c, dk, dv, heads = GDN_CHUNK, SMALL["linear_key_head_dim"], SMALL["linear_value_head_dim"], 4
+    # transformers solves the two triangular systems (torch.linalg.solve_triangular, which the
+    # counter does not count) where FLA forms (I + A)^-1 and multiplies: W, U and the inverse
+    fla_only = m.num_linear_layers * heads * (2 * c * dk + 2 * c * dv + c * c / 3) * batch * seq
+    # nn.Conv1d pads by taps - 1 on both sides and transformers drops the extra outputs
+    conv_dim = 2 * 2 * dk + heads * dv
+    padded = m.num_linear_layers * 2 * conv_dim * m.linear_conv * (m.linear_conv - 1) * batch
+    assert predicted - fla_only + padded == pytest.approx(counter.get_total_flops(), rel=1e-12)
+
+
+def test_the_cache_holds_kv_for_softmax_layers_and_a_fixed_state_for_linear_ones():
+    config = {**SMALL, "mamba_ssm_dtype": "float32"}  # transformers keeps the state in fp32
+    cfg, model = _hf(config)
+    model = model.to(torch.bfloat16)
+    context = 100
+    with torch.no_grad():
+        cache = model(input_ids=torch.randint(0, 512, (1, context)), use_cache=True).past_key_values
+    kv = recurrent = conv = 0
+    for layer in cache.layers:
+        if hasattr(layer, "recurrent_states"):
+            recurrent += sum(t.numel() for t in layer.recurrent_states.values())
+            # transformers keeps all taps; the engines keep taps - 1 (vLLM gated_delta_net_state_shape)
+            conv += sum(
+                t.numel() * (t.shape[-1] - 1) // t.shape[-1] * t.element_size() for t in layer.conv_states.values()
+            )
+        else:
+            kv += layer.keys.numel() * layer.keys.element_size() + layer.values.numel() * layer.values.element_size()
+    m = model_from_hf_config(config)
+    states = m.num_linear_layers * state_bytes_per_layer(m)
+    assert states == 4 * recurrent + conv
+    # vLLM's default for a config without the key: the state in the model's 16-bit type
+    assert model_from_hf_config(SMALL).linear_state_bytes == 2
+    assert kv_bytes_per_sequence(m, kv_format("bf16"), context) == kv + states
+
+
+def test_a_linear_layer_mixes_at_a_cost_per_token_while_softmax_grows_with_the_context():
+    m = model_from_hf_config(
+        {
+            "model_type": "qwen3_next",
+            "hidden_size": 2048,
+            "num_hidden_layers": 48,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 2,
+            "intermediate_size": 5120,
+            "vocab_size": 151936,
+        }
+    )
+    gpu = catalog.gpu("h100-sxm")
+
+    def mixing(seq: int, linear: bool) -> float:
+        shape = LayerShape(seq, seq, 1, 1, 1, 1, False, "bf16", 2, "flash")
+        parts = layer_times(m, gpu, shape, True, linear).parts
+        return parts["linear_attention" if linear else "attention"]
+
+    # the chunked rule's bytes grow with the tokens: each 4096 more add the same time (the kernel
+    # launches are fixed); causal softmax attention's FLOPs grow with the square
+    a, b, c = (mixing(n, True) for n in (4096, 8192, 12288))
+    assert c - b == pytest.approx(b - a, rel=1e-9)
+    sa, sb, sc = (mixing(n, False) for n in (4096, 8192, 12288))
+    assert sc - sb > 1.3 * (sb - sa)
+
+
+def test_plans_that_split_the_linear_heads_unevenly_or_use_context_parallelism_are_refused():
+    m = model_from_hf_config(SMALL)  # 2 linear key heads, 4 attention heads, 2 KV heads
+    validity.require_valid(m, ParallelPlan(dp=1, tp=2), 128)
+    with pytest.raises(GpuplanError, match="linear_num_key_heads"):
+        validity.require_valid(dataclasses.replace(m, num_kv_heads=4), ParallelPlan(dp=1, tp=4), 128)
+    with pytest.raises(GpuplanError, match="Gated DeltaNet"):
+        validity.require_valid(m, ParallelPlan(dp=1, cp=2), 128)
+    with pytest.raises(GpuplanError, match="linear_num_value_heads"):
+        model_from_hf_config({**SMALL, "linear_num_value_heads": 3})
+
+
+def test_state_splits_with_the_heads_over_tp():
+    m = model_from_hf_config(SMALL)
+    assert state_bytes_per_layer(m, 2) == state_bytes_per_layer(m) / 2
+    no_linear = dataclasses.replace(m, linear_layers=())
+    assert state_bytes_per_layer(no_linear) == 0.0
