@@ -170,6 +170,8 @@ def test_plans_that_split_the_linear_heads_unevenly_or_use_context_parallelism_a
         validity.require_valid(m, ParallelPlan(dp=1, cp=2), 128)
     with pytest.raises(GpuplanError, match="linear_num_value_heads"):
         model_from_hf_config({**SMALL, "linear_num_value_heads": 3})
+    with pytest.raises(GpuplanError, match="linear_num_key_heads"):  # serving splits them too
+        validity.require_serving(dataclasses.replace(m, num_kv_heads=4), 4)
 
 
 def test_state_splits_with_the_heads_over_tp():
@@ -177,3 +179,26 @@ def test_state_splits_with_the_heads_over_tp():
     assert state_bytes_per_layer(m, 2) == state_bytes_per_layer(m) / 2
     no_linear = dataclasses.replace(m, linear_layers=())
     assert state_bytes_per_layer(no_linear) == 0.0
+
+
+def test_vllm_enlarges_the_attention_block_until_a_page_holds_a_linear_layers_state():
+    from gpuplan.serve.formats import weight_format
+    from gpuplan.serve.memory import ServeConfig, block_tokens, state_blocks
+    from gpuplan.serve.timing import Deployment
+
+    m, gpu = catalog.model("qwen3-next-80b-a3b"), catalog.gpu("h100-sxm")
+    d = Deployment(m, gpu, weight_format("bf16", gpu), kv_format("bf16", gpu), tp=4)
+    # per GPU: one of the 2 KV heads (replicated over 4 ranks), K and V of 256 in 16 bits per
+    # token and layer; the state: 32 / 4 value heads of 128 x 128 (16 bits: the config has no
+    # mamba_ssm_dtype) and the conv's last 3 inputs over (2 x 16 + 32) x 128 / 4 channels
+    per_token = 1 * 2 * 256 * 2
+    state = 8 * 128 * 128 * 2 + (2 * 16 * 128 + 32 * 128) // 4 * 3 * 2
+    assert state_bytes_per_layer(m, 4) == state
+    vllm = ServeConfig(engine="vllm")
+    assert block_tokens(d, vllm) == 16 * -(-state // (16 * per_token)) == 272
+    # one padded page per linear layer: 36 linear layers over 12 softmax layers' blocks
+    assert state_blocks(d, vllm) == 3.0
+    # an engine that keeps exact bytes: the configured block and the state's own bytes
+    generic = ServeConfig()
+    assert block_tokens(d, generic) == 16
+    assert state_blocks(d, generic) == pytest.approx(36 * state / (16 * 12 * per_token))

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from gpuplan.estimate.activations import FP32
 from gpuplan.estimate.comm import efficiency
 from gpuplan.estimate.expert_bias import expert_bias_passes
-from gpuplan.estimate.flops import GDN_CHUNK, indexer_flops_per_key, linear_attention_flops_per_token, mean_context
+from gpuplan.estimate.flops import GDN_CHUNK, gated_delta_flops_per_head, indexer_flops_per_key, mean_context
 from gpuplan.estimate.kernels import (
     dtype_bytes,
     eager_memory_time,
@@ -210,6 +210,17 @@ def gated_delta_bytes(m: ModelSpec, a: int) -> tuple[float, float]:
     return sum(fwd), sum(bwd)
 
 
+def gated_delta_flops(m: ModelSpec) -> tuple[float, float]:
+    """(forward, backward) FLOPs per token and value head of the chunked rule (the conv aside):
+    forward as ``flops.gated_delta_flops_per_head`` counts it; backward two gradients of
+    every product, plus what FLA's backward recomputes first (chunk_gated_delta_rule_bwd:
+    recompute_w_u_fwd, W = T K_beta and U = T V_beta at 2 C dk and 2 C dv, and
+    chunk_gated_delta_rule_fwd_h, W S and the state update at 2 dk dv each)."""
+    dk, dv, c = m.linear_k_dim, m.linear_v_dim, GDN_CHUNK
+    fwd = gated_delta_flops_per_head(m)
+    return fwd, 2.0 * fwd + 2.0 * c * (dk + dv) + 4.0 * dk * dv
+
+
 def _linear_attention(m: ModelSpec, gpu: GPUSpec, s: LayerShape, out: OpTimes) -> None:
     """A Gated DeltaNet layer's token mixing on this GPU (its projections are GEMMs above): the
     causal depthwise conv with SiLU over q, k, v (a read and a write each way; backward reads the
@@ -227,10 +238,10 @@ def _linear_attention(m: ModelSpec, gpu: GPUSpec, s: LayerShape, out: OpTimes) -
     out.add("norm", fwd=memory_time(gpu, 2 * a * T * 2 * kd, 2), b=memory_time(gpu, 3 * a * T * 2 * kd, 2))
     out.add("gates", fwd=memory_time(gpu, 4 * FP32 * T * heads, 2), b=memory_time(gpu, 6 * FP32 * T * heads, 2))
     fwd_b, bwd_b = gated_delta_bytes(m, a)
-    flops = T * heads * (linear_attention_flops_per_token(m) / m.linear_v_heads)  # the conv's share is tiny
+    fwd_f, bwd_f = gated_delta_flops(m)
     peak = gpu.peak(high_precision(s.dtype)) * efficiency(gpu).sustained
-    fwd = max(memory_time(gpu, T * heads * fwd_b, 6), flops / peak)
-    bwd = max(memory_time(gpu, T * heads * bwd_b, 8), 2.5 * flops / peak)  # 2 gradients + w, u, h again
+    fwd = max(memory_time(gpu, T * heads * fwd_b, 6), T * heads * fwd_f / peak)
+    bwd = max(memory_time(gpu, T * heads * bwd_b, 8), T * heads * bwd_f / peak)
     out.add("linear_attention", fwd=fwd, b=bwd, core=True)
     out.add("norm", fwd=memory_time(gpu, 3 * a * T * vd), b=memory_time(gpu, 5 * a * T * vd))
 
@@ -381,9 +392,8 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool, linear
     out.credit("layernorm", own * one_norm)
     if not moe:
         out.credit("mlp", one_norm)
-    if (
-        m.qk_norm and not linear
-    ):  # RMSNorm over every query and key head (Qwen3, Gemma 3), on the projections' bf16 output
+    # RMSNorm over every query and key head (Qwen3, Gemma 3), on the projections' bf16 output
+    if m.qk_norm and not linear:
         qk_width = (heads + kv_heads) * m.head_dim
         qf, qb, qkf, qkb = eager_norm_bytes(m.norm, a) if pointwise_eager else (2 * a, 3 * a, 1, 1)
         out.add(

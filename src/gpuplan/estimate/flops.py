@@ -69,8 +69,14 @@ def linear_attention_flops_per_token(m: ModelSpec, decode: bool = False) -> floa
     conv = 2.0 * m.linear_conv * (2 * m.linear_k_heads * dk + heads * dv)
     if decode:
         return conv + heads * 6.0 * dk * dv
-    c = GDN_CHUNK
-    return conv + heads * (6.0 * c * dk + 4.0 * c * dv + 6.0 * dk * dv + c * c / 3.0)
+    return conv + heads * gated_delta_flops_per_head(m)
+
+
+def gated_delta_flops_per_head(m: ModelSpec) -> float:
+    """The chunked rule's forward FLOPs per token and value head (``linear_attention_flops_per_token``
+    derives them): 6 C dk + 4 C dv + 6 dk dv + C^2 / 3."""
+    dk, dv, c = m.linear_k_dim, m.linear_v_dim, GDN_CHUNK
+    return 6.0 * c * dk + 4.0 * c * dv + 6.0 * dk * dv + c * c / 3.0
 
 
 def attention_flops_per_token(m: ModelSpec, seq_len: int, causal: bool = True) -> float:

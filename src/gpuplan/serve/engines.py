@@ -62,6 +62,9 @@ class Engine:
     decode_attention: str = "grouped"
     # prefill attention in FP8 when the KV cache is FP8 (see ``prefill_attention_dtype``)
     fp8_context_attention: bool = False
+    # a hybrid's linear-attention states share the KV pool in pages of one attention page each,
+    # the attention block enlarged until its page holds a state (memory.block_tokens)
+    state_pages: bool = False
 
     def kv_reads_per_kv_head(self, query_heads: int, kv_heads: int) -> float:
         """How many times a decode step reads each cached KV head, for ``query_heads`` query heads
@@ -169,6 +172,7 @@ ENGINES = {
             host_per_seq_s=5.5e-3 / 256,
             block_size=16,
             note="5-6 ms host gap per decode step at batch 256 (vLLM issue #10634, PR #11133)",
+            state_pages=True,  # V1's hybrid KV cache manager (HybridAttentionMambaModelConfig)
             # vllm/v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p (V0's sampler sorts the same
             # way), run by the profiling pass over max_num_seqs dummy requests with top-k and top-p
             # set: bf16 logits from the head (2 B), their fp32 copy (4), the sorted values (4) and

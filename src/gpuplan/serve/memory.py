@@ -109,7 +109,11 @@ def activation_peak(d: Deployment, cfg: ServeConfig) -> float:
     t = cfg.max_batched_tokens
     a = 2.0
     h = m.hidden_size
-    attn = (m.q_size + 2 * m.num_kv_heads * m.head_dim + m.num_heads * m.v_dim) / d.tp
+    q = 2 * m.q_size if m.attn_output_gate else m.q_size  # Qwen3-Next's q_proj projects the gate too
+    attn = (q + 2 * m.num_kv_heads * m.head_dim + m.num_heads * m.v_dim) / d.tp
+    if m.linear_layers:  # a Gated DeltaNet layer's input projection and its output
+        kd, vd = m.linear_k_heads * m.linear_k_dim, m.linear_v_heads * m.linear_v_dim
+        attn = max(attn, (2 * kd + 2 * vd + 2 * m.linear_v_heads + vd) / d.tp)
     mlp = (3 if m.gated_mlp else 2) * m.ffn_size / d.tp
     if m.is_moe:  # each token's routed copies through its experts' MLPs
         mlp = max(mlp, m.experts_per_token * (h + (3 if m.gated_mlp else 2) * m.moe_ffn_size / d.tp))
@@ -138,7 +142,7 @@ def serve_memory(d: Deployment, cfg: ServeConfig) -> ServeMemory:
     pool = kv_pool_bytes(rule, total, cfg.gpu_memory_utilization, weights, act, other, cfg.context_bytes)
     # a block spans the stage's softmax layers (a hybrid's linear layers hold states, not blocks)
     attention_layers = layers * d.model.num_attention_layers / d.model.num_layers
-    block = cfg.block_size * attention_layers * kv_bytes_per_token_layer(d.model, d.kv, d.tp)
+    block = block_tokens(d, cfg) * attention_layers * kv_bytes_per_token_layer(d.model, d.kv, d.tp)
     return ServeMemory(
         capacity=total,
         budget=weights + act + other + pool if rule != "total" else total * cfg.gpu_memory_utilization,
@@ -194,15 +198,35 @@ def blocks_per_sequence(d: Deployment, cfg: ServeConfig, context: float) -> floa
     """Blocks one sequence of ``context`` tokens holds, in units of all-layer blocks (``kv_blocks``):
     full layers hold ceil(context / block) blocks, sliding-window layers at most the window's; a
     hybrid's linear-attention states count as the blocks of their bytes."""
-    return float(kv_blocks(d.model, cfg.block_size)(context)) + state_blocks(d, cfg)
+    return float(kv_blocks(d.model, block_tokens(d, cfg))(context)) + state_blocks(d, cfg)
+
+
+def block_tokens(d: Deployment, cfg: ServeConfig) -> int:
+    """Tokens per KV block: ``block_size``, or on a hybrid model under an engine that pages its
+    linear-attention states with the KV (``Engine.state_pages``: vLLM V1) the attention block
+    enlarged until one layer's page holds one layer's state: 16 x cdiv(state, 16 x the layer's
+    KV bytes per token) (vllm/model_executor/models/config.py, HybridAttentionMambaModelConfig:
+    "Setting attention block size to %d tokens to ensure that attention page size is >= mamba
+    page size"). Qwen3-Next on 4 GPUs in 16 bits: 272 tokens."""
+    m = d.model
+    if not m.linear_layers or not engine(cfg.engine).state_pages:
+        return cfg.block_size
+    per_token = kv_bytes_per_token_layer(m, d.kv, d.tp)
+    aligned = 16 * math.ceil(state_bytes_per_layer(m, d.tp) / (16 * per_token))
+    return max(cfg.block_size, aligned)
 
 
 def state_blocks(d: Deployment, cfg: ServeConfig) -> float:
-    """A sequence's linear-attention states (kv.state_bytes_per_layer) in all-layer KV blocks."""
+    """A sequence's linear-attention states (kv.state_bytes_per_layer) in all-layer KV blocks: their
+    bytes, or where the engine pages them (``block_tokens``) one padded page per linear layer, which
+    is num_linear / num_attention all-layer blocks (vLLM pads the state's page to the attention
+    page: "Padding mamba page size by %.2f%%")."""
     m = d.model
     if not m.linear_layers:
         return 0.0
-    block = cfg.block_size * m.num_attention_layers * kv_bytes_per_token_layer(m, d.kv, d.tp)
+    if engine(cfg.engine).state_pages:
+        return m.num_linear_layers / m.num_attention_layers
+    block = block_tokens(d, cfg) * m.num_attention_layers * kv_bytes_per_token_layer(m, d.kv, d.tp)
     return m.num_linear_layers * state_bytes_per_layer(m, d.tp) / block
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from gpuplan.estimate.comm import efficiency
 from gpuplan.serve.engines import engine
 from gpuplan.serve.kv import kv_bytes_per_sequence, kv_bytes_per_token
-from gpuplan.serve.memory import blocks_per_sequence
+from gpuplan.serve.memory import block_tokens, blocks_per_sequence
 from gpuplan.serve.steady_state import Point
 
 if TYPE_CHECKING:  # plan.py imports this module to re-export to_dict
@@ -68,7 +68,7 @@ def to_dict(e: ServeEstimate) -> dict:
             "budget": mem.budget,
             "capacity": mem.capacity,
             "gpu_memory_utilization": cfg.gpu_memory_utilization,
-            "block_size": cfg.block_size,
+            "block_size": block_tokens(d, cfg),
             "fits": e.kv_needed <= mem.kv_pool,
         },
         "kv_bytes_per_token": kv_bytes_per_token(m, d.kv),

@@ -38,7 +38,7 @@ import numpy as np
 
 from gpuplan.errors import DoesNotFit, GpuplanError, require
 from gpuplan.serve.engines import engine
-from gpuplan.serve.memory import ServeConfig, context_limit, kv_blocks, serve_memory, state_blocks
+from gpuplan.serve.memory import ServeConfig, block_tokens, context_limit, kv_blocks, serve_memory, state_blocks
 from gpuplan.serve.sim_report import SimResult, meets
 from gpuplan.serve.sim_workload import Lengths, Workload
 from gpuplan.serve.timing import Deployment, StepModel, step_model
@@ -74,7 +74,7 @@ def simulate(
     # DP attention: the ranks' pools hold different sequences; one shared pool of all their blocks
     # (requests spread evenly over the ranks)
     free = int(mem.kv_pool // mem.kv_block_bytes) * mem.kv_groups if mem.kv_pool > 0 else 0
-    bs = cfg.block_size
+    bs = block_tokens(d, cfg)
     need_blocks = kv_blocks(d.model, bs)
     state = state_blocks(d, cfg)  # a hybrid's linear-attention states, held from admission
     if state:

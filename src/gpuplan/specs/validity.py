@@ -347,7 +347,12 @@ KV_REPLICAS = Rule(
         f"use a tp that divides {m.num_kv_heads} or a multiple of it",
     ),
 )
-SERVING: tuple[Rule, ...] = (*rules_for(Reason.TP_HEADS), KV_REPLICAS, *rules_for(Reason.PP_LAYERS))
+SERVING: tuple[Rule, ...] = (
+    *rules_for(Reason.TP_HEADS),
+    KV_REPLICAS,
+    *rules_for(Reason.TP_LINEAR_HEADS),  # vLLM divides the linear heads over tp (gated_delta_net_state_shape)
+    *rules_for(Reason.PP_LAYERS),
+)
 
 
 def require(rules: tuple[Rule, ...], x: View, m: ModelSpec | None = None) -> None:
