@@ -166,8 +166,9 @@ def test_plans_that_split_the_linear_heads_unevenly_or_use_context_parallelism_a
     validity.require_valid(m, ParallelPlan(dp=1, tp=2), 128)
     with pytest.raises(GpuplanError, match="linear_num_key_heads"):
         validity.require_valid(dataclasses.replace(m, num_kv_heads=4), ParallelPlan(dp=1, tp=4), 128)
-    with pytest.raises(GpuplanError, match="Gated DeltaNet"):
-        validity.require_valid(m, ParallelPlan(dp=1, cp=2), 128)
+    validity.require_valid(m, ParallelPlan(dp=1, cp=2), 128)  # one key head per CP rank
+    with pytest.raises(GpuplanError, match="tp x cp = 4 does not divide linear_num_key_heads=2"):
+        validity.require_valid(m, ParallelPlan(dp=1, tp=2, cp=2), 128)
     with pytest.raises(GpuplanError, match="linear_num_value_heads"):
         model_from_hf_config({**SMALL, "linear_num_value_heads": 3})
     with pytest.raises(GpuplanError, match="linear_num_key_heads"):  # serving splits them too
@@ -202,3 +203,22 @@ def test_vllm_enlarges_the_attention_block_until_a_page_holds_a_linear_layers_st
     generic = ServeConfig()
     assert block_tokens(d, generic) == 16
     assert state_blocks(d, generic) == pytest.approx(36 * state / (16 * 12 * per_token))
+
+
+def test_context_parallel_linear_layers_exchange_their_projections_in_all_to_alls():
+    from gpuplan.estimate.step_time import step_time
+    from gpuplan.specs.training import TrainingConfig
+
+    m, gpu = catalog.model("qwen3-next-80b-a3b"), catalog.gpu("h100-sxm")
+    cfg = TrainingConfig(seq_len=32768, global_batch=64)
+    plan = ParallelPlan(dp=8, tp=2, cp=4, ep=32, pp=1)
+    st = step_time(m, cfg, plan, gpu, microbatches=8)
+    # Megatron's GDN: per linear layer and micro-batch, the input projection's output to heads and
+    # the gated norm's output back, forward and backward: (cp - 1) / cp of each buffer per rank
+    tokens = cfg.seq_len // plan.cp
+    widths = (2 * 16 * 128 + 2 * 32 * 128 + 2 * 32) + 32 * 128
+    buffer = tokens * widths / plan.tp * 2
+    expected = m.num_linear_layers * 8 * 2 * buffer * (plan.cp - 1) / plan.cp
+    assert st.comm["cp"].collectives["all-to-all"] == pytest.approx(expected)
+    # the softmax layers still pass K and V around the ring
+    assert st.comm["cp"].collectives["p2p"] > 0

@@ -180,14 +180,14 @@ class LayerShape:
     full_cuda_graph: bool = False  # the whole step one CUDA graph: token counts stay on the device
 
 
-def gated_delta_bytes(m: ModelSpec, a: int) -> tuple[float, float]:
+def gated_delta_bytes(dk: int, dv: int, a: float) -> tuple[float, float]:
     """(forward, backward) bytes per token and value head that FLA's chunked gated delta rule moves
     (fla/ops/gated_delta_rule/chunk.py, chunk_gated_delta_rule_fwd and _bwd), kernel by kernel: each
     reads its inputs and writes its outputs once; ``a`` bytes per q, k, v element, g in fp32, the
     per-chunk states h (dk x dv every chunk of C tokens) and the C-wide WY matrix A in ``a``.
     Key heads are shared by num_v_heads / num_k_heads value heads: counted per value head, as the
     kernels index them (an upper bound on q and k traffic under grouping)."""
-    dk, dv, c = m.linear_k_dim, m.linear_v_dim, GDN_CHUNK
+    c = GDN_CHUNK
     h = a * dk * dv / c  # one chunk state per C tokens
     g = FP32
     fwd = [
@@ -221,14 +221,38 @@ def gated_delta_flops(m: ModelSpec) -> tuple[float, float]:
     return fwd, 2.0 * fwd + 2.0 * c * (dk + dv) + 4.0 * dk * dv
 
 
+def gated_delta_times(
+    m: ModelSpec, gpu: GPUSpec, head_tokens: float, longest: int, a: float, dtype: str
+) -> tuple[float, float]:
+    """(forward, backward) seconds of FLA's chunked gated delta rule over ``head_tokens`` (tokens x
+    value heads on this GPU), the longest sequence ``longest`` tokens: the bytes its kernels move
+    (``gated_delta_bytes``) at the GPU family's fitted rates for them, plus the state passes that
+    walk a sequence's chunks one after another, one forward and two backward (the recomputed
+    forward pass and chunk_gated_delta_rule_bwd_dhu), at the fitted time per chunk; each bound
+    below by the rule's FLOPs at the sustained tensor rate. Fitted (scripts/fit_gdn.py) on FLA
+    0.5.1's published H200 timings (measurements/published/flashqla-gdn); a family without the
+    fit moves the bytes at its streaming rate and pays no chain."""
+    e = efficiency(gpu)
+    fwd_b, bwd_b = gated_delta_bytes(m.linear_k_dim, m.linear_v_dim, a)
+    fwd_f, bwd_f = gated_delta_flops(m)
+    chunks = math.ceil(longest / GDN_CHUNK)
+    rate_f = gpu.hbm_bytes_per_s * (e.gdn_hbm_fwd or e.hbm)
+    rate_b = gpu.hbm_bytes_per_s * (e.gdn_hbm_bwd or e.hbm)
+    peak = gpu.peak(dtype) * e.sustained
+    fwd = max(head_tokens * fwd_b / rate_f + chunks * e.gdn_chunk_fwd_s, head_tokens * fwd_f / peak)
+    bwd = max(head_tokens * bwd_b / rate_b + 2 * chunks * e.gdn_chunk_bwd_s, head_tokens * bwd_f / peak)
+    return fwd + 6 * e.kernel_overhead_s, bwd + 8 * e.kernel_overhead_s
+
+
 def _linear_attention(m: ModelSpec, gpu: GPUSpec, s: LayerShape, out: OpTimes) -> None:
     """A Gated DeltaNet layer's token mixing on this GPU (its projections are GEMMs above): the
     causal depthwise conv with SiLU over q, k, v (a read and a write each way; backward reads the
     gradient too), q and k L2-normalised, the gates (softplus, sigmoid: per head), the chunked
     delta rule at HBM speed or its FLOPs at the sustained tensor rate, whichever binds
     (``gated_delta_bytes``), and the gated RMSNorm norm(o) x SiLU(z) before the output projection.
-    Heads split over TP. No published kernel rate calibrates it: a plan with linear attention
-    says so (validate.uncalibrated_features)."""
+    Heads split over TP. The rule's kernel time is fitted on published kernel timings
+    (``gated_delta_times``); no published training run checks the whole layer: a plan with linear
+    attention says so (validate.uncalibrated_features)."""
     a, T, tp = s.act_bytes, s.tokens, s.tp
     kd = m.linear_k_heads * m.linear_k_dim / tp
     vd = m.linear_v_heads * m.linear_v_dim / tp
@@ -237,11 +261,7 @@ def _linear_attention(m: ModelSpec, gpu: GPUSpec, s: LayerShape, out: OpTimes) -
     out.add("conv", fwd=memory_time(gpu, 2 * a * T * conv), b=memory_time(gpu, 3 * a * T * conv, 2))
     out.add("norm", fwd=memory_time(gpu, 2 * a * T * 2 * kd, 2), b=memory_time(gpu, 3 * a * T * 2 * kd, 2))
     out.add("gates", fwd=memory_time(gpu, 4 * FP32 * T * heads, 2), b=memory_time(gpu, 6 * FP32 * T * heads, 2))
-    fwd_b, bwd_b = gated_delta_bytes(m, a)
-    fwd_f, bwd_f = gated_delta_flops(m)
-    peak = gpu.peak(high_precision(s.dtype)) * efficiency(gpu).sustained
-    fwd = max(memory_time(gpu, T * heads * fwd_b, 6), T * heads * fwd_f / peak)
-    bwd = max(memory_time(gpu, T * heads * bwd_b, 8), T * heads * bwd_f / peak)
+    fwd, bwd = gated_delta_times(m, gpu, T * heads, s.seq, a, high_precision(s.dtype))
     out.add("linear_attention", fwd=fwd, b=bwd, core=True)
     out.add("norm", fwd=memory_time(gpu, 3 * a * T * vd), b=memory_time(gpu, 5 * a * T * vd))
 

@@ -168,7 +168,24 @@ def layer_comm(
             e += e_b
             exposed += e
         out["tp"] = exposed
-    if plan.cp > 1:
+    if plan.cp > 1 and linear:
+        # Gated DeltaNet under CP (Megatron-Core gated_delta_net/gdn.py): an all-to-all turns the
+        # input projection's output (q, k, v, z, beta, alpha of this rank's tokens) from
+        # sequence-split to head-split, the rule and the conv run over the whole sequence on
+        # heads / cp, and another returns the gated norm's output (a2a_cp_to_hp, a2a_hp_to_cp);
+        # the backward mirrors both. Nothing runs beside them: on the path
+        g = groups["cp"]
+        kd, vd = m.linear_k_heads * m.linear_k_dim, m.linear_v_heads * m.linear_v_dim
+        e_f = e_b = 0.0
+        for width in (2 * kd + 2 * vd + 2 * m.linear_v_heads, vd):
+            size = T * width / plan.tp * a
+            t = collective_time("all-to-all", size, g, gpu)
+            comm["cp"].add(
+                "all-to-all", size, g, gpu, count * (3 if full else 2), exposed=count * t * (3 if full else 2)
+            )
+            e_f, e_b = e_f + t, e_b + t
+        out["cp"] = (2 if full else 1) * e_f + e_b
+    elif plan.cp > 1:
         # ring attention: cp-1 steps, each sending this rank's K,V chunk while computing on the
         # previous one; the backward also passes dK, dV (Liu et al. 2023; Megatron-Core CP)
         g = groups["cp"]

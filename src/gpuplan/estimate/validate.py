@@ -183,8 +183,9 @@ def uncalibrated_features(m: ModelSpec) -> list[str]:
         )
     if m.linear_layers:
         out.append(
-            "Gated DeltaNet linear attention: no published run uses it; FLA's chunked kernels are "
-            "timed by the bytes they move at HBM speed, not by a measured rate"
+            "Gated DeltaNet linear attention: no published training run uses it; its chunked kernels "
+            "are fitted to FLA's published H200 timings (the Hopper family; elsewhere their bytes at "
+            "the streaming rate)"
         )
     return out
 

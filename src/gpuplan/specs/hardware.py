@@ -68,6 +68,14 @@ class Efficiency:
     # over the HBM peak, where measured (None: ``hbm``). Megatron's unfused chains run them
     # (estimate/unfused_ops.py, expert_bias.py; kernels.eager_memory_time)
     eager_hbm: float | None = None
+    # FLA's chunked Gated DeltaNet kernels (compute.gated_delta_times): the shares of the HBM peak
+    # their forward and backward kernels move bytes at (None: ``hbm``) and the time each chunk adds
+    # to the state passes that walk a sequence's chunks in order, forward and per backward pass
+    # (scripts/fit_gdn.py)
+    gdn_hbm_fwd: float | None = None
+    gdn_hbm_bwd: float | None = None
+    gdn_chunk_fwd_s: float = 0.0
+    gdn_chunk_bwd_s: float = 0.0
     assumed: bool = False
 
     def __post_init__(self) -> None:
@@ -80,6 +88,8 @@ class Efficiency:
             "sustained",
             "solo_sustained",
             "eager_hbm",
+            "gdn_hbm_fwd",
+            "gdn_hbm_bwd",
         ):
             value = getattr(self, name)
             if value is None:
@@ -163,6 +173,10 @@ class Efficiency:
             comm_sms=net.get("comm_sms", 0),
             persistent_tiles=data["gemm"].get("persistent_tiles", False),
             sdpa_cudnn=_head_dim_table(data["attention"].get("sdpa_cudnn", {})),
+            gdn_hbm_fwd=data.get("linear_attention", {}).get("gdn_hbm_fwd"),
+            gdn_hbm_bwd=data.get("linear_attention", {}).get("gdn_hbm_bwd"),
+            gdn_chunk_fwd_s=data.get("linear_attention", {}).get("gdn_chunk_fwd_us", 0.0) * 1e-6,
+            gdn_chunk_bwd_s=data.get("linear_attention", {}).get("gdn_chunk_bwd_us", 0.0) * 1e-6,
             assumed=data.get("assumed", False),
         )
 

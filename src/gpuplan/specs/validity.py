@@ -36,7 +36,7 @@ class Reason(StrEnum):
     TP_HEADS = "tp does not divide the attention heads"
     TP_KV_HEADS = "tp does not divide the key-value heads"
     TP_LINEAR_HEADS = "tp does not divide the linear-attention key heads"
-    CP_LINEAR = "context parallelism over linear-attention layers is not modelled"
+    CP_LINEAR = "tp x cp does not divide the linear-attention key heads"
     TP_KV_REPLICAS = "tp neither divides nor is a multiple of the key-value heads"
     PP_LAYERS = "more pipeline stages than layers"
     VP_LAYERS = "layers do not split into pp x vp chunks"
@@ -204,12 +204,12 @@ MODEL: tuple[Rule, ...] = (
     Rule(
         Reason.CP_LINEAR,
         "cp",
-        # Megatron-Core splits a Gated DeltaNet layer's heads over CP with all-to-alls (gdn.py);
-        # gpuplan's CP is ring attention's, which a recurrent layer cannot use
-        lambda x, m: (not m.linear_layers) | (x.cp == 1),
+        # Megatron-Core splits a Gated DeltaNet layer's heads over tp x cp (gdn.py: num_value_heads
+        # // tp_size // cp_size, the key heads likewise) after its CP all-to-all
+        lambda x, m: (not m.linear_layers) | (m.linear_k_heads % (x.tp * x.cp) == 0),
         lambda x, m: (
-            f"cp={x.cp} over {m.num_linear_layers} Gated DeltaNet layers is not modelled",
-            "use cp=1 (longer contexts: more tp, or activation recompute)",
+            f"tp x cp = {x.tp * x.cp} does not divide linear_num_key_heads={m.linear_k_heads}",
+            f"use tp x cp dividing {m.linear_k_heads} (Gated DeltaNet splits its heads over both)",
         ),
     ),
     Rule(
