@@ -72,6 +72,26 @@ SMALL = {
             num_position_embeddings=16,
         ),
     ),
+    # Qwen3.5: Gated DeltaNet text models under Qwen3-VL's tower without its deepstack mergers
+    "qwen3.5": dict(
+        model_type="qwen3_5",
+        text_config=dict(_TEXT, intermediate_size=96, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4),
+        vision_config=dict(depth=3, hidden_size=32, intermediate_size=48, num_heads=4, out_hidden_size=64),
+    ),
+    "qwen3.5-moe": dict(
+        model_type="qwen3_5_moe",
+        text_config=dict(
+            _TEXT,
+            head_dim=16,
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=48,
+        ),
+        vision_config=dict(depth=2, hidden_size=32, intermediate_size=48, num_heads=4, out_hidden_size=64),
+    ),
 }
 
 

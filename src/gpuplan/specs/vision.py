@@ -188,7 +188,15 @@ def _qwen2_5_vl(v: _Keys, outer: dict, text_hidden: int) -> VisionTower:
     return VisionTower("qwen2_5_vl_vision", tuple(t), layers, h)
 
 
-def _qwen3_vl(v: _Keys, outer: dict, text_hidden: int) -> VisionTower:
+def _qwen3_5(v: _Keys, outer: dict, text_hidden: int) -> VisionTower:
+    """Qwen3.5's tower: Qwen3-VL's without the deepstack mergers (Qwen3_5VisionModel builds one
+    merger, its norm over the unmerged width)."""
+    return _qwen3_vl(v, outer, text_hidden, deepstack=False, kind="qwen3_5_vision")
+
+
+def _qwen3_vl(
+    v: _Keys, outer: dict, text_hidden: int, deepstack: bool = True, kind: str = "qwen3_vl_vision"
+) -> VisionTower:
     h, inner = v.size("hidden_size", 1152), v.size("intermediate_size", 4304)
     layers, heads = v.size("depth", 27), v.size("num_heads", 16)
     require(h % heads == 0, f"{v.where}: num_heads", f"{heads} does not divide hidden_size={h}")
@@ -200,10 +208,10 @@ def _qwen3_vl(v: _Keys, outer: dict, text_hidden: int) -> VisionTower:
     t: list[tuple[str, Shape]] = [("patch_embed.weight", (h, c, tp, p, p)), ("patch_embed.bias", (h,))]
     t += [("pos_embed", (v.size("num_position_embeddings", 2304), h))] + _repeat(block, layers)
     t += _qwen_merger("merger", h, merge, out, _layernorm("merger.norm", h))
-    for i, _ in enumerate(v.indices("deepstack_visual_indexes", (8, 16, 24))):
+    for i, _ in enumerate(v.indices("deepstack_visual_indexes", (8, 16, 24)) if deepstack else ()):
         # Qwen3VLVisionPatchMerger(use_postshuffle_norm=True): the norm runs over the merged width
         t += _qwen_merger(f"merger.deepstack{i}", h, merge, out, _layernorm(f"merger.deepstack{i}.norm", h * merge**2))
-    return VisionTower("qwen3_vl_vision", tuple(t), layers, h)
+    return VisionTower(kind, tuple(t), layers, h)
 
 
 # outer model_type -> reader of its vision_config
@@ -212,6 +220,8 @@ READERS: dict[str, Callable[[_Keys, dict, int], VisionTower]] = {
     "llama4": _llama4,
     "qwen2_5_vl": _qwen2_5_vl,
     "qwen3_vl": _qwen3_vl,
+    "qwen3_5": _qwen3_5,
+    "qwen3_5_moe": _qwen3_5,
 }
 
 
