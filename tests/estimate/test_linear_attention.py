@@ -171,8 +171,10 @@ def test_plans_that_split_the_linear_heads_unevenly_or_use_context_parallelism_a
         validity.require_valid(m, ParallelPlan(dp=1, tp=2, cp=2), 128)
     with pytest.raises(GpuplanError, match="linear_num_value_heads"):
         model_from_hf_config({**SMALL, "linear_num_value_heads": 3})
-    with pytest.raises(GpuplanError, match="linear_num_key_heads"):  # serving splits them too
-        validity.require_serving(dataclasses.replace(m, num_kv_heads=4), 4)
+    # serving splits the (value) heads and replicates the key heads that do not divide, as vLLM
+    validity.require_serving(dataclasses.replace(m, num_kv_heads=4), 4)
+    with pytest.raises(GpuplanError, match="does not divide the 4 linear-attention heads"):
+        validity.require_serving(dataclasses.replace(m, num_heads=8, num_kv_heads=8), 8)
 
 
 def test_state_splits_with_the_heads_over_tp():

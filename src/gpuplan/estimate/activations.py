@@ -174,7 +174,7 @@ def _attention_saved(m: ModelSpec, cfg: TrainingConfig, a: int, seq_keys: int) -
 
 
 def _linear_saved(m: ModelSpec, a: int, g: float) -> float:
-    """Bytes per token (split by TP) a Gated DeltaNet mixer keeps for backward, its input norm
+    """Bytes per token (split by TP) a Gated DeltaNet (or Mamba-2, below) mixer keeps for backward, its input norm
     aside (as for attention): the conv's input (FLA's causal_conv1d keeps x and recomputes the
     SiLU); what FLA's chunked rule saves (fla/ops/gated_delta_rule/chunk.py,
     ChunkGatedDeltaRuleFunction: q and k L2-normalised with their fp32 rstd, v, the fp32 cumulated
@@ -185,6 +185,13 @@ def _linear_saved(m: ModelSpec, a: int, g: float) -> float:
     vd = m.linear_v_heads * m.linear_v_dim
     nv = m.linear_v_heads
     conv_in = a * (2 * kd + vd)
+    if m.linear_kind == "mamba2":
+        # mamba_chunk_scan_combined (mamba_ssm ssd_combined.py, MambaChunkScanCombinedFn) keeps
+        # its output, x, B and C (the conv's output), dt and the cumulated decay (fp32 per head);
+        # Megatron's MambaMixer then runs RMSNormGated(y, z): y, z and an fp32 rstd per group
+        scan = a * (2 * kd + vd) + 2 * FP32 * nv + a * vd
+        gated_norm = a * vd + FP32 * m.linear_k_heads
+        return conv_in + scan + gated_norm + g * vd
     rule = a * (2 * kd + vd) + FP32 * 2 * m.linear_k_heads + FP32 * nv + a * nv + a * nv * GDN_CHUNK
     gated_norm = 2 * a * vd + FP32 * nv
     gates = 2 * a * nv

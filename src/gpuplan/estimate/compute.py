@@ -24,7 +24,13 @@ from dataclasses import dataclass, field
 from gpuplan.estimate.activations import FP32
 from gpuplan.estimate.comm import efficiency
 from gpuplan.estimate.expert_bias import expert_bias_passes
-from gpuplan.estimate.flops import GDN_CHUNK, gated_delta_flops_per_head, indexer_flops_per_key, mean_context
+from gpuplan.estimate.flops import (
+    GDN_CHUNK,
+    gated_delta_flops_per_head,
+    indexer_flops_per_key,
+    mean_context,
+    ssd_flops_per_token,
+)
 from gpuplan.estimate.kernels import (
     dtype_bytes,
     eager_memory_time,
@@ -244,6 +250,56 @@ def gated_delta_times(
     return fwd + 6 * e.kernel_overhead_s, bwd + 8 * e.kernel_overhead_s
 
 
+def ssd_bytes(m: ModelSpec, a: float) -> tuple[float, float]:
+    """(forward, backward) bytes per token and head that mamba_ssm's chunked SSD kernels move
+    (mamba_ssm/ops/triton/ssd_combined.py, _mamba_chunk_scan_combined_fwd and _bwd), kernel by
+    kernel, each reading its inputs and writing its outputs once: x (P per head) and the output in
+    ``a``; B and C (N per group, a head's share of its group); dt, its cumulated decay and the
+    per-chunk states (N x P every chunk of Q tokens) in fp32; C B^T (Q per group) in fp32. The
+    backward recomputes the states and C B^T, passes the states' gradients back chunk to chunk,
+    and writes dx, dB, dC and ddt."""
+    n, p, q = m.linear_k_dim, m.linear_v_dim, m.linear_chunk
+    g = m.linear_k_heads / m.linear_v_heads  # a head's share of its group's B, C and C B^T
+    st = FP32 * n * p / q  # one chunk state per Q tokens
+    bc, cb = a * n * g, FP32 * q * g
+    fwd = [
+        3 * FP32,  # _chunk_cumsum_fwd: dt -> dt (softplus'd) and dA_cumsum
+        bc + a * p + 2 * FP32 + st,  # _chunk_state_fwd: B, x, dt, dA -> states
+        2 * st,  # _state_passing_fwd
+        2 * bc + cb,  # _bmm_chunk_fwd: C, B -> C B^T
+        cb + a * p + 2 * FP32 + bc + st + a * p,  # _chunk_scan_fwd: -> out
+    ]
+    bwd = [
+        *fwd[1:4],  # the states and C B^T recomputed
+        bc + a * p + st,  # _chunk_scan_bwd_dstates: C, dout -> dstates
+        2 * st,  # _state_passing_bwd
+        a * p + cb + a * p + st + bc + 2 * FP32 + a * p + FP32,  # _chunk_scan_chunk_state_bwd_dx: -> dx, ddt
+        2 * a * p + 2 * bc,  # _bmm_chunk_bwd over the chunk: -> d(C B^T) into dC, dB
+        a * p + st + FP32 + bc,  # _chunk_state_bwd_db: -> dB
+        st + a * p + bc + bc,  # _chunk_scan_bwd_dC: -> dC
+        3 * FP32,  # _chunk_cumsum_bwd
+    ]
+    return sum(fwd), sum(bwd)
+
+
+def ssd_times(m: ModelSpec, gpu: GPUSpec, head_tokens: float, a: float, dtype: str) -> tuple[float, float]:
+    """(forward, backward) seconds of Mamba-2's chunked scan over ``head_tokens`` (tokens x heads on
+    this GPU): the bytes its kernels move (``ssd_bytes``) at the streaming rate, or its FLOPs
+    (flops.ssd_flops_per_token; backward twice the forward's products, plus the recomputed states
+    and C B^T) at the sustained tensor rate, whichever binds. No published rate calibrates it
+    (validate.uncalibrated_features)."""
+    e = efficiency(gpu)
+    fwd_b, bwd_b = ssd_bytes(m, a)
+    n, p, q = m.linear_k_dim, m.linear_v_dim, m.linear_chunk
+    g = m.linear_k_heads / m.linear_v_heads
+    fwd_f = ssd_flops_per_token(m) / m.linear_v_heads
+    bwd_f = 2 * fwd_f + 2 * q * n * g + 2 * n * p + 2 * n * p / q
+    peak = gpu.peak(dtype) * e.sustained
+    fwd = max(memory_time(gpu, head_tokens * fwd_b, 5), head_tokens * fwd_f / peak)
+    bwd = max(memory_time(gpu, head_tokens * bwd_b, 10), head_tokens * bwd_f / peak)
+    return fwd, bwd
+
+
 def _linear_attention(m: ModelSpec, gpu: GPUSpec, s: LayerShape, out: OpTimes) -> None:
     """A Gated DeltaNet layer's token mixing on this GPU (its projections are GEMMs above): the
     causal depthwise conv with SiLU over q, k, v (a read and a write each way; backward reads the
@@ -259,9 +315,12 @@ def _linear_attention(m: ModelSpec, gpu: GPUSpec, s: LayerShape, out: OpTimes) -
     heads = m.linear_v_heads / tp
     conv = 2 * kd + vd
     out.add("conv", fwd=memory_time(gpu, 2 * a * T * conv), b=memory_time(gpu, 3 * a * T * conv, 2))
-    out.add("norm", fwd=memory_time(gpu, 2 * a * T * 2 * kd, 2), b=memory_time(gpu, 3 * a * T * 2 * kd, 2))
-    out.add("gates", fwd=memory_time(gpu, 4 * FP32 * T * heads, 2), b=memory_time(gpu, 6 * FP32 * T * heads, 2))
-    fwd, bwd = gated_delta_times(m, gpu, T * heads, s.seq, a, high_precision(s.dtype))
+    if m.linear_kind == "mamba2":  # no q/k norm; dt's softplus runs inside the scan's cumsum kernel
+        fwd, bwd = ssd_times(m, gpu, T * heads, a, high_precision(s.dtype))
+    else:
+        out.add("norm", fwd=memory_time(gpu, 2 * a * T * 2 * kd, 2), b=memory_time(gpu, 3 * a * T * 2 * kd, 2))
+        out.add("gates", fwd=memory_time(gpu, 4 * FP32 * T * heads, 2), b=memory_time(gpu, 6 * FP32 * T * heads, 2))
+        fwd, bwd = gated_delta_times(m, gpu, T * heads, s.seq, a, high_precision(s.dtype))
     out.add("linear_attention", fwd=fwd, b=bwd, core=True)
     out.add("norm", fwd=memory_time(gpu, 3 * a * T * vd), b=memory_time(gpu, 5 * a * T * vd))
 

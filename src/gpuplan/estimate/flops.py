@@ -50,8 +50,9 @@ GDN_CHUNK = 64
 
 
 def linear_attention_flops_per_token(m: ModelSpec, decode: bool = False) -> float:
-    """Forward FLOPs per token of one Gated DeltaNet layer's token mixing, its projections aside
-    (they are weights, counted with the matmuls); 0 without linear attention.
+    """Forward FLOPs per token of one linear-attention layer's token mixing, its projections aside
+    (they are weights, counted with the matmuls); 0 without linear attention. Mamba-2's scan:
+    ``ssd_flops_per_token``; Gated DeltaNet's as follows.
 
     The causal depthwise conv: 2 x taps x (2 key widths + the value width). The chunked gated
     delta rule (Yang, Kautz and Hatamizadeh 2025, section 3.3; Yang et al. 2024, "Parallelizing
@@ -67,9 +68,26 @@ def linear_attention_flops_per_token(m: ModelSpec, decode: bool = False) -> floa
         return 0.0
     dk, dv, heads = m.linear_k_dim, m.linear_v_dim, m.linear_v_heads
     conv = 2.0 * m.linear_conv * (2 * m.linear_k_heads * dk + heads * dv)
+    if m.linear_kind == "mamba2":
+        return conv + ssd_flops_per_token(m, decode)
     if decode:
         return conv + heads * 6.0 * dk * dv
     return conv + heads * gated_delta_flops_per_head(m)
+
+
+def ssd_flops_per_token(m: ModelSpec, decode: bool = False) -> float:
+    """Forward FLOPs per token of one Mamba-2 layer's chunked scan (Dao and Gu 2024, "Transformers
+    are SSMs", section 6, the SSD algorithm as mamba_ssm's Triton kernels run it,
+    ssd_combined.py): per group of B and C, C B^T within the chunk (2 Q N, _bmm_chunk_fwd); per
+    head of P, the masked (C B^T) x (2 Q P, _chunk_scan_fwd), the chunk's state B^T x (2 N P,
+    _chunk_state_fwd), the output from the carried state C h (2 N P) and the state passed on
+    from chunk to chunk (2 N P per chunk of Q, _state_passing_fwd); Q = mamba_chunk_size, N =
+    d_state. Decoding one token (selective_state_update): the state's decay, the rank-one
+    update and the read C h, 5 N P per head."""
+    n, p, q = m.linear_k_dim, m.linear_v_dim, m.linear_chunk
+    if decode:
+        return m.linear_v_heads * 5.0 * n * p
+    return m.linear_k_heads * 2.0 * q * n + m.linear_v_heads * (2.0 * q * p + 4.0 * n * p + 2.0 * n * p / q)
 
 
 def gated_delta_flops_per_head(m: ModelSpec) -> float:

@@ -169,15 +169,14 @@ def layer_comm(
             exposed += e
         out["tp"] = exposed
     if plan.cp > 1 and linear:
-        # Gated DeltaNet under CP (Megatron-Core gated_delta_net/gdn.py): an all-to-all turns the
-        # input projection's output (q, k, v, z, beta, alpha of this rank's tokens) from
-        # sequence-split to head-split, the rule and the conv run over the whole sequence on
-        # heads / cp, and another returns the gated norm's output (a2a_cp_to_hp, a2a_hp_to_cp);
-        # the backward mirrors both. Nothing runs beside them: on the path
+        # linear attention under CP (Megatron-Core gated_delta_net/gdn.py a2a_cp_to_hp and
+        # a2a_hp_to_cp; ssm/mamba_context_parallel.py for Mamba-2): an all-to-all turns the input
+        # projection's output (this rank's tokens) from sequence-split to head-split, the conv and
+        # the scan run over the whole sequence on heads / cp, and another returns the gated norm's
+        # output; the backward mirrors both. Nothing runs beside them: on the path
         g = groups["cp"]
-        kd, vd = m.linear_k_heads * m.linear_k_dim, m.linear_v_heads * m.linear_v_dim
         e_f = e_b = 0.0
-        for width in (2 * kd + 2 * vd + 2 * m.linear_v_heads, vd):
+        for width in (m.linear_in_proj_width, m.linear_v_heads * m.linear_v_dim):
             size = T * width / plan.tp * a
             t = collective_time("all-to-all", size, g, gpu)
             comm["cp"].add(

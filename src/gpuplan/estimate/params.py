@@ -115,8 +115,19 @@ def _linear_attention(m: ModelSpec) -> list[Tensor]:
     h = m.hidden_size
     kd, vd, nv = m.linear_k_heads * m.linear_k_dim, m.linear_v_heads * m.linear_v_dim, m.linear_v_heads
     conv = 2 * kd + vd
+    if m.linear_kind == "mamba2":
+        # Mamba-2 (GraniteMoeHybridMambaLayer, BambaMixer; Megatron-Core MambaMixer): in_proj to z, x,
+        # B, C and dt; the conv over x, B and C (optionally biased); dt_bias, A_log and D per head;
+        # a gated RMSNorm over d_inner (its weight split with the heads); out_proj
+        t = _linear("linear_attn.in_proj", h, m.linear_in_proj_width, "col", m.linear_bias)
+        t.append(Tensor("linear_attn.conv1d.weight", (conv, 1, m.linear_conv), "col", matmul=False))
+        if m.linear_conv_bias:
+            t.append(Tensor("linear_attn.conv1d.bias", (conv,), "col", matmul=False))
+        t += [Tensor(f"linear_attn.{n}", (nv,), "col", matmul=False) for n in ("dt_bias", "A_log", "D")]
+        t.append(Tensor("linear_attn.norm.weight", (vd,), "col", matmul=False))
+        return t + _linear("linear_attn.out_proj", vd, h, "row", m.linear_bias)
     return [
-        *_linear("linear_attn.in_proj", h, 2 * kd + 2 * vd + 2 * nv, "col", False),
+        *_linear("linear_attn.in_proj", h, m.linear_in_proj_width, "col", False),
         Tensor("linear_attn.conv1d.weight", (conv, 1, m.linear_conv), "col", matmul=False),
         Tensor("linear_attn.dt_bias", (nv,), "col", matmul=False),
         Tensor("linear_attn.A_log", (nv,), "col", matmul=False),

@@ -181,7 +181,12 @@ def uncalibrated_features(m: ModelSpec) -> list[str]:
             "DeepSeek Sparse Attention: no published run uses it; its top-k kernel and indexer are "
             "timed at the dense attention kernel's rates"
         )
-    if m.linear_layers:
+    if m.linear_layers and m.linear_kind == "mamba2":
+        out.append(
+            "Mamba-2 layers: no published run or kernel timing calibrates them; their chunked scan is "
+            "timed by the bytes its kernels move at the streaming rate"
+        )
+    elif m.linear_layers:
         out.append(
             "Gated DeltaNet linear attention: no published training run uses it; its chunked kernels "
             "are fitted to FLA's published H200 timings (the Hopper family; elsewhere their bytes at "

@@ -16,10 +16,11 @@ an fp32 scale per 128 values whatever the latent's format: 132 bytes per token a
 head_dim=head_dim + head_dim // quant_block_size * 4, dtype=torch.uint8)``). Its decode reads every
 cached index key but only the ``index_topk`` latents the indexer picked (``attended_tokens``).
 
-Linear-attention layers (Gated DeltaNet: Qwen3-Next, Qwen3.5) cache nothing per token: each
-holds a fixed state per sequence, the recurrent state (value heads x key width x value width) and
-the causal conv's last taps - 1 inputs over q, k and v (vLLM model_executor/layers/mamba/
-mamba_utils.py, ``gated_delta_net_state_shape``), split over TP with the heads
+Linear-attention layers (Gated DeltaNet: Qwen3-Next, Qwen3.5; Mamba-2: Granite 4.0-H, Bamba) cache
+nothing per token: each holds a fixed state per sequence, the recurrent state (value heads x key
+width x value width; Mamba-2: heads x d_state x head_dim) and the causal conv's last taps - 1
+inputs over q, k and v (Mamba-2: x, B and C) (vLLM model_executor/layers/mamba/mamba_utils.py,
+``gated_delta_net_state_shape``, ``mamba2_state_shape``), split over TP with the heads
 (``state_bytes_per_layer``). The conv's inputs are kept in 16 bits, the recurrent state in the
 config's ``mamba_ssm_dtype`` (Qwen3.5's configs: float32, and vLLM's MambaSpec for their GDN layers
 reads dtypes=(bfloat16, float32)), else vLLM's "auto", the model's 16-bit type

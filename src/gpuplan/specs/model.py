@@ -18,6 +18,7 @@ from gpuplan.specs.vision import VisionTower
 NORMS = ("rmsnorm", "rmsnorm_gemma", "rmsnorm_fp32", "layernorm", "layernorm_fp32")
 # Activation functions as the eager implementation runs them; the name decides which tensors
 # autograd saves (see estimate/activations.py).
+LINEAR_KINDS = ("gdn", "mamba2")
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "gelu_new", "relu", "relu2", "xielu", "bloom_gelu")
 
 
@@ -110,6 +111,17 @@ class ModelSpec:
     # linear_v_heads heads of linear_v_dim; a causal depthwise conv of linear_conv taps runs over
     # q, k and v first. The state per sequence is linear_v_heads x linear_k_dim x linear_v_dim.
     linear_layers: tuple[int, ...] = ()
+    # "gdn" (Gated DeltaNet) or "mamba2": Mamba-2's SSD (Dao and Gu 2024, "Transformers are SSMs")
+    # is the same shape read as linear attention (their section 7: C as queries, B as keys, x as
+    # values), so the fields below hold it so: n_groups of B and C as the key heads of d_state
+    # (linear_k_heads, linear_k_dim), the SSM heads of head_dim as the value heads (linear_v_heads,
+    # linear_v_dim), its state heads x d_state x head_dim (Granite 4.0-H, Bamba)
+    linear_kind: str = "gdn"
+    linear_bias: bool = False  # Mamba-2's in_proj and out_proj biases (mamba_proj_bias)
+    linear_conv_bias: bool = False  # Mamba-2's conv bias (mamba_conv_bias)
+    # tokens per chunk of the chunked scan: FLA's Gated DeltaNet kernels use 64; Mamba-2's
+    # mamba_chunk_size (its SSD kernels' chunk, 256 by default)
+    linear_chunk: int = 64
     linear_k_heads: int = 0
     linear_v_heads: int = 0
     linear_k_dim: int = 0
@@ -220,14 +232,24 @@ class ModelSpec:
                 ("linear_v_dim", "linear_value_head_dim"),
                 ("linear_conv", "linear_conv_kernel_dim"),
                 ("linear_state_bytes", "mamba_ssm_dtype"),
+                ("linear_chunk", "mamba_chunk_size"),
             ):
                 value = getattr(self, name)
                 require(isinstance(value, int) and value > 0, key, f"must be a positive integer, got {value!r}")
             require(
+                self.linear_kind in LINEAR_KINDS,
+                "linear_kind",
+                f"unknown linear attention {self.linear_kind!r}",
+                f"use one of {LINEAR_KINDS}",
+            )
+            heads, groups = ("linear_num_value_heads", "linear_num_key_heads")
+            if self.linear_kind == "mamba2":
+                heads, groups = ("mamba_n_heads", "mamba_n_groups")
+            require(
                 self.linear_v_heads % self.linear_k_heads == 0,
-                "linear_num_value_heads",
-                f"{self.linear_v_heads} is not a multiple of linear_num_key_heads={self.linear_k_heads}",
-                "each key head serves a whole number of value heads",
+                heads,
+                f"{self.linear_v_heads} is not a multiple of {groups}={self.linear_k_heads}",
+                f"each of the {groups} serves a whole number of heads",
             )
             require(not self.is_mla, "layer_types", "linear attention beside MLA is not modelled")
         if self.moe_layers is not None:
@@ -280,6 +302,18 @@ class ModelSpec:
     @property
     def num_moe_layers(self) -> int:
         return sum(self.is_moe_layer(i) for i in range(self.num_layers))
+
+    @property
+    def linear_in_proj_width(self) -> int:
+        """Outputs of a linear-attention layer's fused input projection: Gated DeltaNet's q, k, v, the
+        output gate z, beta and alpha (Megatron-Core GatedDeltaNet's in_proj); Mamba-2's z, x, B, C
+        and dt (transformers' Mamba2 mixers, Megatron-Core MambaMixer: d_inner + conv_dim + heads)."""
+        kd, vd, heads = (
+            self.linear_k_heads * self.linear_k_dim,
+            self.linear_v_heads * self.linear_v_dim,
+            self.linear_v_heads,
+        )
+        return 2 * kd + 2 * vd + (heads if self.linear_kind == "mamba2" else 2 * heads)
 
     def is_linear_layer(self, index: int) -> bool:
         """A Gated DeltaNet layer (``linear_layers``), not softmax attention."""

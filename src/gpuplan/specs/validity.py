@@ -36,6 +36,7 @@ class Reason(StrEnum):
     TP_HEADS = "tp does not divide the attention heads"
     TP_KV_HEADS = "tp does not divide the key-value heads"
     TP_LINEAR_HEADS = "tp does not divide the linear-attention key heads"
+    TP_LINEAR_SERVE = "tp does not divide the linear-attention heads"
     CP_LINEAR = "tp x cp does not divide the linear-attention key heads"
     TP_KV_REPLICAS = "tp neither divides nor is a multiple of the key-value heads"
     PP_LAYERS = "more pipeline stages than layers"
@@ -194,22 +195,25 @@ MODEL: tuple[Rule, ...] = (
     Rule(
         Reason.TP_LINEAR_HEADS,
         "tp",
-        # value heads are a multiple of the key heads (ModelSpec): dividing the key heads divides both
+        # value heads are a multiple of the key heads (ModelSpec): dividing the key heads divides
+        # both; Megatron-Core's MambaMixer asserts the same of Mamba-2's groups ("ngroups must be
+        # evenly divisible by tp_size")
         lambda x, m: (not m.linear_layers) | (m.linear_k_heads % x.tp == 0),
         lambda x, m: (
-            f"tp={x.tp} does not divide linear_num_key_heads={m.linear_k_heads}",
+            f"tp={x.tp} does not divide {_linear_groups_key(m)}={m.linear_k_heads}",
             f"use a tp that divides {m.linear_k_heads}",
         ),
     ),
     Rule(
         Reason.CP_LINEAR,
         "cp",
-        # Megatron-Core splits a Gated DeltaNet layer's heads over tp x cp (gdn.py: num_value_heads
-        # // tp_size // cp_size, the key heads likewise) after its CP all-to-all
+        # Megatron-Core splits a Gated DeltaNet or Mamba-2 layer's heads and groups over tp x cp after
+        # its CP all-to-all (gated_delta_net/gdn.py: num_value_heads // tp_size // cp_size;
+        # mamba_mixer.py: ngroups_local_tpcp)
         lambda x, m: (not m.linear_layers) | (m.linear_k_heads % (x.tp * x.cp) == 0),
         lambda x, m: (
-            f"tp x cp = {x.tp * x.cp} does not divide linear_num_key_heads={m.linear_k_heads}",
-            f"use tp x cp dividing {m.linear_k_heads} (Gated DeltaNet splits its heads over both)",
+            f"tp x cp = {x.tp * x.cp} does not divide {_linear_groups_key(m)}={m.linear_k_heads}",
+            f"use tp x cp dividing {m.linear_k_heads} (linear attention splits its heads over both)",
         ),
     ),
     Rule(
@@ -347,12 +351,29 @@ KV_REPLICAS = Rule(
         f"use a tp that divides {m.num_kv_heads} or a multiple of it",
     ),
 )
+# Serving engines split a linear-attention layer's (value) heads over tp and replicate what does
+# not divide of its key heads or groups (vLLM mamba_utils.py extra_groups_for_head_shards: "for
+# n_groups == 1, this is exactly tp_size - n_groups"), as they replicate KV heads
+LINEAR_SERVE = Rule(
+    Reason.TP_LINEAR_SERVE,
+    "tp",
+    lambda x, m: (not m.linear_layers) | (m.linear_v_heads % x.tp == 0),
+    lambda x, m: (
+        f"tp={x.tp} does not divide the {m.linear_v_heads} linear-attention heads",
+        f"use a tp that divides {m.linear_v_heads}",
+    ),
+)
 SERVING: tuple[Rule, ...] = (
     *rules_for(Reason.TP_HEADS),
     KV_REPLICAS,
-    *rules_for(Reason.TP_LINEAR_HEADS),  # vLLM divides the linear heads over tp (gated_delta_net_state_shape)
+    LINEAR_SERVE,
     *rules_for(Reason.PP_LAYERS),
 )
+
+
+def _linear_groups_key(m: ModelSpec) -> str:
+    """The config.json key of a linear-attention layer's key heads (Mamba-2: its groups of B and C)."""
+    return "mamba_n_groups" if m.linear_kind == "mamba2" else "linear_num_key_heads"
 
 
 def require(rules: tuple[Rule, ...], x: View, m: ModelSpec | None = None) -> None:

@@ -21,8 +21,19 @@ from gpuplan.specs.model import ModelSpec
 # function, ``decoder``, reads every config through it.
 
 # "indexed_attention": DeepSeek-V3.2's DSA layers, which cache and may attend to every token;
-# "linear_attention": Gated DeltaNet layers (Qwen3-Next, Qwen3.5), a recurrent state, no KV cache
-LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "indexed_attention", "linear_attention")
+# "linear_attention": Gated DeltaNet or Mamba-2 layers (Qwen3-Next, Qwen3.5; Granite 4.0-H, Bamba), a
+# recurrent state, no KV cache; "mamba" and "attention": their legacy names (transformers'
+# _LEGACY_LAYER_TYPE_REMAP, as Granite 4.0's Hub configs spell them)
+LAYER_TYPES = (
+    "full_attention",
+    "sliding_attention",
+    "chunked_attention",
+    "indexed_attention",
+    "linear_attention",
+    "mamba",
+    "attention",
+)
+LINEAR_TYPES = ("linear_attention", "mamba")
 LOCAL_TYPES = ("sliding_attention", "chunked_attention")
 
 
@@ -95,9 +106,12 @@ class _Family:
     mla_defaults: tuple[int, int, int, int] = (1536, 64, 128, 128)
     dsa: bool = False  # DeepSeek Sparse Attention's indexer (index_topk, index_n_heads, index_head_dim)
     dsa_defaults: tuple[int, int, int] = (2048, 64, 128)  # DeepseekV32Config's index_topk, _n_heads, _head_dim
-    # Gated DeltaNet layers (linear_* keys; layer_types, else every full_attention_interval-th layer
-    # full) and softmax layers whose q_proj also projects an output gate (Qwen3-Next, Qwen3.5)
-    linear: bool = False
+    # linear-attention layers: "gdn" (Gated DeltaNet: linear_* keys; layer_types, else every
+    # full_attention_interval-th layer full; softmax layers whose q_proj also projects an output
+    # gate: Qwen3-Next, Qwen3.5) or "mamba2" (mamba_* keys; layer_types or attn_layer_indices:
+    # Granite 4.0-H, Bamba)
+    linear: str = ""
+    rope_key: str = ""  # the key that turns rotary positions on when it says "rope" (Granite 4.0-H)
     # the rope_scaling a config omits (GptOssConfig's default: YaRN, factor 32); None: no default
     rope_scaling: dict[str, Any] | None = None
     glu_clamp: float | None = None  # default swiglu_limit (GptOssConfig: 7.0); None: no clamp
@@ -216,9 +230,9 @@ FAMILIES: dict[str, _Family] = {
         shared_default=512,
         shared_gate=True,
         moe_rule="qwen3_moe",
-        linear=True,
+        linear="gdn",
     ),
-    "qwen3_5_text": _Family(head_dim=256, qk_norm=True, norm="rmsnorm_gemma", vocab=248_320, linear=True),
+    "qwen3_5_text": _Family(head_dim=256, qk_norm=True, norm="rmsnorm_gemma", vocab=248_320, linear="gdn"),
     "qwen3_5_moe_text": _Family(
         head_dim=256,
         qk_norm=True,
@@ -231,8 +245,24 @@ FAMILIES: dict[str, _Family] = {
         shared_default=512,
         shared_gate=True,
         no_dense=True,
-        linear=True,
+        linear="gdn",
     ),
+    # Mamba-2 hybrids: Granite 4.0-H (GraniteMoeHybridConfig: Mamba-2 and attention layers, each with
+    # a shared MLP of shared_intermediate_size and, with num_local_experts, routed experts of
+    # intermediate_size; no rotary positions unless position_embedding_type is "rope") and Bamba
+    # (BambaConfig: attention at attn_layer_indices)
+    "granitemoehybrid": _Family(
+        vocab=32_000,
+        experts=("num_local_experts", 8),
+        top_k=2,
+        expert_ffn="intermediate_size",
+        dense_ffn="shared_intermediate_size",
+        shared="shared_intermediate_size",
+        shared_default=1024,
+        linear="mamba2",
+        rope_key="position_embedding_type",
+    ),
+    "bamba": _Family(vocab=128_000, linear="mamba2"),  # its config has no rope switch: rotary in every attention layer
     # the text models of Qwen2.5-VL (Qwen2-shaped) and Qwen3-VL (Qwen3-shaped)
     "qwen2_5_vl_text": _Family(qkv_bias=True, sliding=_qwen_layout, vocab=152_064),
     "qwen3_vl_text": _Family(head_dim=128, qk_norm=True, vocab=151_936),
@@ -479,6 +509,7 @@ FAMILIES: dict[str, _Family] = {
 # default max_position_embeddings of each family's transformers config class, where it is not
 # LlamaConfig's 2048 (tests/specs/test_hf_defaults.py reads them from transformers)
 for _type, _pos in {
+    "bamba": 262144,
     "mistral": 131072,
     "mixtral": 131072,
     "qwen2": 32768,
@@ -654,15 +685,21 @@ def _every_layer_indexes(c: Config, layers: int) -> None:
         )
 
 
-def _linear_layers(c: Config, layers: int) -> dict[str, Any]:
-    """A Gated DeltaNet hybrid's linear layers (``layer_types``' "linear_attention", else all but
-    every full_attention_interval-th, default 4, as Qwen3NextConfig builds them) and their heads."""
+def _linear_layers(c: Config, layers: int, kind: str) -> dict[str, Any]:
+    """A hybrid's linear layers and their heads: ``layer_types``' "linear_attention" (or "mamba"),
+    else the family's rule: Gated DeltaNet's all but every full_attention_interval-th (default 4,
+    as Qwen3NextConfig builds them), Bamba's all but attn_layer_indices, Granite 4.0-H's all."""
     types = c.data.get("layer_types")
     if isinstance(types, list):  # validated against LAYER_TYPES by _layer_flags
-        linear = tuple(i for i, t in enumerate(types) if t == "linear_attention")
+        linear = tuple(i for i, t in enumerate(types) if t in LINEAR_TYPES)
+    elif kind == "mamba2":
+        attention = c.get("attn_layer_indices", default=[], kind=list) or []
+        linear = tuple(i for i in range(layers) if i not in attention)
     else:
         step = _step(c, "full_attention_interval") if "full_attention_interval" in c.data else 4
         linear = tuple(i for i in range(layers) if (i + 1) % step)
+    if kind == "mamba2":
+        return _mamba2(c, linear)
     return dict(
         linear_layers=linear,
         linear_k_heads=c.get("linear_num_key_heads", default=16),
@@ -677,17 +714,55 @@ def _linear_layers(c: Config, layers: int) -> dict[str, Any]:
     )
 
 
+def _mamba2(c: Config, linear: tuple[int, ...]) -> dict[str, Any]:
+    """Mamba-2's mixer keys (GraniteMoeHybridConfig, BambaConfig) as ModelSpec's linear-attention
+    fields: n_groups of B and C of d_state as the key heads, the SSM heads of head_dim as the value
+    heads (head_dim "auto": mamba_expand x hidden_size / mamba_n_heads, which must divide)."""
+    heads = c.get("mamba_n_heads", default=128)
+    inner = c.get("mamba_expand", default=2) * c.get("hidden_size")
+    head_dim = c.data.get("mamba_d_head", "auto")
+    if head_dim == "auto":
+        if heads < 1 or inner % heads:
+            raise GpuplanError(
+                f"{c.where}: mamba_n_heads",
+                f"{heads} does not divide mamba_expand x hidden_size = {inner}",
+                "use a head count that divides it, or give mamba_d_head",
+            )
+        head_dim = inner // heads
+    else:
+        head_dim = c.get("mamba_d_head")
+        if head_dim * heads != inner:
+            raise GpuplanError(
+                f"{c.where}: mamba_d_head",
+                f"{head_dim} x mamba_n_heads={heads} is not mamba_expand x hidden_size = {inner}",
+                'fix mamba_d_head or set it to "auto"',
+            )
+    return dict(
+        linear_layers=linear,
+        linear_kind="mamba2",
+        linear_k_heads=c.get("mamba_n_groups", default=1),
+        linear_k_dim=c.get("mamba_d_state", default=256),
+        linear_v_heads=heads,
+        linear_v_dim=head_dim,
+        linear_conv=c.get("mamba_d_conv", default=4),
+        linear_conv_bias=c.get("mamba_conv_bias", default=True, kind=bool),
+        linear_chunk=c.get("mamba_chunk_size", default=256),
+        linear_bias=c.get("mamba_proj_bias", default=False, kind=bool),
+        linear_state_bytes=_state_bytes(c),
+    )
+
+
 STATE_DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": 2}
 
 
 def _state_bytes(c: Config) -> int:
-    """Bytes per recurrent-state element a server keeps: ``mamba_ssm_dtype`` (vLLM reads it into
-    mamba_ssm_cache_dtype), else vLLM's "auto", the model's 16-bit type."""
-    name = c.get("mamba_ssm_dtype", default="auto", kind=str)
+    """Bytes per recurrent-state element a server keeps: ``mamba_ssm_dtype`` (Qwen3.5; vLLM reads it
+    into mamba_ssm_cache_dtype) or ``mamba_ssm_cache_dtype`` (NVIDIA's hybrids), else vLLM's "auto",
+    the model's 16-bit type."""
+    name = c.get("mamba_ssm_dtype", "mamba_ssm_cache_dtype", default="auto", kind=str)
     if name not in STATE_DTYPES:
-        raise GpuplanError(
-            f"{c.where}: mamba_ssm_dtype", f"unknown dtype {name!r}", f"use one of {tuple(STATE_DTYPES)}"
-        )
+        key = "mamba_ssm_dtype" if "mamba_ssm_dtype" in c.data else "mamba_ssm_cache_dtype"
+        raise GpuplanError(f"{c.where}: {key}", f"unknown dtype {name!r}", f"use one of {tuple(STATE_DTYPES)}")
     return STATE_DTYPES[name]
 
 
@@ -808,7 +883,9 @@ def decoder(c: Config, name: str, model_type: str) -> ModelSpec:
             v_head_dim=c.get("v_head_dim", default=v_default),
         )
     if f.linear:
-        kw.update(_linear_layers(c, layers))
+        kw.update(_linear_layers(c, layers, f.linear))
+    if f.rope_key:
+        kw.update(rotary=c.get(f.rope_key, default="", kind=str) == "rope")
     if f.dsa:
         _every_layer_indexes(c, layers)
         topk, heads, dim = f.dsa_defaults
