@@ -26,6 +26,7 @@ from gpuplan.specs.parallel import ParallelPlan
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
+from cache_oracle import cache_bytes  # noqa: E402
 
 SMALL = dict(
     model_type="qwen3_next",
@@ -116,19 +117,9 @@ def test_the_cache_holds_kv_for_softmax_layers_and_a_fixed_state_for_linear_ones
     context = 100
     with torch.no_grad():
         cache = model(input_ids=torch.randint(0, 512, (1, context)), use_cache=True).past_key_values
-    kv = recurrent = conv = 0
-    for layer in cache.layers:
-        if hasattr(layer, "recurrent_states"):
-            recurrent += sum(t.numel() for t in layer.recurrent_states.values())
-            # transformers keeps all taps; the engines keep taps - 1 (vLLM gated_delta_net_state_shape)
-            conv += sum(
-                t.numel() * (t.shape[-1] - 1) // t.shape[-1] * t.element_size() for t in layer.conv_states.values()
-            )
-        else:
-            kv += layer.keys.numel() * layer.keys.element_size() + layer.values.numel() * layer.values.element_size()
+    kv, states = cache_bytes(cache)
     m = model_from_hf_config(config)
-    states = m.num_linear_layers * state_bytes_per_layer(m)
-    assert states == 4 * recurrent + conv
+    assert m.num_linear_layers * state_bytes_per_layer(m) == states
     # vLLM's default for a config without the key: the state in the model's 16-bit type
     assert model_from_hf_config(SMALL).linear_state_bytes == 2
     assert kv_bytes_per_sequence(m, kv_format("bf16"), context) == kv + states
@@ -224,3 +215,84 @@ def test_context_parallel_linear_layers_exchange_their_projections_in_all_to_all
     assert st.comm["cp"].collectives["all-to-all"] == pytest.approx(expected)
     # the softmax layers still pass K and V around the ring
     assert st.comm["cp"].collectives["p2p"] > 0
+
+
+# -- Kimi-Linear: Kimi Delta Attention layers beside MLA ---------------------------------------------
+KIMI = dict(
+    model_type="kimi_linear",
+    vocab_size=512,
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    intermediate_size=96,
+    linear_num_heads=4,
+    linear_head_dim=16,
+    kv_lora_rank=32,
+    qk_rope_head_dim=8,
+    qk_nope_head_dim=16,
+    v_head_dim=16,
+    num_local_experts=4,
+    num_experts_per_tok=2,
+    moe_intermediate_size=32,
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=2,
+    layer_types=["linear_attention", "full_attention"],
+)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"layer_types": None, "num_hidden_layers": 9},  # the class default: full at 4 and 8
+        {
+            "layer_types": None,
+            "num_hidden_layers": 4,
+            "linear_attn_config": {"full_attn_layers": [2], "kda_layers": [1, 3, 4], "head_dim": 8, "num_heads": 2},
+            "q_lora_rank": 24,
+            "first_k_dense_replace": 2,
+        },
+    ],
+)
+def test_kimi_linear_parameters_equal_transformers_layer_by_layer(extra):
+    config = {k: v for k, v in {**KIMI, **extra}.items() if v is not None}
+    with torch.device("meta"):
+        _, model = _hf(config)
+    m = model_from_hf_config(config)
+    counts = count_params(m)
+    assert counts.total == sum(p.numel() for p in model.parameters())
+    assert counts.per_layer == tuple(sum(p.numel() for p in b.parameters()) for b in model.model.layers)
+    assert m.is_mla and m.linear_kind == "kda"
+
+
+def test_kda_forward_flops_equal_flop_counter_once_its_elementwise_products_are_counted():
+    from torch.utils import flop_counter
+
+    batch, seq = 2, 2 * GDN_CHUNK
+    _, model = _hf(KIMI, attn_implementation="eager", experts_implementation="eager")
+    with torch.no_grad(), flop_counter.FlopCounterMode(display=False) as counter:
+        model(input_ids=torch.randint(0, KIMI["vocab_size"], (batch, seq)))
+    m = model_from_hf_config(KIMI)
+    predicted = training_flops(m, seq, causal=False).forward_per_token * batch * seq
+    c, d, heads = GDN_CHUNK, 16, 4
+    # transformers' torch_chunk_kda forms K_beta K^T and Q K^T with the per-channel decay as
+    # broadcast products and sums, and inverts (I + A) row by row: none is a matmul the counter
+    # sees, where FLA's chunk_kda runs them on decayed operands
+    elementwise = heads * (2 * c * d + 2 * c * d + c * c / 3) * batch * seq
+    padded = 2 * (3 * heads * d) * 4 * 3 * batch  # nn.Conv1d's extra outputs
+    assert predicted - elementwise + padded == pytest.approx(counter.get_total_flops(), rel=1e-12)
+
+
+def test_kimi_linear_caches_the_mla_latent_and_a_kda_state():
+    config = {**KIMI, "mamba_ssm_dtype": "float32"}  # transformers keeps the state in fp32
+    _, model = _hf(config)
+    model = model.to(torch.bfloat16)
+    context = 50
+    with torch.no_grad():
+        cache = model(input_ids=torch.randint(0, 512, (1, context)), use_cache=True).past_key_values
+    kv, states = cache_bytes(cache)  # MLA: the latent and the rotary key
+    m = model_from_hf_config(config)
+    assert m.num_linear_layers * state_bytes_per_layer(m) == states
+    assert kv_bytes_per_sequence(m, kv_format("bf16"), context) == kv + states

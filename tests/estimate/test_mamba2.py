@@ -25,6 +25,7 @@ from gpuplan.specs.parallel import ParallelPlan
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
+from cache_oracle import cache_bytes  # noqa: E402
 
 _TEXT = dict(
     vocab_size=512,
@@ -112,16 +113,7 @@ def test_the_cache_holds_kv_for_attention_layers_and_a_state_for_mamba_ones():
     context = 50
     with torch.no_grad():
         cache = model(input_ids=torch.randint(0, 512, (1, context)), use_cache=True).past_key_values
-    kv = states = 0
-    for layer in cache.layers:
-        if hasattr(layer, "recurrent_states"):
-            states += sum(t.numel() * 4 for t in layer.recurrent_states.values())  # fp32, as it keeps them
-            # transformers keeps all taps; the engines keep taps - 1 (vLLM mamba2_state_shape)
-            states += sum(
-                t.numel() * (t.shape[-1] - 1) // t.shape[-1] * t.element_size() for t in layer.conv_states.values()
-            )
-        else:
-            kv += layer.keys.numel() * layer.keys.element_size() + layer.values.numel() * layer.values.element_size()
+    kv, states = cache_bytes(cache)
     m = model_from_hf_config(config)
     assert m.num_linear_layers * state_bytes_per_layer(m) == states
     assert kv_bytes_per_sequence(m, kv_format("bf16"), context) == kv + states

@@ -192,9 +192,12 @@ def _linear_saved(m: ModelSpec, a: int, g: float) -> float:
         scan = a * (2 * kd + vd) + 2 * FP32 * nv + a * vd
         gated_norm = a * vd + FP32 * m.linear_k_heads
         return conv_in + scan + gated_norm + g * vd
-    rule = a * (2 * kd + vd) + FP32 * 2 * m.linear_k_heads + FP32 * nv + a * nv + a * nv * GDN_CHUNK
+    # the cumulated decay in fp32: per value head, or per channel under KDA (FLA's chunk_kda keeps g
+    # of q's width); KDA's gates also keep their low-rank projections' inputs (head_dim each)
+    decay = kd if m.linear_kind == "kda" else nv
+    rule = a * (2 * kd + vd) + FP32 * 2 * m.linear_k_heads + FP32 * decay + a * nv + a * nv * GDN_CHUNK
     gated_norm = 2 * a * vd + FP32 * nv
-    gates = 2 * a * nv
+    gates = a * (decay + nv) + (2 * a * m.linear_k_dim if m.linear_kind == "kda" else 0)
     return conv_in + rule + gated_norm + g * vd + gates
 
 

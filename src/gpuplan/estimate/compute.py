@@ -319,7 +319,9 @@ def _linear_attention(m: ModelSpec, gpu: GPUSpec, s: LayerShape, out: OpTimes) -
         fwd, bwd = ssd_times(m, gpu, T * heads, a, high_precision(s.dtype))
     else:
         out.add("norm", fwd=memory_time(gpu, 2 * a * T * 2 * kd, 2), b=memory_time(gpu, 3 * a * T * 2 * kd, 2))
-        out.add("gates", fwd=memory_time(gpu, 4 * FP32 * T * heads, 2), b=memory_time(gpu, 6 * FP32 * T * heads, 2))
+        # the decay's softplus/exp and beta's sigmoid: per head (Gated DeltaNet) or per channel (KDA)
+        width = kd if m.linear_kind == "kda" else heads
+        out.add("gates", fwd=memory_time(gpu, 4 * FP32 * T * width, 2), b=memory_time(gpu, 6 * FP32 * T * width, 2))
         fwd, bwd = gated_delta_times(m, gpu, T * heads, s.seq, a, high_precision(s.dtype))
     out.add("linear_attention", fwd=fwd, b=bwd, core=True)
     out.add("norm", fwd=memory_time(gpu, 3 * a * T * vd), b=memory_time(gpu, 5 * a * T * vd))

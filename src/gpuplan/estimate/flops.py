@@ -52,7 +52,8 @@ GDN_CHUNK = 64
 def linear_attention_flops_per_token(m: ModelSpec, decode: bool = False) -> float:
     """Forward FLOPs per token of one linear-attention layer's token mixing, its projections aside
     (they are weights, counted with the matmuls); 0 without linear attention. Mamba-2's scan:
-    ``ssd_flops_per_token``; Gated DeltaNet's as follows.
+    ``ssd_flops_per_token``; Gated DeltaNet's as follows, and Kimi Delta Attention's the same (its
+    decay per channel scales the operands of the same products: FLA's chunk_kda).
 
     The causal depthwise conv: 2 x taps x (2 key widths + the value width). The chunked gated
     delta rule (Yang, Kautz and Hatamizadeh 2025, section 3.3; Yang et al. 2024, "Parallelizing

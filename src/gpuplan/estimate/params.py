@@ -126,6 +126,21 @@ def _linear_attention(m: ModelSpec) -> list[Tensor]:
         t += [Tensor(f"linear_attn.{n}", (nv,), "col", matmul=False) for n in ("dt_bias", "A_log", "D")]
         t.append(Tensor("linear_attn.norm.weight", (vd,), "col", matmul=False))
         return t + _linear("linear_attn.out_proj", vd, h, "row", m.linear_bias)
+    if m.linear_kind == "kda":
+        # Kimi Delta Attention (transformers' KimiLinearDeltaAttention): q, k, v and b fused here;
+        # the conv over q, k and v; the per-channel forget gate and the output gate each a low-rank
+        # pair, hidden -> head_dim (replicated over TP) -> q width (split); dt_bias per channel,
+        # A_log per head; a gated RMSNorm over each head (one head_dim weight)
+        d = m.linear_k_dim
+        t = _linear("linear_attn.in_proj", h, m.linear_in_proj_width, "col", False)
+        t.append(Tensor("linear_attn.conv1d.weight", (conv, 1, m.linear_conv), "col", matmul=False))
+        for gate in ("f", "g"):
+            t += _linear(f"linear_attn.{gate}_a_proj", h, d, "none", False)
+            t += _linear(f"linear_attn.{gate}_b_proj", d, kd, "col", False)
+        t.append(Tensor("linear_attn.dt_bias", (kd,), "col", matmul=False))
+        t.append(Tensor("linear_attn.A_log", (nv,), "col", matmul=False))
+        t.append(Tensor("linear_attn.norm.weight", (d,), matmul=False))
+        return t + _linear("linear_attn.out_proj", vd, h, "row", False)
     return [
         *_linear("linear_attn.in_proj", h, m.linear_in_proj_width, "col", False),
         Tensor("linear_attn.conv1d.weight", (conv, 1, m.linear_conv), "col", matmul=False),

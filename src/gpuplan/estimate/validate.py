@@ -186,6 +186,11 @@ def uncalibrated_features(m: ModelSpec) -> list[str]:
             "Mamba-2 layers: no published run or kernel timing calibrates them; their chunked scan is "
             "timed by the bytes its kernels move at the streaming rate"
         )
+    elif m.linear_layers and m.linear_kind == "kda":
+        out.append(
+            "Kimi Delta Attention layers: no published run calibrates them; their chunked kernels are "
+            "timed as FLA's Gated DeltaNet kernels (fitted on H200), which do the same products"
+        )
     elif m.linear_layers:
         out.append(
             "Gated DeltaNet linear attention: no published training run uses it; its chunked kernels "

@@ -18,7 +18,7 @@ from gpuplan.specs.vision import VisionTower
 NORMS = ("rmsnorm", "rmsnorm_gemma", "rmsnorm_fp32", "layernorm", "layernorm_fp32")
 # Activation functions as the eager implementation runs them; the name decides which tensors
 # autograd saves (see estimate/activations.py).
-LINEAR_KINDS = ("gdn", "mamba2")
+LINEAR_KINDS = ("gdn", "kda", "mamba2")
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "gelu_new", "relu", "relu2", "xielu", "bloom_gelu")
 
 
@@ -111,7 +111,9 @@ class ModelSpec:
     # linear_v_heads heads of linear_v_dim; a causal depthwise conv of linear_conv taps runs over
     # q, k and v first. The state per sequence is linear_v_heads x linear_k_dim x linear_v_dim.
     linear_layers: tuple[int, ...] = ()
-    # "gdn" (Gated DeltaNet) or "mamba2": Mamba-2's SSD (Dao and Gu 2024, "Transformers are SSMs")
+    # "gdn" (Gated DeltaNet), "kda" (Kimi Delta Attention: Gated DeltaNet with a decay per channel,
+    # Kimi Team 2025, "Kimi Linear"; Kimi-Linear) or "mamba2": Mamba-2's SSD (Dao and Gu 2024,
+    # "Transformers are SSMs")
     # is the same shape read as linear attention (their section 7: C as queries, B as keys, x as
     # values), so the fields below hold it so: n_groups of B and C as the key heads of d_state
     # (linear_k_heads, linear_k_dim), the SSM heads of head_dim as the value heads (linear_v_heads,
@@ -251,7 +253,6 @@ class ModelSpec:
                 f"{self.linear_v_heads} is not a multiple of {groups}={self.linear_k_heads}",
                 f"each of the {groups} serves a whole number of heads",
             )
-            require(not self.is_mla, "layer_types", "linear attention beside MLA is not modelled")
         if self.moe_layers is not None:
             require(
                 all(0 <= i < self.num_layers for i in self.moe_layers),
@@ -306,13 +307,13 @@ class ModelSpec:
     @property
     def linear_in_proj_width(self) -> int:
         """Outputs of a linear-attention layer's fused input projection: Gated DeltaNet's q, k, v, the
-        output gate z, beta and alpha (Megatron-Core GatedDeltaNet's in_proj); Mamba-2's z, x, B, C
-        and dt (transformers' Mamba2 mixers, Megatron-Core MambaMixer: d_inner + conv_dim + heads)."""
-        kd, vd, heads = (
-            self.linear_k_heads * self.linear_k_dim,
-            self.linear_v_heads * self.linear_v_dim,
-            self.linear_v_heads,
-        )
+        output gate z, beta and alpha (Megatron-Core GatedDeltaNet's in_proj); Kimi Delta Attention's
+        q, k, v and beta (its gates come from low-rank projections); Mamba-2's z, x, B, C and dt
+        (transformers' Mamba2 mixers, Megatron-Core MambaMixer: d_inner + conv_dim + heads)."""
+        kd = self.linear_k_heads * self.linear_k_dim
+        vd, heads = self.linear_v_heads * self.linear_v_dim, self.linear_v_heads
+        if self.linear_kind == "kda":
+            return 2 * kd + vd + heads
         return 2 * kd + 2 * vd + (heads if self.linear_kind == "mamba2" else 2 * heads)
 
     def is_linear_layer(self, index: int) -> bool:

@@ -262,7 +262,22 @@ FAMILIES: dict[str, _Family] = {
         linear="mamba2",
         rope_key="position_embedding_type",
     ),
-    "bamba": _Family(vocab=128_000, linear="mamba2"),  # its config has no rope switch: rotary in every attention layer
+    "bamba": _Family(vocab=128_000, linear="mamba2"),
+    # Kimi-Linear (KimiLinearConfig): Kimi Delta Attention layers beside MLA ones, DeepSeek's MoE
+    # (first_k_dense_replace 1, one shared expert, group-limited routing off by default)
+    "kimi_linear": _Family(
+        vocab=163_840,
+        mla=True,
+        mla_defaults=(0, 64, 128, 128),  # no query compression (q_lora_rank None)
+        experts=("num_local_experts", 256),
+        top_k=8,
+        expert_ffn_default=1024,
+        shared="n_shared_experts",
+        moe_rule="deepseek",
+        first_dense_default=1,
+        groups_default=(1, 1),
+        linear="kda",
+    ),  # its config has no rope switch: rotary in every attention layer
     # the text models of Qwen2.5-VL (Qwen2-shaped) and Qwen3-VL (Qwen3-shaped)
     "qwen2_5_vl_text": _Family(qkv_bias=True, sliding=_qwen_layout, vocab=152_064),
     "qwen3_vl_text": _Family(head_dim=128, qk_norm=True, vocab=151_936),
@@ -510,6 +525,7 @@ FAMILIES: dict[str, _Family] = {
 # LlamaConfig's 2048 (tests/specs/test_hf_defaults.py reads them from transformers)
 for _type, _pos in {
     "bamba": 262144,
+    "kimi_linear": 1048576,
     "mistral": 131072,
     "mixtral": 131072,
     "qwen2": 32768,
@@ -692,6 +708,8 @@ def _linear_layers(c: Config, layers: int, kind: str) -> dict[str, Any]:
     types = c.data.get("layer_types")
     if isinstance(types, list):  # validated against LAYER_TYPES by _layer_flags
         linear = tuple(i for i, t in enumerate(types) if t in LINEAR_TYPES)
+    elif kind == "kda":
+        return _kda(c, layers)
     elif kind == "mamba2":
         attention = c.get("attn_layer_indices", default=[], kind=list) or []
         linear = tuple(i for i in range(layers) if i not in attention)
@@ -700,6 +718,8 @@ def _linear_layers(c: Config, layers: int, kind: str) -> dict[str, Any]:
         linear = tuple(i for i in range(layers) if (i + 1) % step)
     if kind == "mamba2":
         return _mamba2(c, linear)
+    if kind == "kda":
+        return _kda(c, layers, linear)
     return dict(
         linear_layers=linear,
         linear_k_heads=c.get("linear_num_key_heads", default=16),
@@ -711,6 +731,37 @@ def _linear_layers(c: Config, layers: int, kind: str) -> dict[str, Any]:
         # Qwen3.5's configs say attn_output_gate: true; transformers' Qwen3NextAttention and
         # Qwen3_5Attention always project the gate (q_proj is 2 x heads x head_dim)
         attn_output_gate=c.get("attn_output_gate", default=True, kind=bool),
+    )
+
+
+def _kda(c: Config, layers: int, linear: tuple[int, ...] | None = None) -> dict[str, Any]:
+    """Kimi-Linear's KDA layers and heads (KimiLinearConfig.__post_init__): ``layer_types`` (read by
+    the caller), else the checkpoint's ``linear_attn_config`` ({full_attn_layers, kda_layers},
+    1-indexed; head_dim, num_heads, short_conv_kernel_size), else full attention at every 4th
+    layer from the 4th (0-indexed i % 4 == 0, i > 0)."""
+    sub = c.data.get("linear_attn_config") or {}
+    if not isinstance(sub, dict):
+        raise GpuplanError(f"{c.where}: linear_attn_config", "must be an object", "fix it or leave it out")
+    inner = Config(sub, f"{c.where}: linear_attn_config")
+    if linear is None:
+        kda = sub.get("kda_layers")
+        if isinstance(kda, list) and "full_attn_layers" in sub:
+            if not all(isinstance(i, int) and 1 <= i <= layers for i in kda):
+                raise GpuplanError(f"{c.where}: linear_attn_config.kda_layers", f"must list layers 1..{layers}")
+            linear = tuple(sorted(i - 1 for i in kda))
+        else:
+            linear = tuple(i for i in range(layers) if not (i and i % 4 == 0))
+    heads = inner.get("num_heads", default=c.get("linear_num_heads", default=32))
+    dim = inner.get("head_dim", default=c.get("linear_head_dim", default=128))
+    return dict(
+        linear_layers=linear,
+        linear_kind="kda",
+        linear_k_heads=heads,
+        linear_v_heads=heads,
+        linear_k_dim=dim,
+        linear_v_dim=dim,
+        linear_conv=inner.get("short_conv_kernel_size", default=c.get("linear_conv_kernel_dim", default=4)),
+        linear_state_bytes=_state_bytes(c),
     )
 
 
