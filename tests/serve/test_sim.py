@@ -172,3 +172,24 @@ def test_a_sliding_window_model_seats_as_many_sequences_as_serve_says_without_pr
     r = simulate(d, cfg, w, clients=seats)
     # counted as full layers the pool held fewer and the run preempted hundreds of times
     assert r.preemptions == 0 and np.isfinite(r.e2e_s).all()
+
+
+def test_a_hybrid_model_seats_as_many_sequences_as_serve_says_without_preempting():
+    # qwen3-next: 36 of its 48 layers hold a fixed state per sequence, paged as vLLM V1 pages it
+    # (memory.block_tokens, state_blocks); serve's seats and serve-sim's blocks must agree
+    from gpuplan.serve.engines import engine_config
+    from gpuplan.serve.plan import ServeRequest, estimate_serving
+
+    g = catalog.gpu("h100-sxm")
+    m = catalog.model("qwen3-next-80b-a3b")
+    cfg = engine_config("vllm", g)
+    length = ("30000", "40")
+    seats = estimate_serving(
+        ServeRequest(m, g, tp=4, input_len=30_000, output_len=40, max_throughput=True, config=cfg)
+    ).max_concurrency
+    assert seats >= 4
+    d = Deployment(m, g, weight_format("bf16", g), kv_format("bf16"), tp=4)
+    fits = simulate(
+        d, cfg, Workload.closed(seats, Lengths.parse(length[0], "i"), Lengths.parse(length[1], "o")), clients=seats
+    )
+    assert fits.preemptions == 0 and np.isfinite(fits.e2e_s).all()

@@ -2,8 +2,9 @@
 
 One generic shape covers every supported family (Llama 2-4, Mistral, Mixtral, Qwen2/3, Qwen3-MoE,
 Gemma 2/3, Phi-3/4, gpt-oss, GLM-4 MoE, DeepSeek-V2/V3, GPT-2, OPT, BLOOM, GPT-NeoX, Falcon): the
-per-family differences are fields (biases, norm kind, gated MLP, QK norms, MoE layout, MLA). ``gpuplan.specs.hf`` builds a ModelSpec from a Hugging Face
-``config.json``.
+per-family differences are fields (biases, norm kind, gated MLP, QK norms, MoE layout, MLA,
+linear-attention layers: Gated DeltaNet, Kimi Delta Attention or Mamba-2 beside softmax ones).
+``gpuplan.specs.hf`` builds a ModelSpec from a Hugging Face ``config.json``.
 """
 
 from __future__ import annotations
