@@ -949,4 +949,15 @@ def decoder(c: Config, name: str, model_type: str) -> ModelSpec:
     mtp = c.data.get("num_nextn_predict_layers") or c.data.get("num_mtp_layers")
     if mtp:
         notes.append(f"{mtp} multi-token-prediction layer(s) not counted (transformers does not build them)")
+    mtp = c.data.get("mtp_num_hidden_layers")  # Qwen3.5's
+    if mtp:
+        notes.append(f"{mtp} multi-token-prediction layer(s) not counted (transformers does not build them)")
+    if kw.get("linear_layers"):
+        kind = {"gdn": "Gated DeltaNet", "kda": "Kimi Delta Attention", "mamba2": "Mamba-2"}[
+            kw.get("linear_kind", "gdn")
+        ]
+        notes.append(
+            f"{len(kw['linear_layers'])} of {layers} layers are {kind} linear attention: "
+            "a fixed state per sequence instead of a KV cache"
+        )
     return ModelSpec(notes=tuple(notes), **kw)
