@@ -165,6 +165,7 @@ def test_preempted_then_warned_of_the_time_limit_requeued_twice_resumes_to_the_s
 
     def back_to_running(c, job, what):
         c.wait_for(lambda: c.state(job) == "PENDING", 120, f"the job to wait in the queue after {what}")
+        requeued_at = time.time()
         # the last run must be cleaned up (the node idle, not completing), or the next start's
         # credential is refused ("Job 1 already killed, do not launch batch job")
         c.wait_for(
@@ -175,6 +176,11 @@ def test_preempted_then_warned_of_the_time_limit_requeued_twice_resumes_to_the_s
             60,
             f"the job's last run to end after {what}",
         )
+        # slurmd refuses a launch credential made in the same second the job's last run was revoked
+        # (slurm_cred.c: a credential is revoked when its ctime <= the job's revoke time, both in
+        # whole seconds): "Job ... already killed, do not launch batch job", and slurmctld then
+        # ends the job as failed. Under load the update below came within that second
+        time.sleep(max(0.0, requeued_at + 2.0 - time.time()))
         upd = c.sh("scontrol", "update", f"JobId={job}", "StartTime=now")  # BeginTime: skip the requeue delay
         assert upd.returncode == 0 or c.state(job) != "PENDING", upd.stderr
 
