@@ -25,7 +25,7 @@ from gpuplan.specs.parallel import ParallelPlan
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-from cache_oracle import cache_bytes  # noqa: E402
+from cache_oracle import cache_after_forward, padded_conv_flops  # noqa: E402
 
 _TEXT = dict(
     vocab_size=512,
@@ -102,18 +102,15 @@ def test_forward_flops_equal_flop_counter_on_transformers_chunked_scan():
     torch_states = 2 * batch * (chunks + 1) ** 2 * heads * p * n
     kernel_states = batch * seq * heads * 2 * n * p / q
     # nn.Conv1d pads by taps - 1 on both sides and transformers drops the extra outputs
-    padded = 2 * (heads * p + 2 * 4 * n) * taps * (taps - 1) * batch
+    padded = padded_conv_flops(heads * p + 2 * 4 * n, taps, batch)
     per_layer = torch_states - kernel_states + padded
     assert predicted + m.num_linear_layers * per_layer == pytest.approx(counter.get_total_flops(), rel=1e-12)
 
 
 def test_the_cache_holds_kv_for_attention_layers_and_a_state_for_mamba_ones():
     config = dict(CONFIGS["bamba-head-dim"], attn_layer_indices=[1], mamba_ssm_dtype="float32")
-    model = _hf(config).to(torch.bfloat16)
     context = 50
-    with torch.no_grad():
-        cache = model(input_ids=torch.randint(0, 512, (1, context)), use_cache=True).past_key_values
-    kv, states = cache_bytes(cache)
+    kv, states = cache_after_forward(_hf(config), context)
     m = model_from_hf_config(config)
     assert m.num_linear_layers * state_bytes_per_layer(m) == states
     assert kv_bytes_per_sequence(m, kv_format("bf16"), context) == kv + states

@@ -300,29 +300,39 @@ def ssd_times(m: ModelSpec, gpu: GPUSpec, head_tokens: float, a: float, dtype: s
     return fwd, bwd
 
 
+def linear_scan_times(
+    m: ModelSpec, gpu: GPUSpec, head_tokens: float, longest: int, a: float, dtype: str
+) -> tuple[float, float]:
+    """(forward, backward) seconds of a linear-attention layer's chunked scan over ``head_tokens``
+    (tokens x heads on this GPU), the longest sequence ``longest`` tokens: Mamba-2's SSD kernels
+    (``ssd_times``), else FLA's chunked delta rule (``gated_delta_times``, Kimi Delta Attention's
+    kernels timed as Gated DeltaNet's). Training and serving's prefill both read it."""
+    if m.linear_kind == "mamba2":
+        return ssd_times(m, gpu, head_tokens, a, dtype)
+    return gated_delta_times(m, gpu, head_tokens, longest, a, dtype)
+
+
 def _linear_attention(m: ModelSpec, gpu: GPUSpec, s: LayerShape, out: OpTimes) -> None:
-    """A Gated DeltaNet layer's token mixing on this GPU (its projections are GEMMs above): the
+    """A linear-attention layer's token mixing on this GPU (its projections are GEMMs above): the
     causal depthwise conv with SiLU over q, k, v (a read and a write each way; backward reads the
     gradient too), q and k L2-normalised, the gates (softplus, sigmoid: per head), the chunked
     delta rule at HBM speed or its FLOPs at the sustained tensor rate, whichever binds
     (``gated_delta_bytes``), and the gated RMSNorm norm(o) x SiLU(z) before the output projection.
-    Heads split over TP. The rule's kernel time is fitted on published kernel timings
-    (``gated_delta_times``); no published training run checks the whole layer: a plan with linear
-    attention says so (validate.uncalibrated_features)."""
+    Heads split over TP; Mamba-2 has neither the q/k norms nor separate gate kernels. The scan's
+    time: ``linear_scan_times``; no published training run checks the whole layer: a plan with
+    linear attention says so (validate.uncalibrated_features)."""
     a, T, tp = s.act_bytes, s.tokens, s.tp
     kd = m.linear_k_heads * m.linear_k_dim / tp
     vd = m.linear_v_heads * m.linear_v_dim / tp
     heads = m.linear_v_heads / tp
     conv = 2 * kd + vd
     out.add("conv", fwd=memory_time(gpu, 2 * a * T * conv), b=memory_time(gpu, 3 * a * T * conv, 2))
-    if m.linear_kind == "mamba2":  # no q/k norm; dt's softplus runs inside the scan's cumsum kernel
-        fwd, bwd = ssd_times(m, gpu, T * heads, a, high_precision(s.dtype))
-    else:
+    if m.linear_kind != "mamba2":  # Mamba-2: no q/k norm; dt's softplus runs inside the scan's cumsum kernel
         out.add("norm", fwd=memory_time(gpu, 2 * a * T * 2 * kd, 2), b=memory_time(gpu, 3 * a * T * 2 * kd, 2))
         # the decay's softplus/exp and beta's sigmoid: per head (Gated DeltaNet) or per channel (KDA)
         width = kd if m.linear_kind == "kda" else heads
         out.add("gates", fwd=memory_time(gpu, 4 * FP32 * T * width, 2), b=memory_time(gpu, 6 * FP32 * T * width, 2))
-        fwd, bwd = gated_delta_times(m, gpu, T * heads, s.seq, a, high_precision(s.dtype))
+    fwd, bwd = linear_scan_times(m, gpu, T * heads, s.seq, a, high_precision(s.dtype))
     out.add("linear_attention", fwd=fwd, b=bwd, core=True)
     out.add("norm", fwd=memory_time(gpu, 3 * a * T * vd), b=memory_time(gpu, 5 * a * T * vd))
 

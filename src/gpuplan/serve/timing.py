@@ -35,7 +35,7 @@ import numpy as np
 
 from gpuplan.errors import require
 from gpuplan.estimate.comm import collective_time, efficiency, place
-from gpuplan.estimate.compute import _local_gemm, gated_delta_times, ssd_times
+from gpuplan.estimate.compute import _local_gemm, linear_scan_times
 from gpuplan.estimate.flops import indexer_flops_per_key, linear_attention_flops_per_token
 from gpuplan.estimate.kernels import flash_time, gemm_compute_time, memory_time
 from gpuplan.estimate.params import embedding_tensors, head_tensors, layer_tensors
@@ -252,13 +252,10 @@ class StepModel:
                 flops = prefill / d.kv_groups * indexer_flops_per_key(m) * held
                 fwd, _ = flash_time(gpu, self.prefill_attention_dtype, flops, max(1.0, 2 * prefill_context))
                 attn += m.num_layers * fwd
-            if m.linear_layers:  # Gated DeltaNet's chunked rule over the prompt tokens
+            if m.linear_layers:  # the linear layers' chunked scan over the prompt tokens
                 heads = m.linear_v_heads / d.tp
                 longest = max(1, math.ceil(2 * prefill_context))  # a whole prompt's chunks, one after another
-                if m.linear_kind == "mamba2":
-                    fwd, _ = ssd_times(m, gpu, prefill * heads, 2, d.dtype16)
-                else:
-                    fwd, _ = gated_delta_times(m, gpu, prefill * heads, longest, 2, d.dtype16)
+                fwd, _ = linear_scan_times(m, gpu, prefill * heads, longest, 2, d.dtype16)
                 attn += m.num_linear_layers * fwd
         parts["attention"] = attn
 
