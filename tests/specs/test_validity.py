@@ -66,20 +66,21 @@ def test_scalar_and_grid_agree_on_the_batch_rules(schedule):
 @pytest.mark.parametrize(
     "model,gpus,seq", [("llama-3.1-70b", 64, 8192), ("mixtral-8x7b", 96, 4096), ("deepseek-v3", 512, 4096)]
 )
-def test_every_layout_the_search_enumerates_gets_the_same_verdict_as_one_plan(model, gpus, seq):
+@pytest.mark.parametrize("cp_comm", ["p2p", "a2a"])
+def test_every_layout_the_search_enumerates_gets_the_same_verdict_as_one_plan(model, gpus, seq, cp_comm):
     m, gpu = catalog.model(model), catalog.gpu("h100-sxm")
     layouts = enumerate_layouts(m, gpu, gpus, max_vp=4)
     rules = validity.STRUCTURE + validity.MODEL
-    vector = validity.reasons(rules, layout_view(layouts, seq), m)
+    vector = validity.reasons(rules, layout_view(layouts, seq, cp_comm), m)
     for lo, code in zip(layouts, vector.tolist()):
         plan = ParallelPlan(
             dp=lo.dp, tp=lo.tp, pp=lo.pp, cp=lo.cp, ep=lo.ep, etp=lo.etp, vp=lo.vp, schedule=lo.schedule
         )
-        rule = validity.check(m, plan, seq)
+        rule = validity.check(m, plan, seq, cp_comm=cp_comm)
         assert (rule.reason if rule else None) == (rules[code].reason if code >= 0 else None), lo
     # and the search counts exactly those rejections
     rejected: Counter = Counter()
-    kept, considered = _layouts(m, gpu, gpus, TrainingConfig(seq_len=seq), 4, 1, rejected)
+    kept, considered = _layouts(m, gpu, gpus, TrainingConfig(seq_len=seq, cp_comm=cp_comm), 4, 1, rejected)
     assert considered == len(layouts) and len(kept) == int((vector < 0).sum())
     assert sum(rejected.values()) == int((vector >= 0).sum())
 

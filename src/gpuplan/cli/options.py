@@ -77,6 +77,26 @@ FrameworkOpt = Annotated[
         "defaults, every option open). Sets kernels, overlap, schedules, recompute and memory layout."
     ),
 ]
+# Context parallelism's K,V exchange (TrainingConfig.cp_comm) and its sequence split
+CpCommOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--cp-comm",
+        help="Context parallelism's K,V exchange (Megatron --cp-comm-type): p2p (ring attention, the "
+        "exchange hidden behind each step's kernel), all_gather (K,V gathered once, Llama 3's way) or "
+        "a2a (DeepSpeed-Ulysses: all-to-alls split heads, not the sequence; cp must divide the heads "
+        "per tp rank) (default: the framework's; generic: p2p).",
+    ),
+]
+CpLoadBalanceOpt = Annotated[
+    bool,
+    typer.Option(
+        "--cp-load-balance/--no-cp-load-balance",
+        help="Split the sequence into head-tail chunks so every CP rank has the same causal work "
+        "(off: PyTorch's context parallel without its load balancer; the last rank does 2 - 1/cp "
+        "of the mean).",
+    ),
+]
 
 RunFormatOpt = Annotated[
     str | None,

@@ -74,6 +74,11 @@ def render_train(est) -> None:
         + f") on {p.world_size} x {req.gpu.name}: dp={p.dp} tp={p.tp} pp={p.pp} cp={p.cp} ep={p.ep}"
         + (f" etp={p.etp}" if p.etp is not None else "")
         + f" zero={p.zero}{' sp' if p.sp and p.tp > 1 else ''}{f' vp={p.vp}' if p.vp > 1 else ''}"
+        + (
+            f" (cp by {req.config.cp_exchange}{'' if req.config.cp_load_balance else ', unbalanced'})"
+            if p.cp > 1
+            else ""
+        )
     )
     console.print(
         f"seq {req.config.seq_len}, micro-batch {req.config.micro_batch}, global batch {req.global_batch}"

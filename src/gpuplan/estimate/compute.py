@@ -26,6 +26,7 @@ from gpuplan.estimate.comm import efficiency
 from gpuplan.estimate.expert_bias import expert_bias_passes
 from gpuplan.estimate.flops import (
     GDN_CHUNK,
+    cp_attention_imbalance,
     gated_delta_flops_per_head,
     indexer_flops_per_key,
     mean_context,
@@ -184,6 +185,8 @@ class LayerShape:
     moe_dispatcher: str = ""  # the MoE token dispatcher (TrainingConfig.moe_dispatcher; "" not stated)
     te_op_fuser: bool = False  # TransformerEngine's op fuser runs the experts' MLP (TrainingConfig.te_op_fuser)
     full_cuda_graph: bool = False  # the whole step one CUDA graph: token counts stay on the device
+    cp_comm: str = "p2p"  # context parallelism's K,V exchange (TrainingConfig.cp_comm)
+    cp_balanced: bool = True  # head-tail load-balanced sequence chunks (TrainingConfig.cp_load_balance)
 
 
 def gated_delta_bytes(dk: int, dv: int, a: float) -> tuple[float, float]:
@@ -409,23 +412,40 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool, linear
     elif s.attention == "flash":
         # per layer kind, its share of the layers, the keys a query block walks (the kernel's
         # ramp: a sliding-window or chunked layer's kernel runs at the rate of its window, a
-        # full layer's at the sequence's) and the mean context its FLOPs cover
-        kinds = [(1.0, s.seq, mean_context(s.seq, None, True))]
+        # full layer's at the sequence's), the mean context its FLOPs cover and its mask's window
+        kinds: list[tuple[float, int, float, int | None, bool]] = [
+            (1.0, s.seq, mean_context(s.seq, None, True), None, False)
+        ]
         if m.index_topk and not s.eager:
             # DSA: a sparse MLA kernel (FlashMLA's) walks the index_topk keys the indexer picked;
             # transformers' eager and SDPA paths mask a dense attention instead (DeepseekV32Indexer)
-            kinds = [(1.0, min(s.seq, m.index_topk), mean_context(s.seq, m.index_topk, True))]
+            kinds = [(1.0, min(s.seq, m.index_topk), mean_context(s.seq, m.index_topk, True), m.index_topk, False)]
         if m.num_sliding_layers:
             frac = m.num_sliding_layers / m.num_attention_layers
             kinds = [
-                (1.0 - frac, s.seq, kinds[0][2]),
-                (frac, min(s.seq, window or s.seq), mean_context(s.seq, window, True, m.attention_chunked)),
+                (1.0 - frac, *kinds[0][1:]),
+                (
+                    frac,
+                    min(s.seq, window or s.seq),
+                    mean_context(s.seq, window, True, m.attention_chunked),
+                    window,
+                    m.attention_chunked,
+                ),
             ]
         per_ctx = 2.0 * s.micro_batch * heads * (m.qk_head_dim + m.v_dim) * s.seq / s.cp
         fwd = bwd = 0.0
-        for share, span, ctx in kinds:
+        for share, span, ctx, mask_window, chunked in kinds:
             if share > 0:
-                f, b = flash_time(gpu, attn_dtype, per_ctx * ctx, span / s.cp, s.attention_kernel, m.qk_head_dim)
+                # ring attention (p2p) runs one kernel per step on a chunk of s / cp keys; the
+                # all-gather's local query chunks walk the gathered keys, and the all-to-all's
+                # kernel the whole sequence on heads / cp: both ramp as one kernel over the sequence
+                kernel_span = span / s.cp if s.cp_comm == "p2p" else span
+                f, b = flash_time(gpu, attn_dtype, per_ctx * ctx, kernel_span, s.attention_kernel, m.qk_head_dim)
+                # the sequence-split exchanges wait on the busiest rank's keys (the a2a's head split
+                # gives every rank the same work)
+                if s.cp > 1 and s.cp_comm != "a2a":
+                    imbalance = cp_attention_imbalance(s.seq, s.cp, mask_window, s.cp_balanced, chunked)
+                    f, b = f * imbalance, b * imbalance
                 fwd, bwd = fwd + share * f, bwd + share * b
         out.add("attention", fwd=fwd, b=bwd, core=True)
     else:

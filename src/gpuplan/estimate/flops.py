@@ -43,6 +43,48 @@ def mean_context(seq_len: int, window: int | None, causal: bool, chunked: bool =
     return (window * (window + 1) / 2 + (s - window) * window) / s
 
 
+def _keys_before(n: float, window: int | None, chunked: bool) -> float:
+    """(query, key) pairs of a causal mask's first ``n`` query positions: position i sees i + 1
+    keys, at most ``window`` (a sliding window), or (i mod window) + 1 (chunked attention)."""
+    if not window:
+        return n * (n + 1) / 2
+    if chunked:
+        full, rest = divmod(n, window)
+        return full * window * (window + 1) / 2 + rest * (rest + 1) / 2
+    if n <= window:
+        return n * (n + 1) / 2
+    return window * (window + 1) / 2 + (n - window) * window
+
+
+def cp_attention_imbalance(
+    seq_len: int, cp: int, window: int | None = None, balanced: bool = True, chunked: bool = False
+) -> float:
+    """The busiest context-parallel rank's causal attention work over the mean rank's.
+
+    Ring attention moves in lock step (each rank's next step waits for its neighbour's K and V),
+    so a layer takes the busiest rank's time. A contiguous split (``balanced`` False: PyTorch's
+    context parallel without its load balancer, ``_cp_options.enable_load_balance`` False) gives
+    the last rank the most keys: 2 - 1/cp of the mean under a full causal mask. The load-balanced
+    split cuts the sequence into 2 x cp chunks and gives rank r chunks r and 2cp - 1 - r
+    (TransformerEngine's DualChunkSwap, context_parallel.py ``attn_forward_func_with_cp``;
+    PyTorch's head-tail balancer; Liu et al. 2023's striping argument), which is exact for a full
+    causal mask and near 1 under a window."""
+    if cp <= 1:
+        return 1.0
+
+    def pairs(a: float, b: float) -> float:
+        return _keys_before(b, window, chunked) - _keys_before(a, window, chunked)
+
+    if balanced:
+        h = seq_len / (2 * cp)
+        work = [pairs(r * h, (r + 1) * h) + pairs((2 * cp - 1 - r) * h, (2 * cp - r) * h) for r in range(cp)]
+    else:
+        c = seq_len / cp
+        work = [pairs(r * c, (r + 1) * c) for r in range(cp)]
+    mean = sum(work) / cp
+    return max(work) / mean if mean > 0 else 1.0
+
+
 # FLA's chunk_gated_delta_rule works on chunks of 64 tokens (chunk_size BT = 64 in
 # fla/ops/gated_delta_rule/chunk.py), as Megatron-Core's GatedDeltaNet and transformers'
 # torch_chunk_gated_delta_rule (chunk_size=64) run it

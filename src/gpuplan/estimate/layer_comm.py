@@ -6,8 +6,10 @@ block, forward and mirrored backward (Korthikanti et al. 2022, section 4.2.2), M
 the input once more for the weight gradient; without it one all-reduce per block each way (Shoeybi
 et al. 2019, the f and g operators). Overlap (TransformerEngine's userbuffers, PyTorch's async TP)
 hides each behind the GEMM it feeds or drains (``tp_partners``), never the attention core.
-Context parallelism: ring attention's KV exchange, cp-1 steps each hidden behind one chunk's
-attention (Liu et al. 2023). Experts: the all-to-all dispatcher's collectives
+Context parallelism by its exchange (TrainingConfig.cp_comm): ring attention's KV hops, cp-1
+steps each hidden behind one chunk's attention (Liu et al. 2023); the all-gather of K,V and the
+reduce-scatter of their gradients (Llama 3), or the all-to-alls of DeepSpeed-Ulysses, exposed.
+Experts: the all-to-all dispatcher's collectives
 (``_moe_dispatch_comm``). FSDP / ZeRO-3: the layer's weights gathered for forward and backward,
 its gradients reduce-scattered, prefetched behind the neighbouring layer. ``CommLine`` records a
 dimension's collectives over a step.
@@ -184,6 +186,33 @@ def layer_comm(
             )
             e_f, e_b = e_f + t, e_b + t
         out["cp"] = (2 if full else 1) * e_f + e_b
+    elif plan.cp > 1 and cfg.cp_exchange == "all_gather":
+        # TransformerEngine's AttnFuncWithCPAndKVAllGather (context_parallel.py): K and V of the
+        # whole sequence gathered over the CP group before the local query chunks' kernels, again
+        # at the start of the backward, which reduce-scatters dK and dV back; nothing computes
+        # while they run (Dubey et al. 2024, the Llama 3 paper, section 3.3.2: "the all-gather
+        # communication latency is exposed in the critical path", small under GQA)
+        g = groups["cp"]
+        kv = m.num_heads * (m.qk_head_dim + m.v_dim) if m.is_mla else 2 * m.num_kv_heads * m.head_dim
+        size = plan.cp * T * kv / plan.tp * a  # the gathered K and V (the collective's whole buffer)
+        passes = 2 if full or "core_attn" in cfg.recomputed else 1
+        t_ag = comm["cp"].add("all-gather", size, g, gpu, count * (passes + 1))
+        t_rs = comm["cp"].add("reduce-scatter", size, g, gpu, count)
+        out["cp"] = (passes + 1) * t_ag + t_rs
+    elif plan.cp > 1 and cfg.cp_exchange == "a2a":
+        # DeepSpeed-Ulysses (Jacobs et al. 2023, section 3.1; TransformerEngine's
+        # AttnFuncWithCPAndQKVOA2A): all-to-alls turn Q, K, V from a sequence split into a head
+        # split before the kernel and the output back after it; the backward mirrors them (dO in,
+        # dQ, dK, dV out). Each rank exchanges (cp - 1) / cp of its tensors with nothing to hide
+        # behind: the attention needs them all.
+        g = groups["cp"]
+        kv = m.num_heads * (m.qk_head_dim + m.v_dim) if m.is_mla else 2 * m.num_kv_heads * m.head_dim
+        qkv = T * (m.num_heads * m.qk_head_dim + kv) / plan.tp * a
+        o = T * m.num_heads * m.v_dim / plan.tp * a
+        passes = 2 if full or "core_attn" in cfg.recomputed else 1
+        t_in = comm["cp"].add("all-to-all", qkv, g, gpu, count * (passes + 1))
+        t_out = comm["cp"].add("all-to-all", o, g, gpu, count * (passes + 1))
+        out["cp"] = (passes + 1) * (t_in + t_out)
     elif plan.cp > 1:
         # ring attention: cp-1 steps, each sending this rank's K,V chunk while computing on the
         # previous one; the backward also passes dK, dV (Liu et al. 2023; Megatron-Core CP)

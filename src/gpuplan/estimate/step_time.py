@@ -107,6 +107,8 @@ def _shape(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) -> LayerShape:
         moe_dispatcher=cfg.moe_dispatcher if m.is_moe and plan.ep > 1 else "",
         te_op_fuser=cfg.te_op_fuser,
         full_cuda_graph=cfg.full_cuda_graph,
+        cp_comm=cfg.cp_exchange,
+        cp_balanced=cfg.cp_load_balance,
     )
 
 

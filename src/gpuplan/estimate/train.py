@@ -94,7 +94,7 @@ def validate(req: TrainRequest) -> None:
     c = req.config
     m, p = req.model, req.plan
     check_plan(get_framework(c.framework), p)  # first what the framework cannot run at all
-    validity.require_valid(m, p, c.seq_len, c.micro_batch, req.global_batch)
+    validity.require_valid(m, p, c.seq_len, c.micro_batch, req.global_batch, c.cp_exchange)
     for n in stage_layers(m, p):  # raises for a split that cannot run (vp chunks, first/last stage layers)
         offloaded_layers(c, n, p.vp)  # and for more offloaded layers than a chunk holds
     if req.mfu is not None:
@@ -292,7 +292,12 @@ def to_dict(est: TrainEstimate) -> dict:
             "microbatches": req.microbatches,
         },
         # compile_loss None means "with compile": the JSON states what ran
-        "training": {**dataclasses.asdict(req.config), "compile_loss": req.config.compiled_loss, "tokens": tokens},
+        "training": {
+            **dataclasses.asdict(req.config),
+            "compile_loss": req.config.compiled_loss,
+            "cp_comm": req.config.cp_exchange,
+            "tokens": tokens,
+        },
         "memory": {
             "per_gpu": stage_dict(mem.per_gpu),
             "most_loaded_stage": mem.per_gpu.stage,

@@ -99,12 +99,14 @@ SOURCES = (
     # gradients), bf16, FlashAttention. Its pipeline is interleaved 1F1B (section 3.3.2) drawn in
     # Fig. 6 with two stages per rank; the paper gives no other V, so V = 2. "We reduce one
     # Transformer layer each from the first and the last stages" (section 3.3.2): 7 / 8 x 14 / 7.
+    # Its context parallelism is all-gather based: "we first all-gather the key (K) and value (V)
+    # tensors, and then compute attention output for the local query (Q) tensor chunk" (3.3.2).
     Source(
         "Llama 3 paper",
         "Meta (Llama 3 paper, section 3.3)",
         "llama",
         "generic",
-        dict(attention="flash", tp_overlap=True),
+        dict(attention="flash", tp_overlap=True, cp_comm="all_gather"),
         plan=dict(vp=2, first_stage_layers=7, last_stage_layers=7),
         sp=True,
     ),

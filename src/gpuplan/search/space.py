@@ -106,12 +106,12 @@ def enumerate_layouts(
     return out
 
 
-def layout_view(layouts: list[Layout], seq_len: int) -> validity.View:
+def layout_view(layouts: list[Layout], seq_len: int, cp_comm: str = "p2p") -> validity.View:
     """Layouts as arrays for the plan-validity rules (the search assumes sequence parallelism)."""
     col = {k: np.array([getattr(lo, k) for lo in layouts]) for k in ("tp", "cp", "pp", "dp", "ep", "vp", "schedule")}
     etp = np.array([lo.expert_tp for lo in layouts])
     folded = np.array([lo.etp is not None for lo in layouts])
-    return validity.View(**col, etp=etp, folded=folded, sp=True, seq_len=seq_len)
+    return validity.View(**col, etp=etp, folded=folded, sp=True, seq_len=seq_len, cp_comm=cp_comm)
 
 
 def valid_layouts(
@@ -144,7 +144,7 @@ def valid_layouts(
         if not layouts:
             return [], considered
     rules = validity.STRUCTURE + validity.MODEL
-    codes = validity.reasons(rules, layout_view(layouts, base.seq_len), m)
+    codes = validity.reasons(rules, layout_view(layouts, base.seq_len, base.cp_exchange), m)
     _count(rejected, rules, codes, per_layout)
     out = []
     for lo, c in zip(layouts, codes.tolist()):

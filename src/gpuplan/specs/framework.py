@@ -22,6 +22,10 @@ What a profile decides, and where gpuplan reads it:
   ``params.op_sac_kept``; ``selective_semantics`` says which a framework has);
 * ``fp8_recipe``: how FP8 runs (documentation; memory follows ``profile``);
 * ``autocast``: torch.autocast over fp32 parameters (hf): the casts it adds to every step;
+* ``cp_comms`` and ``cp_unbalanced``: the context-parallel K,V exchanges it has, its default first
+  (TrainingConfig.cp_comm: Megatron-Core's p2p ring, all_gather or a2a; PyTorch's ring for
+  torchtitan and hf; DeepSpeed-Ulysses' all-to-all), and whether it can split the sequence
+  without load balancing;
 * ``sharded_fp32_params``: the memory layout under ZeRO-3. Megatron's distributed optimizer and
   DeepSpeed keep BF16 weights beside sharded FP32 masters; FSDP2 (torchtitan) shards the FP32
   parameters themselves and holds BF16 only for the gathered blocks.
@@ -83,6 +87,10 @@ class Framework:
     # --cross-entropy-loss-fusion: jit-fused upcast+max, sub+exp+sum, div, and mul+cast in backward)
     # or one kernel per op (its default: megatron/core/tensor_parallel/cross_entropy.py)
     fused_cross_entropy: bool = True
+    # context parallelism's K,V exchanges it has (specs/training.py CP_COMMS), its default first,
+    # and whether it can split the sequence without load balancing (TrainingConfig.cp_load_balance)
+    cp_comms: tuple[str, ...] = ("p2p", "all_gather", "a2a")
+    cp_unbalanced: bool = True
 
     def __post_init__(self) -> None:
         if self.profile not in ("fused", "eager") or self.attention not in ("flash", "eager"):
@@ -114,6 +122,9 @@ FRAMEWORKS: dict[str, Framework] = {
             grad_fp32=True,
             schedules=("1f1b",),
             fused_cross_entropy=False,
+            # --cp-comm-type p2p (default) | all_gather | a2a; the batch is always cut into
+            # load-balanced head-tail chunks (megatron/core/utils.py get_batch_on_this_cp_rank)
+            cp_unbalanced=False,
         ),
         Framework(
             name="nemo",
@@ -124,6 +135,7 @@ FRAMEWORKS: dict[str, Framework] = {
             grad_fp32=True,
             schedules=("1f1b",),
             tp_overlap=True,
+            cp_unbalanced=False,  # Megatron-Core's get_batch_on_this_cp_rank, as megatron
         ),
         Framework(
             name="torchtitan",
@@ -148,6 +160,10 @@ FRAMEWORKS: dict[str, Framework] = {
             per_op_sac=True,
             selective_semantics="per-op SAC (torchtitan): every other matmul output and the attention output kept",
             fp8_recipe="torchao Float8Linear dynamic scaling: BF16 weights recast per GEMM, no cached copy",
+            # PyTorch's context parallel (torch/distributed/tensor/experimental/_attention.py): ring
+            # attention whose K,V rotate by all-gather or all-to-all, one SDPA call per step, with an
+            # optional head-tail load balancer (_cp_options.enable_load_balance)
+            cp_comms=("p2p",),
         ),
         Framework(
             name="deepspeed",
@@ -165,6 +181,10 @@ FRAMEWORKS: dict[str, Framework] = {
             recompute=("none", "full"),
             can_tp_overlap=False,
             fp8_recipe="none built in (TransformerEngine through the model or accelerate)",
+            # DeepSpeed-Ulysses (deepspeed/sequence/layer.py DistributedAttention): all-to-alls
+            # around the attention, no ring
+            cp_comms=("a2a",),
+            cp_unbalanced=False,
         ),
         Framework(
             name="hf",
@@ -185,6 +205,7 @@ FRAMEWORKS: dict[str, Framework] = {
             can_tp_overlap=False,
             fp8_recipe="accelerate's TransformerEngine or torchao backend",
             autocast=True,
+            cp_comms=("p2p",),  # accelerate's context parallelism runs PyTorch's ring attention
         ),
     )
 }
@@ -201,9 +222,21 @@ def _refuse(fw: Framework, field: str, what: str, alternatives: str) -> GpuplanE
     return GpuplanError(field, f"the {fw.name} profile has no {what}", f"use {alternatives}, or another `framework`")
 
 
-def check_config(fw: Framework, *, recompute: str, tp_overlap: bool, modules: tuple[str, ...] = ()) -> None:
+def check_config(
+    fw: Framework,
+    *,
+    recompute: str,
+    tp_overlap: bool,
+    modules: tuple[str, ...] = (),
+    cp_comm: str | None = None,
+    cp_load_balance: bool = True,
+) -> None:
     """Refuse training options the framework cannot run (one line, naming the profile and the
     alternatives)."""
+    if cp_comm is not None and cp_comm not in fw.cp_comms:
+        raise _refuse(fw, "cp_comm", f"{cp_comm} context-parallel exchange", "`cp_comm` " + " or ".join(fw.cp_comms))
+    if not cp_load_balance and not fw.cp_unbalanced:
+        raise _refuse(fw, "cp_load_balance", "unbalanced context-parallel split", "`cp_load_balance=true`")
     if recompute not in fw.recompute:
         raise _refuse(fw, "recompute", f"{recompute} recompute", "`recompute` " + " or ".join(fw.recompute))
     if modules and not fw.recompute_modules:

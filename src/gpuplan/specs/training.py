@@ -36,6 +36,13 @@ RECOMPUTE = ("none", "selective", "full")
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "shared_experts")
 ATTENTION = ("flash", "eager")
 ATTENTION_KERNELS = ("fa3", "fa2", "sdpa")
+# How context parallelism exchanges keys and values (Megatron-Core's --cp-comm-type, the names of
+# TransformerEngine's attn_forward_func_with_cp): "p2p" ring attention (cp - 1 steps, each passing
+# one K,V chunk to the next rank while the current one computes); "all_gather" (K and V gathered
+# once before the local queries' kernels, Llama 3's way, Dubey et al. 2024 section 3.3.2);
+# "a2a" (DeepSpeed-Ulysses, Jacobs et al. 2023: all-to-alls turn the sequence split into a head
+# split, attention runs over the whole sequence on heads / cp, and back)
+CP_COMMS = ("p2p", "all_gather", "a2a")
 PROFILES = ("fused", "eager")
 
 
@@ -78,6 +85,10 @@ class TrainingConfig:
     # which flash kernel: fa3 (FlashAttention-3 or cuDNN fused attention, what TransformerEngine picks
     # on Hopper) or fa2 (FlashAttention-2: PyTorch SDPA's flash backend, the flash_attn 2 package)
     attention_kernel: str = "fa3"
+    # context parallelism's K,V exchange (CP_COMMS; None: the framework's) and whether the
+    # sequence is split into load-balanced head-tail chunks (flops.cp_attention_imbalance)
+    cp_comm: str | None = None
+    cp_load_balance: bool = True
     profile: str = "fused"  # fused: Megatron/TransformerEngine kernels; eager: plain PyTorch + transformers
     # Gradient accumulation dtype; None: fp32 for the fused profile (Megatron's main_grad buffer),
     # the weight dtype for eager PyTorch (FSDP/DDP reduce in the parameter dtype).
@@ -252,6 +263,19 @@ class TrainingConfig:
             f"use one of {', '.join(ATTENTION_KERNELS)}",
         )
         require(
+            self.cp_comm is None or self.cp_comm in CP_COMMS,
+            "cp_comm",
+            f"unknown context-parallel exchange {self.cp_comm!r}",
+            f"use one of {', '.join(CP_COMMS)}",
+        )
+        require(
+            self.cp_load_balance or self.cp_exchange == "p2p",
+            "cp_load_balance",
+            f"only ring attention (p2p) splits the sequence without load balancing; {self.cp_exchange} "
+            "always takes head-tail chunks (TransformerEngine's DualChunkSwap) or whole heads (a2a)",
+            "drop `cp_load_balance=false`, or use `cp_comm=p2p`",
+        )
+        require(
             self.recompute in RECOMPUTE,
             "recompute",
             f"unknown recompute {self.recompute!r}",
@@ -325,7 +349,14 @@ class TrainingConfig:
             recompute=self.recompute,
             tp_overlap=self.tp_overlap,
             modules=self.recompute_modules,
+            cp_comm=self.cp_comm,
+            cp_load_balance=self.cp_load_balance,
         )
+
+    @property
+    def cp_exchange(self) -> str:
+        """The context-parallel K,V exchange that runs (``cp_comm``, else the framework's)."""
+        return self.cp_comm or get_framework(self.framework).cp_comms[0]
 
     @property
     def recomputed(self) -> frozenset[str]:

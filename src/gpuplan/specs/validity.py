@@ -16,6 +16,7 @@ by tp and pp under the engines' rules (``SERVING``: a KV head may be replicated 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -47,6 +48,7 @@ class Reason(StrEnum):
     ETP_DENSE = "expert tensor parallelism (etp) on a dense model"
     MOE_SEQUENCE = "MoE with tp > 1 needs sequence parallelism"
     CP_SEQUENCE = "cp (x tp) does not divide the sequence"
+    CP_A2A_HEADS = "cp does not divide the heads per tp rank (cp_comm a2a)"
     SP_SEQUENCE = "sequence parallelism needs seq_len / cp divisible by tp"
     BATCH = "global batch not divisible by dp x micro-batch"
     MICROBATCH_GROUPS = "interleaving needs micro-batches divisible by pp"
@@ -96,8 +98,12 @@ class View:
         micro_batch: Any = 1,
         global_batch: Any = None,
         uneven: Any = False,
+        cp_comm: Any = "p2p",
     ) -> None:
-        self.uneven = uneven  # first/last stage layers given: specs/split.py checks that split
+        self.uneven = uneven
+        self.a2a = (
+            cp_comm == "a2a"
+        )  # context parallelism by all-to-all: heads split over cp  # first/last stage layers given: specs/split.py checks that split
         self.tp, self.cp, self.pp, self.dp, self.ep, self.vp, self.sp = tp, cp, pp, dp, ep, vp, sp
         # the experts' tensor-parallel degree (None: tp) and whether it was set (MoE parallel folding)
         self.etp, self.folded = (tp if etp is None else etp), folded
@@ -280,6 +286,17 @@ MODEL: tuple[Rule, ...] = (
         lambda x, m: (f"cp={x.cp} does not divide seq_len={x.seq_len}", "use a cp that divides the sequence length"),
     ),
     Rule(
+        # the all-to-all hands each CP rank whole heads: TransformerEngine's AttnFuncWithCPAndQKVOA2A
+        # asserts "cp_comm_type='a2a' requires num_heads % cp_size == 0 for Q, K, V"
+        # (context_parallel.py), DeepSpeed-Ulysses likewise; a latent (MLA) head expands per head
+        Reason.CP_A2A_HEADS,
+        "cp",
+        lambda x, m: (
+            (not x.a2a) | (((m.num_heads // x.tp) % x.cp == 0) & (m.is_mla | ((m.num_kv_heads // x.tp) % x.cp == 0)))
+        ),
+        lambda x, m: _a2a_heads(x, m),
+    ),
+    Rule(
         Reason.SP_SEQUENCE,
         "seq_len",
         lambda x, m: (x.sp == 0) | (x.tp == 1) | ((x.seq_len // x.cp) % x.tp == 0),
@@ -376,6 +393,18 @@ def _linear_groups_key(m: ModelSpec) -> str:
     return "mamba_n_groups" if m.linear_kind == "mamba2" else "linear_num_key_heads"
 
 
+def _a2a_heads(x: View, m: ModelSpec) -> tuple[str, str]:
+    """The CP_A2A_HEADS rule's message and fix for one plan."""
+    q = m.num_heads // x.tp
+    kv = q if m.is_mla else m.num_kv_heads // x.tp
+    most = math.gcd(q, kv)
+    return (
+        f"cp_comm a2a splits the heads over cp={x.cp}, but a tp={x.tp} rank holds {q} query and {kv} key-value heads",
+        (f"use a cp dividing {most}, or " if most > 1 else "no cp > 1 divides them: use ")
+        + "`cp_comm=p2p` (ring attention splits the sequence, not the heads)",
+    )
+
+
 def require(rules: tuple[Rule, ...], x: View, m: ModelSpec | None = None) -> None:
     """Raise :class:`GpuplanError` naming the field and the fix for the first rule broken."""
     rule = first_violation(rules, x, m)
@@ -384,26 +413,33 @@ def require(rules: tuple[Rule, ...], x: View, m: ModelSpec | None = None) -> Non
         raise GpuplanError(rule.field, message, fix)
 
 
-def view(plan: Any, seq_len: int = 1, micro_batch: int = 1, global_batch: int | None = None) -> View:
+def view(
+    plan: Any, seq_len: int = 1, micro_batch: int = 1, global_batch: int | None = None, cp_comm: str = "p2p"
+) -> View:
     """One ParallelPlan (and optionally its batch) as the rules read it."""
     return View(
         tp=plan.tp, cp=plan.cp, pp=plan.pp, dp=plan.dp, ep=plan.ep, vp=plan.vp, sp=plan.sp,
         etp=getattr(plan, "etp", None), folded=getattr(plan, "etp", None) is not None,
         schedule=plan.schedule, seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch,
         uneven=getattr(plan, "first_stage_layers", None) is not None or getattr(plan, "last_stage_layers", None) is not None,
+        cp_comm=cp_comm,
     )  # fmt: skip
 
 
-def check(m: ModelSpec, plan: Any, seq_len: int, micro_batch: int = 1, global_batch: int | None = None) -> Rule | None:
+def check(
+    m: ModelSpec, plan: Any, seq_len: int, micro_batch: int = 1, global_batch: int | None = None, cp_comm: str = "p2p"
+) -> Rule | None:
     """The first rule a plan breaks (the batch rules only when ``global_batch`` is given)."""
     rules = RULES if global_batch is not None else STRUCTURE + MODEL
-    return first_violation(rules, view(plan, seq_len, micro_batch, global_batch), m)
+    return first_violation(rules, view(plan, seq_len, micro_batch, global_batch, cp_comm), m)
 
 
-def require_valid(m: ModelSpec, plan: Any, seq_len: int, micro_batch: int = 1, global_batch: int | None = None) -> None:
+def require_valid(
+    m: ModelSpec, plan: Any, seq_len: int, micro_batch: int = 1, global_batch: int | None = None, cp_comm: str = "p2p"
+) -> None:
     """Raise for the first rule a plan breaks (the batch rules only when ``global_batch`` is given)."""
     rules = RULES if global_batch is not None else STRUCTURE + MODEL
-    require(rules, view(plan, seq_len, micro_batch, global_batch), m)
+    require(rules, view(plan, seq_len, micro_batch, global_batch, cp_comm), m)
 
 
 def require_serving(m: ModelSpec, tp: int, pp: int = 1) -> None:
