@@ -97,6 +97,16 @@ CpLoadBalanceOpt = Annotated[
         "of the mean).",
     ),
 ]
+DocumentLenOpt = Annotated[
+    int,
+    typer.Option(
+        "--document-len",
+        help="Tokens per document when each sequence packs documents and attention is masked to "
+        "each (Llama 3's document mask, torchtitan's block_causal flex attention, packed THD): the "
+        "attention's work and its kernel's span shrink to the document (default 0: one document "
+        "per sequence).",
+    ),
+]
 
 RunFormatOpt = Annotated[
     str | None,

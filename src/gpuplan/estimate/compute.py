@@ -187,6 +187,7 @@ class LayerShape:
     full_cuda_graph: bool = False  # the whole step one CUDA graph: token counts stay on the device
     cp_comm: str = "p2p"  # context parallelism's K,V exchange (TrainingConfig.cp_comm)
     cp_balanced: bool = True  # head-tail load-balanced sequence chunks (TrainingConfig.cp_load_balance)
+    document: int = 0  # tokens per packed document under a document mask (TrainingConfig.document_len)
 
 
 def gated_delta_bytes(dk: int, dv: int, a: float) -> tuple[float, float]:
@@ -414,12 +415,20 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool, linear
         # ramp: a sliding-window or chunked layer's kernel runs at the rate of its window, a
         # full layer's at the sequence's), the mean context its FLOPs cover and its mask's window
         kinds: list[tuple[float, int, float, int | None, bool]] = [
-            (1.0, s.seq, mean_context(s.seq, None, True), None, False)
+            (1.0, s.seq, mean_context(s.seq, None, True, document=s.document), None, False)
         ]
         if m.index_topk and not s.eager:
             # DSA: a sparse MLA kernel (FlashMLA's) walks the index_topk keys the indexer picked;
             # transformers' eager and SDPA paths mask a dense attention instead (DeepseekV32Indexer)
-            kinds = [(1.0, min(s.seq, m.index_topk), mean_context(s.seq, m.index_topk, True), m.index_topk, False)]
+            kinds = [
+                (
+                    1.0,
+                    min(s.seq, m.index_topk),
+                    mean_context(s.seq, m.index_topk, True, document=s.document),
+                    m.index_topk,
+                    False,
+                )
+            ]
         if m.num_sliding_layers:
             frac = m.num_sliding_layers / m.num_attention_layers
             kinds = [
@@ -427,7 +436,7 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool, linear
                 (
                     frac,
                     min(s.seq, window or s.seq),
-                    mean_context(s.seq, window, True, m.attention_chunked),
+                    mean_context(s.seq, window, True, m.attention_chunked, s.document),
                     window,
                     m.attention_chunked,
                 ),
@@ -438,13 +447,17 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool, linear
             if share > 0:
                 # ring attention (p2p) runs one kernel per step on a chunk of s / cp keys; the
                 # all-gather's local query chunks walk the gathered keys, and the all-to-all's
-                # kernel the whole sequence on heads / cp: both ramp as one kernel over the sequence
+                # kernel the whole sequence on heads / cp: both ramp as one kernel over the sequence.
+                # Under a document mask the kernel skips the blocks outside a query's document
+                # (varlen / block-sparse kernels): it walks at most the document
                 kernel_span = span / s.cp if s.cp_comm == "p2p" else span
+                if s.document:
+                    kernel_span = min(kernel_span, s.document)
                 f, b = flash_time(gpu, attn_dtype, per_ctx * ctx, kernel_span, s.attention_kernel, m.qk_head_dim)
                 # the sequence-split exchanges wait on the busiest rank's keys (the a2a's head split
                 # gives every rank the same work)
                 if s.cp > 1 and s.cp_comm != "a2a":
-                    imbalance = cp_attention_imbalance(s.seq, s.cp, mask_window, s.cp_balanced, chunked)
+                    imbalance = cp_attention_imbalance(s.seq, s.cp, mask_window, s.cp_balanced, chunked, s.document)
                     f, b = f * imbalance, b * imbalance
                 fwd, bwd = fwd + share * f, bwd + share * b
         out.add("attention", fwd=fwd, b=bwd, core=True)

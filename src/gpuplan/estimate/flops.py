@@ -24,12 +24,18 @@ from gpuplan.estimate.params import count_params, layer_tensors, op_sac_kept
 from gpuplan.specs.model import ModelSpec
 
 
-def mean_context(seq_len: int, window: int | None, causal: bool, chunked: bool = False) -> float:
+def mean_context(seq_len: int, window: int | None, causal: bool, chunked: bool = False, document: int = 0) -> float:
     """Average number of keys a query attends to in a sequence of ``seq_len`` tokens.
 
     ``chunked``: the window is Llama 4's chunked attention, where a query sees only the keys of its
-    own chunk of ``window`` tokens (transformers' ``create_chunked_causal_mask``)."""
-    s = seq_len
+    own chunk of ``window`` tokens (transformers' ``create_chunked_causal_mask``).
+    ``document``: the sequence packs documents of this many tokens and each query sees only its own
+    document (a document or block-causal mask: Llama 3's, Dubey et al. 2024 section 3.2;
+    torchtitan's flex attention "block_causal"; packed THD sequences in TransformerEngine), the
+    window counted from each document's start; 0: one document."""
+    if causal and document and document < seq_len:
+        return _packed_pairs(seq_len, window, chunked, document) / seq_len
+    s = min(seq_len, document) if document and not causal else seq_len
     if chunked and window and window < s:
         full, rest = divmod(s, window)
         if not causal:  # every query sees its whole chunk
@@ -56,8 +62,22 @@ def _keys_before(n: float, window: int | None, chunked: bool) -> float:
     return window * (window + 1) / 2 + (n - window) * window
 
 
+def _packed_pairs(n: float, window: int | None, chunked: bool, document: int) -> float:
+    """(query, key) pairs of the first ``n`` positions of a sequence packing ``document``-token
+    documents under a document mask (0: one document)."""
+    if not document:
+        return _keys_before(n, window, chunked)
+    docs, rest = divmod(n, document)
+    return docs * _keys_before(document, window, chunked) + _keys_before(rest, window, chunked)
+
+
 def cp_attention_imbalance(
-    seq_len: int, cp: int, window: int | None = None, balanced: bool = True, chunked: bool = False
+    seq_len: int,
+    cp: int,
+    window: int | None = None,
+    balanced: bool = True,
+    chunked: bool = False,
+    document: int = 0,
 ) -> float:
     """The busiest context-parallel rank's causal attention work over the mean rank's.
 
@@ -68,12 +88,13 @@ def cp_attention_imbalance(
     split cuts the sequence into 2 x cp chunks and gives rank r chunks r and 2cp - 1 - r
     (TransformerEngine's DualChunkSwap, context_parallel.py ``attn_forward_func_with_cp``;
     PyTorch's head-tail balancer; Liu et al. 2023's striping argument), which is exact for a full
-    causal mask and near 1 under a window."""
+    causal mask and near 1 under a window. ``document``: a document mask over packed documents of
+    that many tokens (``mean_context``)."""
     if cp <= 1:
         return 1.0
 
     def pairs(a: float, b: float) -> float:
-        return _keys_before(b, window, chunked) - _keys_before(a, window, chunked)
+        return _packed_pairs(b, window, chunked, document) - _packed_pairs(a, window, chunked, document)
 
     if balanced:
         h = seq_len / (2 * cp)
@@ -140,20 +161,21 @@ def gated_delta_flops_per_head(m: ModelSpec) -> float:
     return 6.0 * c * dk + 4.0 * c * dv + 6.0 * dk * dv + c * c / 3.0
 
 
-def attention_flops_per_token(m: ModelSpec, seq_len: int, causal: bool = True) -> float:
+def attention_flops_per_token(m: ModelSpec, seq_len: int, causal: bool = True, document: int = 0) -> float:
     """Forward FLOPs of QK^T and AV per token, summed over layers (sliding-window layers see fewer
     keys), plus DeepSeek Sparse Attention's indexer (``indexer_flops_per_token``): under DSA each
     query's MLA attends only the ``index_topk`` keys the indexer picks (DeepSeek-V3.2-Exp report,
     section 2: core attention O(L k) instead of O(L^2)), the same count as a window of that size.
     Linear-attention layers (Gated DeltaNet) add their token mixing instead, whatever the length
-    (``linear_attention_flops_per_token``)."""
+    (``linear_attention_flops_per_token``). ``document``: packed documents of that many tokens
+    under a document mask (``mean_context``)."""
     per_key = 2 * m.num_heads * (m.qk_head_dim + m.v_dim)
     full = m.num_attention_layers - m.num_sliding_layers
     linear = m.num_linear_layers * linear_attention_flops_per_token(m)
-    ctx = full * mean_context(seq_len, m.index_topk or None, causal)
+    ctx = full * mean_context(seq_len, m.index_topk or None, causal, document=document)
     if m.num_sliding_layers:
-        ctx += m.num_sliding_layers * mean_context(seq_len, m.sliding_window, causal, m.attention_chunked)
-    return per_key * ctx + indexer_flops_per_token(m, seq_len, causal) + linear
+        ctx += m.num_sliding_layers * mean_context(seq_len, m.sliding_window, causal, m.attention_chunked, document)
+    return per_key * ctx + indexer_flops_per_token(m, seq_len, causal, document) + linear
 
 
 def indexer_flops_per_key(m: ModelSpec) -> float:
@@ -165,9 +187,9 @@ def indexer_flops_per_key(m: ModelSpec) -> float:
     return 2.0 * m.index_heads * (m.index_head_dim + 1)
 
 
-def indexer_flops_per_token(m: ModelSpec, seq_len: int, causal: bool = True) -> float:
+def indexer_flops_per_token(m: ModelSpec, seq_len: int, causal: bool = True, document: int = 0) -> float:
     """Forward FLOPs per token of DSA's indexer scores over every earlier key, summed over layers."""
-    return m.num_layers * indexer_flops_per_key(m) * mean_context(seq_len, None, causal)
+    return m.num_layers * indexer_flops_per_key(m) * mean_context(seq_len, None, causal, document=document)
 
 
 @dataclass(frozen=True)
@@ -220,13 +242,19 @@ def op_sac_matmul_flops_per_token(m: ModelSpec) -> float:
 
 
 def training_flops(
-    m: ModelSpec, seq_len: int, recompute: str = "none", causal: bool = True, modules: frozenset[str] = frozenset()
+    m: ModelSpec,
+    seq_len: int,
+    recompute: str = "none",
+    causal: bool = True,
+    modules: frozenset[str] = frozenset(),
+    document: int = 0,
 ) -> Flops:
     """``modules``: what selective recompute reruns (``TrainingConfig.recomputed``; empty under
-    selective means the attention core, Megatron's default)."""
+    selective means the attention core, Megatron's default); ``document``: packed documents of
+    that many tokens under a document mask (0: one per sequence)."""
     params = count_params(m)
     matmul = 2.0 * params.matmul_active
-    attn = attention_flops_per_token(m, seq_len, causal)
+    attn = attention_flops_per_token(m, seq_len, causal, document)
     if recompute == "full":  # every block's forward runs again; embedding and LM head do not
         head = 2.0 * m.vocab_size * (m.embed_proj_dim or m.hidden_size)
         recompute_flops = matmul - head + attn

@@ -109,6 +109,7 @@ def _shape(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) -> LayerShape:
         full_cuda_graph=cfg.full_cuda_graph,
         cp_comm=cfg.cp_exchange,
         cp_balanced=cfg.cp_load_balance,
+        document=cfg.document_len,
     )
 
 
@@ -244,7 +245,7 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
         breakdown["step_overhead"] = overhead
     step = sum(breakdown.values())
 
-    flops = training_flops(m, cfg.seq_len, cfg.recompute, modules=cfg.recomputed)
+    flops = training_flops(m, cfg.seq_len, cfg.recompute, modules=cfg.recomputed, document=cfg.document_len)
     tokens = cfg.seq_len * cfg.micro_batch * mb * plan.dp
     return StepTime(
         step_s=step,

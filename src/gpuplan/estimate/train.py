@@ -204,7 +204,7 @@ def estimate_training(req: TrainRequest, find_plan: FindPlan | None = None) -> T
     validate(req)
     m, c = req.model, req.config
     memory = _memory(req)
-    flops = training_flops(m, c.seq_len, c.recompute, modules=c.recomputed)
+    flops = training_flops(m, c.seq_len, c.recompute, modules=c.recomputed, document=c.document_len)
     step = step_time(m, c, req.plan, req.gpu, req.microbatches)
     tokens_per_step = req.global_batch * c.seq_len
     time = training_time(

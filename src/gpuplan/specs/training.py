@@ -89,6 +89,10 @@ class TrainingConfig:
     # sequence is split into load-balanced head-tail chunks (flops.cp_attention_imbalance)
     cp_comm: str | None = None
     cp_load_balance: bool = True
+    # sequences packing documents of this many tokens, attention masked to each document (Llama 3's
+    # document mask, torchtitan's flex attention "block_causal", packed THD sequences); 0: one
+    # document per sequence, a plain causal mask (flops.mean_context)
+    document_len: int = 0
     profile: str = "fused"  # fused: Megatron/TransformerEngine kernels; eager: plain PyTorch + transformers
     # Gradient accumulation dtype; None: fp32 for the fused profile (Megatron's main_grad buffer),
     # the weight dtype for eager PyTorch (FSDP/DDP reduce in the parameter dtype).
@@ -217,6 +221,11 @@ class TrainingConfig:
             "moe_dispatcher",
             f"unknown MoE token dispatcher {self.moe_dispatcher!r}",
             f"use one of {', '.join(d for d in MOE_DISPATCHERS if d)}",
+        )
+        require(
+            isinstance(self.document_len, int) and self.document_len >= 0,
+            "document_len",
+            f"is tokens per packed document, a non-negative integer (0: one per sequence), got {self.document_len!r}",
         )
         for name in ("seq_len", "micro_batch"):
             value = getattr(self, name)

@@ -14,6 +14,7 @@ from gpuplan.cli.options import (
     CompileOpt,
     CpCommOpt,
     CpLoadBalanceOpt,
+    DocumentLenOpt,
     FrameworkOpt,
     GpuOpt,
     HtmlOpt,
@@ -65,6 +66,7 @@ def search(
     framework: FrameworkOpt = "generic",
     cp_comm: CpCommOpt = None,
     cp_load_balance: CpLoadBalanceOpt = True,
+    document_len: DocumentLenOpt = 0,
     price: PriceOpt = None,
     calibration: CalibrationOpt = None,
     tp: Annotated[int | None, typer.Option(help="Fix the tensor-parallel degree.")] = None,
@@ -123,6 +125,7 @@ def search(
         compile=compile_blocks,
         cp_comm=cp_comm,
         cp_load_balance=cp_load_balance,
+        document_len=document_len,
         optimizer=optimizer,
         allocator_fraction=reserve,
         # the grid takes them for its selective plans (search/grid.py)

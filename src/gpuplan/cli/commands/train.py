@@ -16,6 +16,7 @@ from gpuplan.cli.options import (
     CpuMemoryOpt,
     DiskGbpsOpt,
     DiskOpt,
+    DocumentLenOpt,
     FrameworkOpt,
     GpuOpt,
     HostOpt,
@@ -133,6 +134,7 @@ def train(
     framework: FrameworkOpt = "generic",
     cp_comm: CpCommOpt = None,
     cp_load_balance: CpLoadBalanceOpt = True,
+    document_len: DocumentLenOpt = 0,
     mfu: Annotated[float | None, typer.Option(help="Override the predicted MFU, e.g. 0.4.")] = None,
     tp_overlap: Annotated[
         bool | None,
@@ -308,6 +310,7 @@ def train(
         attention_kernel=attention_kernel,
         cp_comm=cp_comm,
         cp_load_balance=cp_load_balance,
+        document_len=document_len,
         profile=profile,
         cuda_context_bytes=cuda_context_gib * GiB,
         allocator_fraction=allocator_fraction,
