@@ -85,7 +85,11 @@ def render_train(est) -> None:
         f" ({req.microbatches} micro-batches/step), {req.config.precision}, {req.config.optimizer},"
         f" recompute {req.config.recompute}, {req.config.attention} attention, {req.config.profile} kernels,"
         f" framework {req.config.framework}"
-        + (f", documents of {req.config.document_len} tokens (masked)" if req.config.document_len else "")
+        + (
+            f", documents of {req.config.document_len} tokens (masked)"
+            if 0 < req.config.document_len < req.config.seq_len
+            else ""
+        )
     )
     for note in m.notes:  # what the plan leaves out (a vision tower, MTP layers)
         console.print(f"[dim]note: {note}[/]")
