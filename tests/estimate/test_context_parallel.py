@@ -168,3 +168,18 @@ def test_frameworks_refuse_exchanges_and_splits_they_do_not_have():
     assert (
         dataclasses.replace(TrainingConfig.for_framework("megatron"), cp_comm="all_gather").cp_exchange == "all_gather"
     )
+
+
+def test_options_no_published_run_uses_are_marked_uncalibrated():
+    from gpuplan.estimate.validate import error_band
+
+    gpu, plan = catalog.gpu("h100-sxm"), ParallelPlan(dp=2, tp=2, cp=2)
+    ring = error_band(gpu, TrainingConfig(seq_len=65536), plan, 10.0)
+    assert "uncalibrated_features" not in ring
+    for cfg, words in (
+        (TrainingConfig(seq_len=65536, cp_comm="a2a"), "all-to-all"),
+        (TrainingConfig(seq_len=65536, cp_load_balance=False), "unbalanced"),
+        (TrainingConfig(seq_len=65536, document_len=4096), "document-masked"),
+    ):
+        band = error_band(gpu, cfg, plan, 10.0)
+        assert any(words in f for f in band["uncalibrated_features"]), cfg

@@ -200,6 +200,26 @@ def uncalibrated_features(m: ModelSpec) -> list[str]:
     return out
 
 
+def uncalibrated_options(cfg: TrainingConfig, plan: ParallelPlan) -> list[str]:
+    """Training options that no published run in the validation set uses."""
+    out = []
+    if plan.cp > 1 and cfg.cp_exchange == "a2a":
+        out.append(
+            "context parallelism by all-to-all (DeepSpeed-Ulysses): no published run uses it; its "
+            "all-to-alls are timed by the collective model, all exposed"
+        )
+    if plan.cp > 1 and not cfg.cp_load_balance:
+        out.append(
+            "an unbalanced context-parallel split: no published run uses it; timed at the busiest rank's causal work"
+        )
+    if 0 < cfg.document_len < cfg.seq_len:
+        out.append(
+            "document-masked attention: no published run states its documents' lengths; the kernel "
+            "is timed at the dense kernel's rates over the documents' blocks"
+        )
+    return out
+
+
 def error_band(
     gpu: str | GPUSpec, cfg: TrainingConfig, plan: ParallelPlan, step_s: float, model: ModelSpec | None = None
 ) -> dict[str, Any]:
@@ -210,7 +230,7 @@ def error_band(
     ``model`` with parts no published run exercises lists them (``uncalibrated_features``)."""
     key = category(gpu, cfg, plan)
     doc: dict[str, Any] = {"category": dict(zip(("gpu_family", "precision", "context", "parallel"), key))}
-    features = uncalibrated_features(model) if model is not None else []
+    features = (uncalibrated_features(model) if model is not None else []) + uncalibrated_options(cfg, plan)
     if features:
         doc["uncalibrated_features"] = features
     band = _bands().get(key)
