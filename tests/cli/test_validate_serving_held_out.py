@@ -13,11 +13,11 @@ def test_validate_serving_held_out_reports_every_row(capsys):
     doc = json.loads(out)
     assert len(doc["rows"]) == len(load_rows()) == doc["summary"]["rows"]
     assert all(r["url"].startswith("https://") for r in doc["rows"])
-    assert set(doc["summary"]["by_engine"]) >= {"trtllm", "vllm", "vllm-v0"}
+    assert set(doc["summary"]["by_engine"]) >= {"trtllm", "vllm", "vllm-v0", "sglang"}
     curve = [r for r in doc["rows"] if r["load"] == "poisson"]
     assert curve and all(r["rate"] > 0 and r["num_prompts"] >= 1 for r in curve)
     assert set(doc["summary"]["by_load"]) == {"steady", "burst", "poisson"}
-    assert set(doc["summary"]["poisson_by_metric"]) == {"ttft_ms", "itl_ms"}
+    assert set(doc["summary"]["poisson_by_metric"]) == {"ttft_ms", "itl_ms", "output_tokens_per_s"}
     code, out, _ = run(["validate", "serving-held-out"], capsys)
     assert code == 0 and "median |error|" in out and "poisson ttft_ms" in out
 

@@ -76,10 +76,14 @@ def test_errors_stay_within_what_was_last_measured():
     # the multi-GPU fit reads 0.81): medians and p90 unchanged; the one-GPU rows 2-6 points faster,
     # TensorRT-LLM v0.5's Llama-2-7B TTFT -11% -> -16% (its trtllm-0.6 engine's max); the multi-GPU
     # fit at 0.81 with Blackwell's assumed rate following it: 7.7%, 42.0% (TRT-LLM v0.19's B200
-    # TP sweep 1-2 points slower)
+    # TP sweep 1-2 points slower).
+    # 2026-11-27: 48 rows of vLLM V1 (0.8.2, 0.8.4) and SGLang (0.4.4, 0.4.5) at request rate 10 added
+    # (DeepSeek-R1 TP8 on H200, Llama-3.1-8B FP8 on H200, QwQ-32B TP2 on H100; serve-sim, Poisson):
+    # 15.6%, 67.9%, 352% over 121 rows (the 73 before: 7.7%, 42.0%); the new rows' decode steps run
+    # 2-5 ms (dense) and 15-24 ms (DeepSeek's block-FP8 MoE) slower than modelled (CSV notes)
     s = summary(validate_held_out())
-    assert s["median_abs_error"] <= 0.081
-    assert s["p90_abs_error"] <= 0.43
+    assert s["median_abs_error"] <= 0.157
+    assert s["p90_abs_error"] <= 0.68
     assert s["max_abs_error"] <= 3.6
     steady = s["by_load"]["steady"]  # the analytic model's rows (the issue's 8% median target is missed since)
     assert steady["median_abs_error"] <= 0.069 and steady["p90_abs_error"] <= 0.28 and steady["max_abs_error"] <= 0.66
@@ -104,8 +108,11 @@ def test_a_burst_row_is_predicted_by_serve_sims_burst_not_the_steady_state():
     burst = simulate(d, q.config, w, math.inf)
     assert predict(row) == burst.output_tokens / burst.makespan_s
     assert predict(row) != estimate_serving(q).point.output_tokens_per_s
-    # only the kvcached curve's rows run serve-sim; every other row is the analytic model's
-    assert all(r.load == "steady" for r in load_rows() if not r.id.startswith("kvcached-"))
+    # only rows with a burst or a request rate run serve-sim (the kvcached curve, the rate-10 runs of
+    # vLLM V1 and SGLang); every closed-loop or offline row is the analytic model's
+    for r in load_rows():
+        assert (r.load == "steady") == (r.num_prompts is None), r.id
+    assert {r.id.split("-")[0] for r in load_rows() if r.load != "steady"} == {"kvcached", "skyp", "simonmo"}
 
 
 def test_the_num_prompts_column_is_optional_and_required_only_by_burst_rows(tmp_path):
@@ -119,7 +126,7 @@ def test_the_num_prompts_column_is_optional_and_required_only_by_burst_rows(tmp_
         w.writeheader()
         w.writerows(r for r in rows if r["concurrency"] not in ("burst", "poisson"))
     sim = sum(r["concurrency"] in ("burst", "poisson") for r in rows)
-    assert sim == 5 and len(load_rows(old)) == len(rows) - sim
+    assert sim == 53 and len(load_rows(old)) == len(rows) - sim
     bad = tmp_path / "bad.csv"
     with open(bad, "w", newline="") as f:
         w = csv.DictWriter(f, list(rows[0]))
