@@ -33,20 +33,13 @@ def mean_context(seq_len: int, window: int | None, causal: bool, chunked: bool =
     document (a document or block-causal mask: Llama 3's, Dubey et al. 2024 section 3.2;
     torchtitan's flex attention "block_causal"; packed THD sequences in TransformerEngine), the
     window counted from each document's start; 0: one document."""
-    if causal and document and document < seq_len:
-        return _packed_pairs(seq_len, window, chunked, document) / seq_len
-    s = min(seq_len, document) if document and not causal else seq_len
-    if chunked and window and window < s:
+    if causal:
+        return _packed_pairs(seq_len, window, chunked, document if document < seq_len else 0) / seq_len
+    s = min(seq_len, document) if document else seq_len  # bidirectional: a query sees its document
+    if chunked and window and window < s:  # every query sees its whole chunk
         full, rest = divmod(s, window)
-        if not causal:  # every query sees its whole chunk
-            return (full * window * window + rest * rest) / s
-        return (full * window * (window + 1) / 2 + rest * (rest + 1) / 2) / s
-    if not causal:
-        return float(min(s, window) if window else s)
-    if not window or window >= s:
-        return (s + 1) / 2
-    # positions 0..w-1 see i+1 keys, the rest see w keys
-    return (window * (window + 1) / 2 + (s - window) * window) / s
+        return (full * window * window + rest * rest) / s
+    return float(min(s, window) if window else s)
 
 
 def _keys_before(n: float, window: int | None, chunked: bool) -> float:
