@@ -46,6 +46,7 @@ from gpuplan.estimate.moe_dispatch import dispatcher_copy_passes
 from gpuplan.estimate.moe_host import te_stream_chain
 from gpuplan.estimate.params import Tensor, layer_tensors, op_sac_kept
 from gpuplan.estimate.stage_params import _local_shape
+from gpuplan.estimate.torch_ring import torch_ring_bytes
 from gpuplan.estimate.unfused_ops import glu_clamp_passes, yarn_rope_passes
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
@@ -461,6 +462,15 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool, linear
                     f, b = f * imbalance, b * imbalance
                 fwd, bwd = fwd + share * f, bwd + share * b
         out.add("attention", fwd=fwd, b=bwd, core=True)
+        if s.eager and s.cp > 1 and s.cp_comm == "p2p":
+            # PyTorch's ring attention merges each step's output and gradients in fp32 eager ops
+            # (torch_ring.py); its SDPA sees K and V repeated to every query head (torchtitan's and
+            # transformers' repeat_kv)
+            rows = s.micro_batch * heads * s.seq / s.cp
+            f_b, f_k, b_b, b_k = torch_ring_bytes(
+                rows * m.qk_head_dim, rows * (m.qk_head_dim + m.v_dim), rows * m.v_dim, dtype_bytes(attn_dtype), s.cp
+            )
+            out.add("cp_merge", fwd=eager_memory_time(gpu, f_b, f_k), b=eager_memory_time(gpu, b_b, b_k), core=True)
     else:
         bh = s.micro_batch * heads
         q, keys = s.seq // s.cp, s.seq
