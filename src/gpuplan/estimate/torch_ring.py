@@ -7,7 +7,9 @@ merged into an fp32 accumulator by its log-sum-exp (``_SDPAMerger``: ``out - sig
 (out - out_b)``), and the backward accumulates dQ, dK and dV in fp32, rotating the dK,dV
 accumulator through the ring as one concatenated fp32 buffer (``_templated_ring_attention_backward``).
 The K,V chunk is concatenated into one send buffer every step but the last, forward and backward.
-TransformerEngine's ring (Megatron) corrects its output inside fused kernels and is not priced here.
+TransformerEngine's ring (Megatron) merges each step in one jit-fused kernel
+(``flash_attn_fwd_out_correction`` in its context_parallel.py, a read of the step's output and an
+add into the accumulator): a few bytes per output element a step, not priced here.
 """
 
 from __future__ import annotations
