@@ -121,3 +121,18 @@ def test_search_takes_etp(capsys):
     assert doc["rejected"]["etp is not 1 (`etp`)"] > 0
     code, out, _ = run(args + ["--etp", "1"], capsys)
     assert code == 0 and " etp1 " in out
+
+
+def test_search_ranks_every_cp_exchange_the_framework_has_under_all(capsys):
+    args = ["search", "llama-3.2-1b", "--gpus", "8", "--seq-len", "65536", "--global-batch", "8", "--top", "40"]
+    code, out, _ = run(args + ["--cp-comm", "all", "--json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    exchanges = {p["training"]["cp_comm"] for p in doc["plans"] if p["plan"]["cp"] > 1}
+    assert exchanges <= {"p2p", "all_gather", "a2a"} and len(exchanges) >= 2
+    code, _, err = run(args + ["--cp-comm", "p2p,ring"], capsys)
+    assert code == 2 and err.startswith("error: cp_comm") and err.count("\n") == 1
+    code, _, err = run(args + ["--framework", "deepspeed", "--cp-comm", "all", "--json"], capsys)
+    assert code == 0  # DeepSpeed's one exchange, Ulysses
+    code, out, _ = run(args + ["--framework", "deepspeed", "--json"], capsys)
+    assert {p["training"]["cp_comm"] for p in json.loads(out)["plans"] if p["plan"]["cp"] > 1} <= {"a2a"}

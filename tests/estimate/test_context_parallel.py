@@ -183,3 +183,30 @@ def test_options_no_published_run_uses_are_marked_uncalibrated():
     ):
         band = error_band(gpu, cfg, plan, 10.0)
         assert any(words in f for f in band["uncalibrated_features"]), cfg
+
+
+def test_the_search_ranks_each_exchange_and_counts_each_cp_plan_once_per_exchange():
+    m, gpu = catalog.model("llama-3.1-8b"), catalog.gpu("h100-sxm")
+    base = TrainingConfig(seq_len=131072, global_batch=16)
+    one = search(m, gpu, 16, base, max_vp=1, top=200)
+    both = search(m, gpu, 16, base, max_vp=1, top=200, cp_comms=("p2p", "all_gather"))
+    from gpuplan.search.plans import enumerate_layouts
+
+    cp_layouts = sum(lo.cp > 1 for lo in enumerate_layouts(m, gpu, 16, 1))
+    per_layout = 4 * 4 * 3  # micro-batches x ZeRO stages x recompute modes
+    assert both.considered == one.considered + cp_layouts * per_layout
+    seen = [(c.plan, c.config.micro_batch, c.config.recompute, c.config.cp_exchange) for c in both.ranked]
+    assert len(seen) == len(set(seen))
+    assert {c.config.cp_exchange for c in both.ranked if c.plan.cp > 1} == {"p2p", "all_gather"}
+    # a plan without context parallelism is ranked once, whatever the exchanges
+    flat = [(c.plan, c.config.micro_batch, c.config.recompute) for c in both.ranked if c.plan.cp == 1]
+    assert len(flat) == len(set(flat))
+    with pytest.raises(GpuplanError) as err:
+        search(
+            m,
+            gpu,
+            16,
+            TrainingConfig.for_framework("deepspeed", seq_len=131072, global_batch=16),
+            cp_comms=("p2p", "a2a"),
+        )
+    assert err.value.field == "cp_comm"

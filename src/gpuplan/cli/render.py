@@ -275,6 +275,7 @@ def render_search(result, m, gpu) -> None:
         )
         desc = (
             f"{p.world_size} GPUs: dp{p.dp} tp{p.tp} pp{p.pp} cp{p.cp}"
+            + (f"({c.config.cp_exchange})" if p.cp > 1 else "")
             + (f" ep{p.ep}" if p.ep > 1 else "")
             + (f" etp{p.etp}" if p.etp is not None else "")
             + f" {p.schedule}"

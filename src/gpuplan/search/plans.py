@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -107,13 +107,16 @@ def search(
     constraints: Constraints | None = None,
     offload: str = "none",
     host: HostSpec | None = None,
+    cp_comms: tuple[str, ...] = (),
 ) -> SearchResult:
     """Rank every valid plan of ``gpus`` GPUs for ``base`` (its global batch and sequence fixed).
 
     ``zero_stages``, ``recompute`` and ``constraints`` narrow the space; the plans they leave out
     are counted as rejected under the flag that excluded them. ``offload`` (none, auto, optimizer,
     optimizer+params) adds ZeRO-Offload variants of the pp = 1 layouts, sized for ``host`` (the
-    catalog's host for the GPU when not given): search/offload.py."""
+    catalog's host for the GPU when not given): search/offload.py. ``cp_comms``: the
+    context-parallel K,V exchanges to search (``TrainingConfig.cp_comm``), each layout with cp > 1
+    once per exchange; empty: ``base``'s alone."""
     from gpuplan.search.offload import modes_for
 
     offload_modes = modes_for(offload)
@@ -125,6 +128,8 @@ def search(
         base.global_batch >= 1, "global_batch", "the search needs a global batch", f"pass {field_ref('global_batch')}"
     )
     fw = get_framework(base.framework)
+    exchanges = tuple(dict.fromkeys(cp_comms)) or (base.cp_exchange,)
+    bases = [replace(base, cp_comm=ex) for ex in exchanges]  # each refuses an exchange fw lacks
     # only what the framework runs: its recompute modes and ZeRO stages
     for z in zero_stages:
         require(z in (0, 1, 2, 3), "zero", f"unknown ZeRO stage {z}", "use some of 0, 1, 2, 3")
@@ -158,12 +163,15 @@ def search(
         from gpuplan.catalog.hosts import host_for_gpu
 
         host = host_for_gpu(gpu.id)
-    for world in worlds:
-        fit = feasible_plans(m, gpu, world, base, micro_batches, zero_stages, rec_order, max_vp, rejected, constraints)
+    for world, (k, cfg) in ((w, kb) for w in worlds for kb in enumerate(bases)):
+        # a further exchange adds only the layouts it changes: those with context parallelism
+        fit = feasible_plans(
+            m, gpu, world, cfg, micro_batches, zero_stages, rec_order, max_vp, rejected, constraints, k > 0
+        )
         considered += fit.considered
-        if offload_modes and host is not None:
+        if offload_modes and host is not None and k == 0:
             found, n = _offload_candidates(
-                m, gpu, world, base, host, offload_modes, micro_batches, rec_order, fit, rejected
+                m, gpu, world, cfg, host, offload_modes, micro_batches, rec_order, fit, rejected
             )
             considered += n
             offloaded += [(c, c.step.step_s * (world if objective == "cost" else 1)) for c in found]

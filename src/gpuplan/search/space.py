@@ -123,12 +123,16 @@ def valid_layouts(
     per_layout: int,
     rejected: Counter,
     constraints: Constraints | None = None,
+    cp_only: bool = False,
 ) -> tuple[list[Layout], int]:
     """Every layout of ``gpus`` GPUs that the plan-validity rules and the framework accept
     (gpuplan.specs.validity, specs.framework); the others are counted as rejected by their first
-    broken rule, ``per_layout`` plans each."""
+    broken rule, ``per_layout`` plans each. ``cp_only``: only the layouts with context parallelism
+    (a further K,V exchange searched: the others are the same plans under every exchange)."""
     fw = get_framework(base.framework)
     layouts = enumerate_layouts(m, gpu, gpus, max_vp, fw, constraints.etp if constraints is not None else None)
+    if cp_only:
+        layouts = [lo for lo in layouts if lo.cp > 1]
     if not layouts:
         return [], 0
     considered = len(layouts) * per_layout
@@ -189,13 +193,14 @@ def feasible_plans(
     max_vp: int,
     rejected: Counter,
     constraints: Constraints | None = None,
+    cp_only: bool = False,
 ) -> Fits:
     """Every plan of ``gpus`` GPUs, checked for memory at once; rejections counted by reason.
     Recompute only adds time and only saves memory, so each plan keeps the lightest recompute
-    that fits; the heavier ones are counted as ``slower variant``."""
+    that fits; the heavier ones are counted as ``slower variant``. ``cp_only``: valid_layouts'."""
     n_zero, n_rec = len(zero_stages), len(rec_order)
     layouts, considered = valid_layouts(
-        m, gpu, gpus, base, max_vp, len(micro_batches) * n_zero * n_rec, rejected, constraints
+        m, gpu, gpus, base, max_vp, len(micro_batches) * n_zero * n_rec, rejected, constraints, cp_only
     )
     grid = Grid(m, base, layouts, micro_batches, zero_stages, rec_order, gpu)
     empty = np.zeros(0, dtype=np.int64)

@@ -12,7 +12,6 @@ from gpuplan.cli.options import (
     CalibrationOpt,
     ClusterOpt,
     CompileOpt,
-    CpCommOpt,
     CpLoadBalanceOpt,
     DocumentLenOpt,
     FrameworkOpt,
@@ -64,7 +63,15 @@ def search(
     objective: Annotated[str, typer.Option(help="Rank by throughput or cost.")] = "throughput",
     top: Annotated[int, typer.Option(help="How many plans to show.")] = 5,
     framework: FrameworkOpt = "generic",
-    cp_comm: CpCommOpt = None,
+    cp_comm: Annotated[
+        str | None,
+        typer.Option(
+            "--cp-comm",
+            help="Context parallelism's K,V exchange to search: p2p (ring), all_gather, a2a (Ulysses), "
+            "a comma list of them, or all the framework has; each plan with cp > 1 is ranked under each "
+            "(default: the framework's).",
+        ),
+    ] = None,
     cp_load_balance: CpLoadBalanceOpt = True,
     document_len: DocumentLenOpt = 0,
     price: PriceOpt = None,
@@ -110,8 +117,13 @@ def search(
     from gpuplan.estimate.profile import calibrated
     from gpuplan.search.plans import RECOMPUTE_ORDER, Constraints, SearchResult, parse_choices, search as run_search
     from gpuplan.search.report import to_dict
+    from gpuplan.specs.framework import get as get_framework
     from gpuplan.specs.training import TrainingConfig
 
+    # --cp-comm: one exchange, a comma list, or "all" the framework has: each is searched
+    exchanges = parse_choices(cp_comm, "cp_comm") or ()
+    if exchanges == ("all",):
+        exchanges = get_framework(framework).cp_comms
     spec = catalog.model(model)
     hw, gpus = catalog.hardware(gpu, cluster, gpus)
     hw, prof, reserve = calibrated(hw, calibration, None)
@@ -123,7 +135,7 @@ def search(
         fp8_scaling=fp8_scaling,
         fp8_params=fp8_params,
         compile=compile_blocks,
-        cp_comm=cp_comm,
+        cp_comm=exchanges[0] if len(exchanges) == 1 else None,
         cp_load_balance=cp_load_balance,
         document_len=document_len,
         optimizer=optimizer,
@@ -174,6 +186,7 @@ def search(
             micro_batches=micro_batches,
             offload=offload,
             host=host_spec,
+            cp_comms=exchanges if len(exchanges) > 1 else (),
         )
 
     if json_out:
