@@ -100,6 +100,26 @@ def render_serving_held_out(doc: dict) -> None:
         console.print("  " + line(f"poisson {name}", g))
 
 
+def validation_line(v: dict) -> str:
+    """One line: what validation measured for published runs of this engine profile."""
+    if not v["calibrated"]:
+        return f"[yellow]{v['engine']}: {v['note']}[/]"
+
+    def signed(x: float | None, what: str) -> str:
+        if x is None:
+            return ""
+        faster = (x > 0) == (what == "throughput")
+        return f"; predicted {what} {x:+.0%} of measured on average ({'faster' if faster else 'slower'})"
+
+    return (
+        f"[dim]published runs under {v['engine']} ({v['rows']}): median |error| {v['median_abs_error']:.0%}, "
+        f"p90 {v['p90_abs_error']:.0%}"
+        + signed(v["throughput_mean_signed_error"], "throughput")
+        + signed(v["latency_mean_signed_error"], "latency")
+        + "[/]"
+    )
+
+
 def render_serve(est, doc: dict) -> None:
     r, d = est.request, est.deployment
     mem = doc["memory"]
@@ -124,6 +144,7 @@ def render_serve(est, doc: dict) -> None:
             )
             + f"; host time: {eng['host_note']}"
         )
+    console.print(validation_line(doc["validation"]))
     frac = f"{r.config.gpu_memory_utilization:.0%}"
     budget = {  # each engine's rule for its memory fraction (serve/engines.py)
         "total": f"engine budget {frac} of {mem['capacity'] / GiB:,.2f} GiB",

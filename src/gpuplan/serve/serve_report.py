@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpuplan.estimate.comm import efficiency
+from gpuplan.serve.bands import engine_band
 from gpuplan.serve.engines import engine
 from gpuplan.serve.kv import kv_bytes_per_sequence, kv_bytes_per_token
 from gpuplan.serve.memory import block_tokens, blocks_per_sequence
@@ -111,6 +112,8 @@ def to_dict(e: ServeEstimate) -> dict:
             "host_link_bytes_per_s": d.gpu.host_bytes_per_s,
             "swap_in_s": e.offload_s,
         },
+        # what validation measured for published runs of this engine profile (serve/bands.py)
+        "validation": engine_band(cfg.engine),
     }
     if e.speculation is not None:
         s = e.speculation
