@@ -6,6 +6,7 @@ positions to ranks; the bytes each exchange moves written from the tensors' shap
 import dataclasses
 
 import pytest
+from mask_oracle import counted_imbalance
 
 from gpuplan import catalog
 from gpuplan.errors import GpuplanError
@@ -19,32 +20,13 @@ from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.training import TrainingConfig
 
 
-def _counted_imbalance(seq: int, cp: int, window: int | None, balanced: bool, chunked: bool) -> float:
-    """Busiest rank's (query, key) pairs over the mean, position by position."""
-    work = [0] * cp
-    for i in range(seq):
-        if balanced:  # 2 x cp chunks, rank r holds chunks r and 2cp - 1 - r
-            chunk = i // (seq // (2 * cp))
-            rank = chunk if chunk < cp else 2 * cp - 1 - chunk
-        else:
-            rank = i // (seq // cp)
-        if window is None:
-            keys = i + 1
-        elif chunked:
-            keys = i % window + 1
-        else:
-            keys = min(i + 1, window)
-        work[rank] += keys
-    return max(work) / (sum(work) / cp)
-
-
 @pytest.mark.parametrize("cp", [2, 3, 4, 8])
 @pytest.mark.parametrize("window,chunked", [(None, False), (5, False), (40, False), (7, True), (60, True)])
 @pytest.mark.parametrize("balanced", [True, False])
 def test_busiest_rank_work_equals_counting_each_query(cp, window, chunked, balanced):
     seq = 240
     assert cp_attention_imbalance(seq, cp, window, balanced, chunked) == pytest.approx(
-        _counted_imbalance(seq, cp, window, balanced, chunked)
+        counted_imbalance(seq, cp, window, balanced, chunked)
     )
 
 

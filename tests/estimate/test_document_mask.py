@@ -1,6 +1,7 @@
 """Packed documents under a document (block-causal) mask: what attention does, counted query by query."""
 
 import pytest
+from mask_oracle import counted_imbalance, keys_seen
 
 from gpuplan import catalog
 from gpuplan.estimate.compute import LayerShape, layer_times
@@ -10,18 +11,10 @@ from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.training import TrainingConfig
 
 
-def _keys(i: int, window: int | None, chunked: bool, document: int) -> int:
-    """Keys query position ``i`` sees under a causal mask restricted to its document."""
-    j = i % document if document else i  # position within its document
-    if window is None:
-        return j + 1
-    return j % window + 1 if chunked else min(j + 1, window)
-
-
 @pytest.mark.parametrize("seq,document", [(240, 40), (240, 70), (240, 240), (240, 0)])
 @pytest.mark.parametrize("window,chunked", [(None, False), (16, False), (25, True)])
 def test_mean_keys_per_query_equal_counting_each_query(seq, document, window, chunked):
-    counted = sum(_keys(i, window, chunked, document) for i in range(seq)) / seq
+    counted = sum(keys_seen(i, window, chunked, document) for i in range(seq)) / seq
     assert mean_context(seq, window, True, chunked, document) == pytest.approx(counted)
 
 
@@ -29,17 +22,8 @@ def test_mean_keys_per_query_equal_counting_each_query(seq, document, window, ch
 @pytest.mark.parametrize("balanced", [True, False])
 @pytest.mark.parametrize("document", [30, 48, 100])
 def test_busiest_cp_rank_under_a_document_mask_equals_counting(cp, balanced, document):
-    seq = 240
-    work = [0] * cp
-    for i in range(seq):
-        if balanced:
-            chunk = i // (seq // (2 * cp))
-            rank = chunk if chunk < cp else 2 * cp - 1 - chunk
-        else:
-            rank = i // (seq // cp)
-        work[rank] += _keys(i, None, False, document)
-    counted = max(work) / (sum(work) / cp)
-    assert cp_attention_imbalance(seq, cp, None, balanced, False, document) == pytest.approx(counted)
+    counted = counted_imbalance(240, cp, None, balanced, False, document)
+    assert cp_attention_imbalance(240, cp, None, balanced, False, document) == pytest.approx(counted)
 
 
 def test_short_documents_spread_the_work_evenly_over_unbalanced_cp_ranks():

@@ -20,6 +20,7 @@ hundred kernel evaluations.
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import Counter
 from dataclasses import dataclass, replace
 
@@ -163,7 +164,7 @@ def search(
         from gpuplan.catalog.hosts import host_for_gpu
 
         host = host_for_gpu(gpu.id)
-    for world, (k, cfg) in ((w, kb) for w in worlds for kb in enumerate(bases)):
+    for world, (k, cfg) in itertools.product(worlds, enumerate(bases)):
         # a further exchange adds only the layouts it changes: those with context parallelism
         fit = feasible_plans(
             m, gpu, world, cfg, micro_batches, zero_stages, rec_order, max_vp, rejected, constraints, k > 0

@@ -18,18 +18,15 @@ from typing import Any
 
 PATH = Path(__file__).resolve().parent.parent / "catalog" / "validation" / "serving_bands.json"
 THROUGHPUT = ("output_tokens_per_s", "output_tokens_per_s_per_gpu")
-
-
-def _percentile(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, round(q * (len(s) - 1)))]
+LATENCY = ("ttft_ms", "itl_ms", "e2e_latency_ms")  # per request, as the benchmarks print them
 
 
 def compute() -> dict[str, dict[str, Any]]:
     """Per engine: rows, median and p90 |error|, and the mean signed error of the throughput rows
-    and of the latency rows (TTFT, TPOT, end-to-end; positive: predicted slower than measured)."""
+    and of the per-request latency rows (``LATENCY``: TTFT, TPOT, end-to-end; positive: predicted
+    slower than measured)."""
     from gpuplan.serve.validate import validate_serving
-    from gpuplan.serve.validate_held_out import validate_held_out
+    from gpuplan.serve.validate_held_out import percentile, validate_held_out
 
     errors: dict[str, list[tuple[str, float]]] = {}
     for c in validate_serving():
@@ -40,13 +37,13 @@ def compute() -> dict[str, dict[str, Any]]:
             errors.setdefault(h.row.engine, []).append((h.row.metric, h.error))
     out = {}
     for engine, rows in sorted(errors.items()):
-        absolute = [abs(e) for _, e in rows]
+        absolute = sorted(abs(e) for _, e in rows)
         tput = [e for metric, e in rows if metric in THROUGHPUT]
-        latency = [e for metric, e in rows if metric.endswith("_ms") and metric not in ("prefill_ms",)]
+        latency = [e for metric, e in rows if metric in LATENCY]
         out[engine] = {
             "rows": len(rows),
             "median_abs_error": round(statistics.median(absolute), 4),
-            "p90_abs_error": round(_percentile(absolute, 0.9), 4),
+            "p90_abs_error": round(percentile(absolute, 0.9), 4),
             "throughput_mean_signed_error": round(statistics.fmean(tput), 4) if tput else None,
             "latency_mean_signed_error": round(statistics.fmean(latency), 4) if latency else None,
         }

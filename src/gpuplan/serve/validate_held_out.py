@@ -210,7 +210,7 @@ def validate_held_out(path: Path = CSV) -> list[HeldOutCheck]:
     return checks
 
 
-def _percentile(xs: list[float], q: float) -> float:
+def percentile(xs: list[float], q: float) -> float:
     """Nearest-rank percentile of a sorted list (validate_kv.py's convention)."""
     return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
 
@@ -222,7 +222,7 @@ def _stats(checks: list[HeldOutCheck]) -> dict:
     return {
         "rows": len(checks),
         "median_abs_error": statistics.median(errors),
-        "p90_abs_error": _percentile(errors, 0.9),
+        "p90_abs_error": percentile(errors, 0.9),
         "max_abs_error": errors[-1],
         "mean_signed_error": statistics.fmean(e for c in checks if (e := c.error) is not None),
         "refused": sum(c.predicted is None for c in checks),
