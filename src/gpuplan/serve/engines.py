@@ -16,7 +16,11 @@ engines differ in three places, each read from the engine's sources:
     graphs live in the ``1 - fraction`` left over, so the pool is
     ``free after loading - total x (1 - fraction)`` = ``total x fraction - weights - context``.
 
-* **Scheduler defaults**: the chunked-prefill token budget and the most sequences per iteration.
+* **Scheduler**: the chunked-prefill token budget, the most sequences per iteration, and whether
+  an iteration mixes prefill chunks with decodes (``mixed_prefill``): vLLM V1 and TensorRT-LLM
+  schedule the running decodes and prompt chunks into one batch; SGLang (``enable_mixed_chunk``
+  off by default) runs a prefill batch alone whenever one can be formed and decodes only when none
+  can, so every prefill stalls the running sequences for its whole duration.
 
 * **Host time per iteration** (scheduling, preparing inputs, sampling bookkeeping, detokenising):
   ``host_fixed_s + host_per_seq_s x sequences``, added to the GPU time unless the engine overlaps
@@ -65,6 +69,9 @@ class Engine:
     # a hybrid's linear-attention states share the KV pool in pages of one attention page each,
     # the attention block enlarged until its page holds a state (memory.block_tokens)
     state_pages: bool = False
+    # an iteration carries decodes and prompt chunks together (False: prefill batches run alone,
+    # first; see the module docstring)
+    mixed_prefill: bool = True
 
     def kv_reads_per_kv_head(self, query_heads: int, kv_heads: int) -> float:
         """How many times a decode step reads each cached KV head, for ``query_heads`` query heads
@@ -100,12 +107,18 @@ class Engine:
             return "fp8"
         return dtype16
 
-    def fraction(self, tp: int) -> float:
+    def fraction(self, tp: int, gpu: GPUSpec | None = None) -> float:
         """The default memory fraction (``gpu_memory_utilization`` / ``free_gpu_memory_fraction`` /
-        ``mem_fraction_static``)."""
+        ``mem_fraction_static``) for ``tp`` ranks of ``gpu``."""
         if self.name == "sglang":
-            # python/sglang/srt/server_args.py ServerArgs.__post_init__ (v0.4.x): less with more
-            # TP ranks, whose NCCL and custom all-reduce buffers come out of the reserve
+            # python/sglang/srt/server_args.py ServerArgs.__post_init__ (v0.4.5.post3, lines 221-238):
+            # a GPU of more than 80 GiB (nvidia-smi's memory.total in MiB above 81920) keeps 13 GiB
+            # out of the static pool whatever the TP, "(gpu_mem - 1024 * 13) / gpu_mem" (0.9074 on an
+            # H200, as the llm-ie-benchmarks DeepSeek-R1 log prints); v0.4.4 used the TP table for
+            # every GPU. Otherwise less with more TP ranks, whose NCCL and custom all-reduce buffers
+            # come out of the reserve
+            if gpu is not None and gpu.memory_bytes > 80 * GiB:
+                return (gpu.memory_bytes - 13 * GiB) / gpu.memory_bytes
             for at_least, f in ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87)):
                 if tp >= at_least:
                     return f
@@ -199,7 +212,7 @@ ENGINES = {
         ),
         Engine(
             "sglang",
-            "0.4.x",
+            "0.4.5",
             "static",
             # the overlap ("zero-overhead") scheduler runs one batch ahead: LMSYS blog 2024-12-04,
             # SGLang v0.4; python/sglang/srt/managers/scheduler.py event_loop_overlap
@@ -208,6 +221,10 @@ ENGINES = {
             host_per_seq_s=5.5e-3 / 256,  # host work of the same kind as vLLM's, hidden behind the GPU
             block_size=1,  # token-granular KV pool (page_size 1)
             note="host work overlapped with the GPU (SGLang v0.4 zero-overhead scheduler)",
+            # python/sglang/srt/server_args.py ``enable_mixed_chunk: bool = False``; managers/
+            # scheduler.py ``get_next_batch_to_run``: "Run prefill first if possible", the running
+            # batch decodes only when ``get_new_batch_prefill`` forms no batch (v0.4.x through 0.5)
+            mixed_prefill=False,
         ),
         Engine(
             "trtllm",
@@ -272,7 +289,7 @@ def engine_config(
             f"use `max_batched_tokens={seqs}` or more, or lower `max_num_seqs`",
         )
     return ServeConfig(
-        gpu_memory_utilization=gpu_memory_utilization if gpu_memory_utilization is not None else e.fraction(tp),
+        gpu_memory_utilization=gpu_memory_utilization if gpu_memory_utilization is not None else e.fraction(tp, gpu),
         block_size=block_size if block_size is not None else e.block_size,
         max_batched_tokens=max_batched_tokens if max_batched_tokens is not None else e.max_batched_tokens(gpu),
         max_num_seqs=max_num_seqs if max_num_seqs is not None else e.max_num_seqs(gpu),

@@ -10,7 +10,10 @@ allocated as it grows; when a running sequence needs a block and none is free, t
 admitted sequence is preempted, its blocks freed, and it waits at the head of the queue to be
 recomputed (vLLM's default RECOMPUTE preemption); an iteration that preempted admits nobody from the
 queue (V1's ``if not preempted_reqs``). Sliding-window layers hold at most their window's blocks
-(``kv_blocks``), as ``serve`` counts them.
+(``kv_blocks``), as ``serve`` counts them. An engine that does not mix prefills with decodes
+(SGLang, ``Engine.mixed_prefill``) runs an iteration of prompt chunks alone whenever it can form
+one (a prompt still in chunks, or the queue's head with a seat and its blocks) and decodes only
+when it cannot: its running sequences wait out every prefill.
 
 Arrivals are Poisson at ``rate`` (or read from a trace), all at t = 0 (a burst, ``rate`` = inf:
 ``vllm bench serve``'s default ``--request-rate inf``, a transient of queued prompts, prefill
@@ -69,7 +72,9 @@ def simulate(
     blocks), each timed as its own iteration (StepModel.decode_times): the same result as the
     plain per-iteration loop, which ``bulk=False`` runs.
     """
-    sm = step_model(d, engine(cfg.engine))
+    eng = engine(cfg.engine)
+    sm = step_model(d, eng)
+    mixed = eng.mixed_prefill
     mem = serve_memory(d, cfg)
     # DP attention: the ranks' pools hold different sequences; one shared pool of all their blocks
     # (requests spread evenly over the ranks)
@@ -159,11 +164,22 @@ def simulate(
         if not len(running) and not waiting:
             now = float(arrival[nxt])
             continue
-        # running sequences first, in admission order: decoders take one token, prefills a chunk
+        # an engine that does not mix (SGLang) runs a prefill batch alone whenever one can be
+        # formed: a prompt still in chunks, or the queue's head with a seat and blocks for its whole
+        # prompt (SGLang's PrefillAdder admits a request only if its whole input fits the pool,
+        # schedule_policy.py ``add_one_req``)
+        prefill_only = False
+        if not mixed:
+            prefill_only = bool((computed[running] < target[running]).any())
+            if not prefill_only and waiting and len(running) < max_seqs:
+                r = waiting[0]
+                prefill_only = bool(need_blocks(int(target[r])) - blocks[r] <= free)
+        # running sequences first, in admission order: decoders take one token (none in a prefill
+        # batch), prefills a chunk
         preempted = False
         while True:
             c, t, b = computed[running], target[running], blocks[running]
-            full = np.where(c >= t, 1, t - c)
+            full = np.where(c >= t, 0 if prefill_only else 1, t - c)
             before = np.cumsum(full) - full
             take = np.minimum(np.maximum(budget0 - before, 0), full)  # np.clip, without its overhead
             want = np.maximum(0, need_blocks(c + take) - b)
@@ -182,20 +198,31 @@ def simulate(
         blocks[running] += want
         decoding = c >= t
         budget = budget0 - int(take.sum())
+        # blocks the prompts being prefilled still need: held back from admissions that want their
+        # whole prompt in the pool (no decode runs between an unmixed engine's prefill chunks)
+        reserve = 0.0 if mixed else float(np.maximum(0, need_blocks(t) - blocks[running]).sum())
         # then waiting requests, first come first served, while budget, seats and blocks allow; none
         # in an iteration that preempted (vllm/v1/core/sched/scheduler.py ``schedule``: the waiting
         # queue is scheduled only ``if not preempted_reqs``), so a preempted sequence waits a step
         admitted: list = []
         adm_take: list = []
-        while not preempted and waiting and budget > 0 and len(running) + len(admitted) < max_seqs:
+        while (
+            (mixed or prefill_only)
+            and not preempted
+            and waiting
+            and budget > 0
+            and len(running) + len(admitted) < max_seqs
+        ):
             r = waiting[0]
             need = min(int(target[r] - computed[r]), budget)
             blk = need_blocks(int(computed[r]) + need) - blocks[r]
-            if blk > free:
+            whole = 0.0 if mixed else need_blocks(int(target[r])) - blocks[r]
+            if blk > free or whole > free - reserve:
                 break
             waiting.popleft()
             free -= blk
             blocks[r] += blk
+            reserve += whole - blk
             admitted.append(r)
             adm_take.append(need)
             budget -= need

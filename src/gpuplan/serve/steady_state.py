@@ -9,7 +9,9 @@ the inter-token latency a user sees (TPOT) is an iteration with the other sequen
 chunks; TTFT is the prompt's own prefill in chunks beside D - 1 decodes, plus the wait behind the
 prefills of requests that arrived just before it (``prefill_wait``). Max-throughput mode
 reserves every sequence's full input + output length up front, as TensorRT-LLM's default
-GUARANTEED_NO_EVICT scheduler does.
+GUARANTEED_NO_EVICT scheduler does. An engine that runs prefills apart from decodes (SGLang)
+pays each prompt's prefill as iterations of its own that every running sequence waits out
+(``_prefill_apart``).
 
 A concurrency above what the KV pool (or ``max_num_seqs``) holds is a closed loop of N clients, the
 way benchmark_serving.py / genai-perf run ``--concurrency N``: the engine runs at its capacity and
@@ -53,6 +55,8 @@ class Point:
 def steady_state(
     sm: StepModel, cfg: ServeConfig, concurrency: int, input_len: int, output_len: int, hit: float = 0.0
 ) -> Point:
+    if sm.engine is not None and not sm.engine.mixed_prefill:
+        return _prefill_apart(sm, cfg, concurrency, input_len, output_len, hit)
     fresh = input_len * (1 - hit)  # prompt tokens the prefix cache does not cover
     per_token_prefill = fresh / output_len  # prompt tokens to prefill per output token
     budget = cfg.max_batched_tokens
@@ -99,6 +103,49 @@ def steady_state(
         output_tokens_per_s=d / full.seconds,
         input_tokens_per_s=d * input_len / output_len / full.seconds,
         decode_share=min(1.0, alone / full.seconds),
+    )
+
+
+def _prefill_apart(
+    sm: StepModel, cfg: ServeConfig, concurrency: int, input_len: int, output_len: int, hit: float
+) -> Point:
+    """Steady state of an engine that runs prefill batches alone and first (SGLang,
+    ``Engine.mixed_prefill``): each new prompt is prefilled in iterations of its own, in chunks of
+    the budget, while the running sequences wait. Per decode step D / output sequences finish and
+    as many successors are prefilled, so a decode step costs its own time plus D / output prefills
+    (each prompt its own prefill iteration: at moderate load prompts arrive one at a time; packed
+    into one batch they would share its weight reads, so this is the upper end). Decodes take no
+    token budget here, so D is the concurrency. TTFT: the prompt's own prefill, which goes before
+    any decode, plus the wait behind the prefills of prompts that arrived just before it."""
+    fresh = input_len * (1 - hit)
+    d = float(min(concurrency, cfg.max_num_seqs) if cfg.max_num_seqs else concurrency)
+    ctx = input_len + output_len / 2
+    alone = sm.decode_step(d, ctx).seconds
+    chunk = cfg.max_batched_tokens
+    prefill, done = 0.0, 0.0
+    while done < fresh:
+        n = min(chunk, fresh - done)
+        prefill += sm.iteration(
+            decode=0,
+            prefill=n,
+            prefill_context=input_len * hit + done + n / 2,
+            prefill_seqs=1 if done + n >= fresh else 0,
+        ).seconds
+        done += n
+    step = alone + d / output_len * prefill  # one decode step and its share of the prefills
+    seen = alone + (d - 1) / output_len * prefill  # a sequence's token gap: the others' prefills
+    completions = d / step / output_len
+    packed = max(1, math.floor(chunk / max(fresh, 1)))
+    wait = prefill_wait(completions * (concurrency - 1) / concurrency, prefill, packed, concurrency - 1)
+    return Point(
+        concurrency=concurrency,
+        decoding=d,
+        iteration_s=step,
+        tpot_s=seen,
+        ttft_s=prefill + wait,
+        output_tokens_per_s=d / step,
+        input_tokens_per_s=d * input_len / output_len / step,
+        decode_share=min(1.0, alone / step),
     )
 
 

@@ -1,0 +1,73 @@
+"""An engine that does not mix prompt chunks with decodes (SGLang, ``Engine.mixed_prefill``): every
+prefill runs as a batch of its own, first, and the running sequences wait it out."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from gpuplan import catalog
+from gpuplan.serve import engines
+from gpuplan.serve.engines import engine, engine_config
+from gpuplan.serve.formats import kv_format, weight_format
+from gpuplan.serve.sim import Lengths, Workload, simulate
+from gpuplan.serve.steady_state import steady_state
+from gpuplan.serve.timing import Deployment, step_model
+
+G = catalog.gpu("h100-sxm")
+D = Deployment(catalog.model("llama-3.1-8b"), G, weight_format("fp8", G), kv_format("fp8"))
+SGL = engine_config("sglang", G)
+
+
+@pytest.fixture
+def mixed_twin(monkeypatch):
+    """SGLang's profile with mixed batches, the one thing changed."""
+    twin = replace(engine("sglang"), name="sglang-mixed", mixed_prefill=True)
+    monkeypatch.setitem(engines.ENGINES, twin.name, twin)
+    return replace(SGL, engine=twin.name)
+
+
+def _two_requests():
+    """One sequence decoding when a 4096-token prompt arrives."""
+    return Workload(np.array([0.0, 0.3]), np.array([512, 4096]), np.array([100, 5]))
+
+
+def _bounds(sm):
+    prefill = sm.iteration(decode=0, prefill=4096, prefill_context=2048, prefill_seqs=1).seconds
+    low = prefill + sm.iteration(decode=2, decode_context=512).seconds
+    high = prefill + sm.iteration(decode=2, decode_context=4096 + 600).seconds
+    return prefill, low, high
+
+
+def test_sglang_decodes_wait_out_a_prefill_that_runs_alone():
+    sm = step_model(D, engine("sglang"))
+    prefill, low, high = _bounds(sm)
+    r = simulate(D, SGL, _two_requests())
+    # the decoding sequence's longest gap: the prompt's prefill batch, then a decode of both
+    assert low <= r.itl_s.max() <= high
+    # the prompt goes first: it waits at most the decode step in flight, then its own prefill
+    one_step = sm.iteration(decode=1, decode_context=1000).seconds
+    assert prefill <= r.ttft_s[1] <= prefill + one_step
+
+
+def test_a_mixing_engine_carries_the_decode_inside_the_prefill_iteration(mixed_twin):
+    _, low, _ = _bounds(step_model(D, engine("sglang")))
+    r = simulate(D, mixed_twin, _two_requests())
+    assert r.itl_s.max() < low
+
+
+@pytest.mark.parametrize("clients, i, o", [(32, 1024, 256), (64, 3000, 500)])
+def test_the_steady_state_of_prefills_apart_agrees_with_the_simulated_closed_loop(clients, i, o):
+    # outputs spread around the mean so that sequences finish one by one, not in waves whose
+    # successors would share one prefill batch
+    w = Workload.closed(1500, Lengths.parse(str(i), "i"), Lengths.parse(f"{o // 2}-{3 * o // 2}", "o"))
+    r = simulate(D, SGL, w, clients=clients)
+    p = steady_state(step_model(D, engine("sglang")), SGL, clients, i, o)
+    assert r.to_dict()["output_tokens_per_s"] == pytest.approx(p.output_tokens_per_s, rel=0.10)
+    assert r.to_dict()["tpot_s"]["mean"] == pytest.approx(p.tpot_s, rel=0.10)
+
+
+def test_prefills_apart_cost_more_than_mixed_ones_at_the_same_load(mixed_twin):
+    a = steady_state(step_model(D, engine("sglang")), SGL, 64, 3000, 500)
+    b = steady_state(step_model(D, engine("sglang-mixed")), mixed_twin, 64, 3000, 500)
+    assert a.tpot_s > b.tpot_s and a.output_tokens_per_s < b.output_tokens_per_s
