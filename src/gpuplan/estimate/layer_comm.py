@@ -186,48 +186,45 @@ def layer_comm(
             )
             e_f, e_b = e_f + t, e_b + t
         out["cp"] = (2 if full else 1) * e_f + e_b
-    elif plan.cp > 1 and cfg.cp_exchange == "all_gather":
-        # TransformerEngine's AttnFuncWithCPAndKVAllGather (context_parallel.py): K and V of the
-        # whole sequence gathered over the CP group before the local query chunks' kernels, again
-        # at the start of the backward, which reduce-scatters dK and dV back; nothing computes
-        # while they run (Dubey et al. 2024, the Llama 3 paper, section 3.3.2: "the all-gather
-        # communication latency is exposed in the critical path", small under GQA)
-        g = groups["cp"]
-        kv = m.num_heads * (m.qk_head_dim + m.v_dim) if m.is_mla else 2 * m.num_kv_heads * m.head_dim
-        size = plan.cp * T * kv / plan.tp * a  # the gathered K and V (the collective's whole buffer)
-        passes = 2 if full or "core_attn" in cfg.recomputed else 1
-        t_ag = comm["cp"].add("all-gather", size, g, gpu, count * (passes + 1))
-        t_rs = comm["cp"].add("reduce-scatter", size, g, gpu, count)
-        out["cp"] = (passes + 1) * t_ag + t_rs
-    elif plan.cp > 1 and cfg.cp_exchange == "a2a":
-        # DeepSpeed-Ulysses (Jacobs et al. 2023, section 3.1; TransformerEngine's
-        # AttnFuncWithCPAndQKVOA2A): all-to-alls turn Q, K, V from a sequence split into a head
-        # split before the kernel and the output back after it; the backward mirrors them (dO in,
-        # dQ, dK, dV out). Each rank exchanges (cp - 1) / cp of its tensors with nothing to hide
-        # behind: the attention needs them all.
-        g = groups["cp"]
-        kv = m.num_heads * (m.qk_head_dim + m.v_dim) if m.is_mla else 2 * m.num_kv_heads * m.head_dim
-        qkv = T * (m.num_heads * m.qk_head_dim + kv) / plan.tp * a
-        o = T * m.num_heads * m.v_dim / plan.tp * a
-        passes = 2 if full or "core_attn" in cfg.recomputed else 1
-        t_in = comm["cp"].add("all-to-all", qkv, g, gpu, count * (passes + 1))
-        t_out = comm["cp"].add("all-to-all", o, g, gpu, count * (passes + 1))
-        out["cp"] = (passes + 1) * (t_in + t_out)
     elif plan.cp > 1:
-        # ring attention: cp-1 steps, each sending this rank's K,V chunk while computing on the
-        # previous one; the backward also passes dK, dV (Liu et al. 2023; Megatron-Core CP)
         g = groups["cp"]
+        # K and V per token (MLA: its per-head keys and values), and the forward's passes (again in
+        # the recompute of the attention core)
         kv = m.num_heads * (m.qk_head_dim + m.v_dim) if m.is_mla else 2 * m.num_kv_heads * m.head_dim
-        size = T * kv / plan.tp * a
-        steps = plan.cp - 1
-        chunk_f = ops.attn_core / plan.cp
-        chunk_b = ops.parts.get("attention", 0.0) / plan.cp - chunk_f
-        e_f = steps * max(0.0, collective_time("p2p", size, g, gpu) - chunk_f)
-        e_b = steps * max(0.0, collective_time("p2p", 2 * size, g, gpu) - max(0.0, chunk_b))
         passes = 2 if full or "core_attn" in cfg.recomputed else 1
-        comm["cp"].add("p2p", size, g, gpu, count * steps * passes, exposed=count * e_f * passes)
-        comm["cp"].add("p2p", 2 * size, g, gpu, count * steps, exposed=count * e_b)
-        out["cp"] = passes * e_f + e_b
+        size = T * kv / plan.tp * a  # this rank's K and V
+        if cfg.cp_exchange == "all_gather":
+            # TransformerEngine's AttnFuncWithCPAndKVAllGather (context_parallel.py): K and V of the
+            # whole sequence gathered over the CP group before the local query chunks' kernels,
+            # again at the start of the backward, which reduce-scatters dK and dV back; nothing
+            # computes while they run (Dubey et al. 2024, the Llama 3 paper, section 3.3.2: "the
+            # all-gather communication latency is exposed in the critical path", small under GQA)
+            whole = plan.cp * size  # the gathered K and V (the collective's whole buffer)
+            t_ag = comm["cp"].add("all-gather", whole, g, gpu, count * (passes + 1))
+            t_rs = comm["cp"].add("reduce-scatter", whole, g, gpu, count)
+            out["cp"] = (passes + 1) * t_ag + t_rs
+        elif cfg.cp_exchange == "a2a":
+            # DeepSpeed-Ulysses (Jacobs et al. 2023, section 3.1; TransformerEngine's
+            # AttnFuncWithCPAndQKVOA2A): all-to-alls turn Q, K, V from a sequence split into a head
+            # split before the kernel and the output back after it; the backward mirrors them (dO
+            # in, dQ, dK, dV out). Each rank exchanges (cp - 1) / cp of its tensors with nothing to
+            # hide behind: the attention needs them all.
+            qkv = size + T * m.num_heads * m.qk_head_dim / plan.tp * a
+            o = T * m.num_heads * m.v_dim / plan.tp * a
+            t_in = comm["cp"].add("all-to-all", qkv, g, gpu, count * (passes + 1))
+            t_out = comm["cp"].add("all-to-all", o, g, gpu, count * (passes + 1))
+            out["cp"] = (passes + 1) * (t_in + t_out)
+        else:
+            # ring attention: cp-1 steps, each sending this rank's K,V chunk while computing on the
+            # previous one; the backward also passes dK, dV (Liu et al. 2023; Megatron-Core CP)
+            steps = plan.cp - 1
+            chunk_f = ops.attn_core / plan.cp
+            chunk_b = ops.parts.get("attention", 0.0) / plan.cp - chunk_f
+            e_f = steps * max(0.0, collective_time("p2p", size, g, gpu) - chunk_f)
+            e_b = steps * max(0.0, collective_time("p2p", 2 * size, g, gpu) - max(0.0, chunk_b))
+            comm["cp"].add("p2p", size, g, gpu, count * steps * passes, exposed=count * e_f * passes)
+            comm["cp"].add("p2p", 2 * size, g, gpu, count * steps, exposed=count * e_b)
+            out["cp"] = passes * e_f + e_b
     if moe and (plan.ep > 1 or plan.expert_tp > 1):
         out["ep"] = _moe_dispatch_comm(m, cfg, plan, gpu, groups, shape, ops, comm, count, dualpipe or cfg.ep_overlap)
     if plan.zero == 3 and groups["dp_cp"] is not None and groups["dp_cp"].size > 1:

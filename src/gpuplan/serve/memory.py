@@ -111,7 +111,7 @@ def activation_peak(d: Deployment, cfg: ServeConfig) -> float:
     h = m.hidden_size
     q = 2 * m.q_size if m.attn_output_gate else m.q_size  # Qwen3-Next's q_proj projects the gate too
     attn = (q + 2 * m.num_kv_heads * m.head_dim + m.num_heads * m.v_dim) / d.tp
-    if m.linear_layers:  # a Gated DeltaNet layer's input projection and its output
+    if m.linear_layers:  # a linear-attention layer's input projection and its output
         attn = max(attn, (m.linear_in_proj_width + m.linear_v_heads * m.linear_v_dim) / d.tp)
     mlp = (3 if m.gated_mlp else 2) * m.ffn_size / d.tp
     if m.is_moe:  # each token's routed copies through its experts' MLPs

@@ -198,9 +198,10 @@ def simulate(
         blocks[running] += want
         decoding = c >= t
         budget = budget0 - int(take.sum())
-        # blocks the prompts being prefilled still need: held back from admissions that want their
-        # whole prompt in the pool (no decode runs between an unmixed engine's prefill chunks)
-        reserve = 0.0 if mixed else float(np.maximum(0, need_blocks(t) - blocks[running]).sum())
+        # blocks the prompts being prefilled still need, held back from an unmixed engine's
+        # admissions, which want a whole prompt in the pool (no decode runs between its prefill
+        # chunks; only its prefill batches admit)
+        reserve = float(np.maximum(0, need_blocks(t) - blocks[running]).sum()) if prefill_only else 0.0
         # then waiting requests, first come first served, while budget, seats and blocks allow; none
         # in an iteration that preempted (vllm/v1/core/sched/scheduler.py ``schedule``: the waiting
         # queue is scheduled only ``if not preempted_reqs``), so a preempted sequence waits a step

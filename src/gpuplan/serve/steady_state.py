@@ -80,17 +80,7 @@ def steady_state(
     alone = sm.decode_step(d, ctx).seconds
     # TTFT: the prompt in chunks of what the budget leaves beside the other sequences' decodes
     chunk = max(cfg.block_size, budget - math.ceil(d - 1))
-    ttft, done = 0.0, 0.0
-    while done < fresh:
-        n = min(chunk, fresh - done)
-        ttft += sm.iteration(
-            decode=d - 1,
-            prefill=n,
-            decode_context=ctx,
-            prefill_context=input_len * hit + done + n / 2,
-            prefill_seqs=1 if done + n >= fresh else 0,
-        ).seconds
-        done += n
+    ttft = _prefill_s(sm, fresh, input_len * hit, chunk, d - 1, ctx)
     completions = d / full.seconds / output_len  # requests/s: the closed loop's arrival rate
     packed = max(1, math.floor(chunk / max(fresh, 1)))  # prompts one iteration's budget prefills
     wait = prefill_wait(completions * (concurrency - 1) / concurrency, ttft, packed, concurrency - 1)
@@ -104,6 +94,25 @@ def steady_state(
         input_tokens_per_s=d * input_len / output_len / full.seconds,
         decode_share=min(1.0, alone / full.seconds),
     )
+
+
+def _prefill_s(
+    sm: StepModel, fresh: float, cached: float, chunk: float, decode: float = 0.0, decode_context: float = 0.0
+) -> float:
+    """Seconds to prefill ``fresh`` prompt tokens after ``cached`` ones, in chunks of ``chunk``
+    tokens, each iteration beside ``decode`` sequences decoding at ``decode_context``."""
+    seconds, done = 0.0, 0.0
+    while done < fresh:
+        n = min(chunk, fresh - done)
+        seconds += sm.iteration(
+            decode=decode,
+            prefill=n,
+            decode_context=decode_context,
+            prefill_context=cached + done + n / 2,
+            prefill_seqs=1 if done + n >= fresh else 0,
+        ).seconds
+        done += n
+    return seconds
 
 
 def _prefill_apart(
@@ -122,16 +131,7 @@ def _prefill_apart(
     ctx = input_len + output_len / 2
     alone = sm.decode_step(d, ctx).seconds
     chunk = cfg.max_batched_tokens
-    prefill, done = 0.0, 0.0
-    while done < fresh:
-        n = min(chunk, fresh - done)
-        prefill += sm.iteration(
-            decode=0,
-            prefill=n,
-            prefill_context=input_len * hit + done + n / 2,
-            prefill_seqs=1 if done + n >= fresh else 0,
-        ).seconds
-        done += n
+    prefill = _prefill_s(sm, fresh, input_len * hit, chunk)
     step = alone + d / output_len * prefill  # one decode step and its share of the prefills
     seen = alone + (d - 1) / output_len * prefill  # a sequence's token gap: the others' prefills
     completions = d / step / output_len

@@ -113,10 +113,9 @@ class ModelSpec:
     # q, k and v first. The state per sequence is linear_v_heads x linear_k_dim x linear_v_dim.
     linear_layers: tuple[int, ...] = ()
     # "gdn" (Gated DeltaNet), "kda" (Kimi Delta Attention: Gated DeltaNet with a decay per channel,
-    # Kimi Team 2025, "Kimi Linear"; Kimi-Linear) or "mamba2": Mamba-2's SSD (Dao and Gu 2024,
-    # "Transformers are SSMs")
-    # is the same shape read as linear attention (their section 7: C as queries, B as keys, x as
-    # values), so the fields below hold it so: n_groups of B and C as the key heads of d_state
+    # Kimi Team 2025, "Kimi Linear"; Kimi-Linear) or "mamba2". Mamba-2's SSD (Dao and Gu 2024,
+    # "Transformers are SSMs") is the same shape read as linear attention (their section 7: C as
+    # queries, B as keys, x as values), so the fields below hold it so: n_groups of B and C as the key heads of d_state
     # (linear_k_heads, linear_k_dim), the SSM heads of head_dim as the value heads (linear_v_heads,
     # linear_v_dim), its state heads x d_state x head_dim (Granite 4.0-H, Bamba)
     linear_kind: str = "gdn"
@@ -318,7 +317,8 @@ class ModelSpec:
         return 2 * kd + 2 * vd + (heads if self.linear_kind == "mamba2" else 2 * heads)
 
     def is_linear_layer(self, index: int) -> bool:
-        """A Gated DeltaNet layer (``linear_layers``), not softmax attention."""
+        """A linear-attention layer (``linear_layers``: Gated DeltaNet, KDA or Mamba-2), not softmax
+        attention."""
         return index in self.linear_layers
 
     @property

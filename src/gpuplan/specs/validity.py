@@ -100,10 +100,8 @@ class View:
         uneven: Any = False,
         cp_comm: Any = "p2p",
     ) -> None:
-        self.uneven = uneven
-        self.a2a = (
-            cp_comm == "a2a"
-        )  # context parallelism by all-to-all: heads split over cp  # first/last stage layers given: specs/split.py checks that split
+        self.uneven = uneven  # first/last stage layers given: specs/split.py checks that split
+        self.a2a = cp_comm == "a2a"  # context parallelism by all-to-all: heads split over cp
         self.tp, self.cp, self.pp, self.dp, self.ep, self.vp, self.sp = tp, cp, pp, dp, ep, vp, sp
         # the experts' tensor-parallel degree (None: tp) and whether it was set (MoE parallel folding)
         self.etp, self.folded = (tp if etp is None else etp), folded

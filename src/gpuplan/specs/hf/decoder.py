@@ -706,20 +706,19 @@ def _linear_layers(c: Config, layers: int, kind: str) -> dict[str, Any]:
     else the family's rule: Gated DeltaNet's all but every full_attention_interval-th (default 4,
     as Qwen3NextConfig builds them), Bamba's all but attn_layer_indices, Granite 4.0-H's all."""
     types = c.data.get("layer_types")
+    linear = None
     if isinstance(types, list):  # validated against LAYER_TYPES by _layer_flags
         linear = tuple(i for i, t in enumerate(types) if t in LINEAR_TYPES)
-    elif kind == "kda":
-        return _kda(c, layers)
-    elif kind == "mamba2":
+    if kind == "kda":  # its default layout reads linear_attn_config
+        return _kda(c, layers, linear)
+    if linear is None and kind == "mamba2":
         attention = c.get("attn_layer_indices", default=[], kind=list) or []
         linear = tuple(i for i in range(layers) if i not in attention)
-    else:
+    elif linear is None:
         step = _step(c, "full_attention_interval") if "full_attention_interval" in c.data else 4
         linear = tuple(i for i in range(layers) if (i + 1) % step)
     if kind == "mamba2":
         return _mamba2(c, linear)
-    if kind == "kda":
-        return _kda(c, layers, linear)
     return dict(
         linear_layers=linear,
         linear_k_heads=c.get("linear_num_key_heads", default=16),
@@ -946,10 +945,8 @@ def decoder(c: Config, name: str, model_type: str) -> ModelSpec:
             index_head_dim=c.get("index_head_dim", default=dim),
         )
     notes = []
-    mtp = c.data.get("num_nextn_predict_layers") or c.data.get("num_mtp_layers")
-    if mtp:
-        notes.append(f"{mtp} multi-token-prediction layer(s) not counted (transformers does not build them)")
-    mtp = c.data.get("mtp_num_hidden_layers")  # Qwen3.5's
+    # DeepSeek's, GLM's and Qwen3.5's key for their multi-token-prediction layers
+    mtp = c.data.get("num_nextn_predict_layers") or c.data.get("num_mtp_layers") or c.data.get("mtp_num_hidden_layers")
     if mtp:
         notes.append(f"{mtp} multi-token-prediction layer(s) not counted (transformers does not build them)")
     if kw.get("linear_layers"):
