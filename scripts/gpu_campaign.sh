@@ -7,6 +7,7 @@
 #   bash scripts/gpu_campaign.sh waves     # GEMM time across wave boundaries; eager elementwise kernels
 #   bash scripts/gpu_campaign.sh moe       # grouped GEMMs of MoE experts, router and permutation kernels
 #   bash scripts/gpu_campaign.sh unfused   # the elementwise chains Megatron runs unfused for gpt-oss
+#   bash scripts/gpu_campaign.sh decode    # serving: skinny GEMMs, decode attention, a whole decode step
 set -uo pipefail
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 R=${OUT:-/tmp/out}/results
@@ -54,6 +55,9 @@ moe)
   ;;
 unfused)
   timeout 240 python3 scripts/measure_unfused_gpu.py --out "$R/kernels" 2>&1 | tail -20
+  ;;
+decode)
+  timeout 420 python3 scripts/measure_decode_gpu.py --out "$R/kernels" 2>&1 | tail -40
   ;;
 waves)
   timeout 300 python3 scripts/measure_gpu.py --out "$R/kernels" --only env,waves,eltwise 2>&1 | tail -5

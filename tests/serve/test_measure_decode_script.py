@@ -1,0 +1,20 @@
+"""scripts/measure_decode_gpu.py runs end to end (``--quick``, tiny shapes on the CPU), so a lent GPU's
+short lease is not spent finding a broken script."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "measure_decode_gpu.py"
+
+
+def test_decode_script_writes_every_family_with_positive_times(tmp_path):
+    subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path), "--quick"], check=True, capture_output=True)
+    doc = json.loads((tmp_path / "decode.json").read_text())
+    # four linears of the 8B at TP 1 and of the 70B at TP 4 and 8, three row counts each
+    assert len(doc["skinny"]) == 3 * 4 * 3
+    assert all(r["bf16_s"] > 0 for r in doc["skinny"])
+    assert doc["attention"] and all(r["math_s"] > 0 and r["kv_bytes"] > 0 for r in doc["attention"])
+    assert [r["batch"] for r in doc["step"]] == [1, 4]
+    assert all("error" not in r and r["eager_s"] > 0 and r["graph_s"] > 0 for r in doc["step"])
