@@ -76,13 +76,13 @@ def test_a_model_that_cannot_fit_names_the_smallest_tp():
 
 
 def test_a_model_a_little_short_is_told_the_memory_fraction_that_fits_on_the_same_gpu():
-    # 70B in fp8 on one 80 GB H100 at 8K tokens: vLLM's default 0.9 leaves about a GiB too little
+    # 70B in fp8 on one 80 GB H100 at 16K tokens: vLLM's default 0.9 leaves about a GiB too little
     req = ServeRequest(
         catalog.model("llama-3.1-70b"),
         H100,
         weights="fp8",
         kv="fp8",
-        input_len=8000,
+        input_len=16000,
         output_len=256,
         config=ServeConfig(gpu_memory_utilization=0.9),
     )

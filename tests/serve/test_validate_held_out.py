@@ -85,12 +85,16 @@ def test_errors_stay_within_what_was_last_measured():
     # fraction above 80 GiB: 15.7%, 68.6% (SGLang's rows 40.4% -> 42.9% median: its decodes now wait
     # out each prefill, and R1's 10000/500 row no longer thrashes a pool too small by 0.81 vs 0.907;
     # the engine's own log puts R1's decode step at 50 sequences at 33.7 ms against 21.4 modelled)
+    # the profiling peak as the larger of its forward and sampler phases (memory.activation_peak,
+    # vLLM's profile_run order) enlarges the pools a little: 15.8% (one row across the median); the
+    # steady rows 6.9% -> 7.2%: larger pools shift TensorRT-LLM 70B TP2 2048/128 (-6.7% -> -8.5%) and
+    # NIM's TTFT at concurrency 100 (-10% -> -24%), Scout TP4 improves (+65% -> +55%)
     s = summary(validate_held_out())
-    assert s["median_abs_error"] <= 0.158
+    assert s["median_abs_error"] <= 0.159
     assert s["p90_abs_error"] <= 0.69
     assert s["max_abs_error"] <= 3.6
     steady = s["by_load"]["steady"]  # the analytic model's rows (the issue's 8% median target is missed since)
-    assert steady["median_abs_error"] <= 0.069 and steady["p90_abs_error"] <= 0.28 and steady["max_abs_error"] <= 0.66
+    assert steady["median_abs_error"] <= 0.073 and steady["p90_abs_error"] <= 0.28 and steady["max_abs_error"] <= 0.66
     assert s["by_engine"]["trtllm-0.6"]["max_abs_error"] <= 0.16
 
 

@@ -52,21 +52,34 @@ def render_disagg(doc: dict) -> None:
 
 def render_kv_validation(doc: dict) -> None:
     t = Table(title="KV pool vs engine startup logs (held out)")
-    for col in ("run", "measured GiB", "predicted GiB", "error"):
-        t.add_column(col, justify="left" if col == "run" else "right")
+    terms = ("weights", "activation", "non_torch")
+    cols = ("run", "engine", "measured GiB", "predicted GiB", "error", *(f"{x} log/pred" for x in terms))
+    for col in cols:
+        t.add_column(col.replace("_", "-"), justify="left" if col in ("run", "engine") else "right")
     for r in doc["rows"]:
         err = (
             f"{r['error']:+.1%}"
             if r["error"] is not None
             else ("refused by both" if r["refused"] else "gpuplan fits it")
         )
-        t.add_row(r["id"], f"{r['measured_gib']:,.2f}", f"{r['predicted_gib']:,.2f}", err)
+        parts = [f"{r['parts'][x][0]:.2f}/{r['parts'][x][1]:.2f}" if x in r["parts"] else "" for x in terms]
+        engine = f"{r['engine']} {r['engine_version']}".strip()
+        t.add_row(r["id"], engine, f"{r['measured_gib']:,.2f}", f"{r['predicted_gib']:,.2f}", err, *parts)
     console.print(t)
     s = doc["summary"]
     console.print(
         f"{s['rows']} runs: median |error| {s['median_abs_error']:.1%}, p90 {s['p90_abs_error']:.1%}, "
         f"max {s['max_abs_error']:.1%}; engine refusals matched {s['refusals_matched']} of {s['refusals']}"
     )
+    for v, e in s["by_version"].items():
+        console.print(
+            f"  {v}: {e['rows']} runs, median |error| {e['median_abs_error']:.1%}, max {e['max_abs_error']:.1%}"
+        )
+    for term, e in s["terms"].items():
+        console.print(
+            f"  {term.replace('_', '-')} (where logged, {e['rows']} runs): predicted - logged {e['mean_gib']:+.2f} GiB "
+            f"on average, {e['mean_abs_gib']:.2f} GiB mean |difference|"
+        )
 
 
 def render_serving_held_out(doc: dict) -> None:
