@@ -112,7 +112,7 @@ def summary(checks: list[KVCheck]) -> dict:
             versions.setdefault(f"{c.engine} {c.engine_version}", []).append(c.error)
     terms = {}
     for term in PARTS:
-        diffs = [pred - logged for c in checks if term in c.parts for logged, pred in [c.parts[term]]]
+        diffs = [c.parts[term][1] - c.parts[term][0] for c in checks if term in c.parts]
         if diffs:
             terms[term] = {
                 "rows": len(diffs),
