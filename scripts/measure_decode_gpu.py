@@ -13,6 +13,12 @@ that gap into what the kernels cost and what the host adds, on one GPU, without 
   (per-token dynamic activation scales, per-channel weight scales: ``torch._scaled_mm`` row-wise),
   the activation quantization (amax, scale, cast) timed on its own. Weight bytes over seconds is
   the bandwidth a memory-bound decode GEMM reaches at that row count.
+* ``block``: DeepSeek-V3's GEMMs at TP 8 (its attention projections, one routed or shared expert's
+  gate+up and down) with 1-512 rows in bf16, FP8 row-wise and FP8 with DeepSeek's block scales
+  (1x128 activation, 128x128 weight blocks) through ``torch.nn.functional.scaled_mm`` where this
+  build has it: published block-FP8 kernels at decode sizes run far below the HBM roofline (vLLM
+  PR #23280 on an H100: N=2112 K=7168 at 64 rows in 30 us, a third of bf16's rate), and the
+  DeepSeek-R1 decode steps of vLLM and SGLang are 1.6-2x gpuplan's.
 * ``attention``: one query token per sequence over a contiguous KV cache (GQA 32/8 heads, head dim
   128) through ``scaled_dot_product_attention`` per backend, 1-256 sequences x 512-8192 tokens: KV
   bytes over seconds.
@@ -120,6 +126,57 @@ def skinny(m: int, n: int, k: int) -> dict:
         except RuntimeError as e:  # a shape this build's _scaled_mm refuses
             row["fp8_error"] = str(e).splitlines()[0][:160]
     return row
+
+
+# DeepSeek-V3 at TP 8, (n, k): q_a_proj, q_b_proj, o_proj, an expert's (or the shared expert's)
+# gate+up and down; q_a + kv_a fused (2112) as vLLM runs them
+DEEPSEEK_TP8 = {
+    "q_a_kv_a": (2112, 7168),
+    "q_b": (3072, 1536),
+    "o": (7168, 2048),
+    "expert_up": (512, 7168),
+    "expert_down": (7168, 256),
+}
+
+
+def bench_block(quick: bool) -> list[dict]:
+    rows = []
+    for layer, (n, k) in DEEPSEEK_TP8.items():
+        n, k = (n // 16, max(128, k // 16)) if quick else (n, k)
+        for m in ROWS[:3] if quick else ROWS:
+            row = {"model": "deepseek-v3", "tp": 8, "layer": layer, "m": m, "n": n, "k": k, **skinny(m, n, k)}
+            if DEV == "cuda":
+                row.update(block_fp8(m, n, k))
+            rows.append(row)
+    return rows
+
+
+def block_fp8(m: int, n: int, k: int, device: str = DEV) -> dict:
+    """Seconds of x @ W^T with DeepSeek's block scales (activations 1 x 128, weights 128 x 128).
+    On the ``meta`` device only the call is checked (torch's own shape and stride rules)."""
+    try:
+        from torch.nn.functional import ScalingType, SwizzleType, scaled_mm
+    except ImportError as e:  # a build without the scaled_mm API
+        return {"block_error": str(e)[:160]}
+    sets = 1 if device == "meta" else n_sets(n * k)
+    kb = -(-k // 128)  # K blocks of 128
+    l4 = -(-kb // 4) * 4  # the weight scales' leading dimension, rounded up to 4
+    x = [torch.randn(m, k, device=device).to(FP8) for _ in range(sets)]
+    w = [torch.randn(n, k, device=device).to(FP8).t() for _ in range(sets)]
+    sa = torch.rand(kb, m, device=device).t()  # (m, k/128), stride (1, m), as the kernel wants it
+    sb = torch.rand(n // 128, l4, device=device).t()  # (round_up(k/128, 4), n/128), stride (1, l4)
+    recipe = (ScalingType.BlockWise1x128, ScalingType.BlockWise128x128)
+    none = SwizzleType.NO_SWIZZLE
+
+    def call(i):
+        return scaled_mm(x[i], w[i], sa, recipe[0], sb, recipe[1], swizzle_a=none, swizzle_b=none)
+
+    try:
+        if device == "meta":
+            return {"block_shape": tuple(call(0).shape)}
+        return {"block_s": graph_time(call, sets)}
+    except RuntimeError as e:  # a shape or scale layout this build's kernel refuses
+        return {"block_error": str(e).splitlines()[0][:160]}
 
 
 # -- decode attention -------------------------------------------------------------------------------
@@ -282,7 +339,8 @@ def main() -> None:
         p = torch.cuda.get_device_properties(0)
         env.update(name=p.name, sm_count=p.multi_processor_count, memory_bytes=p.total_memory)
     doc = {"env": env}
-    for family, bench in (("skinny", bench_skinny), ("attention", bench_attention), ("step", bench_step)):
+    families = (("skinny", bench_skinny), ("block", bench_block), ("attention", bench_attention), ("step", bench_step))
+    for family, bench in families:
         t0 = time.perf_counter()
         doc[family] = bench(quick)
         doc[f"{family}_wall_s"] = time.perf_counter() - t0

@@ -18,3 +18,18 @@ def test_decode_script_writes_every_family_with_positive_times(tmp_path):
     assert doc["attention"] and all(r["math_s"] > 0 and r["kv_bytes"] > 0 for r in doc["attention"])
     assert [r["batch"] for r in doc["step"]] == [1, 4]
     assert all("error" not in r and r["eager_s"] > 0 and r["graph_s"] > 0 for r in doc["step"])
+
+
+def test_block_scaled_calls_pass_torchs_own_shape_and_stride_checks():
+    """The block-FP8 GEMMs the script times on a GPU, checked on the meta device: DeepSeek-V3's
+    TP 8 shapes with 1x128 activation and 128x128 weight scales as torch's scaled_mm requires them."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("measure_decode_gpu", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(SCRIPT.parent))
+    spec.loader.exec_module(mod)
+    for n, k in mod.DEEPSEEK_TP8.values():
+        for m in (1, 64, 512):
+            got = mod.block_fp8(m, n, k, device="meta")
+            assert got.get("block_shape") == (m, n), got
