@@ -17,7 +17,7 @@ def test_engine_refusals_are_refusals_here_too():
 def test_kv_pools_stay_within_the_errors_reached_when_added():
     s = summary(validate_kv_pools())
     # 3.7% over the seven llm-d rows when added; 8.0% with the two DeepSeek-R1 8 x H200 starts
-    # (vLLM 0.8.4, SGLang 0.4.5); 2.8% / 12.6% over 35 starts since 21 vLLM 0.19 logs (llm-d-planner),
+    # (vLLM 0.8.4, SGLang 0.4.5); 2.5% / 12.2% over 44 starts since 30 vLLM 0.19 logs (llm-d-planner),
     # two vLLM 0.6.4 and one 0.8.3 V0 log and two SGLang logs joined, with the profiling peak as the
     # larger of its two phases: the 5% / 15%, unfitted (no constant was set from these logs)
     assert s["median_abs_error"] <= 0.05
@@ -30,7 +30,7 @@ def test_logged_terms_are_compared_term_by_term():
     s = summary(checks)
     assert set(s["terms"]) == {"weights", "activation", "non_torch"}
     # weights come from the config's tensors: within half a GiB of what the engines logged loading
-    assert s["terms"]["weights"]["rows"] >= 25 and s["terms"]["weights"]["mean_abs_gib"] < 0.5
+    assert s["terms"]["weights"]["rows"] >= 35 and s["terms"]["weights"]["mean_abs_gib"] < 0.5
     assert "vllm 0.19.0 (V1)" in s["by_version"]
     assert sum(v["rows"] for v in s["by_version"].values()) == sum(c.error is not None for c in checks)
 
