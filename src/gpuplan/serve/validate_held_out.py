@@ -211,7 +211,7 @@ def validate_held_out(path: Path = CSV) -> list[HeldOutCheck]:
 
 
 def percentile(xs: list[float], q: float) -> float:
-    """Nearest-rank percentile of a sorted list (validate_kv.py's convention)."""
+    """Nearest-rank percentile of a sorted list (validate_kv.py reads it too)."""
     return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
 
 

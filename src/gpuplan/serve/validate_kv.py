@@ -26,6 +26,7 @@ from gpuplan.serve.engines import engine_config
 from gpuplan.serve.formats import kv_format, weight_format
 from gpuplan.serve.memory import blocks_per_sequence, serve_memory
 from gpuplan.serve.timing import Deployment
+from gpuplan.serve.validate_held_out import percentile
 from gpuplan.units import GiB
 
 CSV = Path(__file__).resolve().parent.parent / "catalog" / "validation" / "held_out" / "vllm_kv_pools.csv"
@@ -97,7 +98,7 @@ def _spread(errors: list[float]) -> dict:
     errors = sorted(abs(e) for e in errors)
     return {
         "median_abs_error": statistics.median(errors),
-        "p90_abs_error": errors[min(len(errors) - 1, round(0.9 * (len(errors) - 1)))],
+        "p90_abs_error": percentile(errors, 0.9),
         "max_abs_error": errors[-1],
     }
 
