@@ -151,7 +151,20 @@ def render_validation(results, summary, categories=None, memory=None) -> None:
     those rows also show the published peak and the error of the prediction of it."""
     table = Table(title="Predicted vs published step time")
     id_column(table, "run", [r.row.id for r in results])
-    cols = ("GPUs", "tp", "pp", "dp", "cp", "zero", "recompute", "measured s", "predicted s", "error", "pred. MFU")
+    cols = (
+        "GPUs",
+        "tp",
+        "pp",
+        "dp",
+        "cp",
+        "zero",
+        "mbs",
+        "recompute",
+        "measured s",
+        "predicted s",
+        "error",
+        "pred. MFU",
+    )
     mem_cols = ("meas. peak GiB", "mem. error") if memory else ()
     for col in (*cols, "pred. peak GiB", *mem_cols):
         table.add_column(col, justify="left" if col == "recompute" else "right")
@@ -166,6 +179,7 @@ def render_validation(results, summary, categories=None, memory=None) -> None:
             str(row.plan.dp),
             str(row.plan.cp),
             str(row.plan.zero),
+            f"{row.config.micro_batch}" + ("" if row.micro_batch_stated else "*"),
             row.config.recompute,
             f"{row.measured_step_s:,.3f}",
             f"{r.predicted_step_s:,.3f}",
@@ -188,6 +202,8 @@ def render_validation(results, summary, categories=None, memory=None) -> None:
                 f"{s['max_error']:+.1%}",
             )
         console.print(ct)
+    if any(not r.row.micro_batch_stated for r in results):
+        console.print("mbs *: not stated by the source; the fastest that fits, as `gpuplan search` picks it")
     console.print(
         f"{summary['rows']} runs: mean |error| {summary['mean_abs_error']:.1%}, "
         f"max |error| {summary['max_abs_error']:.1%}, mean signed {summary['mean_signed_error']:+.1%}; "

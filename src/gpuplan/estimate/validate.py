@@ -265,6 +265,9 @@ def to_dict(results: list[Result]) -> dict[str, Any]:
                 "framework": r.row.framework,
                 "gpu": r.row.gpu,
                 "category": list(r.row.category),
+                "micro_batch": r.row.config.micro_batch,
+                # False: the source does not state it; validation_rows.tuned_micro_batch chose it
+                "micro_batch_stated": r.row.micro_batch_stated,
                 "measured_step_s": r.row.measured_step_s,
                 "predicted_step_s": r.predicted_step_s,
                 "error": r.error,

@@ -38,7 +38,7 @@ from gpuplan.specs.hardware import GPUSpec, for_job
 from gpuplan.specs.host import HostSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
-from gpuplan.specs.training import TrainingConfig
+from gpuplan.specs.training import SEARCH_MICRO_BATCHES, TrainingConfig
 
 __all__ = [
     "OBJECTIVES",
@@ -99,7 +99,7 @@ def search(
     *,
     top: int = 10,
     objective: str = "throughput",
-    micro_batches: tuple[int, ...] = (1, 2, 4, 8),
+    micro_batches: tuple[int, ...] = SEARCH_MICRO_BATCHES,
     zero_stages: tuple[int, ...] = (0, 1, 2, 3),
     recompute: tuple[str, ...] = RECOMPUTE_ORDER,
     max_vp: int = 4,

@@ -26,6 +26,9 @@ OPTIMIZERS = ("adamw", "adamw8bit", "sgd", "adafactor")
 # DistributedFusedAdam keeps it when a recipe sets optim.dtype bf16 (NeMo 1.0 launcher configs)
 OPTIMIZER_DTYPES = ("fp32", "bf16")
 RECOMPUTE = ("none", "selective", "full")
+# the micro-batch sizes `gpuplan search` tries unless told otherwise (and validation tries for a
+# published run that does not state its own: estimate/validation_rows.py)
+SEARCH_MICRO_BATCHES = (1, 2, 4, 8)
 # Megatron-Core's selective recompute by module (TransformerConfig.recompute_modules, megatron/core/
 # transformer/transformer_config.py; --recompute-modules): "core_attn" (its default), "layernorm"
 # (the norms that are modules of their own: the pre-MLP norm of an MoE layer, the input norm before

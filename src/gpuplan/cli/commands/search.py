@@ -118,7 +118,7 @@ def search(
     from gpuplan.search.plans import RECOMPUTE_ORDER, Constraints, SearchResult, parse_choices, search as run_search
     from gpuplan.search.report import to_dict
     from gpuplan.specs.framework import get as get_framework
-    from gpuplan.specs.training import TrainingConfig
+    from gpuplan.specs.training import SEARCH_MICRO_BATCHES, TrainingConfig
 
     # --cp-comm: one exchange, a comma list, or "all" the framework has: each is searched
     exchanges = parse_choices(cp_comm, "cp_comm") or ()
@@ -166,7 +166,7 @@ def search(
         "apply only to selective recompute, which --recompute leaves out",
         "add selective to --recompute, or drop --recompute-modules",
     )
-    micro_batches = parse_choices(micro_batch, "micro_batch", int) or (1, 2, 4, 8)
+    micro_batches = parse_choices(micro_batch, "micro_batch", int) or SEARCH_MICRO_BATCHES
     # --host: a catalog host id or a hardware file; None: the catalog's host for the GPU
     host_spec = None if host is None else load_host(host)
 
