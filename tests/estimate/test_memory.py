@@ -337,3 +337,27 @@ def test_a_capacity_that_is_not_a_positive_number_of_bytes_is_refused(llama70b, 
     with pytest.raises(GpuplanError) as e:
         estimate_memory(llama70b, TrainingConfig(), ParallelPlan(), H100, capacity=capacity)
     assert e.value.field == "capacity"
+
+
+def test_a_plan_over_only_by_the_allocator_reserve_is_tight_not_over():
+    m, plan = catalog.model("llama-3.1-8b"), ParallelPlan(dp=8, zero=1)
+    cfg = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=8)
+    total = estimate_memory(m, cfg, plan, H100).per_gpu.total
+    reserve = estimate_memory(m, cfg, plan, H100).reserve
+    assert reserve == pytest.approx(cfg.allocator_fraction * (total - reserve - cfg.cuda_context_bytes))
+
+    def at(capacity):
+        mem = estimate_memory(m, cfg, plan, H100, capacity=capacity)
+        return mem.fits, mem.tight
+
+    assert at(total) == (True, False)
+    assert at(total - reserve / 2) == (False, True)  # the allocated peak and the context fit
+    assert at(total - reserve) == (False, True)
+    assert at(total - reserve - 1 * GiB) == (False, False)
+    # expandable segments leave no reserve: the allocated peak is the whole requirement
+    assert (
+        estimate_memory(
+            m, TrainingConfig(seq_len=4096, micro_batch=1, global_batch=8, expandable_segments=True), plan, H100
+        ).reserve
+        == 0
+    )

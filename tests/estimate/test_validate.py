@@ -153,7 +153,8 @@ def test_errors_are_reported_per_gpu_family_precision_context_and_parallel_style
 def test_a_prediction_carries_the_step_time_range_its_kind_was_off_by(results):
     plan = ParallelPlan(dp=8, tp=8, pp=1, sp=True)
     band = error_band("h100-sxm", TrainingConfig(seq_len=4096), plan, 10.0)
-    cat = by_category(results)[("H100/H200/H800 SXM", "16-bit", "short (< 32K)", "3d")]
+    # the shared runs of that kind and the held-out ones (dgxc-benchmarking's BF16 H100 runs)
+    cat = by_category([*results, *validate_training(HELD_OUT)])[("H100/H200/H800 SXM", "16-bit", "short (< 32K)", "3d")]
     assert band["calibrated"] and band["runs"] == cat["rows"]
     lo, hi = band["step_s_range"]
     # a run the model predicted e too slow took step / (1 + e)
@@ -212,8 +213,14 @@ def test_published_runs_the_memory_model_refuses_are_counted_and_do_not_grow(hel
     # Megatron-Bridge 25.11's Qwen3-30B-A3B on 16 H100 (PP 2 x VP 24, MBS 2, no recompute) since the
     # q/k norms keep their inputs (TransformerEngine's RMSNorm op saves x and rstdevs,
     # ops/basic/rmsnorm.py): 82.8 GiB on 79.6, 4% over, where the model was 0.3 GiB under before.
+    # Since a plan over only by the allocator's reserve is `tight` (a warning, MemoryReport.tight)
+    # rather than refused, those runs and the two BF16 H100 runs of dgxc-benchmarking (405B 3.9 GiB,
+    # Nemotron-4 15B 3.2 GiB into it; added blind) read tight, and none is refused.
     refused = {r.row.id for r in held_out if r.refused and not r.row.source.startswith("torchtitan")}
-    assert len(refused) <= 3, sorted(refused)
+    assert not refused, sorted(refused)
+    tight = [r for r in held_out if r.tight]
+    assert len(tight) <= 5, sorted(r.row.id for r in tight)
+    assert all(0 < r.peak_bytes - r.capacity_bytes <= r.reserve_bytes for r in tight)
     # torchtitan: none since per-op SAC has its own term (the 10 Llama 3.1 8B SAC runs were refused
     # while it counted Megatron's attention-core recompute, ~2 GiB a layer more)
     titan = {r.row.id for r in held_out if r.refused and r.row.source.startswith("torchtitan")}
@@ -308,5 +315,6 @@ def test_held_out_runs_are_within_the_issues_targets_for_unseen_runs(held_out):
     # H100) and gpt-oss its unfused YaRN rotary and activation clamps, its fc2 bias in the probs'
     # bf16 under the alltoall dispatcher (estimate/unfused_ops.py; gpt-oss rows 2-8 points closer);
     # 14.7% with those eager chains at the rate measured for them on an H100 (Efficiency.eager_hbm;
-    # gpt-oss H100 rows -20% -> -13%, Blackwell unmeasured, unchanged)
+    # gpt-oss H100 rows -20% -> -13%, Blackwell unmeasured, unchanged); 14.1% over 124 with
+    # dgxc-benchmarking's 12 runs (NeMo 25.04.01) added blind: H100 -1..-4%, GB200 -12..-24%
     assert summary(held_out)["mean_abs_error"] <= 0.15

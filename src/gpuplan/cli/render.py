@@ -117,6 +117,16 @@ def render_train(est) -> None:
         )
     if mem.fits:
         console.print(f"[green]fits[/]: {fmt_bytes(mem.headroom)} free")
+    elif mem.tight:
+        console.print(
+            f"[yellow]tight[/]: the allocated peak fits with {fmt_bytes(mem.headroom + mem.reserve)} to spare, "
+            f"{fmt_bytes(-mem.headroom)} short of the allocator's usual {fmt_bytes(mem.reserve)} reserve: "
+            "it may fail on fragmentation; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+            "(--expandable-segments) removes that"
+        )
+        for sug in est.suggestions:
+            verdict = "fits" if sug.fits else "still over"
+            console.print(f"  or {as_flags(sug.change)}: {sug.total_bytes / GiB:,.2f} GiB per GPU ({verdict})")
     else:
         console.print(f"[red]does not fit[/]: over by {fmt_bytes(-mem.headroom)}")
         for sug in est.suggestions:
@@ -126,7 +136,9 @@ def render_train(est) -> None:
 
     tokens_per_step = req.global_batch * req.config.seq_len
     tokens = req.tokens or tokens_per_step
-    ft = Table(title="Compute, time and cost" + ("" if mem.fits else " [red](were it to fit: it does not)[/]"))
+    ft = Table(
+        title="Compute, time and cost" + ("" if mem.fits or mem.tight else " [red](were it to fit: it does not)[/]")
+    )
     ft.add_column("quantity")
     ft.add_column("value", justify="right")
     ft.add_row("FLOPs per token (fwd+bwd, causal attention)", f"{f.model_per_token:.4g}")

@@ -185,7 +185,8 @@ def render_validation(results, summary, categories=None, memory=None) -> None:
             f"{r.predicted_step_s:,.3f}",
             f"{r.error:+.1%}",
             f"{r.mfu:.1%}",
-            f"{r.peak_bytes / GiB:,.1f}" + (" [red](over)[/]" if r.refused else ""),
+            f"{r.peak_bytes / GiB:,.1f}"
+            + (" [red](over)[/]" if r.refused else " [yellow](tight)[/]" if r.tight else ""),
             *published,
         )
     console.print(table)
@@ -207,7 +208,8 @@ def render_validation(results, summary, categories=None, memory=None) -> None:
     console.print(
         f"{summary['rows']} runs: mean |error| {summary['mean_abs_error']:.1%}, "
         f"max |error| {summary['max_abs_error']:.1%}, mean signed {summary['mean_signed_error']:+.1%}; "
-        f"{summary['refused']} of them over the GPU's memory in gpuplan's memory model (it ran: a wrong refusal)"
+        f"{summary['refused']} of them over the GPU's memory in gpuplan's memory model (it ran: a wrong refusal), "
+        f"{summary['tight']} into the allocator's reserve only (tight: a warning)"
     )
     if memory:
         console.print(

@@ -77,6 +77,23 @@ class MemoryReport:
     def headroom(self) -> float:
         return self.capacity - self.per_gpu.total
 
+    @property
+    def reserve(self) -> float:
+        """The caching allocator's reserve in the most loaded GPU's total (``memory_terms.reserved``)."""
+        return self.per_gpu.other.get("allocator_reserve", 0.0)
+
+    @property
+    def tight(self) -> bool:
+        """Over the capacity by no more than the allocator's reserve: the allocated peak and the CUDA
+        context fit, the usual fragmentation headroom does not. The reserve is the unconstrained
+        reserved-over-allocated overhead (TrainingConfig.allocator_fraction), an upper bound near
+        capacity, where the caching allocator frees its unused cached segments and retries before
+        it fails (CUDACachingAllocator.cpp release_cached_blocks); published runs this close ran
+        (catalog/validation/held_out: five NeMo / Megatron-Bridge runs 0.6-3.9 GiB into it). Such
+        a plan may still fail on fragmentation inside partly used segments; expandable segments
+        remove that (``TrainingConfig.expandable_segments``)."""
+        return not self.fits and self.per_gpu.total - self.reserve <= self.capacity
+
 
 def offloaded_layers(cfg: TrainingConfig, stage_layers: int, vp: int = 1) -> int:
     """Layers of a pipeline rank (its ``vp`` chunks together) whose activations go to host

@@ -306,6 +306,8 @@ def to_dict(est: TrainEstimate) -> dict:
             "model_states_total_breakdown": mem.model_states_total,
             "gpu_capacity": mem.capacity,
             "fits": mem.fits,
+            # over only by the allocator's reserve: the allocated peak fits (MemoryReport.tight)
+            "tight": mem.tight,
             "headroom": mem.headroom,
         },
         "flops": {

@@ -84,10 +84,17 @@ class Result:
     peak_bytes: float = 0.0
     capacity_bytes: float = 0.0
     context_bytes: float = 0.0  # the CUDA context in peak_bytes, outside the caching allocator
+    reserve_bytes: float = 0.0  # the caching allocator's reserve in peak_bytes (MemoryReport.reserve)
 
     @property
     def refused(self) -> bool:
-        return self.peak_bytes > self.capacity_bytes
+        """The memory model says the published run cannot fit: over even without the allocator's
+        reserve (a run only into the reserve is ``tight``, a warning, MemoryReport.tight)."""
+        return self.peak_bytes - self.reserve_bytes > self.capacity_bytes
+
+    @property
+    def tight(self) -> bool:
+        return not self.refused and self.peak_bytes > self.capacity_bytes
 
     @property
     def predicted_memory_bytes(self) -> float:
@@ -123,7 +130,7 @@ def validate_training(paths: tuple[Path, ...] = CSVS) -> list[Result]:
         mem = estimate_memory(row.model, row.config, row.plan, gpu, row.microbatches, all_stages=False)
         peak = mem.per_gpu
         context = peak.other.get("cuda_context", 0.0)
-        out.append(Result(row, st.step_s, st.mfu, st.breakdown, peak.total, gpu.memory_bytes, context))
+        out.append(Result(row, st.step_s, st.mfu, st.breakdown, peak.total, gpu.memory_bytes, context, mem.reserve))
     return out
 
 
@@ -135,6 +142,7 @@ def summary(results: list[Result]) -> dict[str, float]:
         "max_abs_error": max(errs),
         "mean_signed_error": sum(r.error for r in results) / len(errs),
         "refused": sum(r.refused for r in results),  # published runs the memory model says do not fit
+        "tight": sum(r.tight for r in results),  # published runs it puts into the allocator's reserve
     }
 
 
@@ -278,6 +286,7 @@ def to_dict(results: list[Result]) -> dict[str, Any]:
                 "predicted_peak_bytes": r.peak_bytes,
                 "gpu_memory_bytes": r.capacity_bytes,
                 "refused": r.refused,
+                "tight": r.tight,
                 "measured_peak_bytes": r.row.measured_peak_bytes,
                 "memory_measure": r.row.memory_measure or None,
                 "predicted_memory_bytes": r.predicted_memory_bytes if r.row.measured_peak_bytes else None,

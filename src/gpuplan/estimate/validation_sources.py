@@ -21,7 +21,11 @@ CSV = DATA / "training_runs.csv"
 CSVS = (CSV, DATA / "training_runs_hopper.csv")
 # Published runs gathered here, never fitted to (scripts/fit_sustained.py reads CSVS only): they
 # test whether the model carries to runs it was not tuned on, and widen the error bands.
-HELD_OUT = (DATA / "held_out" / "training_runs_nemo.csv", DATA / "held_out" / "training_runs_torchtitan.csv")
+HELD_OUT = (
+    DATA / "held_out" / "training_runs_nemo.csv",
+    DATA / "held_out" / "training_runs_torchtitan.csv",
+    DATA / "held_out" / "training_runs_dgxc.csv",
+)
 MEGATRON_FORMULA = "96BsLh^2(1+s/6h+V/16Lh)"
 H100_BF16_PEAK = 989.4e12  # the peak the Megatron-Core table's MFU is over (README: "989 TFLOP/s")
 LLAMA3_405B_PARAMS = 405_853_388_800  # N in the llama3 formula (shared validation README)
@@ -140,6 +144,24 @@ SOURCES = (
         "",
         "nemo",
         _NEMO2_FP8CS,
+        sp=True,
+    ),
+    # NVIDIA's DGX Cloud Benchmarking recipes (NVIDIA/dgxc-benchmarking v25.05.04, 1f6d9f4,
+    # 2025-09-04): each README's "Expected Performance" tables give the measured training step time
+    # (mean of iterations 11-44, common/parse_train_timing.sh). The launch scripts run NeMo's
+    # scripts/performance/llm/pretrain_*.py in the NeMo 25.04.01 container (NVIDIA/NeMo v2.3.1) with
+    # the README's layout (-tp -pp -cp -vp -mb -gb, -fsdp 0). NeMo v2.3.1's set_primary_perf_configs
+    # (scripts/performance/utils.py): sequence parallelism with TP, cross_entropy_fusion_impl "te",
+    # recompute and offload from model_configs_*.csv (none for these models); FP8 under the
+    # argument parser's default --fp8_recipe ds, bf16_with_fp8_mixed (TE delayed scaling, amax
+    # history 1024, fp8_param_gather True) with grad_reduce_in_fp32 set False, while BF16 keeps
+    # bf16_mixed's grad_reduce_in_fp32 True (the rows' grad_dtype column says which).
+    Source(
+        "dgxc-benchmarking v25.05.04",
+        "NeMo 25.04.01 (dgxc-benchmarking recipes)",
+        "",
+        "nemo",
+        dict(fp8_scaling="delayed", cross_entropy_in_place=True),
         sp=True,
     ),
     # NeMo 25.07 (docs.nvidia.com nemo-framework performance-summary.html, 'Container: NeMo 25.07'),

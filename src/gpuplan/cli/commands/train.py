@@ -377,7 +377,7 @@ def train(
         if prof:
             console.print(prof.summary())
         render_train(est)
-    if not est.memory.fits:
+    if not est.memory.fits and not est.memory.tight:  # tight: a warning (rendered above), not a refusal
         fix = next((s.change for s in est.suggestions if s.fits), None)
         raise DoesNotFit(
             "memory",
