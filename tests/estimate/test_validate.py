@@ -214,12 +214,13 @@ def test_published_runs_the_memory_model_refuses_are_counted_and_do_not_grow(hel
     # q/k norms keep their inputs (TransformerEngine's RMSNorm op saves x and rstdevs,
     # ops/basic/rmsnorm.py): 82.8 GiB on 79.6, 4% over, where the model was 0.3 GiB under before.
     # Since a plan over only by the allocator's reserve is `tight` (a warning, MemoryReport.tight)
-    # rather than refused, those runs and the two BF16 H100 runs of dgxc-benchmarking (405B 3.9 GiB,
-    # Nemotron-4 15B 3.2 GiB into it; added blind) read tight, and none is refused.
+    # rather than refused, those runs and four BF16 H100 runs of dgxc-benchmarking (405B twice 3.9 GiB,
+    # Nemotron-4 15B 3.2 GiB, Llama 3.1 8B with CP 2 on 8 GPUs 1.1 GiB into it; added blind) read
+    # tight, and none is refused.
     refused = {r.row.id for r in held_out if r.refused and not r.row.source.startswith("torchtitan")}
     assert not refused, sorted(refused)
     tight = [r for r in held_out if r.tight]
-    assert len(tight) <= 5, sorted(r.row.id for r in tight)
+    assert len(tight) <= 7, sorted(r.row.id for r in tight)
     assert all(0 < r.peak_bytes - r.capacity_bytes <= r.reserve_bytes for r in tight)
     # torchtitan: none since per-op SAC has its own term (the 10 Llama 3.1 8B SAC runs were refused
     # while it counted Megatron's attention-core recompute, ~2 GiB a layer more)
@@ -315,6 +316,7 @@ def test_held_out_runs_are_within_the_issues_targets_for_unseen_runs(held_out):
     # H100) and gpt-oss its unfused YaRN rotary and activation clamps, its fc2 bias in the probs'
     # bf16 under the alltoall dispatcher (estimate/unfused_ops.py; gpt-oss rows 2-8 points closer);
     # 14.7% with those eager chains at the rate measured for them on an H100 (Efficiency.eager_hbm;
-    # gpt-oss H100 rows -20% -> -13%, Blackwell unmeasured, unchanged); 14.1% over 124 with
-    # dgxc-benchmarking's 12 runs (NeMo 25.04.01) added blind: H100 -1..-4%, GB200 -12..-24%
+    # gpt-oss H100 rows -20% -> -13%, Blackwell unmeasured, unchanged); 12.8% over 142 with
+    # dgxc-benchmarking's 30 runs (NeMo 25.02.01 and 25.04.01) added blind: the 24 on H100 -7..+8%
+    # (mean 3.6%), the 6 on GB200 -12..-24%
     assert summary(held_out)["mean_abs_error"] <= 0.15

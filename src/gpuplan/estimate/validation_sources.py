@@ -164,6 +164,19 @@ SOURCES = (
         dict(fp8_scaling="delayed", cross_entropy_in_place=True),
         sp=True,
     ),
+    # The same repository's release v25.04.01 (85380ff): the NeMo 25.02.01 container, NeMo checked out
+    # at d2b21556 (2025-03-20) with the release's gsw_nemo.patch and its own
+    # scripts/performance/llm/pretrain_llama31.py (llama3.1/setup.sh): the recipes' performance mode,
+    # no TE in-place cross-entropy yet, FP8 as bf16_with_fp8_mixed (delayed scaling, fp8_params)
+    # with grad_reduce_in_fp32 set False, BF16 with bf16_mixed's True (the rows' grad_dtype).
+    Source(
+        "dgxc-benchmarking v25.04.01",
+        "NeMo 25.02.01 (dgxc-benchmarking recipes)",
+        "",
+        "nemo",
+        dict(fp8_scaling="delayed"),
+        sp=True,
+    ),
     # NeMo 25.07 (docs.nvidia.com nemo-framework performance-summary.html, 'Container: NeMo 25.07'),
     # the same FP8-CS wording; its recipes (NVIDIA/NeMo v2.4.0, 2381f42f, 2025-07-25,
     # scripts/performance/helpers.py): set_precision_configs grad_reduce_in_fp32 False,
