@@ -68,6 +68,7 @@ SPECS: dict[str, Spec] = {
         ("GPU", "gpu.name", _text),
         ("GPUs", "gpu.count", _num),
         ("fits", "memory.fits", _text),
+        ("tight (over only by the allocator reserve)", "memory.tight", _text),
         ("memory per GPU (most loaded stage)", "memory.per_gpu.total", _gib),
         ("GPU capacity", "memory.gpu_capacity", _gib),
         ("weights", "memory.per_gpu.weights", _gib),
