@@ -152,3 +152,49 @@ def test_search_refuses_modules_when_its_recompute_modes_leave_out_selective(cap
     code, _, err = run([*args, "--recompute-modules", "moe_act"], capsys)
     assert code == 2
     assert err.startswith("error: recompute_modules") and len(err.strip().splitlines()) == 1
+
+
+def test_mla_up_proj_frees_the_query_key_and_value_the_attention_core_saves():
+    # Megatron-Core's recompute_up_proj frees the storage of the up-projection's outputs once the
+    # attention core has run (CheckpointWithoutOutput.discard_output_and_register_recompute:
+    # untyped_storage().resize_(0)). Those outputs, built as qkv_up_proj_and_rope_apply builds them
+    # (multi_latent_attention.py: q split into its nope and rope parts, k's one rope head expanded
+    # over the heads and concatenated, both made contiguous), measured here in bf16:
+    m = catalog.model(SHARED)
+    seq, nh, rope, bf16 = 16, m.num_heads, m.qk_rope_head_dim, torch.bfloat16
+    q_nope, q_pe = torch.randn(seq, 1, nh, m.head_dim + rope, dtype=bf16).split([m.head_dim, rope], -1)
+    k_nope, value = torch.randn(seq, 1, nh, m.head_dim + m.v_head_dim, dtype=bf16).split([m.head_dim, m.v_head_dim], -1)
+    k_pe = torch.randn(seq, 1, 1, rope, dtype=bf16).expand(-1, -1, nh, -1)
+    outputs = (
+        torch.cat([q_nope, q_pe], -1).contiguous(),
+        torch.cat([k_nope, k_pe], -1).contiguous(),
+        value.contiguous(),
+    )
+    freed_per_token = sum(t.untyped_storage().nbytes() for t in outputs) / seq
+
+    plan = ParallelPlan(dp=1)
+    cfg = _cfg(("core_attn",))
+    tokens = cfg.micro_batch * cfg.seq_len
+    for layer in ("dense_layer", "moe_layer"):
+        before = getattr(activation_breakdown(m, cfg, plan), layer)
+        after = getattr(activation_breakdown(m, _cfg(("core_attn", "mla_up_proj")), plan), layer)
+        assert (before - after) / tokens == freed_per_token
+    # a model without MLA has no up-projection to recompute
+    dense = catalog.model("llama-3.1-8b")
+    assert activation_breakdown(dense, _cfg(("mla_up_proj",)), plan) == activation_breakdown(dense, _cfg(), plan)
+
+
+def test_mla_up_proj_reruns_the_up_projections_forward():
+    hf = _meta(SHARED)  # DeepSeek-V2-Lite: q without a low-rank path (q_proj), kv through kv_b_proj
+    weights = sum(
+        p.numel()
+        for n, p in hf.named_parameters()
+        if n.endswith(("self_attn.q_proj.weight", "self_attn.kv_b_proj.weight"))
+    )
+    assert weights
+    m = catalog.model(SHARED)
+    assert module_matmul_flops_per_token(m, "mla_up_proj") == 2 * weights
+    gpu = catalog.gpu("h100-sxm")
+    ops = layer_times(m, gpu, _shape(m, _cfg(("mla_up_proj",)), ParallelPlan(dp=1)), False)
+    gemms = sum(ops.gemms[n][0] for n in ("attn.q_proj.weight", "attn.kv_b_proj.weight"))
+    assert gemms < ops.recompute("selective", frozenset({"mla_up_proj"})) < ops.fwd  # and the rotary

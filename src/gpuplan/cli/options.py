@@ -23,7 +23,7 @@ RecomputeModulesOpt = Annotated[
     str | None,
     typer.Option(
         help="Selective recompute by module (Megatron-Core --recompute-modules), comma-separated: core_attn, "
-        "layernorm, moe_act, mlp, moe, shared_experts. Implies --recompute selective.",
+        "layernorm, moe_act, mlp, moe, shared_experts, mla_up_proj. Implies --recompute selective.",
     ),
 ]
 CompileOpt = Annotated[

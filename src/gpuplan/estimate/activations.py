@@ -279,6 +279,11 @@ def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) 
     if g != a:  # the attention kernel keeps its BF16 output; the output projection its own FP8 copy
         attn += g * m.num_heads * m.v_dim
     mods = cfg.recomputed  # selective recompute by module (TrainingConfig.recompute_modules)
+    if "mla_up_proj" in mods and m.is_mla:
+        # the up-projections' outputs, which the attention core saved as its q, k and v, are
+        # discarded after its forward and rebuilt before its backward (the low-rank latents the
+        # up-projections read stay: they are the checkpoint's inputs)
+        attn -= a * m.num_heads * (2 * m.qk_head_dim + m.v_dim)
     if "core_attn" in mods:  # recompute the attention core: drop the s^2 tensors
         scores = 0.0
         if cfg.attention == "flash":

@@ -576,7 +576,11 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool, linear
                 b=eager_memory_time(gpu, yb * T * qk, 2 * ykb),
             )
         else:
-            out.add("rotary", fwd=memory_time(gpu, 2 * a * T * qk, 2), b=memory_time(gpu, 2 * a * T * qk, 2))
+            # MLA's rotary runs inside the up-projection's checkpoint (recompute module "mla_up_proj")
+            mods = ("mla_up_proj",) if m.is_mla else ()
+            out.add(
+                "rotary", fwd=memory_time(gpu, 2 * a * T * qk, 2), b=memory_time(gpu, 2 * a * T * qk, 2), modules=mods
+            )
     if s.eager and s.attention == "flash" and not linear:
         # attn_output.transpose(1, 2).contiguous() before the output projection, and its gradient
         o = T * heads * m.v_dim

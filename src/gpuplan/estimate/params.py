@@ -27,6 +27,7 @@ class Tensor:
     split: str = "none"
     expert: bool = False  # routed-expert weight: sharded by expert parallelism
     matmul: bool = True  # multiplies activations (False: embedding lookups, norms, biases)
+    mla: bool = False  # multi-latent attention's up-projection (recompute module "mla_up_proj")
 
     @property
     def numel(self) -> int:
@@ -36,7 +37,11 @@ class Tensor:
     def recompute_modules(self) -> tuple[str, ...]:
         """The selective-recompute modules (``TrainingConfig.recompute_modules``) this weight
         belongs to: a dense MLP's to "mlp"; an MoE layer's router and experts to "moe", its shared
-        experts to "moe" and "shared_experts"."""
+        experts to "moe" and "shared_experts"; multi-latent attention's up-projections (and its q
+        projection where q has no low-rank path: Megatron runs it inside the same checkpoint) to
+        "mla_up_proj"."""
+        if self.mla:
+            return ("mla_up_proj",)
         if self.name.startswith("mlp."):
             return ("mlp",)
         if self.name.startswith("moe.shared."):
@@ -77,12 +82,14 @@ def _attention(m: ModelSpec) -> list[Tensor]:
         if m.q_lora_rank:
             t += _linear("attn.q_a_proj", h, m.q_lora_rank, "none", m.qkv_bias)
             t += _norm(m, "attn.q_a_layernorm", m.q_lora_rank)
-            t += _linear("attn.q_b_proj", m.q_lora_rank, m.q_size, "col", False)
+            t += _linear("attn.q_b_proj", m.q_lora_rank, m.q_size, "col", False, mla=True)
         else:
-            t += _linear("attn.q_proj", h, m.q_size, "col", False)
+            t += _linear("attn.q_proj", h, m.q_size, "col", False, mla=True)
         t += _linear("attn.kv_a_proj_with_mqa", h, m.kv_lora_rank + m.qk_rope_head_dim, "none", m.qkv_bias)
         t += _norm(m, "attn.kv_a_layernorm", m.kv_lora_rank)
-        t += _linear("attn.kv_b_proj", m.kv_lora_rank, m.num_heads * (m.head_dim + m.v_head_dim), "col", False)
+        t += _linear(
+            "attn.kv_b_proj", m.kv_lora_rank, m.num_heads * (m.head_dim + m.v_head_dim), "col", False, mla=True
+        )
         t += _linear("attn.o_proj", m.num_heads * m.v_head_dim, h, "row", m.o_bias)
         if m.index_heads:  # DSA's lightning indexer (DeepSeek-V3.2), replicated over TP
             d = m.index_head_dim

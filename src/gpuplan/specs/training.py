@@ -36,7 +36,11 @@ SEARCH_MICRO_BATCHES = (1, 2, 4, 8)
 # activation), "mlp" (a dense MLP), "moe" (the whole MoE layer, dispatch included) and
 # "shared_experts". "layernorm" and "moe_act" discard their outputs and run again before the
 # backward (CheckpointWithoutOutput); the others keep their input and rerun their forward.
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "shared_experts")
+# "mla_up_proj" (multi-latent attention only): Megatron-Core checkpoints the q and kv
+# up-projections and their rotary embedding without their outputs (multi_latent_attention.py,
+# recompute_up_proj: CheckpointWithoutOutput over qkv_up_proj_and_rope_apply, whose query, key and
+# value are discarded once the attention core has run and rebuilt before its backward)
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "shared_experts", "mla_up_proj")
 ATTENTION = ("flash", "eager")
 ATTENTION_KERNELS = ("fa3", "fa2", "sdpa")
 # How context parallelism exchanges keys and values (Megatron-Core's --cp-comm-type, the names of
