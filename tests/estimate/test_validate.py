@@ -316,7 +316,7 @@ def test_held_out_runs_are_within_the_issues_targets_for_unseen_runs(held_out):
     # H100) and gpt-oss its unfused YaRN rotary and activation clamps, its fc2 bias in the probs'
     # bf16 under the alltoall dispatcher (estimate/unfused_ops.py; gpt-oss rows 2-8 points closer);
     # 14.7% with those eager chains at the rate measured for them on an H100 (Efficiency.eager_hbm;
-    # gpt-oss H100 rows -20% -> -13%, Blackwell unmeasured, unchanged); 12.8% over 142 with
-    # dgxc-benchmarking's 30 runs (NeMo 25.02.01 and 25.04.01) added blind: the 24 on H100 -7..+8%
-    # (mean 3.6%), the 6 on GB200 -12..-24%
+    # gpt-oss H100 rows -20% -> -13%, Blackwell unmeasured, unchanged); 11.8% over 160 with
+    # dgxc-benchmarking's 48 runs (NeMo 24.12, 25.02.01 and 25.04.01) added blind: the 42 on H100
+    # -10..+8% (mean 3.7%), the 6 on GB200 -12..-24%
     assert summary(held_out)["mean_abs_error"] <= 0.15

@@ -177,6 +177,19 @@ SOURCES = (
         dict(fp8_scaling="delayed"),
         sp=True,
     ),
+    # The same repository's release v25.03 (1b9bb6b): the NeMo 24.12 container running NeMo 1.0's
+    # megatron_gpt_pretraining on the release's own YAMLs (llama3.1/llama3.1_*.yaml) with
+    # configure.sh's overrides: Apex distributed_fused_adam with grad_sync_dtype bf16, which NeMo 1.0
+    # gives BF16 parameter remainders for an fp32 optimizer (as NeMo 24.07 above); FP8 as fp8 +
+    # fp8_hybrid + fp8_params, TE's delayed scaling.
+    Source(
+        "dgxc-benchmarking v25.03",
+        "NeMo 24.12 (dgxc-benchmarking, NeMo 1.0 configs)",
+        "",
+        "nemo",
+        dict(grad_fp32=False, master_remainders=True, fp8_scaling="delayed"),
+        sp=True,
+    ),
     # NeMo 25.07 (docs.nvidia.com nemo-framework performance-summary.html, 'Container: NeMo 25.07'),
     # the same FP8-CS wording; its recipes (NVIDIA/NeMo v2.4.0, 2381f42f, 2025-07-25,
     # scripts/performance/helpers.py): set_precision_configs grad_reduce_in_fp32 False,
