@@ -342,8 +342,8 @@ def test_a_capacity_that_is_not_a_positive_number_of_bytes_is_refused(llama70b, 
 def test_a_plan_over_only_by_the_allocator_reserve_is_tight_not_over():
     m, plan = catalog.model("llama-3.1-8b"), ParallelPlan(dp=8, zero=1)
     cfg = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=8)
-    total = estimate_memory(m, cfg, plan, H100).per_gpu.total
-    reserve = estimate_memory(m, cfg, plan, H100).reserve
+    mem = estimate_memory(m, cfg, plan, H100)
+    total, reserve = mem.per_gpu.total, mem.reserve
     assert reserve == pytest.approx(cfg.allocator_fraction * (total - reserve - cfg.cuda_context_bytes))
 
     def at(capacity):

@@ -117,21 +117,20 @@ def render_train(est) -> None:
         )
     if mem.fits:
         console.print(f"[green]fits[/]: {fmt_bytes(mem.headroom)} free")
-    elif mem.tight:
-        console.print(
-            f"[yellow]tight[/]: the allocated peak fits with {fmt_bytes(mem.headroom + mem.reserve)} to spare, "
-            f"{fmt_bytes(-mem.headroom)} short of the allocator's usual {fmt_bytes(mem.reserve)} reserve: "
-            "it may fail on fragmentation; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
-            "(--expandable-segments) removes that"
-        )
-        for sug in est.suggestions:
-            verdict = "fits" if sug.fits else "still over"
-            console.print(f"  or {as_flags(sug.change)}: {sug.total_bytes / GiB:,.2f} GiB per GPU ({verdict})")
     else:
-        console.print(f"[red]does not fit[/]: over by {fmt_bytes(-mem.headroom)}")
+        if mem.tight:
+            console.print(
+                f"[yellow]tight[/]: the allocated peak fits with {fmt_bytes(mem.headroom + mem.reserve)} to spare, "
+                f"{fmt_bytes(-mem.headroom)} short of the allocator's usual {fmt_bytes(mem.reserve)} reserve: "
+                "it may fail on fragmentation; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+                "(--expandable-segments) removes that"
+            )
+        else:
+            console.print(f"[red]does not fit[/]: over by {fmt_bytes(-mem.headroom)}")
+        lead = "or" if mem.tight else "try"
         for sug in est.suggestions:
             verdict = "fits" if sug.fits else "still over"
-            console.print(f"  try {as_flags(sug.change)}: {sug.total_bytes / GiB:,.2f} GiB per GPU ({verdict})")
+            console.print(f"  {lead} {as_flags(sug.change)}: {sug.total_bytes / GiB:,.2f} GiB per GPU ({verdict})")
     console.print(f"model states for the whole job (unsharded): {fmt_bytes(mem.model_states_total['total'])}")
 
     tokens_per_step = req.global_batch * req.config.seq_len

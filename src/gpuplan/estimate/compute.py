@@ -553,6 +553,8 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool, linear
         o = T * heads * m.v_dim
         out.add("gate", fwd=memory_time(gpu, 3 * a * o), b=memory_time(gpu, 5 * a * o))
     if m.rotary and not linear:
+        # MLA's rotary runs inside the up-projection's checkpoint (recompute module "mla_up_proj")
+        rope_mods = ("mla_up_proj",) if m.is_mla else ()
         qk = (
             (heads * m.qk_head_dim + kv_heads * (m.qk_rope_head_dim or m.head_dim))
             if not m.is_mla
@@ -565,7 +567,12 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool, linear
             # the products and the sum are fp32 and SDPA casts q and k back to bf16: 6 a + 24
             # forward, 13 a + 28 backward (each gradient cast back to q's dtype)
             rf, rb, rkf, rkb = (6 * a + 24, 13 * a + 28, 6, 9) if s.autocast else (10 * a, 14 * a, 5, 7)
-            out.add("rotary", fwd=memory_time(gpu, rf * T * qk, 2 * rkf), b=memory_time(gpu, rb * T * qk, 2 * rkb))
+            out.add(
+                "rotary",
+                fwd=memory_time(gpu, rf * T * qk, 2 * rkf),
+                b=memory_time(gpu, rb * T * qk, 2 * rkb),
+                modules=rope_mods,
+            )
         elif m.rope_attention_factor != 1.0 and not s.eager:
             # YaRN with an attention factor: Megatron rotates q and k in unfused torch ops
             # (unfused_ops.yarn_rope_passes), one call each
@@ -574,12 +581,14 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool, linear
                 "rotary",
                 fwd=eager_memory_time(gpu, yf * T * qk, 2 * ykf),
                 b=eager_memory_time(gpu, yb * T * qk, 2 * ykb),
+                modules=rope_mods,
             )
         else:
-            # MLA's rotary runs inside the up-projection's checkpoint (recompute module "mla_up_proj")
-            mods = ("mla_up_proj",) if m.is_mla else ()
             out.add(
-                "rotary", fwd=memory_time(gpu, 2 * a * T * qk, 2), b=memory_time(gpu, 2 * a * T * qk, 2), modules=mods
+                "rotary",
+                fwd=memory_time(gpu, 2 * a * T * qk, 2),
+                b=memory_time(gpu, 2 * a * T * qk, 2),
+                modules=rope_mods,
             )
     if s.eager and s.attention == "flash" and not linear:
         # attn_output.transpose(1, 2).contiguous() before the output projection, and its gradient

@@ -89,7 +89,7 @@ class MemoryReport:
         reserved-over-allocated overhead (TrainingConfig.allocator_fraction), an upper bound near
         capacity, where the caching allocator frees its unused cached segments and retries before
         it fails (CUDACachingAllocator.cpp release_cached_blocks); published runs this close ran
-        (catalog/validation/held_out: seven NeMo / Megatron-Bridge / dgxc-benchmarking runs 0.6-3.9 GiB into it). Such
+        (the held-out runs `gpuplan validate training-held-out` marks tight, 0.6-3.9 GiB into it). Such
         a plan may still fail on fragmentation inside partly used segments; expandable segments
         remove that (``TrainingConfig.expandable_segments``)."""
         return not self.fits and self.per_gpu.total - self.reserve <= self.capacity

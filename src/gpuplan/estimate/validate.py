@@ -85,16 +85,12 @@ class Result:
     capacity_bytes: float = 0.0
     context_bytes: float = 0.0  # the CUDA context in peak_bytes, outside the caching allocator
     reserve_bytes: float = 0.0  # the caching allocator's reserve in peak_bytes (MemoryReport.reserve)
+    tight: bool = False  # over only by that reserve (MemoryReport.tight): a warning, not a refusal
 
     @property
     def refused(self) -> bool:
-        """The memory model says the published run cannot fit: over even without the allocator's
-        reserve (a run only into the reserve is ``tight``, a warning, MemoryReport.tight)."""
-        return self.peak_bytes - self.reserve_bytes > self.capacity_bytes
-
-    @property
-    def tight(self) -> bool:
-        return not self.refused and self.peak_bytes > self.capacity_bytes
+        """The memory model says the published run cannot fit (over, and not only by the reserve)."""
+        return self.peak_bytes > self.capacity_bytes and not self.tight
 
     @property
     def predicted_memory_bytes(self) -> float:
@@ -130,7 +126,9 @@ def validate_training(paths: tuple[Path, ...] = CSVS) -> list[Result]:
         mem = estimate_memory(row.model, row.config, row.plan, gpu, row.microbatches, all_stages=False)
         peak = mem.per_gpu
         context = peak.other.get("cuda_context", 0.0)
-        out.append(Result(row, st.step_s, st.mfu, st.breakdown, peak.total, gpu.memory_bytes, context, mem.reserve))
+        out.append(
+            Result(row, st.step_s, st.mfu, st.breakdown, peak.total, gpu.memory_bytes, context, mem.reserve, mem.tight)
+        )
     return out
 
 
