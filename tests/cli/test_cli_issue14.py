@@ -136,3 +136,36 @@ def test_search_ranks_every_cp_exchange_the_framework_has_under_all(capsys):
     assert code == 0  # DeepSpeed's one exchange, Ulysses
     code, out, _ = run(args + ["--framework", "deepspeed", "--json"], capsys)
     assert {p["training"]["cp_comm"] for p in json.loads(out)["plans"] if p["plan"]["cp"] > 1} <= {"a2a"}
+
+
+GLM_AIR = ["glm-4.5-air", "--gpus", "64", "--seq-len", "4096", "--global-batch", "256", "--framework", "megatron"]
+
+
+def test_train_and_search_take_mtp_layers_and_count_them(capsys):
+    plan = ["--ep", "8", "--pp", "4", "--zero", "1", "--recompute", "full", "--json"]
+    code, out, _ = run(["train", *GLM_AIR, *plan], capsys)
+    without = json.loads(out)
+    code, out, _ = run(["train", *GLM_AIR, *plan, "--mtp-layers", "1"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and doc["training"]["mtp_layers"] == 1 and doc["model"]["mtp_layers"] == 1
+    assert doc["model"]["params_mtp"] > 1e9  # an MoE block of 128 experts and its projection
+    assert doc["model"]["params_total"] == without["model"]["params_total"]  # the model as transformers builds it
+    assert doc["flops"]["per_token"] > without["flops"]["per_token"]
+    assert doc["memory"]["stages"][-1]["weights"] > without["memory"]["stages"][-1]["weights"]
+    code, out, _ = run(["train", *GLM_AIR, *plan[:-1], "--mtp-layers", "1"], capsys)
+    assert code == 0 and "MTP" in out.splitlines()[0] and "1 MTP depth(s) beside the head" in out
+    code, out, _ = run(["search", *GLM_AIR, "--mtp-layers", "1", "--top", "2", "--json"], capsys)
+    assert code == 0 and json.loads(out)["plans"]
+
+
+@pytest.mark.parametrize(
+    "framework,extra,hint",
+    [
+        ("hf", [], "the hf profile has no multi-token-prediction training"),
+        ("torchtitan", ["--pp", "2"], "use --pp 1 and --cp 1"),
+    ],
+)
+def test_mtp_under_a_framework_without_it_is_one_line_with_exit_2(framework, extra, hint, capsys):
+    args = ["train", "glm-4.5-air", "--gpus", "16", "--ep", "8", "--framework", framework, "--mtp-layers", "1"]
+    code, _, err = run(args + extra, capsys)
+    assert code == 2 and err.startswith("error: mtp_layers") and err.count("\n") == 1 and hint in err

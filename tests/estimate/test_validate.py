@@ -216,11 +216,12 @@ def test_published_runs_the_memory_model_refuses_are_counted_and_do_not_grow(hel
     # Since a plan over only by the allocator's reserve is `tight` (a warning, MemoryReport.tight)
     # rather than refused, those runs and four BF16 H100 runs of dgxc-benchmarking (405B twice 3.9 GiB,
     # Nemotron-4 15B 3.2 GiB, Llama 3.1 8B with CP 2 on 8 GPUs 1.1 GiB into it; added blind) read
-    # tight, and none is refused.
+    # tight, and none is refused. dgxc-benchmarking's DeepSeek-V3 on 512 H100 (added blind with MTP
+    # training) reads 1.5 GiB into it, on its second stage.
     refused = {r.row.id for r in held_out if r.refused and not r.row.source.startswith("torchtitan")}
     assert not refused, sorted(refused)
     tight = [r for r in held_out if r.tight]
-    assert len(tight) <= 7, sorted(r.row.id for r in tight)
+    assert len(tight) <= 8, sorted(r.row.id for r in tight)
     assert all(0 < r.peak_bytes - r.capacity_bytes <= r.reserve_bytes for r in tight)
     # torchtitan: none since per-op SAC has its own term (the 10 Llama 3.1 8B SAC runs were refused
     # while it counted Megatron's attention-core recompute, ~2 GiB a layer more)

@@ -24,6 +24,9 @@ CASES = [
     # NVFP4 on B200: block-scaled copies and a per-tensor scale per (expert) weight matrix
     ("mixtral-8x7b", 16, TrainingConfig(seq_len=4096, global_batch=64, precision="nvfp4")),
 ]
+# DeepSeek-V3 with its multi-token-prediction depth: one more MoE block, projection and head beside the head
+MTP = ("deepseek-v3", 256, TrainingConfig(seq_len=4096, global_batch=256, mtp_layers=1))
+CASES.append(MTP)
 
 
 def _grid(name, gpus, base, gpu_id=None):
@@ -60,7 +63,7 @@ def test_peak_memory_matches_the_scalar_model_on_every_sampled_plan(name, gpus, 
         )
 
 
-@pytest.mark.parametrize("name,gpus,base", CASES[:4], ids=[c[0] for c in CASES[:4]])
+@pytest.mark.parametrize("name,gpus,base", [*CASES[:4], MTP], ids=[*(c[0] for c in CASES[:4]), "deepseek-v3-mtp"])
 def test_compute_bound_never_exceeds_the_step_time(name, gpus, base):
     m, gpu, grid = _grid(name, gpus, base)
     mb, _ = grid.microbatches()

@@ -107,6 +107,16 @@ DocumentLenOpt = Annotated[
         "per sequence).",
     ),
 ]
+MtpLayersOpt = Annotated[
+    int,
+    typer.Option(
+        "--mtp-layers",
+        help="Multi-token-prediction depths trained beside the next-token loss (DeepSeek-V3's MTP, "
+        "Megatron's --mtp-num-layers): each adds a block, a 2h->h projection and an LM head and loss "
+        "on the stage holding the head (default 0; the model's config states how many it ships, "
+        "e.g. DeepSeek-V3 1).",
+    ),
+]
 
 RunFormatOpt = Annotated[
     str | None,

@@ -63,6 +63,8 @@ def mem_row(table: Table, name: str, n_bytes: float, capacity: float, note: str 
 
 
 def render_train(est) -> None:
+    from gpuplan.estimate.params import mtp_params
+
     req, mem, f, t = est.request, est.memory, est.flops, est.time
     s = mem.per_gpu
     m = req.model
@@ -70,6 +72,7 @@ def render_train(est) -> None:
     console.print(
         f"[bold]{m.name}[/] ({fmt_count(est.params.total)} params"
         + (f", {fmt_count(est.params.active)} active" if m.is_moe else "")
+        + (f", + {fmt_count(mtp_params(m, req.config.mtp_layers))} MTP" if req.config.mtp_layers else "")
         + (f", {fmt_count(est.params.vision)} of them vision" if est.params.vision else "")
         + f") on {p.world_size} x {req.gpu.name}: dp={p.dp} tp={p.tp} pp={p.pp} cp={p.cp} ep={p.ep}"
         + (f" etp={p.etp}" if p.etp is not None else "")
@@ -90,9 +93,10 @@ def render_train(est) -> None:
             if 0 < req.config.document_len < req.config.seq_len
             else ""
         )
+        + (f", {req.config.mtp_layers} MTP depth(s) beside the head" if req.config.mtp_layers else "")
     )
     for note in m.notes:  # what the plan leaves out (a vision tower, MTP layers)
-        console.print(f"[dim]note: {note}[/]")
+        console.print(f"[dim]note: {as_flags(note)}[/]")
     if p.first_stage_layers or p.last_stage_layers:
         from gpuplan.specs.split import stage_layers
 

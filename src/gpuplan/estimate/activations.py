@@ -356,6 +356,15 @@ def activation_breakdown(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan) 
     else:
         loss_saved = FP32 * vocab  # Megatron's vocab-parallel CE keeps fp32 softmax (grad in place)
         loss_transient = a * vocab  # the logits
+    if cfg.mtp_layers:
+        # each multi-token-prediction depth (DeepSeek-V3 report, section 2.2; Megatron-Core's
+        # MultiTokenPredictionLayer) keeps the shifted token ids, what its two input norms save,
+        # eh_proj's 2h input (a column-parallel linear: under SP its sequence shard, gathered again
+        # in backward) and its final norm's; its block counts as a layer (stage_params), and its
+        # LM head and loss save what the main one does, all alive until backward
+        norm = _norm_saved(m, a, profile, False) / rep_div  # enorm, hnorm: their outputs are concatenated
+        head += cfg.mtp_layers * (head + 2 * norm + 2 * a * h / rep_div + INDEX)
+        loss_saved *= 1 + cfg.mtp_layers
     rotary = 0.0
     if profile == "eager" and m.rotary:  # cos and sin tables, shared by all layers and the batch
         rotary = 2 * a * cfg.seq_len * (m.qk_rope_head_dim if m.is_mla else m.head_dim)

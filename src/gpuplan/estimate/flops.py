@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuplan.estimate.params import count_params, layer_tensors, op_sac_kept
-from gpuplan.specs.model import ModelSpec
+from gpuplan.specs.model import LayerKind, ModelSpec
 
 
 def mean_context(seq_len: int, window: int | None, causal: bool, chunked: bool = False, document: int = 0) -> float:
@@ -210,13 +210,33 @@ def module_matmul_flops_per_token(m: ModelSpec, module: str) -> float:
     (``TrainingConfig.recompute_modules``): "mlp" the dense MLPs, "moe" the router, the visited
     experts and the shared experts, "shared_experts" the shared experts; the others are
     elementwise (norms, activations) and count nothing, as elementwise work never does here."""
+    return sum(layers * _block_module_flops(m, kind, module) for kind, layers in m.layer_kinds())
+
+
+def _block_module_flops(m: ModelSpec, kind: LayerKind, module: str | None = None) -> float:
+    """Forward GEMM FLOPs per token of one block of ``kind``: its weights of a recompute module,
+    or all of them (``module`` None); a routed expert's weights count for the tokens routed to it."""
     frac = m.experts_per_token / m.num_experts if m.is_moe else 1.0
-    total = 0.0
-    for kind, layers in m.layer_kinds():
-        for t in layer_tensors(m, *kind):
-            if t.matmul and module in t.recompute_modules:
-                total += layers * 2.0 * t.numel * (frac if t.expert else 1.0)
-    return total
+    return sum(
+        2.0 * t.numel * (frac if t.expert else 1.0)
+        for t in layer_tensors(m, *kind)
+        if t.matmul and (module is None or module in t.recompute_modules)
+    )
+
+
+def mtp_flops_per_token(m: ModelSpec, seq_len: int, causal: bool = True, document: int = 0) -> tuple[float, float]:
+    """(GEMM, attention) forward FLOPs per token of one multi-token-prediction depth: its block
+    (``ModelSpec.mtp_kind``, softmax attention over the whole causal context), the 2h -> h
+    projection and its pass through the shared LM head (Megatron-LM's num_floating_point_operations
+    adds the same: the block as one more layer, 2 h^2 for eh_proj and one more logit term per depth;
+    the norms' 3h it also counts are elementwise and count nothing here)."""
+    per_key = 2 * m.num_heads * (m.qk_head_dim + m.v_dim)
+    window = m.index_topk or None  # DeepSeek Sparse Attention's MLA attends the indexer's top-k
+    attn = per_key * mean_context(seq_len, window, causal, document=document)
+    attn += indexer_flops_per_key(m) * mean_context(seq_len, None, causal, document=document)  # every earlier key
+    h = m.hidden_size
+    gemm = _block_module_flops(m, m.mtp_kind) + 2.0 * (2 * h * h) + 2.0 * m.vocab_size * (m.embed_proj_dim or h)
+    return gemm, attn
 
 
 def op_sac_matmul_flops_per_token(m: ModelSpec) -> float:
@@ -241,23 +261,32 @@ def training_flops(
     causal: bool = True,
     modules: frozenset[str] = frozenset(),
     document: int = 0,
+    mtp: int = 0,
 ) -> Flops:
     """``modules``: what selective recompute reruns (``TrainingConfig.recomputed``; empty under
     selective means the attention core, Megatron's default); ``document``: packed documents of
-    that many tokens under a document mask (0: one per sequence)."""
+    that many tokens under a document mask (0: one per sequence); ``mtp``: multi-token-prediction
+    depths trained (``mtp_flops_per_token`` each)."""
     params = count_params(m)
     matmul = 2.0 * params.matmul_active
     attn = attention_flops_per_token(m, seq_len, causal, document)
-    if recompute == "full":  # every block's forward runs again; embedding and LM head do not
+    mtp_gemm, mtp_attn = mtp_flops_per_token(m, seq_len, causal, document) if mtp else (0.0, 0.0)
+    mtp_block = _block_module_flops(m, m.mtp_kind) if mtp else 0.0
+    if recompute == "full":  # every block's forward runs again (an MTP depth's block too); the ends do not
         head = 2.0 * m.vocab_size * (m.embed_proj_dim or m.hidden_size)
-        recompute_flops = matmul - head + attn
+        recompute_flops = matmul - head + attn + mtp * (mtp_block + mtp_attn)
     elif recompute == "selective":  # the attention core (QK^T, softmax, AV) and any other modules named
         mods = modules or frozenset({"core_attn"})
-        recompute_flops = (attn if "core_attn" in mods else 0.0) + sum(
-            op_sac_matmul_flops_per_token(m) if x == "op_sac" else module_matmul_flops_per_token(m, x) for x in mods
+        recompute_flops = (attn + mtp * mtp_attn if "core_attn" in mods else 0.0) + sum(
+            op_sac_matmul_flops_per_token(m)
+            if x == "op_sac"
+            else module_matmul_flops_per_token(m, x) + mtp * _block_module_flops(m, m.mtp_kind, x)
+            for x in mods
         )
     else:
         recompute_flops = 0.0
+    matmul += mtp * mtp_gemm
+    attn += mtp * mtp_attn
     return Flops(
         forward_per_token=matmul + attn,
         matmul_forward_per_token=matmul,

@@ -23,7 +23,7 @@ from gpuplan.errors import GpuplanError
 from gpuplan.estimate import memory_terms as terms
 from gpuplan.estimate.activations import ActivationBreakdown, activation_breakdown
 from gpuplan.estimate.memory_terms import optimizer_bytes_per_param  # noqa: F401 (re-export)
-from gpuplan.estimate.params import count_params
+from gpuplan.estimate.params import count_params, mtp_params
 from gpuplan.estimate.stage_params import _adafactor_bytes, _stage_tensors, stage_params
 from gpuplan.specs import schedules
 from gpuplan.specs.hardware import GPUSpec
@@ -200,8 +200,10 @@ def estimate_memory(
         first += n_layers
         if candidates is not None and stage not in candidates:
             continue
+        last = stage == plan.head_stage
+        mtp = cfg.mtp_layers if last else 0  # multi-token-prediction blocks run beside the head
         sp_ = stage_params(
-            m, plan.pp, stage, layer_ids.start, n_layers, plan.tp, plan.ep, plan.head_stage, plan.expert_tp
+            m, plan.pp, stage, layer_ids.start, n_layers, plan.tp, plan.ep, plan.head_stage, plan.expert_tp, mtp
         )
         copies = schedules.get(plan.schedule).param_copies  # DualPipe: two stages per rank, one per direction
         if cfg.fp8_params and z == 3:
@@ -221,12 +223,11 @@ def estimate_memory(
         )
         # Activations: micro-batches in flight times what one micro-batch keeps on this stage.
         in_flight = microbatches_in_flight(stage, plan.pp, plan.vp, microbatches, plan.schedule)
-        last = stage == plan.head_stage
         activations, host = terms.activations(
             cfg,
             cfg.recompute == "full",
             in_flight,
-            n_layers,
+            n_layers + mtp,
             sp_.n_dense,
             sp_.n_moe,
             act.dense_layer,
@@ -277,9 +278,10 @@ def estimate_memory(
             )
         )
 
-    params = count_params(m).total
+    params = count_params(m).total + mtp_params(m, cfg.mtp_layers)
     if cfg.optimizer == "adafactor":
-        opt_total = sum(_adafactor_bytes(t, 1) * c for t, c in _stage_tensors(m, 1, 0, range(m.num_layers)))
+        every = _stage_tensors(m, 1, 0, range(m.num_layers), mtp=cfg.mtp_layers)
+        opt_total = sum(_adafactor_bytes(t, 1) * c for t, c in every)
     else:
         opt_total = optimizer_bytes_per_param(cfg) * params
     totals = {

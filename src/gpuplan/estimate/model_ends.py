@@ -68,3 +68,27 @@ def embedding_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape) -> OpTimes:
         w=memory_time(gpu, 3 * 4 * T * m.hidden_size * rows, rows),
     )
     return out
+
+
+@functools.lru_cache(maxsize=4096)  # keyed on every argument (GPUSpec hashes its efficiency)
+def mtp_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape) -> OpTimes:
+    """One multi-token-prediction depth's own kernels beside its block and its LM head and loss
+    (``head_times``, run once more per depth): the shifted tokens' embedding lookup, the norms of
+    that embedding and of the previous hidden state, their concatenation and the 2h -> h
+    projection (Megatron-Core MultiTokenPredictionLayer: enorm, hnorm, torch.cat, eh_proj, a
+    column-parallel linear, so its GEMM runs in the blocks' precision, FP8 included)."""
+    s = shape
+    T, a, h = s.tokens, s.act_bytes, m.hidden_size
+    t_res = T / s.tp if s.sp else T
+    lookup = embedding_times(m, gpu, shape)  # cached: read, never added to
+    out = OpTimes()
+    out.add("embedding", fwd=lookup.fwd, b=lookup.bwd_input, w=lookup.bwd_weight)
+    out.add("norm", fwd=memory_time(gpu, 2 * a * t_res * h, 2), b=memory_time(gpu, 3 * a * t_res * h, 2))
+    cat = memory_time(gpu, 2 * a * t_res * 2 * h)  # read both halves, write the 2h concatenation
+    out.add("residual", fwd=cat, b=cat)
+    n = -(-h // s.tp)  # eh_proj's output columns on this rank
+    d = s.dtype
+    out.add(
+        "gemm", fwd=gemm_time(gpu, d, T, n, 2 * h), b=gemm_time(gpu, d, T, 2 * h, n), w=gemm_time(gpu, d, n, 2 * h, T)
+    )
+    return out

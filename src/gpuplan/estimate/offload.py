@@ -174,7 +174,7 @@ def estimate_offload_training(req: OffloadTrainRequest) -> OffloadTrainEstimate:
         other["allocator_reserve"] = c.allocator_fraction * allocated
         gpu = {"weights": weights, "gradients": grads, "activations": st.activations, "other": sum(other.values())}
         cpu_b, disk_b = per_host * n, per_disk * n
-    fl = training_flops(m, c.seq_len, c.recompute, modules=c.recomputed, document=c.document_len)
+    fl = training_flops(m, c.seq_len, c.recompute, modules=c.recomputed, document=c.document_len, mtp=c.mtp_layers)
     tokens = c.seq_len * c.micro_batch * req.microbatches  # per rank per step
     eff = for_job(g, p.world_size).efficiency  # one GPU: its own clock
     dtype = c.compute_dtype

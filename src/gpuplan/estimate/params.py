@@ -225,6 +225,22 @@ def head_tensors(m: ModelSpec) -> tuple[Tensor, ...]:
 
 
 @functools.lru_cache(maxsize=1024)  # keyed on the whole ModelSpec
+def mtp_tensors(m: ModelSpec) -> tuple[Tensor, ...]:
+    """One multi-token-prediction module's own tensors beside its block (``layer_tensors`` of
+    ``ModelSpec.mtp_kind``): the norms of the shifted token's embedding and of the previous depth's
+    hidden state, the projection of their concatenation from 2h back to h, and the norm before the
+    shared LM head (DeepSeek-V3 report, section 2.2, eq. 21-23: RMSNorm, M_k in R^{d x 2d}; Megatron-Core
+    MultiTokenPredictionLayer: enorm, hnorm, eh_proj a column-parallel linear without bias,
+    final_layernorm; DeepSeek-V3's checkpoint: enorm, hnorm, eh_proj, shared_head.norm). The
+    embedding and the LM head are the model's own, shared."""
+    h = m.hidden_size
+    t = _norm(m, "mtp.enorm", h) + _norm(m, "mtp.hnorm", h)
+    t += _linear("mtp.eh_proj", 2 * h, h, "col", False)
+    t += _norm(m, "mtp.final_norm", h)
+    return tuple(t)
+
+
+@functools.lru_cache(maxsize=1024)  # keyed on the whole ModelSpec
 def vision_tensors(m: ModelSpec) -> tuple[Tensor, ...]:
     """A multimodal model's vision tower and projector (specs/vision.py), replicated over tensor
     parallelism; ``matmul=False`` keeps them out of the per-text-token FLOPs (images are not
@@ -284,6 +300,16 @@ def count_params(m: ModelSpec) -> ParamCounts:
         matmul_active=matmul_active,
         vision=vision,
     )
+
+
+def mtp_params(m: ModelSpec, depths: int) -> int:
+    """Parameters that training ``depths`` multi-token-prediction modules adds to the model as
+    ``count_params`` counts it: per depth one block of ``ModelSpec.mtp_kind`` and ``mtp_tensors``
+    (the embedding and the LM head are shared: DeepSeek-V3's checkpoint stores a copy of each in
+    its MTP layer, which its 14B of MTP weights count and training does not)."""
+    if not depths:
+        return 0
+    return depths * (_sum(layer_tensors(m, *m.mtp_kind)) + _sum(mtp_tensors(m)))
 
 
 def op_sac_kept(m: ModelSpec, moe: bool, linear: bool = False) -> dict[str, float]:

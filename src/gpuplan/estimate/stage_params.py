@@ -8,8 +8,15 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from gpuplan.estimate.params import Tensor, embedding_tensors, head_tensors, layer_tensors, vision_tensors
-from gpuplan.specs.model import ModelSpec
+from gpuplan.estimate.params import (
+    Tensor,
+    embedding_tensors,
+    head_tensors,
+    layer_tensors,
+    mtp_tensors,
+    vision_tensors,
+)
+from gpuplan.specs.model import LayerKind, ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
 
 
@@ -36,13 +43,14 @@ def _adafactor_bytes(t: Tensor, tp: int) -> float:
 
 
 def _stage_tensors(
-    m: ModelSpec, pp: int, stage: int, layer_ids: range, head: int | None = None
+    m: ModelSpec, pp: int, stage: int, layer_ids: range, head: int | None = None, mtp: int = 0
 ) -> list[tuple[Tensor, int]]:
     """(tensor, count) pairs held by one stage, before parallel splitting; ``head``: the stage
-    holding the output head (default the last; ZB-V's is the first)."""
+    holding the output head (default the last; ZB-V's is the first), with the ``mtp``
+    multi-token-prediction modules trained beside it."""
     head = pp - 1 if head is None else head
     out: list[tuple[Tensor, int]] = []
-    for kind, n in m.layer_kinds(layer_ids.start, len(layer_ids)):
+    for kind, n in stage_kinds(m, layer_ids.start, len(layer_ids), mtp if stage == head else 0):
         out += [(t, n) for t in layer_tensors(m, *kind)]
     if stage == 0:
         out += [(t, 1) for t in embedding_tensors(m)]
@@ -50,9 +58,24 @@ def _stage_tensors(
         out += [(t, 1) for t in vision_tensors(m)]
     if stage == head:
         out += [(t, 1) for t in head_tensors(m)]
-        if m.tied_embeddings and head != 0:  # Megatron keeps a copy of the shared embedding on the last stage
+        out += [(t, mtp) for t in mtp_tensors(m)] if mtp else []
+        # Megatron keeps a copy of the shared embedding on the last stage, and of the input
+        # embedding wherever MTP runs (GPTModel builds ``embedding`` when mtp_process: each depth
+        # embeds the shifted tokens), its gradient summed with the first stage's
+        if head != 0 and (m.tied_embeddings or mtp):
             out += [(t, 1) for t in embedding_tensors(m) if t.name == "embed.tokens"]
     return out
+
+
+def stage_kinds(m: ModelSpec, first: int, n: int, mtp: int = 0) -> tuple[tuple[LayerKind, int], ...]:
+    """(kind, count) of the blocks a stage runs: its layers ``first .. first + n - 1`` and, on the
+    stage holding the head, the ``mtp`` multi-token-prediction blocks (ModelSpec.mtp_kind)."""
+    kinds = m.layer_kinds(first, n)
+    if not mtp:
+        return kinds
+    counts = dict(kinds)
+    counts[m.mtp_kind] = counts.get(m.mtp_kind, 0) + mtp
+    return tuple(sorted(counts.items()))
 
 
 @dataclass(frozen=True)
@@ -84,19 +107,24 @@ def stage_params(
     ep: int,
     head: int | None = None,
     etp: int | None = None,
+    mtp: int = 0,
 ) -> StageParams:
     """Parameters one GPU of a stage holds: dense tensors split by ``tp``, routed experts by ``ep``
     (experts / ep of them) and each by ``etp`` (None: tp), the expert tensor parallelism of
     Megatron's MoE parallel folding (parallel_state.py, expert_tensor_parallel_size; experts.py,
-    TEGroupedMLP builds its linears on the expert TP group)."""
+    TEGroupedMLP builds its linears on the expert TP group). ``mtp``: multi-token-prediction
+    depths trained (TrainingConfig.mtp_layers), held with the head; their blocks count in
+    ``n_dense`` / ``n_moe`` like the stage's own."""
+    head = pp - 1 if head is None else head
+    mtp = mtp if stage == head else 0
     layer_ids = range(first, first + n_layers)
-    held = _stage_tensors(m, pp, stage, layer_ids, head)
+    held = _stage_tensors(m, pp, stage, layer_ids, head, mtp)
     etp = tp if etp is None else etp
 
     def per_gpu(t: Tensor) -> float:
         return _per_gpu_numel(t, tp, ep, etp)
 
-    counted = m.layer_kinds(first, n_layers)
+    counted = stage_kinds(m, first, n_layers, mtp)
     kinds = [kind for kind, _ in counted]
     n_moe = sum(n for kind, n in counted if kind.moe)
     return StageParams(
@@ -105,7 +133,7 @@ def stage_params(
         adafactor_dense=sum(_adafactor_bytes(t, tp) * c for t, c in held if not t.expert),
         adafactor_expert=sum(_adafactor_bytes(t, etp) / ep * c for t, c in held if t.expert),
         biggest_layer=max((sum(per_gpu(t) for t in layer_tensors(m, *f)) for f in kinds), default=0.0),
-        n_dense=n_layers - n_moe,
+        n_dense=n_layers + mtp - n_moe,
         n_moe=n_moe,
         gemm=sum(per_gpu(t) * n for kind, n in counted for t in layer_tensors(m, *kind) if fp8_gemm(t)),
         biggest_gemm=max((sum(per_gpu(t) for t in layer_tensors(m, *f) if fp8_gemm(t)) for f in kinds), default=0.0),

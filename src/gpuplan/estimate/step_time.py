@@ -26,8 +26,8 @@ from gpuplan.estimate.flops import training_flops
 from gpuplan.estimate.kernels import memory_time
 from gpuplan.estimate.layer_comm import CommLine, layer_comm, overlap_contention
 from gpuplan.estimate.memory import _activations, offloaded_layers, optimizer_bytes_per_param
-from gpuplan.estimate.model_ends import embedding_times, head_times
-from gpuplan.estimate.stage_params import stage_params
+from gpuplan.estimate.model_ends import embedding_times, head_times, mtp_times
+from gpuplan.estimate.stage_params import stage_kinds, stage_params
 from gpuplan.pipeline.bubble import pipeline_bubble
 from gpuplan.specs import schedules, validity
 from gpuplan.specs.hardware import GPUSpec, for_job
@@ -149,10 +149,12 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
     for stage, n_layers in enumerate(stage_layers(m, plan)):
         ids = range(first, first + n_layers)
         first += n_layers
-        layer_kinds = m.layer_kinds(ids.start, n_layers)
         # stages with the same layers and ends take the same time: compute each kind once
         off = offloaded_layers(cfg, n_layers, plan.vp)
-        key = (n_layers, layer_kinds, stage == 0, stage == plan.head_stage, off)
+        is_last = stage == plan.head_stage
+        # the head's stage also runs the multi-token-prediction depths: one more block each
+        mtp = cfg.mtp_layers if is_last else 0
+        key = (n_layers, stage_kinds(m, ids.start, n_layers, mtp), stage == 0, is_last, off, mtp)
         if key not in seen:
             # what a stage's time depends on, so plans that differ elsewhere share the work
             z3 = groups["dp_cp"] if plan.zero == 3 and plan.zero_group > 1 else None
@@ -202,7 +204,8 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
     # overlapped with the last micro-batch's backward; the sharded optimizer's updated weights
     # gathered back behind the next forward
     start = sum(s.layers for s in stages[:crit])
-    held = stage_params(m, p, crit, start, sc.layers, plan.tp, plan.ep, plan.head_stage, plan.expert_tp)  # as memory
+    mtp = cfg.mtp_layers if crit == plan.head_stage else 0
+    held = stage_params(m, p, crit, start, sc.layers, plan.tp, plan.ep, plan.head_stage, plan.expert_tp, mtp)
     copies = sched.param_copies  # DualPipe keeps two stages' weights per rank
     dense, expert = copies * held.dense, copies * held.expert
     dp_exposed = 0.0
@@ -245,7 +248,9 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
         breakdown["step_overhead"] = overhead
     step = sum(breakdown.values())
 
-    flops = training_flops(m, cfg.seq_len, cfg.recompute, modules=cfg.recomputed, document=cfg.document_len)
+    flops = training_flops(
+        m, cfg.seq_len, cfg.recompute, modules=cfg.recomputed, document=cfg.document_len, mtp=cfg.mtp_layers
+    )
     tokens = cfg.seq_len * cfg.micro_batch * mb * plan.dp
     return StepTime(
         step_s=step,
@@ -294,7 +299,7 @@ def _stage(
 ) -> tuple[StageTime, dict, dict]:
     """One micro-batch on a stage of ``n_layers`` (``layer_kinds``: how many of each kind), first
     and/or last."""
-    n_layers, layer_kinds, is_first, is_last, off = key
+    n_layers, layer_kinds, is_first, is_last, off, mtp = key
     tp_g, cp_g, ep_g, z3, etp_g = group_list
     groups = {"tp": tp_g, "cp": cp_g, "ep": ep_g, "dp_cp": z3, "etp": etp_g}
     c = {d: CommLine() for d in DIMS}
@@ -321,6 +326,9 @@ def _stage(
             exposed["host"] = exposed.get("host", 0.0) + _offload_exposed(m, cfg, plan, gpu, ops, moe, n_off, linear)
         before += n
     extras = ([embedding_times(m, gpu, shape)] if is_first else []) + ([head_times(m, gpu, shape)] if is_last else [])
+    # each multi-token-prediction depth: its block is among layer_kinds; its embedding lookup,
+    # norms and projection, and one more pass through the LM head and the loss
+    extras += [mtp_times(m, gpu, shape), head_times(m, gpu, shape)] * mtp
     for ops in extras:
         f += ops.fwd
         b += ops.bwd_input

@@ -13,7 +13,7 @@ from gpuplan.errors import GpuplanError, field_ref, require
 from gpuplan.estimate.comm import efficiency
 from gpuplan.estimate.flops import Flops, six_nd, training_flops
 from gpuplan.estimate.memory import MemoryReport, estimate_memory, offloaded_layers
-from gpuplan.estimate.params import ParamCounts, count_params
+from gpuplan.estimate.params import ParamCounts, count_params, mtp_params
 from gpuplan.estimate.step_time import StepTime, step_time
 from gpuplan.estimate.time import TrainingTime, training_time
 from gpuplan.specs import validity
@@ -93,7 +93,7 @@ def validate(req: TrainRequest) -> None:
     """Reject plans that cannot run, naming the field and the fix (the rules: gpuplan.specs.validity)."""
     c = req.config
     m, p = req.model, req.plan
-    check_plan(get_framework(c.framework), p)  # first what the framework cannot run at all
+    check_plan(get_framework(c.framework), p, c.mtp_layers)  # first what the framework cannot run at all
     validity.require_valid(m, p, c.seq_len, c.micro_batch, req.global_batch, c.cp_exchange)
     for n in stage_layers(m, p):  # raises for a split that cannot run (vp chunks, first/last stage layers)
         offloaded_layers(c, n, p.vp)  # and for more offloaded layers than a chunk holds
@@ -204,7 +204,7 @@ def estimate_training(req: TrainRequest, find_plan: FindPlan | None = None) -> T
     validate(req)
     m, c = req.model, req.config
     memory = _memory(req)
-    flops = training_flops(m, c.seq_len, c.recompute, modules=c.recomputed, document=c.document_len)
+    flops = training_flops(m, c.seq_len, c.recompute, modules=c.recomputed, document=c.document_len, mtp=c.mtp_layers)
     step = step_time(m, c, req.plan, req.gpu, req.microbatches)
     tokens_per_step = req.global_batch * c.seq_len
     time = training_time(
@@ -273,6 +273,9 @@ def to_dict(est: TrainEstimate) -> dict:
             "params_lm_head": est.params.lm_head,
             "params_per_layer": list(est.params.per_layer),
             "params_vision": est.params.vision,
+            # the multi-token-prediction modules trained (TrainingConfig.mtp_layers), not in params_total
+            "params_mtp": mtp_params(req.model, req.config.mtp_layers),
+            "mtp_layers": req.model.mtp_layers,
             "vision": vision_dict(req.model),
             "notes": list(req.model.notes),
         },

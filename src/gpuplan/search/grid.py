@@ -26,7 +26,7 @@ from gpuplan.errors import GpuplanError
 from gpuplan.estimate import memory_terms as terms
 from gpuplan.estimate.compute import layer_times
 from gpuplan.estimate.memory import _activations, pipeline_candidates, stage_params
-from gpuplan.estimate.model_ends import embedding_times, head_times
+from gpuplan.estimate.model_ends import embedding_times, head_times, mtp_times
 from gpuplan.estimate.step_time import _moe_layers, _shape
 from gpuplan.specs import schedules
 from gpuplan.specs.hardware import GPUSpec
@@ -149,7 +149,8 @@ class Grid:
         which = []
         for li, s, first, n in rows:
             lo = layouts[li]
-            key = (lo.pp, s, first, n, lo.tp, lo.ep, layout_heads[li], lo.expert_tp)
+            mtp = base.mtp_layers if s == layout_heads[li] else 0  # MTP blocks run beside the head
+            key = (lo.pp, s, first, n, lo.tp, lo.ep, layout_heads[li], lo.expert_tp, mtp)
             which.append(distinct.setdefault(key, len(distinct)))
         params = [stage_params(m, *key) for key in distinct]
         pick = np.array(which, dtype=np.int64)
@@ -172,6 +173,8 @@ class Grid:
         }
         self.first_stage = self.stage == 0
         self.last_stage = self.stage == heads  # the stage holding the head (ZB-V: the first)
+        # the blocks a stage runs: its layers and, beside the head, the multi-token-prediction ones
+        self.n_blocks = self.n_layers + np.where(self.last_stage, base.mtp_layers, 0)
         # activation and kernel-time tables keyed by the shape a stage sees: (tp, cp, ep, etp)
         triples = [(lo.tp, lo.cp, lo.ep, lo.etp) for lo in layouts]
         keys = sorted(set(triples), key=lambda k: (*k[:3], -1 if k[3] is None else k[3]))  # every layout has rows
@@ -218,7 +221,7 @@ class Grid:
             held["adafactor_dense"], held["adafactor_expert"], held["gemm"],
         )  # fmt: skip
         other = terms.buffers(
-            cfg, z, zg, self.n_layers[:, None], p["biggest_layer"], held["gemm"],
+            cfg, z, zg, self.n_blocks[:, None], p["biggest_layer"], held["gemm"],
             copies * p["gemm_matrices"], p["biggest_gemm"], p["biggest_gemm_matrices"], self.fp8_one_layout,
             self.col["pp"][:, None], held["dense"] + held["expert"],
         )  # fmt: skip
@@ -230,7 +233,7 @@ class Grid:
             cfg,
             np.array([r == "full" for r in self.rec])[None, None, :],
             self._in_flight(mb[self.row_layout])[:, :, None],
-            self.n_layers[:, None, None],
+            self.n_blocks[:, None, None],
             self.params["n_dense"][:, None, None],
             self.params["n_moe"][:, None, None],
             act["dense_layer"],
@@ -290,7 +293,10 @@ class Grid:
                         )
                     e, h = embedding_times(m, gpu, shape), head_times(m, gpu, shape)
                     ends_first[i, j, k] = e.fwd + e.bwd
-                    ends_last[i, j, k] = h.fwd + h.bwd
+                    # each multi-token-prediction depth: its own kernels and one more head (its
+                    # block is among the stage's n_dense / n_moe)
+                    depth = mtp_times(m, gpu, shape)
+                    ends_last[i, j, k] = h.fwd + h.bwd + self.base.mtp_layers * (depth.fwd + depth.bwd + h.fwd + h.bwd)
         key = self.shape_key
         n_d, n_m = self.params["n_dense"][:, None, None], self.params["n_moe"][:, None, None]
         n_l = self.params["n_linear"][:, None, None]
@@ -303,9 +309,10 @@ class Grid:
         )  # (rows, M, R)
         worst = np.maximum.reduceat(stage, self.starts, axis=0)  # (L, M, R)
         lkey = key[self.starts]
-        n_moe = np.array([_moe_layers(m, 0, m.num_layers)] * len(self.layouts), dtype=np.float64)[:, None, None]
+        mtp = self.base.mtp_layers
+        n_moe = _moe_layers(m, 0, m.num_layers) + mtp * m.mtp_kind.moe
         whole = (
-            (m.num_layers - n_moe) * dense_t[lkey]
+            (m.num_layers + mtp - n_moe) * dense_t[lkey]
             + n_moe * moe_t[lkey]
             + m.num_linear_layers * lin_t[lkey]
             + ends_first[lkey]

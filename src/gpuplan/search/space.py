@@ -157,6 +157,9 @@ def valid_layouts(
         if lo.pp > 1 and not fw.pipeline:
             rejected[f"{fw.name} has no pipeline parallelism"] += per_layout
             continue
+        if base.mtp_layers and not fw.mtp_with_pp_cp and (lo.pp > 1 or lo.cp > 1):
+            rejected[f"{fw.name} runs multi-token prediction without pipeline or context parallelism"] += per_layout
+            continue
         out.append(lo)
     return out, considered
 

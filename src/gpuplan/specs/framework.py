@@ -91,6 +91,10 @@ class Framework:
     # and whether it can split the sequence without load balancing (TrainingConfig.cp_load_balance)
     cp_comms: tuple[str, ...] = ("p2p", "all_gather", "a2a")
     cp_unbalanced: bool = True
+    # multi-token-prediction training (TrainingConfig.mtp_layers) and whether it runs beside
+    # pipeline or context parallelism
+    mtp: bool = True
+    mtp_with_pp_cp: bool = True
 
     def __post_init__(self) -> None:
         if self.profile not in ("fused", "eager") or self.attention not in ("flash", "eager"):
@@ -118,7 +122,9 @@ FRAMEWORKS: dict[str, Framework] = {
             "(core attention) | full, --use-distributed-optimizer (ZeRO-1) and Megatron-FSDP "
             "(optim / optim_grads / optim_grads_params), --tp-comm-overlap (TransformerEngine "
             "userbuffers, off by default), --overlap-grad-reduce, --overlap-param-gather, "
-            "--cross-entropy-loss-fusion (off by default: the loss runs one kernel per op)",
+            "--cross-entropy-loss-fusion (off by default: the loss runs one kernel per op), "
+            "--mtp-num-layers (megatron/core/transformer/multi_token_prediction.py: the MTP blocks on the "
+            "last pipeline stage, roll_tensor across context-parallel ranks)",
             grad_fp32=True,
             schedules=("1f1b",),
             fused_cross_entropy=False,
@@ -164,6 +170,9 @@ FRAMEWORKS: dict[str, Framework] = {
             # attention whose K,V rotate by all-gather or all-to-all, one SDPA call per step, with an
             # optional head-tail load balancer (_cp_options.enable_load_balance)
             cp_comms=("p2p",),
+            # torchtitan/models/deepseek_v3/MTP.md: num_mtp_layers builds MTP blocks from the last
+            # decoder layer's config; "the current implementation explicitly rejects CP and PP"
+            mtp_with_pp_cp=False,
         ),
         Framework(
             name="deepspeed",
@@ -185,6 +194,7 @@ FRAMEWORKS: dict[str, Framework] = {
             # around the attention, no ring
             cp_comms=("a2a",),
             cp_unbalanced=False,
+            mtp=False,  # the model's own modules: transformers builds no MTP layers
         ),
         Framework(
             name="hf",
@@ -206,6 +216,7 @@ FRAMEWORKS: dict[str, Framework] = {
             fp8_recipe="accelerate's TransformerEngine or torchao backend",
             autocast=True,
             cp_comms=("p2p",),  # accelerate's context parallelism runs PyTorch's ring attention
+            mtp=False,  # transformers builds no MTP layers (DeepseekV3ForCausalLM drops layer 61)
         ),
     )
 }
@@ -230,9 +241,13 @@ def check_config(
     modules: tuple[str, ...] = (),
     cp_comm: str | None = None,
     cp_load_balance: bool = True,
+    mtp: int = 0,
 ) -> None:
     """Refuse training options the framework cannot run (one line, naming the profile and the
     alternatives)."""
+    if mtp and not fw.mtp:
+        have = ", ".join(f.name for f in FRAMEWORKS.values() if f.mtp and f.name != "generic")
+        raise _refuse(fw, "mtp_layers", f"multi-token-prediction training ({have} have it)", "`mtp_layers=0`")
     if cp_comm is not None and cp_comm not in fw.cp_comms:
         raise _refuse(fw, "cp_comm", f"{cp_comm} context-parallel exchange", "`cp_comm` " + " or ".join(fw.cp_comms))
     if not cp_load_balance and not fw.cp_unbalanced:
@@ -245,8 +260,13 @@ def check_config(
         raise _refuse(fw, "tp_overlap", "TP communication overlap", "`tp_overlap=false`")
 
 
-def check_plan(fw: Framework, plan: ParallelPlan) -> None:
-    """Refuse parallel layouts the framework cannot run."""
+def check_plan(fw: Framework, plan: ParallelPlan, mtp: int = 0) -> None:
+    """Refuse parallel layouts the framework cannot run (``mtp``: multi-token-prediction depths
+    trained)."""
+    if mtp and not fw.mtp_with_pp_cp and (plan.pp > 1 or plan.cp > 1):
+        raise _refuse(
+            fw, "mtp_layers", "multi-token prediction with pipeline or context parallelism", "`pp=1` and `cp=1`"
+        )
     if plan.pp > 1 and not fw.pipeline:
         raise _refuse(fw, "pp", "pipeline parallelism", "`pp=1`")
     if schedules.get(plan.schedule).train_name not in fw.schedules:  # aliases (zb-h1) by their name

@@ -138,6 +138,10 @@ class ModelSpec:
     # A multimodal checkpoint's image encoder and projector (specs/vision.py): its weights and
     # training states are counted on the first pipeline stage; None for a text-only model
     vision: VisionTower | None = None
+    # Multi-token prediction modules the checkpoint defines (config.json's num_nextn_predict_layers,
+    # Qwen3-Next's mtp_num_hidden_layers): a fact of the model, trained only when the training
+    # config asks for them (TrainingConfig.mtp_layers); transformers builds none of them
+    mtp_layers: int = 0
     source: str = field(default="", compare=False)
     # What the plan leaves out or approximates (a multimodal config's vision tower, MTP modules)
     notes: tuple[str, ...] = field(default=(), compare=False)
@@ -260,6 +264,11 @@ class ModelSpec:
                 f"layer indices must be in [0, {self.num_layers})",
             )
         require(
+            isinstance(self.mtp_layers, int) and self.mtp_layers >= 0,
+            "num_nextn_predict_layers",
+            f"must be a non-negative integer, got {self.mtp_layers!r}",
+        )
+        require(
             0 <= self.num_sliding_layers <= self.num_layers,
             "num_sliding_layers",
             f"must be between 0 and {self.num_layers}",
@@ -299,6 +308,14 @@ class ModelSpec:
         if self.moe_layers is not None:
             return self.is_moe and index in self.moe_layers
         return self.is_moe and index >= self.first_dense_layers and index % self.moe_layer_freq == 0
+
+    @property
+    def mtp_kind(self) -> LayerKind:
+        """The block of a multi-token-prediction module: a softmax-attention layer with the last
+        decoder layer's MLP (Megatron-Core's get_gpt_mtp_block_spec builds it from the last layer's
+        spec, training.py counts it MoE when the last layer is; torchtitan's _build_mtp_layers copies
+        the last decoder layer's config; DeepSeek-V3's checkpoint holds an MoE layer 61)."""
+        return LayerKind(self.is_moe_layer(self.num_layers - 1), False)
 
     @property
     def num_moe_layers(self) -> int:

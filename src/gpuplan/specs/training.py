@@ -100,6 +100,11 @@ class TrainingConfig:
     # document mask, torchtitan's flex attention "block_causal", packed THD sequences); 0: one
     # document per sequence, a plain causal mask (flops.mean_context)
     document_len: int = 0
+    # multi-token-prediction depths trained beside the next-token loss (DeepSeek-V3 report, section
+    # 2.2; Megatron-Core's --mtp-num-layers, torchtitan's num_mtp_layers): each an embedding lookup,
+    # two norms, a 2h -> h projection, one more block and one more LM head and loss on the stage
+    # holding the head (ModelSpec.mtp_kind, params.mtp_tensors); 0: none
+    mtp_layers: int = 0
     profile: str = "fused"  # fused: Megatron/TransformerEngine kernels; eager: plain PyTorch + transformers
     # Gradient accumulation dtype; None: fp32 for the fused profile (Megatron's main_grad buffer),
     # the weight dtype for eager PyTorch (FSDP/DDP reduce in the parameter dtype).
@@ -234,6 +239,11 @@ class TrainingConfig:
             "document_len",
             f"is tokens per packed document, a non-negative integer (0: one per sequence), got {self.document_len!r}",
         )
+        require(
+            isinstance(self.mtp_layers, int) and not isinstance(self.mtp_layers, bool) and self.mtp_layers >= 0,
+            "mtp_layers",
+            f"is the multi-token-prediction depth, a non-negative integer (0: none), got {self.mtp_layers!r}",
+        )
         for name in ("seq_len", "micro_batch"):
             value = getattr(self, name)
             require(isinstance(value, int) and value >= 1, name, f"must be a positive integer, got {value!r}")
@@ -367,6 +377,7 @@ class TrainingConfig:
             modules=self.recompute_modules,
             cp_comm=self.cp_comm,
             cp_load_balance=self.cp_load_balance,
+            mtp=self.mtp_layers,
         )
 
     @property

@@ -19,6 +19,7 @@ from gpuplan.cli.options import (
     HtmlOpt,
     JsonOpt,
     ModelArg,
+    MtpLayersOpt,
     PlotOpt,
     PriceOpt,
     RecomputeModulesOpt,
@@ -74,6 +75,7 @@ def search(
     ] = None,
     cp_load_balance: CpLoadBalanceOpt = True,
     document_len: DocumentLenOpt = 0,
+    mtp_layers: MtpLayersOpt = 0,
     price: PriceOpt = None,
     calibration: CalibrationOpt = None,
     tp: Annotated[int | None, typer.Option(help="Fix the tensor-parallel degree.")] = None,
@@ -138,6 +140,7 @@ def search(
         cp_comm=exchanges[0] if len(exchanges) == 1 else None,
         cp_load_balance=cp_load_balance,
         document_len=document_len,
+        mtp_layers=mtp_layers,
         optimizer=optimizer,
         allocator_fraction=reserve,
         # the grid takes them for its selective plans (search/grid.py)

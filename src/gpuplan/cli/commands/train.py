@@ -23,6 +23,7 @@ from gpuplan.cli.options import (
     HtmlOpt,
     JsonOpt,
     ModelArg,
+    MtpLayersOpt,
     PcieOpt,
     PlotOpt,
     PpOpt,
@@ -135,6 +136,7 @@ def train(
     cp_comm: CpCommOpt = None,
     cp_load_balance: CpLoadBalanceOpt = True,
     document_len: DocumentLenOpt = 0,
+    mtp_layers: MtpLayersOpt = 0,
     mfu: Annotated[float | None, typer.Option(help="Override the predicted MFU, e.g. 0.4.")] = None,
     tp_overlap: Annotated[
         bool | None,
@@ -311,6 +313,7 @@ def train(
         cp_comm=cp_comm,
         cp_load_balance=cp_load_balance,
         document_len=document_len,
+        mtp_layers=mtp_layers,
         profile=profile,
         cuda_context_bytes=cuda_context_gib * GiB,
         allocator_fraction=allocator_fraction,

@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from gpuplan.errors import GpuplanError
+from gpuplan.errors import GpuplanError, field_ref, require
 from gpuplan.specs.hf.reader import MISSING, Config, activation
 from gpuplan.specs.model import ModelSpec
 
@@ -946,9 +946,14 @@ def decoder(c: Config, name: str, model_type: str) -> ModelSpec:
         )
     notes = []
     # DeepSeek's, GLM's and Qwen3.5's key for their multi-token-prediction layers
-    mtp = c.data.get("num_nextn_predict_layers") or c.data.get("num_mtp_layers") or c.data.get("mtp_num_hidden_layers")
+    mtp = c.get("num_nextn_predict_layers", "num_mtp_layers", "mtp_num_hidden_layers", default=0)
+    require(mtp >= 0, f"{c.where}: num_nextn_predict_layers", f"must be non-negative, got {mtp}")
+    kw.update(mtp_layers=mtp)
     if mtp:
-        notes.append(f"{mtp} multi-token-prediction layer(s) not counted (transformers does not build them)")
+        notes.append(
+            f"{mtp} multi-token-prediction layer(s) not in the parameter count (transformers does not build "
+            f"them); training counts them with {field_ref('mtp_layers', mtp)}"
+        )
     if kw.get("linear_layers"):
         kind = {"gdn": "Gated DeltaNet", "kda": "Kimi Delta Attention", "mamba2": "Mamba-2"}[
             kw.get("linear_kind", "gdn")
