@@ -169,3 +169,31 @@ def test_mtp_under_a_framework_without_it_is_one_line_with_exit_2(framework, ext
     args = ["train", "glm-4.5-air", "--gpus", "16", "--ep", "8", "--framework", framework, "--mtp-layers", "1"]
     code, _, err = run(args + extra, capsys)
     assert code == 2 and err.startswith("error: mtp_layers") and err.count("\n") == 1 and hint in err
+
+
+DSV3_GB200 = ["train", "deepseek-v3", "--gpus", "256", "--gpu", "gb200", "--pp", "4", "--ep", "64"]
+DSV3_GB200 += ["--global-batch", "4096", "--framework", "megatron", "--precision", "mxfp8", "--recompute", "full"]
+
+
+def test_train_takes_a_megatron_pipeline_layout_and_sets_vp_from_it(capsys):
+    # Megatron-Bridge's DeepSeek-V3 layout for pp 4 x vp 4: 61 layers as 16, 16, 16, 13 per rank
+    args = DSV3_GB200 + ["--mtp-layers", "1", "--pipeline-layout", "Et*4|(t*4|)*14tmL"]
+    code, out, _ = run(args + ["--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and doc["plan"]["vp"] == 4 and doc["plan"]["stage_layers"] == [16, 16, 16, 13]
+    assert doc["plan"]["layout"] == "Et*4|(t*4|)*14tmL"
+    code, out, _ = run(args, capsys)
+    assert code == 0 and "layers per pipeline stage: 16 16 16 13" in out and "vp=4" in out.splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    "extra,field,hint",
+    [
+        (["--pipeline-layout", "Et*4|(t*4|)*14tL", "--mtp-layers", "1"], "mtp_layers", "use --mtp-layers 0"),
+        (["--pipeline-layout", "Et*4|(t*4|)*14L"], "pipeline_layout", "60 transformer layers; the model has 61"),
+        (["--pipeline-layout", "Et*61|L|t|L"], "pipeline_layout", "must end with the loss L, once"),
+    ],
+)
+def test_bad_pipeline_layouts_are_one_line_with_exit_2(extra, field, hint, capsys):
+    code, _, err = run(DSV3_GB200 + extra, capsys)
+    assert code == 2 and err.startswith(f"error: {field}") and err.count("\n") == 1 and hint in err

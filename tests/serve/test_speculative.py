@@ -29,3 +29,46 @@ def test_speculation_pays_at_batch_one_and_stops_when_decode_turns_compute_bound
     assert speedups[0] > speedups[-1]
     ngram = speculation(target, None, 1, 2048, 4, 0.8, 64)
     assert ngram.speedup > s.speedup  # same acceptance, no draft model to run
+
+
+def test_an_mtp_draft_is_one_block_of_the_mtp_layers_kind_with_the_models_ends():
+    from gpuplan.estimate.params import count_params, embedding_tensors, head_tensors, layer_tensors
+    from gpuplan.serve.speculative import mtp_draft
+
+    m = catalog.model("deepseek-v3")
+    d = mtp_draft(m)
+    assert d.num_layers == 1 and d.is_moe_layer(0) and d.mtp_layers == 0  # DeepSeek-V3's layer 61 is MoE
+    ends = sum(t.numel for t in (*embedding_tensors(m), *head_tensors(m)))
+    assert count_params(d).total == sum(t.numel for t in layer_tensors(m, True)) + ends
+
+
+def test_mtp_speculation_adds_the_modules_weights_and_kv_layer_and_pays_at_batch_one():
+    from gpuplan.estimate.params import mtp_params
+    from gpuplan.serve.plan import ServeRequest, estimate_serving
+    from gpuplan.serve.speculative import expected_tokens
+
+    g = catalog.gpu("h200")
+    base = dict(model=catalog.model("deepseek-v3"), gpu=g, tp=8, weights="fp8", input_len=1000, output_len=2000)
+    plain = estimate_serving(ServeRequest(**base))
+    mtp = estimate_serving(ServeRequest(**base, mtp=True, draft_len=1, acceptance=0.85))
+    extra = mtp.memory.weights - plain.memory.weights
+    # the block and projection in FP8 (1 byte a weight, plus its block scales and 16-bit norms and
+    # router), over 8 GPUs: the embedding and head are shared
+    assert extra == pytest.approx(mtp_params(catalog.model("deepseek-v3"), 1) / 8, rel=0.03)
+    assert mtp.memory.kv_pool == pytest.approx(plain.memory.kv_pool - extra)
+    assert mtp.memory.kv_block_bytes == pytest.approx(plain.memory.kv_block_bytes * 62 / 61)  # 61 layers + MTP's
+    s = mtp.speculation
+    assert s.method == "mtp" and 1.0 < s.speedup < expected_tokens(0.85, 1)
+
+
+@pytest.mark.parametrize(
+    "kw,field",
+    [(dict(model="llama-3.1-8b", mtp=True), "mtp"), (dict(model="deepseek-v3", mtp=True, ngram=True), "draft")],
+)
+def test_mtp_speculation_needs_an_mtp_layer_and_is_the_only_proposer(kw, field):
+    from gpuplan.errors import GpuplanError
+    from gpuplan.serve.plan import ServeRequest
+
+    with pytest.raises(GpuplanError) as err:
+        ServeRequest(**{**kw, "model": catalog.model(kw["model"])}, gpu=catalog.gpu("h200"), tp=8)
+    assert err.value.field == field

@@ -97,7 +97,7 @@ def render_train(est) -> None:
     )
     for note in m.notes:  # what the plan leaves out (a vision tower, MTP layers)
         console.print(f"[dim]note: {as_flags(note)}[/]")
-    if p.first_stage_layers or p.last_stage_layers:
+    if p.first_stage_layers or p.last_stage_layers or p.layout:
         from gpuplan.specs.split import stage_layers
 
         console.print("layers per pipeline stage: " + " ".join(map(str, stage_layers(m, p))))

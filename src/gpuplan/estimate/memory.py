@@ -115,7 +115,9 @@ def candidate_stages(m: ModelSpec, plan: ParallelPlan) -> list[tuple[int, int, i
     last, and the first of each run of stages with the same layers (same count, same number of
     MoE layers): within a run, later stages hold fewer micro-batches in flight."""
     return list(
-        pipeline_candidates(m, plan.pp, plan.vp, plan.schedule, plan.first_stage_layers, plan.last_stage_layers)
+        pipeline_candidates(
+            m, plan.pp, plan.vp, plan.schedule, plan.first_stage_layers, plan.last_stage_layers, plan.layout
+        )
     )
 
 
@@ -123,11 +125,17 @@ def candidate_stages(m: ModelSpec, plan: ParallelPlan) -> list[tuple[int, int, i
 # shape (pp, vp, schedule, first/last stage layers); the result is a tuple of tuples
 @functools.lru_cache(maxsize=4096)
 def pipeline_candidates(
-    m: ModelSpec, pp: int, vp: int, schedule: str, first_layers: int | None, last_layers: int | None
+    m: ModelSpec,
+    pp: int,
+    vp: int,
+    schedule: str,
+    first_layers: int | None,
+    last_layers: int | None,
+    layout: str | None = None,
 ) -> tuple[tuple[int, int, int], ...]:
-    """``candidate_stages`` of the pipeline shape (pp, vp, schedule, first/last stage layers),
-    without a ParallelPlan: the search asks it once per distinct shape."""
-    counts = shape_layers(m.num_layers, pp, vp, schedule, first_layers, last_layers)
+    """``candidate_stages`` of the pipeline shape (pp, vp, schedule, first/last stage layers or a
+    Megatron layout), without a ParallelPlan: the search asks it once per distinct shape."""
+    counts = shape_layers(m.num_layers, pp, vp, schedule, first_layers, last_layers, layout)
     # MoE and linear-attention layers before each layer index (prefix sums: one pass over the layers)
     moe_before, linear_before = [0], [0]
     for i in range(m.num_layers):

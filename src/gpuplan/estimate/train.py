@@ -16,7 +16,7 @@ from gpuplan.estimate.memory import MemoryReport, estimate_memory, offloaded_lay
 from gpuplan.estimate.params import ParamCounts, count_params, mtp_params
 from gpuplan.estimate.step_time import StepTime, step_time
 from gpuplan.estimate.time import TrainingTime, training_time
-from gpuplan.specs import validity
+from gpuplan.specs import layout, validity
 from gpuplan.specs.framework import check_plan, get as get_framework
 from gpuplan.specs.hardware import GPUSpec, for_job
 from gpuplan.specs.model import ModelSpec
@@ -95,6 +95,8 @@ def validate(req: TrainRequest) -> None:
     m, p = req.model, req.plan
     check_plan(get_framework(c.framework), p, c.mtp_layers)  # first what the framework cannot run at all
     validity.require_valid(m, p, c.seq_len, c.micro_batch, req.global_batch, c.cp_exchange)
+    if p.layout is not None:
+        layout.check_mtp(p.layout, c.mtp_layers)
     for n in stage_layers(m, p):  # raises for a split that cannot run (vp chunks, first/last stage layers)
         offloaded_layers(c, n, p.vp)  # and for more offloaded layers than a chunk holds
     if req.mfu is not None:

@@ -25,9 +25,10 @@ from gpuplan.serve.memory import (
     serve_memory,
 )
 from gpuplan.serve.serve_report import to_dict
-from gpuplan.serve.speculative import Speculation, speculation
+from gpuplan.serve.speculative import Speculation, mtp_draft, speculation
 from gpuplan.serve.steady_state import Point, closed_loop, compute_bound_batch, steady_state
 from gpuplan.serve.timing import Deployment, Iteration, step_model
+from gpuplan.serve.weights import mtp_weight_bytes
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.units import HOUR, GiB
@@ -64,6 +65,7 @@ class ServeRequest:
     prefix_hit_rate: float = 0.0
     draft_model: ModelSpec | None = None
     ngram: bool = False
+    mtp: bool = False  # the model's own MTP module proposes (speculative.mtp_draft)
     draft_len: int = 4
     acceptance: float = 0.7
     target_tokens_per_s: float | None = None
@@ -96,7 +98,17 @@ class ServeRequest:
             "pass one of them",
         )
         require(0 <= self.prefix_hit_rate < 1, "prefix_hit_rate", f"must be in [0, 1), got {self.prefix_hit_rate}")
-        require(not (self.ngram and self.draft_model), "draft", "pick a draft model or n-gram speculation, not both")
+        require(
+            (self.ngram, self.draft_model is not None, self.mtp).count(True) <= 1,
+            "draft",
+            "pick one proposer: a draft model, n-gram or the model's MTP module",
+        )
+        require(
+            not self.mtp or self.model.mtp_layers > 0,
+            "mtp",
+            f"{self.model.name} has no multi-token-prediction layer (its config's num_nextn_predict_layers is 0)",
+            "use `draft_model` or `ngram`",
+        )
         # A draft proposes token ids the target verifies: both must share one vocabulary
         require(
             self.draft_model is None or self.draft_model.vocab_size == self.model.vocab_size,
@@ -237,16 +249,18 @@ def estimate_serving(req: ServeRequest) -> ServeEstimate:
         dd = Deployment(req.draft_model, gpu, d.weights, d.kv, req.tp, 1)
         draft = step_model(dd)
         extra = serve_memory(dd, cfg).weights
-        mem = ServeMemory(
-            mem.capacity,
-            mem.budget,
-            mem.weights + extra,
-            mem.activations,
-            mem.other,
-            mem.kv_pool - extra,
-            mem.kv_block_bytes,
-            mem.layers,
-            mem.kv_groups,
+        mem = replace(mem, weights=mem.weights + extra, kv_pool=mem.kv_pool - extra)
+    elif req.mtp:
+        # the MTP module's block and projection beside the target's weights (its embedding and
+        # head are the target's), and its one attention layer's KV beside the target's per token
+        draft = step_model(Deployment(mtp_draft(m), gpu, d.weights, d.kv, req.tp, 1, d.dp_attention))
+        extra = mtp_weight_bytes(m, d.weights, req.tp, d.dp_attention)
+        layers = m.num_attention_layers
+        mem = replace(
+            mem,
+            weights=mem.weights + extra,
+            kv_pool=mem.kv_pool - extra,
+            kv_block_bytes=mem.kv_block_bytes * (layers + 1) / layers,
         )
     conc_max = max_concurrency(mem, d, cfg, length)
     if conc_max < 1:
@@ -273,7 +287,16 @@ def estimate_serving(req: ServeRequest) -> ServeEstimate:
 
     spec = None
     if draft is not None or req.ngram:
-        spec = speculation(sm, draft, conc, req.input_len + req.output_len / 2, req.draft_len, req.acceptance, conc_max)
+        spec = speculation(
+            sm,
+            draft,
+            conc,
+            req.input_len + req.output_len / 2,
+            req.draft_len,
+            req.acceptance,
+            conc_max,
+            "mtp" if req.mtp else None,
+        )
 
     kv_needed = math.ceil(conc / d.kv_groups) * blocks_per_sequence(d, cfg, length) * mem.kv_block_bytes
     offload = blocks_per_sequence(d, cfg, length) * mem.kv_block_bytes / gpu.host_bytes_per_s

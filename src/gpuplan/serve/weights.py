@@ -6,7 +6,14 @@ import functools
 import math
 
 from gpuplan.estimate.memory import layers_per_stage
-from gpuplan.estimate.params import Tensor, embedding_tensors, head_tensors, layer_tensors, vision_tensors
+from gpuplan.estimate.params import (
+    Tensor,
+    embedding_tensors,
+    head_tensors,
+    layer_tensors,
+    mtp_tensors,
+    vision_tensors,
+)
 from gpuplan.estimate.stage_params import _local_shape
 from gpuplan.serve.formats import WeightFormat
 from gpuplan.specs.model import ModelSpec
@@ -85,3 +92,12 @@ def weight_bytes_per_gpu(
 ) -> float:
     """Bytes on the most loaded GPU."""
     return max(stage_weight_bytes(m, fmt, tp, pp, dp_attention))
+
+
+def mtp_weight_bytes(m: ModelSpec, fmt: WeightFormat, tp: int = 1, dp_attention: bool = False) -> float:
+    """Bytes on each GPU of the model's multi-token-prediction module used as its own draft (one
+    depth: its block of ``ModelSpec.mtp_kind`` and ``mtp_tensors``), in the checkpoint's format.
+    Its embedding and LM head are the target's (SGLang's NextN draft takes them with
+    set_embed_and_head; vLLM's EAGLE proposer shares them with the target), so they add nothing."""
+    ts = (*layer_tensors(m, *m.mtp_kind), *mtp_tensors(m))
+    return sum(local_numel(t, tensor_tp(t, tp, dp_attention)) * tensor_bits(m, t, fmt) / 8 for t in ts)

@@ -45,6 +45,9 @@ class ParallelPlan:
     # split (specs/split.py, stage_layers, which also checks them against the model)
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
+    # Megatron-Core's --pipeline-model-parallel-layout: the layers of each of the pp x vp virtual
+    # stages (specs/layout.py), e.g. "Et*4|(t*4|)*14tmL"; None: the split above
+    layout: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "pp", "cp", "ep", "vp"):
@@ -73,6 +76,22 @@ class ParallelPlan:
                 "a stage with no layer cannot run; leave it unset for an even split",
             )
             require(value is None or self.pp > 1, name, "an uneven split needs pipeline parallelism", "set `pp` > 1")
+        if self.layout is not None:
+            from gpuplan.specs import layout
+
+            require(
+                self.first_stage_layers is None and self.last_stage_layers is None,
+                "pipeline_layout",
+                "a layout states every stage's layers, first and last included",
+                "drop `first_stage_layers`/`last_stage_layers`",
+            )
+            stages = len(layout.parse(self.layout).layers)
+            require(
+                stages == self.pp * self.vp,
+                "pipeline_layout",
+                f"{stages} stages, where pp={self.pp} x vp={self.vp} makes {self.pp * self.vp}",
+                f"use `vp={stages // self.pp}`" if stages % self.pp == 0 else "give pp x vp stages separated by |",
+            )
         dims = self.order.split("-")
         require(
             sorted(dims) == ["cp", "dp", "pp", "tp"],

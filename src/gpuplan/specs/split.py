@@ -18,7 +18,10 @@ Without first/last counts gpuplan keeps its even split: with vp = 1 a remainder 
 each to the later ranks (they hold fewer micro-batches in flight under 1F1B). Megatron refuses a
 layer count pp does not divide, but gpuplan has always accepted it, and the search relies on it
 (61 or 94 layers on pp 8). With vp > 1 an uneven count is refused, as Megatron does, with a
-first/last split that would work named in the message.
+first/last split that would work named in the message. A Megatron-Core layout
+(``ParallelPlan.layout``, specs/layout.py) states each virtual stage's layers instead, chunks of
+any size: a rank's layers are its chunks' sum, and its time and memory are taken over them as
+over equal chunks (the schedule's bubble and in-flight counts assume equal chunks).
 """
 
 from __future__ import annotations
@@ -46,24 +49,48 @@ def stage_layers(m: ModelSpec, plan: ParallelPlan) -> list[int]:
     first. ``m``: a ModelSpec (or anything with ``num_layers``); ``plan``: a ParallelPlan.
     Raises GpuplanError for a split that cannot run, naming one that would."""
     return list(
-        _stage_layers(m.num_layers, plan.pp, plan.vp, plan.schedule, plan.first_stage_layers, plan.last_stage_layers)
+        _stage_layers(
+            m.num_layers,
+            plan.pp,
+            plan.vp,
+            plan.schedule,
+            plan.first_stage_layers,
+            plan.last_stage_layers,
+            plan.layout,
+        )
     )
 
 
 def shape_layers(
-    num_layers: int, pp: int, vp: int, schedule: str, first: int | None, last: int | None
+    num_layers: int, pp: int, vp: int, schedule: str, first: int | None, last: int | None, layout: str | None = None
 ) -> tuple[int, ...]:
     """``stage_layers`` of a pipeline shape given by its numbers (``num_layers`` on ``pp`` ranks of
-    ``vp`` chunks, first/last stage layers or None) rather than a ParallelPlan: for the search,
-    which splits thousands of layouts of a few shapes."""
-    return _stage_layers(num_layers, pp, vp, schedule, first, last)
+    ``vp`` chunks, first/last stage layers or None, a Megatron layout or None) rather than a
+    ParallelPlan: for the search, which splits thousands of layouts of a few shapes."""
+    return _stage_layers(num_layers, pp, vp, schedule, first, last, layout)
 
 
 @functools.lru_cache(maxsize=4096)
 def _stage_layers(
-    num_layers: int, pp: int, vp: int, schedule: str, first: int | None, last: int | None
+    num_layers: int,
+    pp: int,
+    vp: int,
+    schedule: str,
+    first: int | None,
+    last: int | None,
+    layout: str | None = None,
 ) -> tuple[int, ...]:
     L = num_layers
+    if layout is not None:
+        if not schedules.get(schedule).linear:
+            raise GpuplanError(
+                "pipeline_layout",
+                f"a layout needs a linear pipeline; the {schedule} schedule puts both ends on rank 0",
+                "use `schedule=1f1b`, or drop `pipeline_layout`",
+            )
+        from gpuplan.specs import layout as layouts
+
+        return layouts.check(layout, pp, vp, L).rank_layers(pp)
     if first is None and last is None:
         if vp > 1 and L % (pp * vp):
             raise GpuplanError(

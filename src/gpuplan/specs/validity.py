@@ -100,7 +100,7 @@ class View:
         uneven: Any = False,
         cp_comm: Any = "p2p",
     ) -> None:
-        self.uneven = uneven  # first/last stage layers given: specs/split.py checks that split
+        self.uneven = uneven  # first/last stage layers or a layout given: specs/split.py checks that split
         self.a2a = cp_comm == "a2a"  # context parallelism by all-to-all: heads split over cp
         self.tp, self.cp, self.pp, self.dp, self.ep, self.vp, self.sp = tp, cp, pp, dp, ep, vp, sp
         # the experts' tensor-parallel degree (None: tp) and whether it was set (MoE parallel folding)
@@ -419,7 +419,7 @@ def view(
         tp=plan.tp, cp=plan.cp, pp=plan.pp, dp=plan.dp, ep=plan.ep, vp=plan.vp, sp=plan.sp,
         etp=getattr(plan, "etp", None), folded=getattr(plan, "etp", None) is not None,
         schedule=plan.schedule, seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch,
-        uneven=getattr(plan, "first_stage_layers", None) is not None or getattr(plan, "last_stage_layers", None) is not None,
+        uneven=any(getattr(plan, k, None) is not None for k in ("first_stage_layers", "last_stage_layers", "layout")),
         cp_comm=cp_comm,
     )  # fmt: skip
 

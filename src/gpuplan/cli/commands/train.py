@@ -91,6 +91,14 @@ def train(
         int | None,
         typer.Option(help="Layers on the last pipeline stage (Megatron --decoder-last-pipeline-num-layers)."),
     ] = None,
+    pipeline_layout: Annotated[
+        str | None,
+        typer.Option(
+            help="Megatron-Core's --pipeline-model-parallel-layout: the pp x vp virtual stages' layers, "
+            "separated by | (E embedding, t transformer layer, m MTP layer, L loss; x*n and (...)*n repeat), "
+            "e.g. 'Et*4|(t*4|)*14tmL'; sets vp from its stage count."
+        ),
+    ] = None,
     schedule: Annotated[
         str, typer.Option(help="Pipeline schedule: 1f1b, zb (zero-bubble H1), zb-v (V-shaped zero bubble), dualpipe.")
     ] = "1f1b",
@@ -282,6 +290,11 @@ def train(
     spec = catalog.model(model)
     hw, gpus = catalog.hardware(gpu, cluster, gpus)
     hw, prof, allocator_fraction = calibrated(hw, calibration, allocator_fraction)
+    if pipeline_layout is not None and vp == 1:  # the layout's stage count is pp x vp
+        from gpuplan.specs.layout import parse
+
+        stages = len(parse(pipeline_layout).layers)
+        vp = stages // pp if stages % pp == 0 else vp
     plan = ParallelPlan.for_gpus(
         gpus,
         dp,
@@ -297,6 +310,7 @@ def train(
         order=rank_order,
         first_stage_layers=first_stage_layers,
         last_stage_layers=last_stage_layers,
+        layout=pipeline_layout,
     )
     config = TrainingConfig.for_framework(
         framework,
