@@ -59,6 +59,9 @@ def test_mtp_speculation_adds_the_modules_weights_and_kv_layer_and_pays_at_batch
     assert mtp.memory.kv_block_bytes == pytest.approx(plain.memory.kv_block_bytes * 62 / 61)  # 61 layers + MTP's
     s = mtp.speculation
     assert s.method == "mtp" and 1.0 < s.speedup < expected_tokens(0.85, 1)
+    from gpuplan.serve.plan import to_dict
+
+    assert to_dict(mtp)["kv_bytes_per_token"] == pytest.approx(to_dict(plain)["kv_bytes_per_token"] * 62 / 61)
 
 
 @pytest.mark.parametrize(

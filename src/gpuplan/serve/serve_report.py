@@ -37,7 +37,9 @@ def to_dict(e: ServeEstimate) -> dict:
     length = r.input_len + r.output_len
     paged = blocks_per_sequence(d, cfg, length) * mem.kv_block_bytes
     contiguous = kv_bytes_per_sequence(m, d.kv, e.model_max_len, d.tp) * mem.layers / m.num_layers
-    exact = kv_bytes_per_sequence(m, d.kv, length, d.tp) * mem.layers / m.num_layers
+    # an MTP draft (ServeRequest.mtp) keeps one more attention layer's KV beside the target's
+    draft_kv = (m.num_attention_layers + 1) / m.num_attention_layers if r.mtp else 1.0
+    exact = kv_bytes_per_sequence(m, d.kv, length, d.tp) * mem.layers / m.num_layers * draft_kv
     out = {
         "model": m.name,
         "model_notes": list(m.notes),
@@ -72,8 +74,8 @@ def to_dict(e: ServeEstimate) -> dict:
             "block_size": block_tokens(d, cfg),
             "fits": e.kv_needed <= mem.kv_pool,
         },
-        "kv_bytes_per_token": kv_bytes_per_token(m, d.kv),
-        "kv_bytes_per_token_per_gpu": kv_bytes_per_token(m, d.kv, d.tp) * mem.layers / m.num_layers,
+        "kv_bytes_per_token": kv_bytes_per_token(m, d.kv) * draft_kv,
+        "kv_bytes_per_token_per_gpu": kv_bytes_per_token(m, d.kv, d.tp) * mem.layers / m.num_layers * draft_kv,
         "kv_bytes_per_sequence_per_gpu": exact,
         "max_concurrency": e.max_concurrency,
         "max_context_at_concurrency": e.max_context_at_concurrency,
