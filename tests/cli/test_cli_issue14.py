@@ -197,3 +197,10 @@ def test_train_takes_a_megatron_pipeline_layout_and_sets_vp_from_it(capsys):
 def test_bad_pipeline_layouts_are_one_line_with_exit_2(extra, field, hint, capsys):
     code, _, err = run(DSV3_GB200 + extra, capsys)
     assert code == 2 and err.startswith(f"error: {field}") and err.count("\n") == 1 and hint in err
+
+
+def test_train_names_a_faster_accounted_split_and_its_flags(capsys):
+    code, out, _ = run(LLAMA3, capsys)
+    assert code == 0 and "faster split: --first-stage-layers 7 --last-stage-layers 7" in out
+    code, out, _ = run(LLAMA3 + ["--json"], capsys)
+    assert json.loads(out)["faster_split"]["stage_layers"] == [7] + [8] * 14 + [7]

@@ -6,6 +6,8 @@ counts come by hand from the published config (hidden 16384, 128 query and 8 KV 
 SwiGLU 53248, vocabulary 128256, untied embeddings).
 """
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -176,3 +178,39 @@ def test_an_end_may_count_its_embedding_or_loss_as_a_layer_of_its_chunk(m405):
     # --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split
     plan = ParallelPlan(tp=TP, pp=16, vp=2, first_stage_layers=7, last_stage_layers=7)
     assert stage_layers(m405, plan) == [7] + [8] * 14 + [7]
+
+
+@pytest.mark.parametrize(
+    "layers,pp,vp,mtp,split",
+    [
+        (126, 16, 1, 0, (7, 7)),  # Llama 3 405B (Llama 3 report, 3.3.2)
+        (126, 16, 2, 0, (7, 7)),  # and interleaved: 3 + 4 on both ends
+        (61, 16, 1, 1, (3, 2)),  # NeMo's DeepSeek-V3 recipe: 64/pp - 1 and 64/pp - 2
+        (61, 8, 1, 1, (7, 6)),
+        (61, 4, 1, 1, (15, 14)),
+        (80, 8, 1, 0, None),  # 82 slots do not make 8 equal stages
+        (30, 2, 1, 0, None),  # 15 / 15: the even split already
+        (61, 16, 2, 1, None),  # Megatron's flags do not count MTP; 63 slots do not make 32 chunks
+    ],
+)
+def test_the_accounted_split_gives_the_ends_a_layers_place_each(layers, pp, vp, mtp, split):
+    from gpuplan.specs.split import accounted_split
+
+    assert accounted_split(layers, pp, vp, mtp) == split
+
+
+def test_train_names_the_accounted_split_where_it_is_faster():
+    from gpuplan.estimate.train import TrainRequest, estimate_training, to_dict
+
+    m, gpu = catalog.model("deepseek-v3"), catalog.gpu("h100-sxm")
+    cfg = TrainingConfig.for_framework("megatron", seq_len=4096, global_batch=1024, recompute="full", mtp_layers=1)
+    plan = ParallelPlan(dp=16, pp=16, ep=16)
+    est = estimate_training(TrainRequest(m, gpu, plan, cfg))
+    fs = est.faster_split
+    # the even split puts 4 layers beside the head, the MTP block and its second head on the last stage
+    assert fs is not None and (fs["first_stage_layers"], fs["last_stage_layers"]) == (3, 2)
+    assert fs["step_s"] < est.step.step_s and fs["speedup"] == pytest.approx(est.step.step_s / fs["step_s"])
+    assert to_dict(est)["faster_split"] == fs
+    given = estimate_training(TrainRequest(m, gpu, replace(plan, first_stage_layers=3, last_stage_layers=2), cfg))
+    assert given.faster_split is None  # a split given is not second-guessed
+    assert given.step.step_s == pytest.approx(fs["step_s"])

@@ -180,6 +180,17 @@ def render_train(est) -> None:
     console.print(ft)
     if est.step is not None:
         render_step(est.step, req.gpu, title="Predicted step time" + (" (not used: --mfu given)" if req.mfu else ""))
+    fs = est.faster_split
+    if fs is not None:
+        flags = as_flags(
+            f"`first_stage_layers={fs['first_stage_layers']}` `last_stage_layers={fs['last_stage_layers']}`"
+        )
+        console.print(
+            f"faster split: {flags} ({' '.join(map(str, fs['stage_layers']))} layers per stage; the embedding, "
+            f"the loss and any MTP depth each take a layer's place, as Megatron's account-for-embedding/loss "
+            f"splits them): {fmt_duration(fs['step_s'])} per step, {fs['speedup']:.2f}x"
+            + ("" if fs["fits"] else " (does not fit either)")
+        )
 
 
 BREAKDOWN_LABELS = {

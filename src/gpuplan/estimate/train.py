@@ -16,12 +16,12 @@ from gpuplan.estimate.memory import MemoryReport, estimate_memory, offloaded_lay
 from gpuplan.estimate.params import ParamCounts, count_params, mtp_params
 from gpuplan.estimate.step_time import StepTime, step_time
 from gpuplan.estimate.time import TrainingTime, training_time
-from gpuplan.specs import layout, validity
+from gpuplan.specs import layout, schedules, validity
 from gpuplan.specs.framework import check_plan, get as get_framework
 from gpuplan.specs.hardware import GPUSpec, for_job
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
-from gpuplan.specs.split import stage_layers
+from gpuplan.specs.split import accounted_split, stage_layers
 from gpuplan.specs.training import TrainingConfig
 
 
@@ -87,6 +87,8 @@ class TrainEstimate:
     # validation's error for published runs of this kind and the step-time range it implies
     # (estimate/validate.py, error_band); None when the step time was given (--mfu)
     band: dict | None = None
+    # an even pipeline split that Megatron's accounted split beats (faster_split)
+    faster_split: dict | None = None
 
 
 def validate(req: TrainRequest) -> None:
@@ -222,6 +224,7 @@ def estimate_training(req: TrainRequest, find_plan: FindPlan | None = None) -> T
     )
     suggestions = () if memory.fits else suggest_fixes(req, find_plan=find_plan)
     band = None if req.mfu is not None else error_band(req.gpu, c, req.plan, step.step_s, m)
+    split = faster_split(req, step.step_s, memory) if req.mfu is None else None
     return TrainEstimate(
         request=req,
         params=count_params(m),
@@ -231,7 +234,39 @@ def estimate_training(req: TrainRequest, find_plan: FindPlan | None = None) -> T
         suggestions=suggestions,
         step=step,
         band=band,
+        faster_split=split,
     )
+
+
+def faster_split(req: TrainRequest, step_s: float, memory: MemoryReport) -> dict | None:
+    """For an even split over a linear pipeline, Megatron's accounted split (specs/split.py
+    ``accounted_split``: the embedding, the loss and any MTP depth each take a layer's place) when
+    it is predicted faster and fits as well as the even one: the split real recipes run (Llama 3
+    405B's 7 / 8 / 7; NeMo's DeepSeek-V3 with MTP), which the even split leaves on the table where
+    the ends' work makes the first or last stage the slowest."""
+    p, c = req.plan, req.config
+    if p.pp < 2 or p.first_stage_layers or p.last_stage_layers or p.layout:
+        return None
+    if not schedules.get(p.schedule).linear:
+        return None
+    split = accounted_split(req.model.num_layers, p.pp, p.vp, c.mtp_layers)
+    if split is None:
+        return None
+    alt = replace(req, plan=replace(p, first_stage_layers=split[0], last_stage_layers=split[1]))
+    mem = _memory(alt)
+    if memory.fits and not mem.fits:
+        return None
+    t = step_time(req.model, c, alt.plan, req.gpu, req.microbatches).step_s
+    if t >= 0.99 * step_s:
+        return None
+    return {
+        "first_stage_layers": split[0],
+        "last_stage_layers": split[1],
+        "stage_layers": stage_layers(req.model, alt.plan),
+        "step_s": t,
+        "speedup": step_s / t,
+        "fits": mem.fits,
+    }
 
 
 def to_dict(est: TrainEstimate) -> dict:
@@ -342,6 +377,8 @@ def to_dict(est: TrainEstimate) -> dict:
         "hfu": None if t is None else t.hfu,
         "tokens_per_s_per_gpu": None if t is None else t.tokens_per_s_per_gpu,
         "suggestions": [s.to_dict() for s in est.suggestions],
+        # Megatron's accounted split where it beats the even one (faster_split); null otherwise
+        "faster_split": est.faster_split,
         "mfu_source": "mfu" if req.mfu is not None else "predicted",
         "performance": None if est.step is None else performance_dict(est.step, req.gpu),
     }

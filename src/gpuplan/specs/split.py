@@ -146,6 +146,34 @@ def _stage_layers(
     return tuple(counts)
 
 
+def accounted_split(num_layers: int, pp: int, vp: int = 1, mtp: int = 0) -> tuple[int, int] | None:
+    """(first, last) stage layers that count the embedding and the loss each as one layer's place
+    (Megatron-Core's --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split:
+    the first and last chunk hold one layer fewer, so num_layers + 2 must make pp x vp equal
+    chunks) and, with vp = 1, each MTP depth as one more on the last stage (NeMo's DeepSeek-V3
+    recipe, scripts/performance/llm/pretrain_deepseek_v3.py: 64/pp - 1 and 64/pp - 2 layers for 61
+    layers, the embedding, the loss and one MTP layer). Llama 3 405B's 126 layers on pp 16 come out
+    7, 8 x 14, 7 (Llama 3 report, section 3.3.2). None where it does not divide, leaves a stage
+    without a layer, or is the even split."""
+    if pp < 2:
+        return None
+    mtp = mtp if vp == 1 else 0  # Megatron's flags count the embedding and the loss only
+    slots = num_layers + 2 + mtp
+    if slots % (pp * vp):
+        return None
+    per = slots // pp
+    first, last = per - 1, per - 1 - mtp
+    if min(first, last) < 1:
+        return None
+    try:
+        counts = _stage_layers(num_layers, pp, vp, schedules.DEFAULT, first, last)
+    except GpuplanError:
+        return None
+    if vp == 1 and list(counts) == layers_per_stage(num_layers, pp):
+        return None
+    return first, last
+
+
 def suggest_split(num_layers: int, pp: int, vp: int = 1) -> tuple[int, int, int] | None:
     """(first, last, per middle stage) for ``num_layers`` on ``pp`` ranks of ``vp`` chunks: the
     split with the fewest layers on the busiest rank, then the most even ends, then the lighter
