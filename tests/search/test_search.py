@@ -65,3 +65,21 @@ def test_search_refuses_activation_offload_by_name():
     with pytest.raises(GpuplanError) as e:
         search(m, gpu, 16, base)
     assert e.value.field == "offload_activation_layers"
+
+
+def test_ranked_plans_take_megatrons_accounted_split_where_it_is_faster():
+    from dataclasses import replace
+
+    from gpuplan.search.constraints import Constraints
+
+    # 16 layers on pp 3: the even split is 5, 5, 6 (the last stage also holds the head); Megatron's
+    # accounted split (18 places: the embedding and the loss each one) is 5, 6, 5
+    m, gpu = catalog.model("llama-3.2-1b"), catalog.gpu("h100-sxm")
+    only = Constraints(pp=3, schedules=("1f1b",))  # a linear pipeline: ZB-V puts both ends on rank 0
+    r = search(m, gpu, 3, TrainingConfig(seq_len=4096, global_batch=48), constraints=only, top=3)
+    best = r.ranked[0]
+    assert (best.plan.first_stage_layers, best.plan.last_stage_layers) == (5, 5)
+    assert best.step.step_s == step_time(m, best.config, best.plan, gpu, best.microbatches).step_s
+    even = replace(best.plan, first_stage_layers=None, last_stage_layers=None)
+    assert best.step.step_s < step_time(m, best.config, even, gpu, best.microbatches).step_s
+    assert [c.step.step_s for c in r.ranked] == sorted(c.step.step_s for c in r.ranked)

@@ -306,6 +306,7 @@ def render_search(result, m, gpu) -> None:
             + (f" etp{p.etp}" if p.etp is not None else "")
             + f" {p.schedule}"
             + (f" v{p.vp}" if p.vp > 1 else "")
+            + (f" split{p.first_stage_layers}/{p.last_stage_layers}" if p.first_stage_layers is not None else "")
             + f" zero{p.zero} mbs{c.config.micro_batch}"
             + f" recompute:{c.config.recompute}"
             + (f" offload:{c.offload.request.offload}" if c.offload else "")

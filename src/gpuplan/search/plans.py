@@ -33,11 +33,13 @@ from gpuplan.estimate.step_time import StepTime, step_time
 from gpuplan.search.advice import no_plan_error, smallest_fitting_plan
 from gpuplan.search.constraints import SEARCH_SCHEDULES, Constraints, parse_choices
 from gpuplan.search.space import RECOMPUTE_ORDER, Fits, enumerate_layouts, feasible_plans, layout_view, valid_layouts
+from gpuplan.specs import schedules
 from gpuplan.specs.framework import get as get_framework
 from gpuplan.specs.hardware import GPUSpec, for_job
 from gpuplan.specs.host import HostSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
+from gpuplan.specs.split import accounted_split
 from gpuplan.specs.training import SEARCH_MICRO_BATCHES, TrainingConfig
 
 __all__ = [
@@ -188,6 +190,7 @@ def search(
     if not pools and not offloaded:
         raise no_plan_error(m, gpu, gpus, base, rejected, considered, constraints, offload_modes)
     ranked, timed = _branch_and_bound(m, gpu, pools, top, progress) if pools else ((), 0)
+    ranked = _accounted_splits(m, gpu, ranked, objective)
     if offloaded:  # exact: the bound search returned the best ``top`` without offload; merge and cut
         per = [c.plan.world_size if objective == "cost" else 1 for c in ranked]
         merged = [(c.step.step_s * k, c.gpu_bytes, i, c) for i, (c, k) in enumerate(zip(ranked, per))]
@@ -231,6 +234,31 @@ def _offload_candidates(
         memory = estimate_memory(m, v.config, plan, gpu, v.microbatches, all_stages=False)
         out.append(Candidate(plan, v.config, v.microbatches, v.step, memory, offload=v.estimate))
     return out, n
+
+
+def _accounted_splits(
+    m: ModelSpec, gpu: GPUSpec, ranked: tuple[Candidate, ...], objective: str
+) -> tuple[Candidate, ...]:
+    """The ranked plans, each on Megatron's accounted split where that is faster and fits
+    (specs/split.py ``accounted_split``: the embedding, the loss and at vp 1 each MTP depth in a
+    layer's place; ``train`` names it as ``faster_split``). The grid enumerates even splits only:
+    every split of every layout would multiply the plans timed, so only the ranked ones are tried."""
+    out = []
+    for c in ranked:
+        p = c.plan
+        split = None
+        if p.pp > 1 and p.first_stage_layers is None and p.layout is None and schedules.get(p.schedule).linear:
+            split = accounted_split(m.num_layers, p.pp, p.vp, c.config.mtp_layers)
+        if split is not None:
+            alt = replace(p, first_stage_layers=split[0], last_stage_layers=split[1])
+            mem = estimate_memory(m, c.config, alt, gpu, c.microbatches, all_stages=False)
+            if mem.fits:
+                step = step_time(m, c.config, alt, gpu, c.microbatches)
+                if step.step_s < c.step.step_s:
+                    c = replace(c, plan=alt, step=step, memory=mem)
+        out.append(c)
+    per = (lambda c: c.plan.world_size) if objective == "cost" else (lambda c: 1)
+    return tuple(sorted(out, key=lambda c: (c.step.step_s * per(c), c.gpu_bytes)))
 
 
 def _branch_and_bound(m: ModelSpec, gpu: GPUSpec, pools, top: int, progress) -> tuple[tuple[Candidate, ...], int]:
