@@ -64,7 +64,7 @@ def test_a_layout_and_first_last_counts_together_are_refused():
 def test_mtp_layers_in_a_stage_of_their_own_are_refused_as_not_modelled():
     with pytest.raises(GpuplanError, match="mtp_standalone"):
         # pp 2 x vp 2: the MTP layer in the third stage (rank 0's second chunk), the loss in the fourth
-        layout.check("Et*20|t*20|t*21m|L", 2, 2, 61)
+        layout.check("Et*20|t*20|t*21m|L", 2, 61)
 
 
 @pytest.mark.parametrize(

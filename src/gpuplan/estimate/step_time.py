@@ -204,8 +204,9 @@ def step_time(m: ModelSpec, cfg: TrainingConfig, plan: ParallelPlan, gpu: GPUSpe
     # overlapped with the last micro-batch's backward; the sharded optimizer's updated weights
     # gathered back behind the next forward
     start = sum(s.layers for s in stages[:crit])
-    mtp = cfg.mtp_layers if crit == plan.head_stage else 0
-    held = stage_params(m, p, crit, start, sc.layers, plan.tp, plan.ep, plan.head_stage, plan.expert_tp, mtp)
+    held = stage_params(  # as memory; the MTP depths count on the head's stage only
+        m, p, crit, start, sc.layers, plan.tp, plan.ep, plan.head_stage, plan.expert_tp, cfg.mtp_layers
+    )
     copies = sched.param_copies  # DualPipe keeps two stages' weights per rank
     dense, expert = copies * held.dense, copies * held.expert
     dp_exposed = 0.0

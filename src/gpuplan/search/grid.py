@@ -295,8 +295,10 @@ class Grid:
                     ends_first[i, j, k] = e.fwd + e.bwd
                     # each multi-token-prediction depth: its own kernels and one more head (its
                     # block is among the stage's n_dense / n_moe)
-                    depth = mtp_times(m, gpu, shape)
-                    ends_last[i, j, k] = h.fwd + h.bwd + self.base.mtp_layers * (depth.fwd + depth.bwd + h.fwd + h.bwd)
+                    ends_last[i, j, k] = h.fwd + h.bwd
+                    if self.base.mtp_layers:
+                        depth = mtp_times(m, gpu, shape)
+                        ends_last[i, j, k] += self.base.mtp_layers * (depth.fwd + depth.bwd + h.fwd + h.bwd)
         key = self.shape_key
         n_d, n_m = self.params["n_dense"][:, None, None], self.params["n_moe"][:, None, None]
         n_l = self.params["n_linear"][:, None, None]

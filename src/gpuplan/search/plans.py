@@ -33,13 +33,12 @@ from gpuplan.estimate.step_time import StepTime, step_time
 from gpuplan.search.advice import no_plan_error, smallest_fitting_plan
 from gpuplan.search.constraints import SEARCH_SCHEDULES, Constraints, parse_choices
 from gpuplan.search.space import RECOMPUTE_ORDER, Fits, enumerate_layouts, feasible_plans, layout_view, valid_layouts
-from gpuplan.specs import schedules
 from gpuplan.specs.framework import get as get_framework
 from gpuplan.specs.hardware import GPUSpec, for_job
 from gpuplan.specs.host import HostSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
-from gpuplan.specs.split import accounted_split
+from gpuplan.specs.split import accounted_plan
 from gpuplan.specs.training import SEARCH_MICRO_BATCHES, TrainingConfig
 
 __all__ = [
@@ -245,12 +244,8 @@ def _accounted_splits(
     every split of every layout would multiply the plans timed, so only the ranked ones are tried."""
     out = []
     for c in ranked:
-        p = c.plan
-        split = None
-        if p.pp > 1 and p.first_stage_layers is None and p.layout is None and schedules.get(p.schedule).linear:
-            split = accounted_split(m.num_layers, p.pp, p.vp, c.config.mtp_layers)
-        if split is not None:
-            alt = replace(p, first_stage_layers=split[0], last_stage_layers=split[1])
+        alt = accounted_plan(m.num_layers, c.plan, c.config.mtp_layers)
+        if alt is not None:
             mem = estimate_memory(m, c.config, alt, gpu, c.microbatches, all_stages=False)
             if mem.fits:
                 step = step_time(m, c.config, alt, gpu, c.microbatches)

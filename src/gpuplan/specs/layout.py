@@ -76,18 +76,12 @@ def check_mtp(text: str, mtp_layers: int) -> None:
         )
 
 
-def check(text: str, pp: int, vp: int, num_layers: int) -> Layout:
-    """The layout, checked against the plan's pp and vp and the model's layers: refused, naming
-    the fix, where Megatron-Core refuses it, and where gpuplan cannot model it (a rank without a
-    transformer layer; MTP anywhere but beside the loss)."""
+def check(text: str, pp: int, num_layers: int) -> Layout:
+    """The layout, checked against the model's layers on ``pp`` ranks: refused, naming the fix,
+    where Megatron-Core refuses it, and where gpuplan cannot model it (a rank without a
+    transformer layer; MTP anywhere but beside the loss). Its stage count against pp x vp is
+    ParallelPlan's check, made when the plan is built."""
     lay = parse(text)
-    n = len(lay.layers)
-    if n % pp:
-        raise GpuplanError(FIELD, f"{n} stages do not split over pp={pp} ranks", "give pp x vp stages separated by |")
-    if n // pp != vp:
-        raise GpuplanError(
-            "vp", f"the layout has {n} stages, pp={pp} x vp={n // pp}, not vp={vp}", f"use `vp={n // pp}`"
-        )
     if sum(lay.layers) != num_layers:
         raise GpuplanError(
             FIELD,

@@ -27,6 +27,7 @@ over equal chunks (the schedule's bubble and in-flight counts assume equal chunk
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from gpuplan.errors import GpuplanError
@@ -90,7 +91,7 @@ def _stage_layers(
             )
         from gpuplan.specs import layout as layouts
 
-        return layouts.check(layout, pp, vp, L).rank_layers(pp)
+        return layouts.check(layout, pp, L).rank_layers(pp)
     if first is None and last is None:
         if vp > 1 and L % (pp * vp):
             raise GpuplanError(
@@ -172,6 +173,19 @@ def accounted_split(num_layers: int, pp: int, vp: int = 1, mtp: int = 0) -> tupl
     if vp == 1 and list(counts) == layers_per_stage(num_layers, pp):
         return None
     return first, last
+
+
+def accounted_plan(num_layers: int, plan: ParallelPlan, mtp: int = 0) -> ParallelPlan | None:
+    """``plan`` moved to ``accounted_split`` where that applies: an even split (no first/last stage
+    counts, no layout) over a linear pipeline. What ``train`` names as a faster split and ``search``
+    tries on its ranked plans; None where it does not apply."""
+    p = plan
+    if p.pp < 2 or p.first_stage_layers is not None or p.last_stage_layers is not None or p.layout is not None:
+        return None
+    if not schedules.get(p.schedule).linear:
+        return None
+    split = accounted_split(num_layers, p.pp, p.vp, mtp)
+    return None if split is None else replace(p, first_stage_layers=split[0], last_stage_layers=split[1])
 
 
 def suggest_split(num_layers: int, pp: int, vp: int = 1) -> tuple[int, int, int] | None:
