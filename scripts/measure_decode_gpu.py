@@ -22,6 +22,12 @@ that gap into what the kernels cost and what the host adds, on one GPU, without 
 * ``attention``: one query token per sequence over a contiguous KV cache (GQA 32/8 heads, head dim
   128) through ``scaled_dot_product_attention`` per backend, 1-256 sequences x 512-8192 tokens: KV
   bytes over seconds.
+* ``moe``: the routed experts' fc1 (gate+up) and fc2 at decode sizes (1-256 tokens, each routed to
+  its top-k of Gaussian logits) as one ``torch._grouped_mm`` in bf16 and ``_scaled_grouped_mm``
+  FP8 row-wise: Mixtral-8x7B at TP 1 and 2, Qwen3-30B-A3B at TP 1, DeepSeek-V3's 32 local experts
+  at EP 8. The experts some token picked, the weight bytes they hold and the kernel's seconds: how
+  near the HBM roofline a grouped GEMM reads a few rows per expert (vLLM's fused_moe is a Triton
+  kernel of the same shape; the Mixtral maximum-throughput rows are 12-20% too fast).
 * ``step``: a Llama-3.1-8B-shaped decoder (random weights, real shapes: RMSNorm, fused QKV,
   rotary, SDPA over a contiguous cache, output, gate+up, SiLU x mul, down, final norm, LM head,
   greedy argmax) decoding one token for B sequences at a context of L tokens, in bf16 and with FP8
@@ -164,7 +170,7 @@ def block_fp8(m: int, n: int, k: int, device: str = DEV) -> dict:
     x = [torch.randn(m, k, device=device).to(FP8) for _ in range(sets)]
     w = [torch.randn(n, k, device=device).to(FP8).t() for _ in range(sets)]
     sa = torch.rand(kb, m, device=device).t()  # (m, k/128), stride (1, m), as the kernel wants it
-    sb = torch.rand(n // 128, l4, device=device).t()  # (round_up(k/128, 4), n/128), stride (1, l4)
+    sb = torch.rand(-(-n // 128), l4, device=device).t()  # (round_up(k/128, 4), ceil(n/128)), stride (1, l4)
     recipe = (ScalingType.BlockWise1x128, ScalingType.BlockWise128x128)
     none = SwizzleType.NO_SWIZZLE
 
@@ -175,7 +181,7 @@ def block_fp8(m: int, n: int, k: int, device: str = DEV) -> dict:
         if device == "meta":
             return {"block_shape": tuple(call(0).shape)}
         return {"block_s": graph_time(call, sets)}
-    except RuntimeError as e:  # a shape or scale layout this build's kernel refuses
+    except (RuntimeError, ValueError) as e:  # a shape or scale layout this build's kernel refuses
         return {"block_error": str(e).splitlines()[0][:160]}
 
 
@@ -213,6 +219,67 @@ def decode_attention(b: int, ctx: int, heads: int, kv: int, d: int) -> dict:
             row[f"{name}_s"] = None
             row[f"{name}_error"] = str(e).splitlines()[0][:160]
     return row
+
+
+# -- routed experts at decode sizes -----------------------------------------------------------------
+
+# (hidden, expert intermediate, experts on this GPU, experts routed over, top-k, tp) from config.json
+MOE_DECODE = {
+    "mixtral-8x7b-tp1": (4096, 14336, 8, 8, 2, 1),
+    "mixtral-8x7b-tp2": (4096, 14336, 8, 8, 2, 2),
+    "qwen3-30b-a3b-tp1": (2048, 768, 128, 128, 8, 1),
+    "deepseek-v3-ep8": (7168, 2048, 32, 256, 8, 1),
+}
+
+
+def bench_moe(quick: bool) -> list[dict]:
+    gen = torch.Generator().manual_seed(0)
+    rows = []
+    for name, (h, ffn, local, routed, topk, tp) in MOE_DECODE.items():
+        if quick:
+            h, ffn, local, routed = h // 64, max(16, ffn // 64), min(local, 8), min(routed, 8)
+        ffn //= tp
+        for tokens in (1, 8) if quick else (1, 4, 16, 32, 64, 128, 256):
+            ids = torch.randn(tokens, routed, generator=gen).topk(min(topk, routed), dim=1).indices.flatten()
+            counts = torch.bincount(ids, minlength=routed)[:local].tolist()
+            for fc, (n, k) in {"fc1": (2 * ffn, h), "fc2": (h, ffn)}.items():
+                row = {"model": name, "fc": fc, "tokens": tokens, "n": n, "k": k, "counts": counts}
+                row["touched"] = sum(c > 0 for c in counts)
+                row["weight_bytes"] = 2 * row["touched"] * n * k
+                row.update(grouped(counts, n, k))
+                rows.append(row)
+    return rows
+
+
+def grouped(counts: list[int], n: int, k: int) -> dict:
+    """Seconds of one grouped X @ W^T over ``counts`` rows per local expert, bf16 and FP8 row-wise."""
+    e, m = len(counts), max(1, sum(counts))
+    counts = counts if sum(counts) else [1] + counts[1:]
+    offs = torch.tensor(counts, device=DEV).cumsum(0).to(torch.int32)
+    sets = n_sets(2 * e * n * k)
+    w = [torch.randn(e, n, k, device=DEV, dtype=torch.bfloat16) for _ in range(sets)]
+    x = [torch.randn(m, k, device=DEV, dtype=torch.bfloat16) for _ in range(sets)]
+    res: dict = {}
+    if DEV != "cuda":  # the grouped kernels are CUDA's: the CPU check runs one expert's GEMM
+        res["bf16_s"] = graph_time(lambda i: torch.mm(x[i][: counts[0]], w[i][0].t()), sets)
+        return res
+    try:
+        res["bf16_s"] = graph_time(lambda i: torch._grouped_mm(x[i], w[i].transpose(-2, -1), offs=offs), sets)
+    except RuntimeError as err:
+        res["bf16_error"] = str(err).splitlines()[0][:160]
+    w8 = [t.to(FP8) for t in w]
+    x8 = [t.to(FP8) for t in x]
+    sx, sw = torch.ones(m, device=DEV), torch.ones(e, n, device=DEV)
+    try:
+        res["fp8_s"] = graph_time(
+            lambda i: torch._scaled_grouped_mm(
+                x8[i], w8[i].transpose(-2, -1), sx, sw, offs=offs, out_dtype=torch.bfloat16, use_fast_accum=True
+            ),
+            sets,
+        )
+    except (RuntimeError, TypeError, AttributeError) as err:
+        res["fp8_error"] = str(err).splitlines()[0][:160]
+    return res
 
 
 # -- a whole decode step ----------------------------------------------------------------------------
@@ -259,22 +326,27 @@ class Decoder:
         return torch.cat((a * self.cos - b * self.sin, a * self.sin + b * self.cos), dim=-1)
 
     def step(self) -> torch.Tensor:
-        b = self.ids.shape[0]
         x = self.embed[self.ids]
         for p in self.layers:
-            y = F.rms_norm(x, x.shape[-1:], self.norm)
-            qkv = self.linear(y, p["qkv"])
-            q, k, v = qkv.split((self.heads * self.d, self.kv * self.d, self.kv * self.d), dim=-1)
-            q = self.rope(q.view(b, self.heads, 1, self.d))
-            p["k"][:, :, self.pos : self.pos + 1] = self.rope(k.view(b, self.kv, 1, self.d))
-            p["v"][:, :, self.pos : self.pos + 1] = v.view(b, self.kv, 1, self.d)
-            o = F.scaled_dot_product_attention(q, p["k"], p["v"], enable_gqa=True)
-            x = x + self.linear(o.reshape(b, -1), p["out"])
-            y = F.rms_norm(x, x.shape[-1:], self.norm)
-            g, u = self.linear(y, p["up_gate"]).chunk(2, dim=-1)
-            x = x + self.linear(F.silu(g) * u, p["down"])
+            x = self.layer(x, p)
         logits = torch.mm(F.rms_norm(x, x.shape[-1:], self.norm), self.head.t())
         return logits.argmax(dim=-1)
+
+    def layer(self, x: torch.Tensor, p: dict) -> torch.Tensor:
+        """One decoder layer (torch.compile compiles it once and reuses it for every layer)."""
+        b = x.shape[0]
+        y = F.rms_norm(x, x.shape[-1:], self.norm)
+        qkv = self.linear(y, p["qkv"])
+        q, k, v = qkv.split((self.heads * self.d, self.kv * self.d, self.kv * self.d), dim=-1)
+        q = self.rope(q.view(b, self.heads, 1, self.d))
+        p["k"][:, :, self.pos : self.pos + 1] = self.rope(k.view(b, self.kv, 1, self.d))
+        p["v"][:, :, self.pos : self.pos + 1] = v.view(b, self.kv, 1, self.d)
+        o = F.scaled_dot_product_attention(q, p["k"], p["v"], enable_gqa=True)
+        x = x + self.linear(o.reshape(b, -1), p["out"])
+        y = F.rms_norm(x, x.shape[-1:], self.norm)
+        g, u = self.linear(y, p["up_gate"]).chunk(2, dim=-1)
+        x = x + self.linear(F.silu(g) * u, p["down"])
+        return x
 
 
 def bench_step(quick: bool) -> list[dict]:
@@ -339,7 +411,8 @@ def main() -> None:
         p = torch.cuda.get_device_properties(0)
         env.update(name=p.name, sm_count=p.multi_processor_count, memory_bytes=p.total_memory)
     doc = {"env": env}
-    families = (("skinny", bench_skinny), ("block", bench_block), ("attention", bench_attention), ("step", bench_step))
+    families = (("skinny", bench_skinny), ("block", bench_block), ("attention", bench_attention), ("moe", bench_moe))
+    families += (("step", bench_step),)
     for family, bench in families:
         t0 = time.perf_counter()
         doc[family] = bench(quick)

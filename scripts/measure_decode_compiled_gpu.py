@@ -1,0 +1,153 @@
+"""Measure a Llama-3.1-8B decode step as vLLM V1 runs its GPU side, and count its kernels by kind.
+
+    python scripts/measure_decode_compiled_gpu.py --out measurements/h100-sxm/kernels   # on the GPU
+    python scripts/measure_decode_compiled_gpu.py --out /tmp/d --quick                   # CPU check
+
+Why: ``measure_decode_gpu.py``'s ``step`` runs the decoder as eager PyTorch writes it (about 25
+kernels a layer: rotary alone is a dozen), so its CUDA-graph step is not what an engine's GPU does.
+vLLM V1 compiles the model with torch.compile (Inductor fuses the norms, rotary, residual adds,
+SiLU x mul and the FP8 activation quantisation into a few Triton kernels) and replays a CUDA graph
+per batch size. This runs the same decoder (``measure_decode_gpu.Decoder``, random weights, real
+shapes, contiguous cache) that way:
+
+* ``compiled``: one decoder layer through ``torch.compile`` (compiled once per batch size, reused
+  by all 32 layers), the whole step (embedding, 32 layers, final norm, LM head, argmax) in one
+  CUDA graph, bf16 and FP8 W8A8 (row-wise ``_scaled_mm``), 1-128 sequences at 1K context:
+  ``graph_s`` compiled beside ``eager_graph_s`` (the same step uncompiled, also in a graph).
+* ``kernels``: the profiler's kernels of one step, eager and compiled, at 32 sequences: count and
+  summed GPU seconds by kind (GEMM, attention, Triton, other), the step's graph time beside them:
+  the graph time less the kernels' sum is what the GPU spends between kernels.
+
+Each family is written as soon as it is done, so a run cut short keeps what it has.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measure_decode_gpu import LLAMA, Decoder, shrink  # noqa: E402
+from measure_gpu import DEV, graph_time, parse_args, smi  # noqa: E402
+
+KINDS = {  # kernel name fragments by kind, first match wins
+    "attention": ("flash", "fmha", "attention", "attn", "cudnn"),
+    "gemm": ("gemm", "nvjet", "cutlass", "xmma", "sm90", "scaled_mm", "splitk", "gemv", "cublas"),
+    "triton": ("triton",),
+}
+
+
+def kind(name: str) -> str:
+    low = name.lower()
+    return next((k for k, frags in KINDS.items() if any(f in low for f in frags)), "other")
+
+
+def release() -> None:
+    """Free the last model: Dynamo's compiled code holds its tensors (16 GB of bf16 weights) until reset."""
+    torch._dynamo.reset()
+    gc.collect()
+    if DEV == "cuda":
+        torch.cuda.empty_cache()
+
+
+def compiled(model: Decoder) -> Decoder:
+    """The same decoder with its layer compiled (Inductor's default mode: fusion, no autotuning)."""
+    model.layer = torch.compile(model.layer, dynamic=False, fullgraph=False)
+    return model
+
+
+def bench_compiled(quick: bool) -> list[dict]:
+    dims = shrink(LLAMA["llama-3.1-8b"], quick)
+    rows = []
+    for fp8 in (False, True) if DEV == "cuda" else (False,):
+        for b in (1, 4) if quick else (1, 8, 32, 64, 128):
+            row: dict = {"model": "llama-3.1-8b", "fp8": fp8, "batch": b, "context": 32 if quick else 1024}
+            model = None
+            try:
+                model = Decoder(dims, b, row["context"], fp8)
+                row["eager_graph_s"] = graph_time(lambda _: model.step(), calls=1, reps=10)
+                t0 = time.perf_counter()
+                model = compiled(model)
+                model.step()  # compiles
+                row["compile_s"] = time.perf_counter() - t0
+                row["graph_s"] = graph_time(lambda _: model.step(), calls=1, reps=10)
+            except Exception as e:  # keep the other rows: a compile or shape failure is data too
+                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            del model
+            rows.append(row)
+            print(row, flush=True)
+            release()
+    return rows
+
+
+def kernel_profile(model: Decoder) -> dict:
+    """Count and summed seconds of the kernels of one step, by kind (median step of three)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model.step()
+    steps = 3
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if DEV == "cuda" else [])
+    with profile(activities=acts) as prof:
+        for _ in range(steps):
+            model.step()
+        if DEV == "cuda":
+            torch.cuda.synchronize()
+    by: dict[str, dict] = {}
+    for ev in prof.events():
+        if DEV == "cuda" and ev.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        k = by.setdefault(kind(ev.name), {"count": 0, "s": 0.0, "names": {}})
+        k["count"] += 1
+        dur = (ev.device_time if DEV == "cuda" else ev.cpu_time) * 1e-6
+        k["s"] += dur
+        k["names"][ev.name[:90]] = k["names"].get(ev.name[:90], 0) + 1
+    for k in by.values():  # per step
+        k["count"] /= steps
+        k["s"] /= steps
+        k["names"] = dict(sorted(k["names"].items(), key=lambda kv: -kv[1])[:12])
+    return by
+
+
+def bench_kernels(quick: bool) -> list[dict]:
+    dims = shrink(LLAMA["llama-3.1-8b"], quick)
+    b = 4 if quick else 32
+    rows = []
+    for fp8 in (False, True) if DEV == "cuda" else (False,):
+        for comp in (False, True):
+            row: dict = {"model": "llama-3.1-8b", "fp8": fp8, "batch": b, "compiled": comp}
+            model = None
+            try:
+                model = Decoder(dims, b, 32 if quick else 1024, fp8)
+                model = compiled(model) if comp else model
+                row["kinds"] = kernel_profile(model)
+                row["graph_s"] = graph_time(lambda _: model.step(), calls=1, reps=10)
+            except Exception as e:
+                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            del model
+            rows.append(row)
+            print({k: v for k, v in row.items() if k != "kinds"}, flush=True)
+            release()
+    return rows
+
+
+def main() -> None:
+    out, quick = parse_args(__doc__)
+    torch.manual_seed(0)
+    torch._dynamo.config.cache_size_limit = 64
+    doc: dict = {"env": {"torch": torch.__version__, "device": DEV, "smi_idle": smi()}}
+    for family, bench in (("kernels", bench_kernels), ("compiled", bench_compiled)):
+        t0 = time.perf_counter()
+        doc[family] = bench(quick)
+        doc[f"{family}_wall_s"] = time.perf_counter() - t0
+        doc["smi_after"] = smi()
+        (out / "decode_compiled.json").write_text(json.dumps(doc, indent=1))
+        print(f"wrote decode_compiled.json ({family})", flush=True)
+
+
+if __name__ == "__main__":
+    main()
