@@ -33,3 +33,14 @@ def test_block_scaled_calls_pass_torchs_own_shape_and_stride_checks():
         for m in (1, 64, 512):
             got = mod.block_fp8(m, n, k, device="meta")
             assert got.get("block_shape") == (m, n), got
+
+
+def test_compiled_decode_script_times_the_step_compiled_and_counts_its_kernels(tmp_path):
+    script = SCRIPT.parent / "measure_decode_compiled_gpu.py"
+    subprocess.run([sys.executable, str(script), "--out", str(tmp_path), "--quick"], check=True, capture_output=True)
+    doc = json.loads((tmp_path / "decode_compiled.json").read_text())
+    assert [r["batch"] for r in doc["compiled"]] == [1, 4]
+    assert all("error" not in r and r["graph_s"] > 0 and r["eager_graph_s"] > 0 for r in doc["compiled"])
+    # eager and compiled, each profiled: its kernels (CPU ops here) counted by kind with their time
+    assert [r["compiled"] for r in doc["kernels"]] == [False, True]
+    assert all(r["kinds"] and all(k["count"] > 0 and k["s"] > 0 for k in r["kinds"].values()) for r in doc["kernels"])

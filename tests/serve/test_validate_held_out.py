@@ -89,12 +89,16 @@ def test_errors_stay_within_what_was_last_measured():
     # vLLM's profile_run order) enlarges the pools a little: 15.8% (one row across the median); the
     # steady rows 6.9% -> 7.2%: larger pools shift TensorRT-LLM 70B TP2 2048/128 (-6.7% -> -8.5%) and
     # NIM's TTFT at concurrency 100 (-10% -> -24%), Scout TP4 improves (+65% -> +55%)
+    # a memory-bound GEMM's measured fixed time (3.5 us, not the 2 us launch overhead; scripts/
+    # fit_decode_gemm.py): 15.7%, 68.6%; every decode step a little slower, so the too-fast rows gain
+    # (R1's, the 8B FP8's, NIM's 70B) and the two vLLM CI latency rows of the 8B, predicted too slow
+    # already (+28%, H100 and H200), lose 2.5 points: the steady rows' p90 27.6% -> 30.1%
     s = summary(validate_held_out())
-    assert s["median_abs_error"] <= 0.159
+    assert s["median_abs_error"] <= 0.158
     assert s["p90_abs_error"] <= 0.69
     assert s["max_abs_error"] <= 3.6
     steady = s["by_load"]["steady"]  # the analytic model's rows (the issue's 8% median target is missed since)
-    assert steady["median_abs_error"] <= 0.073 and steady["p90_abs_error"] <= 0.28 and steady["max_abs_error"] <= 0.66
+    assert steady["median_abs_error"] <= 0.073 and steady["p90_abs_error"] <= 0.31 and steady["max_abs_error"] <= 0.66
     assert s["by_engine"]["trtllm-0.6"]["max_abs_error"] <= 0.16
 
 

@@ -11,7 +11,9 @@ prompts. Its time on one GPU of the tensor-parallel group, summed over pipeline 
   kernels): the "unpacking tax" that makes them slower than 16-bit once a batch is compute-bound.
   MoE layers read only the experts the batch's tokens touch: E (1 - (1 - k/E)^T) of E. Fewer
   than 64 rows run as split-K/GEMV kernels padded to 16 rows (TensorRT-LLM's and vLLM's small-M
-  kernels) rather than as 64-row tiles.
+  kernels) rather than as 64-row tiles. A memory-bound GEMM also pays a fixed time the bytes do
+  not explain (pipeline fill, drain, split-K's reduction: ``decode_gemm_latency_s``, measured on
+  H100 and H200 decode GEMMs, scripts/fit_decode_gemm.py).
 * Attention: decode reads each sequence's KV cache (memory-bound, FlashDecoding/PagedAttention);
   prefill runs FlashAttention over the prompt (kernels.flash_time).
 * Norms, residual adds, rotary and activations: bytes over HBM bandwidth.
@@ -126,6 +128,8 @@ class StepModel:
         self.eff = e = efficiency(gpu)
         self.hbm = gpu.hbm_bytes_per_s * e.hbm
         self.overhead = e.kernel_overhead_s
+        # a memory-bound GEMM's fixed time (pipeline fill, drain, split-K reduction), where measured
+        self.gemm_latency = e.decode_gemm_latency_s if e.decode_gemm_latency_s is not None else e.kernel_overhead_s
         # activations quantised for the GEMM: 1 byte (fp8/int8), 4 bits + an FP8 scale per 16 (fp4)
         self.act_bytes = {"fp8": 1.0, "int8": 1.0, "fp4": 0.5 + 1 / 16}.get(d.weights.compute, 2.0)
         self.kinds = m.layer_kinds()  # (kind, layers): dense or MoE MLP, softmax or linear attention
@@ -187,7 +191,8 @@ class StepModel:
         io = touched * n_out * n_in * bits / 8 + act * rows_in * n_in + 2.0 * rows_in * n_out
         memory = io / self.hbm
         total = max(compute + unpack, memory)
-        return total + self.overhead, total - max(compute, memory)  # the unpacking that shows
+        fixed = self.gemm_latency if memory >= compute + unpack else self.overhead
+        return total + fixed, total - max(compute, memory)  # the unpacking that shows
 
     def gemms(self, rows: int, moe: bool, linear: bool = False) -> tuple[float, float]:
         """(seconds, exposed unpacking seconds) of one layer's weight GEMMs over ``rows`` tokens."""

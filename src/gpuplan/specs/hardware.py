@@ -76,6 +76,9 @@ class Efficiency:
     gdn_hbm_bwd: float | None = None
     gdn_chunk_fwd_s: float = 0.0
     gdn_chunk_bwd_s: float = 0.0
+    # A memory-bound GEMM's fixed time beyond its bytes at ``hbm`` (pipeline fill, drain, split-K's
+    # reduction), measured on decode GEMMs (scripts/fit_decode_gemm.py); None: kernel_overhead_s
+    decode_gemm_latency_s: float | None = None
     assumed: bool = False
 
     def __post_init__(self) -> None:
@@ -106,6 +109,11 @@ class Efficiency:
         require(self.attention_scale > 0, "efficiency.attention_scale", f"must be positive, got {self.attention_scale}")
         require(len(self.tiles) > 0, "efficiency.gemm.tiles", "needs at least one tile")
         require(self.step_overhead_s >= 0, "efficiency.step_overhead_s", f"must be >= 0, got {self.step_overhead_s}")
+        require(
+            self.decode_gemm_latency_s is None or self.decode_gemm_latency_s >= 0,
+            "efficiency.decode_gemm_latency_s",
+            f"must be >= 0, got {self.decode_gemm_latency_s}",
+        )
 
     def __hash__(self) -> int:  # every field: a changed efficiency must never hit a cached result
         return hash(
@@ -167,6 +175,9 @@ class Efficiency:
             intra_latency_s=net["intra_latency_us"] * 1e-6,
             inter_latency_s=net["inter_latency_us"] * 1e-6,
             kernel_overhead_s=data["kernel"]["overhead_us"] * 1e-6,
+            decode_gemm_latency_s=(
+                data["kernel"]["decode_gemm_latency_us"] * 1e-6 if "decode_gemm_latency_us" in data["kernel"] else None
+            ),
             sustained=data["gemm"].get("sustained", 1.0),
             solo_sustained=data["gemm"].get("solo_sustained"),
             tile_k_fill=data["gemm"].get("tile_k_fill", 0.0),
