@@ -90,15 +90,20 @@ def test_errors_stay_within_what_was_last_measured():
     # steady rows 6.9% -> 7.2%: larger pools shift TensorRT-LLM 70B TP2 2048/128 (-6.7% -> -8.5%) and
     # NIM's TTFT at concurrency 100 (-10% -> -24%), Scout TP4 improves (+65% -> +55%)
     # a memory-bound GEMM's measured fixed time (3.5 us, not the 2 us launch overhead; scripts/
-    # fit_decode_gemm.py): 15.7%, 68.6%; every decode step a little slower, so the too-fast rows gain
+    # fit_decode.py): 15.7%, 68.6%; every decode step a little slower, so the too-fast rows gain
     # (R1's, the 8B FP8's, NIM's 70B) and the two vLLM CI latency rows of the 8B, predicted too slow
     # already (+28%, H100 and H200), lose 2.5 points: the steady rows' p90 27.6% -> 30.1%
+    # the routed experts' grouped GEMMs at their measured rate (2.83 TB/s on H100 and H200 alike)
+    # and fixed time (12.2 us): 15.5%, 56.5%; DeepSeek-R1's H200 rows gain most (SGLang's ITL at
+    # 1000/2000 -37% -> -12%, vLLM's -49% -> -30%), the two vLLM CI Mixtral rows lose (H200 +7% ->
+    # +43%, H100 +13% -> +19%: under the vllm-v0 profile's 4 ms fixed host gap, which the 8B rows
+    # already read as too long); the steady rows' p90 30.1% -> 31.8%
     s = summary(validate_held_out())
-    assert s["median_abs_error"] <= 0.158
-    assert s["p90_abs_error"] <= 0.69
+    assert s["median_abs_error"] <= 0.156
+    assert s["p90_abs_error"] <= 0.57
     assert s["max_abs_error"] <= 3.6
     steady = s["by_load"]["steady"]  # the analytic model's rows (the issue's 8% median target is missed since)
-    assert steady["median_abs_error"] <= 0.073 and steady["p90_abs_error"] <= 0.31 and steady["max_abs_error"] <= 0.66
+    assert steady["median_abs_error"] <= 0.073 and steady["p90_abs_error"] <= 0.32 and steady["max_abs_error"] <= 0.66
     assert s["by_engine"]["trtllm-0.6"]["max_abs_error"] <= 0.16
 
 

@@ -13,7 +13,10 @@ prompts. Its time on one GPU of the tensor-parallel group, summed over pipeline 
   than 64 rows run as split-K/GEMV kernels padded to 16 rows (TensorRT-LLM's and vLLM's small-M
   kernels) rather than as 64-row tiles. A memory-bound GEMM also pays a fixed time the bytes do
   not explain (pipeline fill, drain, split-K's reduction: ``decode_gemm_latency_s``, measured on
-  H100 and H200 decode GEMMs, scripts/fit_decode_gemm.py).
+  H100 and H200 decode GEMMs, scripts/fit_decode.py). The routed experts' grouped GEMM reads its
+  weights at no more than its own measured rate (``grouped_decode_bytes_per_s``: the bytes its
+  kernels keep in flight per SM bound it, so an H200's faster HBM buys it little) and pays its own
+  fixed time.
 * Attention: decode reads each sequence's KV cache (memory-bound, FlashDecoding/PagedAttention);
   prefill runs FlashAttention over the prompt (kernels.flash_time).
 * Norms, residual adds, rotary and activations: bytes over HBM bandwidth.
@@ -130,6 +133,11 @@ class StepModel:
         self.overhead = e.kernel_overhead_s
         # a memory-bound GEMM's fixed time (pipeline fill, drain, split-K reduction), where measured
         self.gemm_latency = e.decode_gemm_latency_s if e.decode_gemm_latency_s is not None else e.kernel_overhead_s
+        # the routed experts' grouped GEMMs: their own most bytes/s and fixed time, where measured
+        self.grouped_hbm = min(self.hbm, e.grouped_decode_bytes_per_s or self.hbm)
+        self.grouped_latency = (
+            e.grouped_decode_latency_s if e.grouped_decode_latency_s is not None else self.gemm_latency
+        )
         # activations quantised for the GEMM: 1 byte (fp8/int8), 4 bits + an FP8 scale per 16 (fp4)
         self.act_bytes = {"fp8": 1.0, "int8": 1.0, "fp4": 0.5 + 1 / 16}.get(d.weights.compute, 2.0)
         self.kinds = m.layer_kinds()  # (kind, layers): dense or MoE MLP, softmax or linear attention
@@ -189,9 +197,10 @@ class StepModel:
         act = self.act_bytes if quantised else 2.0
         rows_in = rows * (m.experts_per_token if t.expert else 1)  # each routed copy is read and written
         io = touched * n_out * n_in * bits / 8 + act * rows_in * n_in + 2.0 * rows_in * n_out
-        memory = io / self.hbm
+        memory = io / (self.grouped_hbm if t.expert else self.hbm)
         total = max(compute + unpack, memory)
-        fixed = self.gemm_latency if memory >= compute + unpack else self.overhead
+        latency = self.grouped_latency if t.expert else self.gemm_latency
+        fixed = latency if memory >= compute + unpack else self.overhead
         return total + fixed, total - max(compute, memory)  # the unpacking that shows
 
     def gemms(self, rows: int, moe: bool, linear: bool = False) -> tuple[float, float]:

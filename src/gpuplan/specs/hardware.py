@@ -77,8 +77,13 @@ class Efficiency:
     gdn_chunk_fwd_s: float = 0.0
     gdn_chunk_bwd_s: float = 0.0
     # A memory-bound GEMM's fixed time beyond its bytes at ``hbm`` (pipeline fill, drain, split-K's
-    # reduction), measured on decode GEMMs (scripts/fit_decode_gemm.py); None: kernel_overhead_s
+    # reduction), measured on decode GEMMs (scripts/fit_decode.py); None: kernel_overhead_s
     decode_gemm_latency_s: float | None = None
+    # A grouped GEMM over the routed experts at decode sizes: the most bytes/s it reads their
+    # weights at whatever the HBM (the bytes its kernels keep in flight per SM over the memory
+    # latency), and its fixed time per kernel (scripts/fit_decode.py); None: hbm, decode_gemm_latency_s
+    grouped_decode_bytes_per_s: float | None = None
+    grouped_decode_latency_s: float | None = None
     assumed: bool = False
 
     def __post_init__(self) -> None:
@@ -109,11 +114,11 @@ class Efficiency:
         require(self.attention_scale > 0, "efficiency.attention_scale", f"must be positive, got {self.attention_scale}")
         require(len(self.tiles) > 0, "efficiency.gemm.tiles", "needs at least one tile")
         require(self.step_overhead_s >= 0, "efficiency.step_overhead_s", f"must be >= 0, got {self.step_overhead_s}")
-        require(
-            self.decode_gemm_latency_s is None or self.decode_gemm_latency_s >= 0,
-            "efficiency.decode_gemm_latency_s",
-            f"must be >= 0, got {self.decode_gemm_latency_s}",
-        )
+        for name in ("decode_gemm_latency_s", "grouped_decode_latency_s"):
+            value = getattr(self, name)
+            require(value is None or value >= 0, f"efficiency.{name}", f"must be >= 0, got {value}")
+        rate = self.grouped_decode_bytes_per_s
+        require(rate is None or rate > 0, "efficiency.grouped_decode_bytes_per_s", f"must be positive, got {rate}")
 
     def __hash__(self) -> int:  # every field: a changed efficiency must never hit a cached result
         return hash(
@@ -175,9 +180,9 @@ class Efficiency:
             intra_latency_s=net["intra_latency_us"] * 1e-6,
             inter_latency_s=net["inter_latency_us"] * 1e-6,
             kernel_overhead_s=data["kernel"]["overhead_us"] * 1e-6,
-            decode_gemm_latency_s=(
-                data["kernel"]["decode_gemm_latency_us"] * 1e-6 if "decode_gemm_latency_us" in data["kernel"] else None
-            ),
+            decode_gemm_latency_s=_scaled(data["kernel"], "decode_gemm_latency_us", 1e-6),
+            grouped_decode_bytes_per_s=_scaled(data["kernel"], "grouped_decode_gbps", 1e9),
+            grouped_decode_latency_s=_scaled(data["kernel"], "grouped_decode_latency_us", 1e-6),
             sustained=data["gemm"].get("sustained", 1.0),
             solo_sustained=data["gemm"].get("solo_sustained"),
             tile_k_fill=data["gemm"].get("tile_k_fill", 0.0),
@@ -190,6 +195,11 @@ class Efficiency:
             gdn_chunk_bwd_s=data.get("linear_attention", {}).get("gdn_chunk_bwd_us", 0.0) * 1e-6,
             assumed=data.get("assumed", False),
         )
+
+
+def _scaled(table: dict, key: str, unit: float) -> float | None:
+    """``table[key]`` in SI units (``unit`` per catalog unit), None where the catalog has none."""
+    return table[key] * unit if key in table else None
 
 
 def _head_dim_table(t: dict) -> tuple[tuple[int, float, float], ...]:
