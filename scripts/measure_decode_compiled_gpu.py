@@ -17,6 +17,9 @@ shapes, contiguous cache) that way:
 * ``kernels``: the profiler's kernels of one step, eager and compiled, at 32 sequences: count and
   summed GPU seconds by kind (GEMM, attention, Triton, other), the step's graph time beside them:
   the graph time less the kernels' sum is what the GPU spends between kernels.
+* ``prefill``: one prompt of 512-8192 tokens through the same decoder (causal SDPA over the
+  prompt, the LM head on its last token), compiled, in one CUDA graph, bf16 and FP8: the GPU side
+  of a request's time to first token.
 
 Each family is written as soon as it is done, so a run cut short keeps what it has.
 """
@@ -25,11 +28,13 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure_decode_gpu import LLAMA, Decoder, shrink  # noqa: E402
@@ -138,18 +143,82 @@ def profiled_step(model: Decoder, comp: bool) -> dict:
     return {"kinds": kernel_profile(model), "graph_s": graph_time(lambda _: model.step(), calls=1, reps=10)}
 
 
+class Prefill:
+    """One prompt of ``tokens`` through a Decoder's weights: causal attention over the prompt itself
+    (no cache before it), rotary at each position, the LM head on the last token."""
+
+    def __init__(self, model: Decoder, tokens: int):
+        self.m, self.tokens = model, tokens
+        d = model.d
+        inv = 1.0 / (500000.0 ** (torch.arange(0, d, 2, device=DEV).float() / d))
+        ang = torch.arange(tokens, device=DEV).float()[:, None] * inv
+        self.cos, self.sin = ang.cos().to(torch.bfloat16), ang.sin().to(torch.bfloat16)
+        self.ids = torch.randint(0, model.embed.shape[0], (tokens,), device=DEV)
+
+    def rope(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = x[..., 0::2], x[..., 1::2]
+        return torch.cat((a * self.cos - b * self.sin, a * self.sin + b * self.cos), dim=-1)
+
+    def layer(self, x: torch.Tensor, p: dict) -> torch.Tensor:
+        m, t = self.m, self.tokens
+        y = F.rms_norm(x, x.shape[-1:], m.norm)
+        q, k, v = m.linear(y, p["qkv"]).split((m.heads * m.d, m.kv * m.d, m.kv * m.d), dim=-1)
+        q = self.rope(q.view(t, m.heads, m.d).transpose(0, 1))[None]
+        k = self.rope(k.view(t, m.kv, m.d).transpose(0, 1))[None]
+        v = v.view(t, m.kv, m.d).transpose(0, 1)[None]
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        x = x + m.linear(o[0].transpose(0, 1).reshape(t, -1), p["out"])
+        y = F.rms_norm(x, x.shape[-1:], m.norm)
+        g, u = m.linear(y, p["up_gate"]).chunk(2, dim=-1)
+        return x + m.linear(F.silu(g) * u, p["down"])
+
+    def step(self) -> torch.Tensor:
+        x = self.m.embed[self.ids]
+        for p in self.m.layers:
+            x = self.layer(x, p)
+        last = F.rms_norm(x[-1:], x.shape[-1:], self.m.norm)
+        return torch.mm(last, self.m.head.t()).argmax(dim=-1)
+
+
+def bench_prefill(quick: bool) -> list[dict]:
+    dims = shrink(LLAMA["llama-3.1-8b"], quick)
+    rows = []
+    for fp8 in (False, True) if DEV == "cuda" else (False,):
+        for tokens in (64, 128) if quick else (512, 1024, 2048, 4096, 8192):
+            row: dict = {"model": "llama-3.1-8b", "fp8": fp8, "tokens": tokens}
+            try:
+                row.update(prefill_times(Prefill(Decoder(dims, 1, 1, fp8), tokens)))
+            except Exception as e:
+                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            rows.append(row)
+            print(row, flush=True)
+            release()
+    return rows
+
+
+def prefill_times(pre: Prefill) -> dict:
+    pre.layer = torch.compile(pre.layer, dynamic=False)
+    pre.step()  # compiles
+    return {"graph_s": graph_time(lambda _: pre.step(), calls=1, reps=10)}
+
+
 def main() -> None:
     out, quick = parse_args(__doc__)
     torch.manual_seed(0)
     torch._dynamo.config.cache_size_limit = 64
     doc: dict = {"env": {"torch": torch.__version__, "device": DEV, "smi_idle": smi()}}
-    for family, bench in (("kernels", bench_kernels), ("compiled", bench_compiled)):
+    families = {"kernels": bench_kernels, "compiled": bench_compiled, "prefill": bench_prefill}
+    only = os.environ.get("ONLY")  # e.g. ONLY=prefill: one family, written to decode_compiled_prefill.json
+    name = f"decode_compiled_{only}.json" if only else "decode_compiled.json"
+    for family, bench in families.items():
+        if only and family != only:
+            continue
         t0 = time.perf_counter()
         doc[family] = bench(quick)
         doc[f"{family}_wall_s"] = time.perf_counter() - t0
         doc["smi_after"] = smi()
-        (out / "decode_compiled.json").write_text(json.dumps(doc, indent=1))
-        print(f"wrote decode_compiled.json ({family})", flush=True)
+        (out / name).write_text(json.dumps(doc, indent=1))
+        print(f"wrote {name} ({family})", flush=True)
 
 
 if __name__ == "__main__":

@@ -44,3 +44,6 @@ def test_compiled_decode_script_times_the_step_compiled_and_counts_its_kernels(t
     # eager and compiled, each profiled: its kernels (CPU ops here) counted by kind with their time
     assert [r["compiled"] for r in doc["kernels"]] == [False, True]
     assert all(r["kinds"] and all(k["count"] > 0 and k["s"] > 0 for k in r["kinds"].values()) for r in doc["kernels"])
+    # a prompt prefilled through the same weights, compiled, at two lengths
+    assert [r["tokens"] for r in doc["prefill"]] == [64, 128]
+    assert all("error" not in r and r["graph_s"] > 0 for r in doc["prefill"])
