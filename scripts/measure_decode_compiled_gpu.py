@@ -31,6 +31,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -60,6 +61,18 @@ def release() -> None:
         torch.cuda.empty_cache()
 
 
+def record(rows: list[dict], row: dict, measure: Callable[[], dict]) -> None:
+    """Run one measurement into ``row`` (a compile or shape failure is data too: the other rows go
+    on), keep it, print it and free its model before the next."""
+    try:
+        row.update(measure())
+    except Exception as e:
+        row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+    rows.append(row)
+    print({k: v for k, v in row.items() if k != "kinds"}, flush=True)
+    release()
+
+
 def compiled(model: Decoder) -> Decoder:
     """The same decoder with its layer compiled (Inductor's default mode: fusion, no autotuning)."""
     model.layer = torch.compile(model.layer, dynamic=False, fullgraph=False)
@@ -71,14 +84,9 @@ def bench_compiled(quick: bool) -> list[dict]:
     rows = []
     for fp8 in (False, True) if DEV == "cuda" else (False,):
         for b in (1, 4) if quick else (1, 8, 32, 64, 128):
-            row: dict = {"model": "llama-3.1-8b", "fp8": fp8, "batch": b, "context": 32 if quick else 1024}
-            try:
-                row.update(compiled_step(Decoder(dims, b, row["context"], fp8)))
-            except Exception as e:  # keep the other rows: a compile or shape failure is data too
-                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
-            rows.append(row)
-            print(row, flush=True)
-            release()
+            ctx = 32 if quick else 1024
+            row = {"model": "llama-3.1-8b", "fp8": fp8, "batch": b, "context": ctx}
+            record(rows, row, lambda: compiled_step(Decoder(dims, b, ctx, fp8)))  # noqa: B023 (called at once)
     return rows
 
 
@@ -127,14 +135,8 @@ def bench_kernels(quick: bool) -> list[dict]:
     rows = []
     for fp8 in (False, True) if DEV == "cuda" else (False,):
         for comp in (False, True):
-            row: dict = {"model": "llama-3.1-8b", "fp8": fp8, "batch": b, "compiled": comp}
-            try:
-                row.update(profiled_step(Decoder(dims, b, 32 if quick else 1024, fp8), comp))
-            except Exception as e:
-                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
-            rows.append(row)
-            print({k: v for k, v in row.items() if k != "kinds"}, flush=True)
-            release()
+            row = {"model": "llama-3.1-8b", "fp8": fp8, "batch": b, "compiled": comp}
+            record(rows, row, lambda: profiled_step(Decoder(dims, b, 32 if quick else 1024, fp8), comp))  # noqa: B023
     return rows
 
 
@@ -185,14 +187,8 @@ def bench_prefill(quick: bool) -> list[dict]:
     rows = []
     for fp8 in (False, True) if DEV == "cuda" else (False,):
         for tokens in (64, 128) if quick else (512, 1024, 2048, 4096, 8192):
-            row: dict = {"model": "llama-3.1-8b", "fp8": fp8, "tokens": tokens}
-            try:
-                row.update(prefill_times(Prefill(Decoder(dims, 1, 1, fp8), tokens)))
-            except Exception as e:
-                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
-            rows.append(row)
-            print(row, flush=True)
-            release()
+            row = {"model": "llama-3.1-8b", "fp8": fp8, "tokens": tokens}
+            record(rows, row, lambda: prefill_times(Prefill(Decoder(dims, 1, 1, fp8), tokens)))  # noqa: B023
     return rows
 
 
