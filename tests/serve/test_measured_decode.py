@@ -84,8 +84,9 @@ def test_a_compiled_bf16_decode_step_is_predicted_within_a_few_percent_and_never
         if not r["fp8"] and "graph_s" in r
     ]
     assert len(errors) == 5
-    # -4 to -12%: what is left is the GPU's idle time between kernels (0.5-0.7 us each in the
-    # profiles, decode_compiled.json "kernels"), about 450 kernels a step
+    # -4 to -12%. At 32 sequences on the H100 the profile (decode_compiled.json "kernels") splits the
+    # 0.6 ms left: the GPU idle between kernels (0.5 us each, about 450: 0.25 ms), attention 8% over
+    # the model (0.14 ms), the GEMMs 2% (0.11 ms)
     assert all(-0.15 <= e < 0 for e in errors)
 
 
