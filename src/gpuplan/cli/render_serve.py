@@ -256,8 +256,15 @@ def _render_burst(r: dict) -> None:
 
 
 def render_serve_sim(doc: dict) -> None:
+    pools = doc.get("disaggregated")
+    where = (
+        f"{pools['prefill_instances']} prefill (TP {pools['prefill_tp']}) + {pools['decode_instances']} decode "
+        f"instances (TP {doc['tp']}), {pools['gpus']} x {doc['gpu']}"
+        if pools
+        else f"{doc['tp'] * doc['pp']} x {doc['gpu']}"
+    )
     table = Table(
-        title=f"Serving simulation: {doc['model']} on {doc['tp'] * doc['pp']} x {doc['gpu']} "
+        title=f"Serving simulation: {doc['model']} on {where} "
         f"({doc['weights']}, KV {doc['kv']}), engine {doc.get('engine', 'generic')}, seed {doc['seed']}"
     )
     for col in (

@@ -43,6 +43,7 @@ from gpuplan.serve.memory import max_concurrency, serve_memory
 from gpuplan.serve.plan import MILLION, ServeRequest, estimate_serving
 from gpuplan.serve.steady_state import prefill_wait
 from gpuplan.serve.timing import Deployment, step_model
+from gpuplan.specs.model import ModelSpec
 from gpuplan.units import HOUR
 
 MAX_POOL = 16  # instances per pool searched
@@ -101,12 +102,16 @@ def md1_ttft(service_s: float, rate: float) -> float:
 
 def kv_transfer_s(req: ServeRequest, d: Deployment, p: Deployment | None = None) -> float:
     """Seconds to move one prompt's KV from a prefill instance ``p`` (default: laid out as ``d``) to
-    a decode instance ``d``: each GPU sends or receives its TP shard through its NIC share, so the
-    side with fewer GPUs sets the time."""
-    p = p or d
+    a decode instance ``d`` (kv_transfer_seconds of the request's prompt)."""
+    return kv_transfer_seconds(req.model, req.input_len, d, p or d)
+
+
+def kv_transfer_seconds(m: ModelSpec, prompt: int, d: Deployment, p: Deployment) -> float:
+    """Seconds to move a ``prompt``-token KV cache of ``m`` from ``p`` to ``d``: each GPU sends or
+    receives its TP shard through its NIC share, so the side with fewer GPUs sets the time."""
     e = efficiency(d.gpu)
     shard = max(
-        kv_bytes_per_sequence(req.model, x.kv, req.input_len, x.tp) / x.kv_groups / x.pp for x in (p, d)
+        kv_bytes_per_sequence(m, x.kv, prompt, x.tp) / x.kv_groups / x.pp for x in (p, d)
     )  # bytes through the busiest GPU's NIC
     return shard / (d.gpu.inter_bytes_per_s * e.inter_bus) + e.inter_latency_s
 

@@ -62,9 +62,13 @@ def simulate(
     max_iterations: int = MAX_ITERATIONS,
     clients: int | None = None,
     bulk: bool = True,
+    prefilled_s: np.ndarray | None = None,
 ) -> SimResult:
     """Run the requests of ``w`` through one replica until all finish; with ``clients``, as a
     closed loop (the first ``clients`` requests at time 0, each later one when another finishes).
+    With ``prefilled_s``, a decode instance of disaggregated serving (sim_disagg.py): each request
+    arrives with its prompt's KV computed elsewhere and its first token sent at ``prefilled_s``; it
+    needs the prompt's blocks to be admitted and decodes from the iteration that admits it.
 
     State lives in numpy arrays over requests; the running set is an array of request ids in
     admission order. Stretches where every running sequence decodes and nothing is waiting are
@@ -74,7 +78,8 @@ def simulate(
     """
     eng = engine(cfg.engine)
     sm = step_model(d, eng)
-    mixed = eng.mixed_prefill
+    # a decode instance has no prompt to schedule apart: it admits in any iteration
+    mixed = eng.mixed_prefill or prefilled_s is not None
     mem = serve_memory(d, cfg)
     # DP attention: the ranks' pools hold different sequences; one shared pool of all their blocks
     # (requests spread evenly over the ranks)
@@ -149,6 +154,11 @@ def simulate(
     blocks = np.zeros(n, dtype=np.float64 if d.model.num_sliding_layers or state else np.int64)
     first = np.full(n, np.nan)
     last = np.full(n, np.nan)
+    if prefilled_s is not None:  # the prompt's KV arrives computed, the first token already sent
+        require(len(prefilled_s) == n, "prefilled_s", f"needs one time per request ({n}), got {len(prefilled_s)}")
+        computed[:] = prompt
+        generated[:] = 1
+        first[:] = last[:] = prefilled_s
     finish = np.full(n, np.nan)
     waiting: deque[int] = deque()
     running = np.zeros(0, dtype=np.int64)
@@ -207,6 +217,7 @@ def simulate(
         # queue is scheduled only ``if not preempted_reqs``), so a preempted sequence waits a step
         admitted: list = []
         adm_take: list = []
+        adm_dec: list = []
         while (
             (mixed or prefill_only)
             and not preempted
@@ -215,7 +226,8 @@ def simulate(
             and len(running) + len(admitted) < max_seqs
         ):
             r = waiting[0]
-            need = min(int(target[r] - computed[r]), budget)
+            # a prompt's chunk; a request that arrives prefilled decodes its next token at once
+            need = min(int(target[r] - computed[r]), budget) or 1
             blk = need_blocks(int(computed[r]) + need) - blocks[r]
             whole = 0.0 if mixed else need_blocks(int(target[r])) - blocks[r]
             if blk > free or whole > free - reserve:
@@ -226,11 +238,12 @@ def simulate(
             reserve += whole - blk
             admitted.append(r)
             adm_take.append(need)
+            adm_dec.append(bool(computed[r] >= target[r]))
             budget -= need
         if admitted:
             running = np.concatenate([running, np.array(admitted, dtype=np.int64)])
             take = np.concatenate([take, np.array(adm_take, dtype=np.int64)])
-            decoding = np.concatenate([decoding, np.zeros(len(admitted), dtype=bool)])
+            decoding = np.concatenate([decoding, np.array(adm_dec, dtype=bool)])
         sel = take > 0
         ids, tk, dec = running[sel], take[sel], decoding[sel]
         pre = ~dec
@@ -367,12 +380,15 @@ def max_rate(
     itl_slo_s: float | None,
     steps: int = 10,
     progress=None,
+    sim: Callable[[Workload, float], SimResult] | None = None,
 ) -> tuple[float, SimResult | None]:
     """The highest Poisson rate whose p99 TTFT and ITL meet the SLO (bisection on a log scale).
-    ``progress()`` is called after each simulation (at most about 14 + ``steps``)."""
+    ``progress()`` is called after each simulation (at most about 14 + ``steps``); ``sim(workload,
+    rate)`` runs one (default: ``simulate`` on ``d``; disaggregated pools pass their own)."""
+    sim = sim or (lambda w, rate: simulate(d, cfg, w, rate))
 
     def run(rate: float) -> SimResult:
-        r = simulate(d, cfg, Workload.poisson(rate, n, input_len, output_len, seed), rate)
+        r = sim(Workload.poisson(rate, n, input_len, output_len, seed), rate)
         if progress:
             progress()
         return r

@@ -16,6 +16,7 @@ from gpuplan import inputs
 from gpuplan.errors import GpuplanError
 from gpuplan.serve.memory import ServeConfig
 from gpuplan.serve.sim import Lengths, SimResult, Workload, max_rate, simulate
+from gpuplan.serve.sim_disagg import Pools, simulate_disaggregated
 from gpuplan.serve.timing import Deployment
 
 # Simulations the SLO search runs at most (about 14 to grow the rate, then the bisection), for a
@@ -58,6 +59,7 @@ class Study:
     clients: int | None = None
     ttft_slo_s: float | None = None
     itl_slo_s: float | None = None
+    pools: Pools | None = None  # disaggregated prefill and decode pools (sim_disagg.py); None: one replica
 
     @property
     def searches(self) -> bool:
@@ -80,11 +82,18 @@ class Study:
         d, cfg, lin, lout = self.deployment, self.config, self.input_len, self.output_len
         results: list[SimResult] = []
         best: tuple[float, SimResult | None] = (0.0, None)
+        pools = self.pools
+
+        def sim(w: Workload, rate: float = 0.0) -> SimResult:
+            if pools is not None:
+                return simulate_disaggregated(d, cfg, w, pools, rate)
+            return simulate(d, cfg, w, rate)
+
         if self.clients is not None:
             results.append(simulate(d, cfg, Workload.closed(self.requests, lin, lout, self.seed), clients=self.clients))
             advance()
         elif self.trace is not None:
-            results.append(simulate(d, cfg, self.trace))
+            results.append(sim(self.trace))
             advance()
         else:
             for r in self.rates:
@@ -92,11 +101,20 @@ class Study:
                     w = Workload.burst(self.requests, lin, lout, self.seed)
                 else:
                     w = Workload.poisson(r, self.requests, lin, lout, self.seed)
-                results.append(simulate(d, cfg, w, r))
+                results.append(sim(w, r))
                 advance()
             if self.searches:
                 best = max_rate(
-                    d, cfg, self.requests, lin, lout, self.seed, self.ttft_slo_s, self.itl_slo_s, progress=advance
+                    d,
+                    cfg,
+                    self.requests,
+                    lin,
+                    lout,
+                    self.seed,
+                    self.ttft_slo_s,
+                    self.itl_slo_s,
+                    progress=advance,
+                    sim=sim,
                 )
         return results, best
 
@@ -114,6 +132,7 @@ def study(
     clients: int | None,
     ttft_slo_s: float | None,
     itl_slo_s: float | None,
+    pools: Pools | None = None,
 ) -> Study:
     """The study of one arrival process; a combination that would silently drop a setting (a rate
     with a trace, a trace with a closed loop, ...) or no arrival process at all is refused."""
@@ -146,6 +165,12 @@ def study(
             "a closed loop of `concurrency` clients sets the arrivals itself",
             "drop `rate`/`trace`/`ttft_slo`/`itl_slo`, or drop `concurrency`",
         )
+    if pools is not None and clients is not None:
+        raise GpuplanError(
+            "concurrency",
+            "a closed loop of clients across disaggregated prefill and decode pools is not simulated",
+            "give `rate` (Poisson or inf) or `trace` with the pools, or drop the pools for the closed loop",
+        )
     if not trace and not rates and not searches and clients is None:
         raise GpuplanError(
             "rate", "give `rate`, `trace`, or an SLO (`ttft_slo`/`itl_slo`) to search the rate", "e.g. `rate=1,2,4,8`"
@@ -162,4 +187,5 @@ def study(
         clients=clients,
         ttft_slo_s=ttft_slo_s,
         itl_slo_s=itl_slo_s,
+        pools=pools,
     )

@@ -35,6 +35,9 @@ from gpuplan.cli.params import at_least, between, checked, html_file, plot as pl
     block_size=at_least(1, 10**6),
     max_batched_tokens=at_least(1, 10**9),
     max_num_seqs=at_least(1, 10**7),
+    prefill_instances=at_least(1, 1024),
+    decode_instances=at_least(1, 1024),
+    prefill_tp=at_least(1),
     html=html_file,
     plot=plot_path,
 )
@@ -72,12 +75,25 @@ def serve_sim(
     max_num_seqs: Annotated[
         int | None, typer.Option(help="Cap on running sequences (default 256, or the --engine's).")
     ] = None,
+    prefill_instances: Annotated[
+        int | None,
+        typer.Option(
+            help="Disaggregated serving: this many prefill instances (with --decode-instances); each request's "
+            "KV moves to a decode instance over the network."
+        ),
+    ] = None,
+    decode_instances: Annotated[
+        int | None, typer.Option(help="Disaggregated serving: this many decode instances (with --prefill-instances).")
+    ] = None,
+    prefill_tp: Annotated[int | None, typer.Option(help="With the pools: TP of the prefill instances.")] = None,
     html: HtmlOpt = None,
     plot: PlotOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Discrete-event serving simulation: continuous batching, paged KV, chunked prefill, preemption."""
+    """Discrete-event serving simulation: continuous batching, paged KV, chunked prefill, preemption;
+    optionally disaggregated prefill and decode pools."""
     from gpuplan import catalog
+    from gpuplan.errors import GpuplanError
     from gpuplan.serve.engines import engine_config
     from gpuplan.serve.formats import kv_format, weight_format
     from gpuplan.serve.sim import Lengths
@@ -88,6 +104,23 @@ def serve_sim(
     d = Deployment(catalog.model(model), hw, weight_format(weights, hw), kv_format(kv, hw), tp, pp, dp_attention)
     seats = max_num_seqs if max_num_seqs is not None or engine else 256  # without an engine: 256, as before
     cfg = engine_config(engine, hw, tp, gpu_memory_utilization, block_size, max_batched_tokens, seats)
+    pools = None
+    if (prefill_instances is None) != (decode_instances is None):
+        given = "prefill_instances" if prefill_instances is not None else "decode_instances"
+        raise GpuplanError(
+            given,
+            "disaggregated serving needs both pools",
+            "give both `--prefill-instances` and `--decode-instances` (e.g. 1 and 3), or neither",
+        )
+    if prefill_tp is not None and prefill_instances is None:
+        raise GpuplanError("prefill_tp", "only the disaggregated pools have a prefill instance", "add the pools")
+    if prefill_instances is not None and decode_instances is not None:
+        from gpuplan.serve.sim_disagg import Pools
+
+        ptp = prefill_tp or tp
+        p = Deployment(d.model, hw, d.weights, d.kv, ptp, pp, dp_attention)
+        pcfg = engine_config(engine, hw, ptp, gpu_memory_utilization, block_size, max_batched_tokens, seats)
+        pools = Pools(p, pcfg, prefill_instances, decode_instances)
     lin, lout = Lengths.parse(input_len, "input_len"), Lengths.parse(output_len, "output_len")
     ttft = inputs.duration(ttft_slo, "ttft_slo", max_s=86400) if ttft_slo is not None else None
     itl = inputs.duration(itl_slo, "itl_slo", max_s=86400) if itl_slo is not None else None
@@ -103,6 +136,7 @@ def serve_sim(
         clients=concurrency,
         ttft_slo_s=ttft,
         itl_slo_s=itl,
+        pools=pools,
     )
     from gpuplan.cli.render import progress
 
@@ -121,6 +155,13 @@ def serve_sim(
         "seed": seed,
         "runs": [r.to_dict() for r in results],
     }
+    if pools is not None:
+        doc["disaggregated"] = {
+            "prefill_instances": pools.n_prefill,
+            "decode_instances": pools.n_decode,
+            "prefill_tp": pools.prefill.tp,
+            "gpus": pools.gpus(d),
+        }
     if plan.searches:
         doc["slo"] = {
             "ttft_p99_s": ttft,
