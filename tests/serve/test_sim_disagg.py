@@ -1,13 +1,10 @@
 """serve-sim with disaggregated prefill and decode pools (serve/sim_disagg.py): requests prefilled on
 one pool, their KV moved over the network, decoded on the other."""
 
-import json
-
 import numpy as np
 import pytest
 
 from gpuplan import catalog
-from gpuplan.cli.app import main
 from gpuplan.serve.disagg import kv_transfer_seconds
 from gpuplan.serve.engines import engine, engine_config
 from gpuplan.serve.formats import kv_format, weight_format
@@ -85,43 +82,3 @@ def test_pools_refuse_a_count_that_is_not_a_positive_integer():
 
     with pytest.raises(GpuplanError, match="n_decode"):
         Pools(D, _cfg(), 1, 0)
-
-
-def _run(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def test_serve_sim_states_its_pools_in_json(capsys):
-    code, out, _ = _run(
-        capsys,
-        *("serve-sim", "llama-3.1-70b", "--tp", "4", "--rate", "1", "--requests", "40"),
-        *("--prefill-instances", "1", "--decode-instances", "2", "--prefill-tp", "8", "--json"),
-    )
-    assert code == 0
-    doc = json.loads(out)
-    assert doc["disaggregated"] == {"prefill_instances": 1, "decode_instances": 2, "prefill_tp": 8, "gpus": 16}
-    assert doc["runs"][0]["requests"] == 40
-
-
-@pytest.mark.parametrize(
-    ("args", "field"),
-    [
-        (("--rate", "1", "--prefill-instances", "1"), "prefill_instances"),
-        (("--rate", "1", "--decode-instances", "2"), "decode_instances"),
-        (("--rate", "1", "--prefill-tp", "2"), "prefill_tp"),
-        (("--concurrency", "4", "--prefill-instances", "1", "--decode-instances", "1"), "concurrency"),
-        (("--rate", "1", "--prefill-instances", "0", "--decode-instances", "1"), "prefill_instances"),
-    ],
-)
-def test_serve_sim_refuses_pools_it_cannot_run_in_one_line(capsys, args, field):
-    code, out, err = _run(capsys, "serve-sim", "llama-3.1-8b", *args)
-    assert code == 2
-    lines = [x for x in err.strip().splitlines() if x]
-    assert len(lines) == 1 and field.replace("_", "-") in lines[0].replace("_", "-")
-    assert "Traceback" not in err
