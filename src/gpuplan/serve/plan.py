@@ -25,10 +25,9 @@ from gpuplan.serve.memory import (
     serve_memory,
 )
 from gpuplan.serve.serve_report import to_dict
-from gpuplan.serve.speculative import Speculation, mtp_draft, speculation
+from gpuplan.serve.speculative import Speculation, proposer, speculation
 from gpuplan.serve.steady_state import Point, closed_loop, compute_bound_batch, steady_state
 from gpuplan.serve.timing import Deployment, Iteration, step_model
-from gpuplan.serve.weights import mtp_weight_bytes
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.units import HOUR, GiB
@@ -244,23 +243,13 @@ def estimate_serving(req: ServeRequest) -> ServeEstimate:
             f"use `input_len` + `output_len` <= {limit}",
         )
     mem = serve_memory(d, cfg)
-    draft = None
-    if req.draft_model is not None:
-        dd = Deployment(req.draft_model, gpu, d.weights, d.kv, req.tp, 1)
-        draft = step_model(dd)
-        extra = serve_memory(dd, cfg).weights
-        mem = replace(mem, weights=mem.weights + extra, kv_pool=mem.kv_pool - extra)
-    elif req.mtp:
-        # the MTP module's block and projection beside the target's weights (its embedding and
-        # head are the target's), and its one attention layer's KV beside the target's per token
-        draft = step_model(Deployment(mtp_draft(m), gpu, d.weights, d.kv, req.tp, 1, d.dp_attention))
-        extra = mtp_weight_bytes(m, d.weights, req.tp, d.dp_attention)
-        layers = m.num_attention_layers
+    prop = proposer(d, req.draft_model, req.ngram, req.mtp)
+    if prop is not None:  # the proposer's weights (and an MTP module's KV) come out of the pool
         mem = replace(
             mem,
-            weights=mem.weights + extra,
-            kv_pool=mem.kv_pool - extra,
-            kv_block_bytes=mem.kv_block_bytes * (layers + 1) / layers,
+            weights=mem.weights + prop.weight_bytes,
+            kv_pool=mem.kv_pool - prop.weight_bytes,
+            kv_block_bytes=mem.kv_block_bytes * prop.kv_scale,
         )
     conc_max = max_concurrency(mem, d, cfg, length)
     if conc_max < 1:
@@ -286,10 +275,10 @@ def estimate_serving(req: ServeRequest) -> ServeEstimate:
     curve.append(steady_state(sm, cfg, conc_max, req.input_len, req.output_len, hit))
 
     spec = None
-    if draft is not None or req.ngram:
+    if prop is not None:
         spec = speculation(
             sm,
-            draft,
+            prop.draft,
             conc,
             req.input_len + req.output_len / 2,
             req.draft_len,

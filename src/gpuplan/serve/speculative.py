@@ -22,8 +22,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from gpuplan.errors import require
-from gpuplan.serve.timing import StepModel
+from gpuplan.serve.timing import Deployment, StepModel, step_model
 from gpuplan.specs.model import ModelSpec
 
 
@@ -55,6 +57,48 @@ def speedup(target: StepModel, draft: StepModel | None, batch: float, context: f
     ).seconds
     propose = k * draft.decode_step(batch, context).seconds if draft is not None else 0.0
     return expected_tokens(alpha, k) * plain / (propose + verify)
+
+
+@dataclass(frozen=True)
+class Proposer:
+    """What proposes the drafts and what it costs a replica: ``draft`` runs each proposal (None: an
+    n-gram lookup, free on the GPU); its weights sit beside the target's on every GPU
+    (``weight_bytes``, out of the KV pool) and, for an MTP module, its one attention layer's KV
+    beside the target's per token (``kv_scale``)."""
+
+    method: str  # "draft", "ngram" or "mtp"
+    draft: StepModel | None
+    weight_bytes: float = 0.0
+    kv_scale: float = 1.0
+
+
+def proposer(d: Deployment, draft_model: ModelSpec | None, ngram: bool, mtp: bool) -> Proposer | None:
+    """The proposer a request names (one of a draft model, n-gram, the model's MTP module), or None."""
+    if draft_model is not None:
+        from gpuplan.serve.weights import weight_bytes_per_gpu
+
+        dd = Deployment(draft_model, d.gpu, d.weights, d.kv, d.tp, 1)
+        return Proposer("draft", step_model(dd), weight_bytes_per_gpu(draft_model, d.weights, d.tp, 1))
+    if mtp:
+        from gpuplan.serve.weights import mtp_weight_bytes
+
+        m = d.model
+        draft = step_model(Deployment(mtp_draft(m), d.gpu, d.weights, d.kv, d.tp, 1, d.dp_attention))
+        layers = m.num_attention_layers
+        return Proposer("mtp", draft, mtp_weight_bytes(m, d.weights, d.tp, d.dp_attention), (layers + 1) / layers)
+    if ngram:
+        return Proposer("ngram", None)
+    return None
+
+
+def accepted_tokens(rng: np.random.Generator, alpha: float, k: int, n: int) -> np.ndarray:
+    """Tokens each of ``n`` sequences keeps from one target pass: the accepted prefix of ``k`` drafts
+    (each accepted with probability ``alpha`` while the ones before it were) plus the target's own
+    token, 1 to k + 1; its mean is ``expected_tokens(alpha, k)``."""
+    # the first rejection among k drafts, or k when every draft is accepted
+    rejected = rng.random((n, k)) >= alpha
+    first = np.where(rejected.any(axis=1), rejected.argmax(axis=1), k)
+    return first + 1
 
 
 def mtp_draft(m: ModelSpec) -> ModelSpec:
