@@ -51,6 +51,20 @@ EngineOpt = Annotated[
         help="Serving engine profile: vllm, vllm-v0, sglang, trtllm (memory accounting, scheduler, host time)."
     ),
 ]
+# speculative decoding, as serve and serve-sim take it (serve/speculative.py)
+DraftModelOpt = Annotated[str | None, typer.Option(help="Draft model for speculative decoding.")]
+NgramOpt = Annotated[bool, typer.Option("--ngram", help="n-gram (prompt lookup) speculative decoding.")]
+MtpOpt = Annotated[
+    bool,
+    typer.Option(
+        "--mtp",
+        help="Speculative decoding with the model's own multi-token-prediction module as the draft "
+        "(DeepSeek-V3/R1, GLM-4.5: SGLang's NextN, vLLM's deepseek_mtp); DeepSeek reports 85-90% "
+        "acceptance of the first drafted token.",
+    ),
+]
+DraftLenOpt = Annotated[int, typer.Option(help="Tokens proposed per step.")]
+AcceptanceOpt = Annotated[float, typer.Option(help="Per-token acceptance rate of proposals.")]
 # the engine settings serve and serve-sim share (None: the --engine's default)
 MemFractionOpt = Annotated[float | None, typer.Option(help="Engine memory fraction (default 0.9, or the --engine's).")]
 BlockSizeOpt = Annotated[int | None, typer.Option(help="Tokens per KV-cache block (default 16 or the engine's).")]

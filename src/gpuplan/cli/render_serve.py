@@ -300,6 +300,12 @@ def render_serve_sim(doc: dict) -> None:
             f"{r['preemptions']:,}",
         )
     console.print(table)
+    if "speculative" in doc:
+        sp = doc["speculative"]
+        console.print(
+            f"speculative decoding ({sp['method']}, {sp['draft_len']} drafts, acceptance {sp['acceptance']:.0%}): "
+            f"{sp['expected_tokens']:.2f} tokens per target pass on average, drawn per sequence and iteration"
+        )
     for r in runs:
         if r.get("burst"):
             _render_burst(r)

@@ -25,7 +25,7 @@ from gpuplan.serve.memory import (
     serve_memory,
 )
 from gpuplan.serve.serve_report import to_dict
-from gpuplan.serve.speculative import Speculation, proposer, speculation
+from gpuplan.serve.speculative import Speculation, check_proposer, proposer, speculation
 from gpuplan.serve.steady_state import Point, closed_loop, compute_bound_batch, steady_state
 from gpuplan.serve.timing import Deployment, Iteration, step_model
 from gpuplan.specs.hardware import GPUSpec
@@ -97,25 +97,7 @@ class ServeRequest:
             "pass one of them",
         )
         require(0 <= self.prefix_hit_rate < 1, "prefix_hit_rate", f"must be in [0, 1), got {self.prefix_hit_rate}")
-        require(
-            (self.ngram, self.draft_model is not None, self.mtp).count(True) <= 1,
-            "draft",
-            "pick one proposer: a draft model, n-gram or the model's MTP module",
-        )
-        require(
-            not self.mtp or self.model.mtp_layers > 0,
-            "mtp",
-            f"{self.model.name} has no multi-token-prediction layer (its config's num_nextn_predict_layers is 0)",
-            "use `draft_model` or `ngram`",
-        )
-        # A draft proposes token ids the target verifies: both must share one vocabulary
-        require(
-            self.draft_model is None or self.draft_model.vocab_size == self.model.vocab_size,
-            "draft_model",
-            f"{getattr(self.draft_model, 'name', '')} has a vocabulary of {getattr(self.draft_model, 'vocab_size', 0):,}"
-            f" tokens, {self.model.name} of {self.model.vocab_size:,}",
-            "use a draft model of the same family (same tokenizer)",
-        )
+        check_proposer(self.model, self.draft_model, self.ngram, self.mtp)
         # The SLOs pick the batch size that serves a target: without a target they would be ignored
         require(
             (self.tpot_slo_s is None and self.ttft_slo_s is None)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -44,9 +45,30 @@ from gpuplan.serve.engines import engine
 from gpuplan.serve.memory import ServeConfig, block_tokens, context_limit, kv_blocks, serve_memory, state_blocks
 from gpuplan.serve.sim_report import SimResult, meets
 from gpuplan.serve.sim_workload import Lengths, Workload
+from gpuplan.serve.speculative import Proposer, accepted_tokens
 from gpuplan.serve.timing import Deployment, StepModel, step_model
 
-__all__ = ["MAX_ITERATIONS", "Lengths", "SimResult", "Workload", "max_rate", "meets", "simulate"]
+__all__ = ["MAX_ITERATIONS", "Lengths", "SimResult", "Speculating", "Workload", "max_rate", "meets", "simulate"]
+
+
+@dataclass(frozen=True)
+class Speculating:
+    """Speculative decoding in the simulation: ``proposer`` drafts ``draft_len`` tokens per decoding
+    sequence and iteration, each accepted with probability ``acceptance`` while the ones before it
+    were (draws seeded by ``seed``)."""
+
+    proposer: Proposer
+    draft_len: int
+    acceptance: float
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        require(
+            isinstance(self.draft_len, int) and 1 <= self.draft_len <= 64,
+            "draft_len",
+            f"must be 1-64, got {self.draft_len!r}",
+        )
+        require(0 <= self.acceptance <= 1, "acceptance", f"must be in [0, 1], got {self.acceptance}")
 
 
 # Iterations a simulation may take (about 30 us each): beyond it the run ends with an error naming
@@ -63,12 +85,17 @@ def simulate(
     clients: int | None = None,
     bulk: bool = True,
     prefilled_s: np.ndarray | None = None,
+    spec: Speculating | None = None,
 ) -> SimResult:
     """Run the requests of ``w`` through one replica until all finish; with ``clients``, as a
     closed loop (the first ``clients`` requests at time 0, each later one when another finishes).
     With ``prefilled_s``, a decode instance of disaggregated serving (sim_disagg.py): each request
     arrives with its prompt's KV computed elsewhere and its first token sent at ``prefilled_s``; it
     needs the prompt's blocks to be admitted and decodes from the iteration that admits it.
+    With ``spec``, speculative decoding: each decoding sequence drafts ``draft_len`` tokens per
+    iteration (the proposer's passes before the target's), the target verifies them beside its
+    own in one pass (they count against the token budget and hold KV slots), and the sequence keeps
+    the accepted prefix plus one token, drawn per sequence and iteration (speculative.accepted_tokens).
 
     State lives in numpy arrays over requests; the running set is an array of request ids in
     admission order. Stretches where every running sequence decodes and nothing is waiting are
@@ -81,6 +108,12 @@ def simulate(
     # a decode instance has no prompt to schedule apart: it admits in any iteration
     mixed = eng.mixed_prefill or prefilled_s is not None
     mem = serve_memory(d, cfg)
+    n_draft = spec.draft_len if spec is not None else 0  # tokens each decoder drafts per iteration
+    if spec is not None:  # the proposer's weights (and an MTP module's KV) come out of the pool
+        p = spec.proposer
+        mem = replace(mem, kv_pool=mem.kv_pool - p.weight_bytes, kv_block_bytes=mem.kv_block_bytes * p.kv_scale)
+        rng = np.random.default_rng(spec.seed)
+        bulk = False  # each iteration's accepted tokens are drawn: no stretch of identical steps
     # DP attention: the ranks' pools hold different sequences; one shared pool of all their blocks
     # (requests spread evenly over the ranks)
     free = int(mem.kv_pool // mem.kv_block_bytes) * mem.kv_groups if mem.kv_pool > 0 else 0
@@ -190,9 +223,12 @@ def simulate(
         while True:
             c, t, b = computed[running], target[running], blocks[running]
             full = np.where(c >= t, 0 if prefill_only else 1, t - c)
-            before = np.cumsum(full) - full
-            take = np.minimum(np.maximum(budget0 - before, 0), full)  # np.clip, without its overhead
-            want = np.maximum(0, need_blocks(c + take) - b)
+            # a speculating decoder's drafts ride in the same pass: budget tokens and KV slots
+            look = np.where(c >= t, 0 if prefill_only else n_draft, 0) if n_draft else 0
+            before = np.cumsum(full + look) - full - look
+            took = np.minimum(np.maximum(budget0 - before, 0), full + look)  # np.clip, without its overhead
+            take = np.minimum(took, full)
+            want = np.maximum(0, need_blocks(c + took) - b)
             wanted = want.sum()
             if wanted <= free or len(running) <= 1:
                 break
@@ -207,7 +243,7 @@ def simulate(
         free -= wanted
         blocks[running] += want
         decoding = c >= t
-        budget = budget0 - int(take.sum())
+        budget = budget0 - int(took.sum())
         # blocks the prompts being prefilled still need, held back from an unmixed engine's
         # admissions, which want a whole prompt in the pool (no decode runs between its prefill
         # chunks; only its prefill batches admit)
@@ -271,10 +307,17 @@ def simulate(
                 tk = np.full(len(ids), steps, dtype=np.int64)
         else:
             steps = 1
+            drafts = n_dec * n_draft  # verified beside the decoders' own tokens, like a prompt chunk
             it = sm.iteration(
-                decode=n_dec, prefill=pre_tok, decode_context=dec_ctx, prefill_context=pre_ctx, prefill_seqs=pre_done
+                decode=n_dec,
+                prefill=pre_tok + drafts,
+                decode_context=dec_ctx,
+                prefill_context=(pre_ctx * pre_tok + dec_ctx * drafts) / (pre_tok + drafts) if drafts else pre_ctx,
+                prefill_seqs=pre_done + drafts,
             )
             times = np.array([it.seconds])
+            if drafts and spec is not None and spec.proposer.draft is not None:
+                times += n_draft * spec.proposer.draft.decode_step(n_dec, dec_ctx).seconds
         t0, last_dt = float(times[0]), float(times[-1])
         queued_area += len(waiting) * t0  # a stretch runs only with nobody waiting
         start, now = now, now + float(times.sum())
@@ -289,6 +332,13 @@ def simulate(
         computed[ids] += tk
         emits = dec | (computed[ids] >= target[ids])  # decoders, and prompts whose last chunk ran
         e = ids[emits]
+        tokens = steps
+        if spec is not None and n_dec:  # each speculating decoder keeps its accepted drafts and one more
+            kept = np.ones(len(ids), dtype=np.int64)
+            kept[dec] = accepted_tokens(rng, spec.acceptance, n_draft, n_dec)
+            kept = np.minimum(kept, out[ids] - generated[ids])  # none past the output's end
+            computed[ids] += kept - 1
+            tokens = kept[emits]
         fresh = generated[e] == 0
         first[e[fresh]] = start + t0
         old = e[~fresh]
@@ -296,7 +346,7 @@ def simulate(
             gaps.append(start + t0 - last[old])  # the first token of this stretch
         if steps > 1:  # every sequence's later tokens come one iteration apart
             gaps.append(np.broadcast_to(times[1:], (len(e), steps - 1)).ravel())
-        generated[e] += steps
+        generated[e] += tokens
         last[e] = now
         fin = generated[running] >= out[running]
         if fin.any():

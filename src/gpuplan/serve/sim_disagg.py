@@ -28,7 +28,7 @@ import numpy as np
 
 from gpuplan.errors import require
 from gpuplan.serve.memory import ServeConfig
-from gpuplan.serve.sim import simulate
+from gpuplan.serve.sim import Speculating, simulate
 from gpuplan.serve.sim_report import SimResult
 from gpuplan.serve.sim_workload import Workload
 from gpuplan.serve.timing import Deployment
@@ -63,9 +63,16 @@ def kv_transfer_times(decode: Deployment, prefill: Deployment, input_len: np.nda
 
 
 def simulate_disaggregated(
-    d: Deployment, cfg: ServeConfig, w: Workload, pools: Pools, rate: float = 0.0, bulk: bool = True
+    d: Deployment,
+    cfg: ServeConfig,
+    w: Workload,
+    pools: Pools,
+    rate: float = 0.0,
+    bulk: bool = True,
+    spec: Speculating | None = None,
 ) -> SimResult:
-    """Run the requests of ``w`` through the prefill pool, the KV transfer and the decode pool."""
+    """Run the requests of ``w`` through the prefill pool, the KV transfer and the decode pool
+    (``spec``: the decode instances speculate)."""
     n = len(w.arrival_s)
     order = np.argsort(w.arrival_s, kind="stable")
     first = np.full(n, np.nan)
@@ -92,7 +99,7 @@ def simulate_disaggregated(
             continue
         arrive = np.array([ready_of[int(k)] for k in idx])
         sub = Workload(arrive, w.input_len[idx], w.output_len[idx])
-        r = simulate(d, cfg, sub, rate / pools.n_decode, bulk=bulk, prefilled_s=first[idx])
+        r = simulate(d, cfg, sub, rate / pools.n_decode, bulk=bulk, prefilled_s=first[idx], spec=spec)
         finish[idx] = arrive + r.e2e_s
         itl.append(r.itl_s)
         itl_w.append(r.itl_weight)

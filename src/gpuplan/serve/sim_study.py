@@ -15,7 +15,7 @@ from pathlib import Path
 from gpuplan import inputs
 from gpuplan.errors import GpuplanError
 from gpuplan.serve.memory import ServeConfig
-from gpuplan.serve.sim import Lengths, SimResult, Workload, max_rate, simulate
+from gpuplan.serve.sim import Lengths, SimResult, Speculating, Workload, max_rate, simulate
 from gpuplan.serve.sim_disagg import Pools, simulate_disaggregated
 from gpuplan.serve.timing import Deployment
 
@@ -60,6 +60,7 @@ class Study:
     ttft_slo_s: float | None = None
     itl_slo_s: float | None = None
     pools: Pools | None = None  # disaggregated prefill and decode pools (sim_disagg.py); None: one replica
+    spec: Speculating | None = None  # speculative decoding in every decoding replica
 
     @property
     def searches(self) -> bool:
@@ -82,15 +83,16 @@ class Study:
         d, cfg, lin, lout = self.deployment, self.config, self.input_len, self.output_len
         results: list[SimResult] = []
         best: tuple[float, SimResult | None] = (0.0, None)
-        pools = self.pools
+        pools, spec = self.pools, self.spec
 
         def sim(w: Workload, rate: float = 0.0) -> SimResult:
             if pools is not None:
-                return simulate_disaggregated(d, cfg, w, pools, rate)
-            return simulate(d, cfg, w, rate)
+                return simulate_disaggregated(d, cfg, w, pools, rate, spec=spec)
+            return simulate(d, cfg, w, rate, spec=spec)
 
         if self.clients is not None:
-            results.append(simulate(d, cfg, Workload.closed(self.requests, lin, lout, self.seed), clients=self.clients))
+            w = Workload.closed(self.requests, lin, lout, self.seed)
+            results.append(simulate(d, cfg, w, clients=self.clients, spec=spec))
             advance()
         elif self.trace is not None:
             results.append(sim(self.trace))
@@ -133,6 +135,7 @@ def study(
     ttft_slo_s: float | None,
     itl_slo_s: float | None,
     pools: Pools | None = None,
+    spec: Speculating | None = None,
 ) -> Study:
     """The study of one arrival process; a combination that would silently drop a setting (a rate
     with a trace, a trace with a closed loop, ...) or no arrival process at all is refused."""
@@ -188,4 +191,5 @@ def study(
         ttft_slo_s=ttft_slo_s,
         itl_slo_s=itl_slo_s,
         pools=pools,
+        spec=spec,
     )

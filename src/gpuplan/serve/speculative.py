@@ -72,8 +72,32 @@ class Proposer:
     kv_scale: float = 1.0
 
 
+def check_proposer(m: ModelSpec, draft_model: ModelSpec | None, ngram: bool, mtp: bool) -> None:
+    """At most one proposer, one ``m`` can run: an MTP module it has, a draft of its vocabulary."""
+    require(
+        (ngram, draft_model is not None, mtp).count(True) <= 1,
+        "draft",
+        "pick one proposer: a draft model, n-gram or the model's MTP module",
+    )
+    require(
+        not mtp or m.mtp_layers > 0,
+        "mtp",
+        f"{m.name} has no multi-token-prediction layer (its config's num_nextn_predict_layers is 0)",
+        "use `draft_model` or `ngram`",
+    )
+    # A draft proposes token ids the target verifies: both must share one vocabulary
+    require(
+        draft_model is None or draft_model.vocab_size == m.vocab_size,
+        "draft_model",
+        f"{getattr(draft_model, 'name', '')} has a vocabulary of {getattr(draft_model, 'vocab_size', 0):,}"
+        f" tokens, {m.name} of {m.vocab_size:,}",
+        "use a draft model of the same family (same tokenizer)",
+    )
+
+
 def proposer(d: Deployment, draft_model: ModelSpec | None, ngram: bool, mtp: bool) -> Proposer | None:
     """The proposer a request names (one of a draft model, n-gram, the model's MTP module), or None."""
+    check_proposer(d.model, draft_model, ngram, mtp)
     if draft_model is not None:
         from gpuplan.serve.weights import weight_bytes_per_gpu
 

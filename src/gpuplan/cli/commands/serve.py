@@ -8,6 +8,7 @@ import typer
 
 from gpuplan import inputs
 from gpuplan.cli.options import (
+    AcceptanceOpt,
     BatchedTokensOpt,
     BlockSizeOpt,
     CalibrationOpt,
@@ -15,6 +16,8 @@ from gpuplan.cli.options import (
     DiskGbpsOpt,
     DiskOpt,
     DpAttentionOpt,
+    DraftLenOpt,
+    DraftModelOpt,
     EngineOpt,
     GpuOpt,
     HostOpt,
@@ -22,6 +25,8 @@ from gpuplan.cli.options import (
     JsonOpt,
     MemFractionOpt,
     ModelArg,
+    MtpOpt,
+    NgramOpt,
     PcieOpt,
     PlotOpt,
     PpOpt,
@@ -89,19 +94,11 @@ def serve(
     max_num_seqs: Annotated[int | None, typer.Option(help="Cap on sequences per iteration.")] = None,
     max_model_len: Annotated[int | None, typer.Option(help="Longest context (default: the model's).")] = None,
     prefix_hit_rate: Annotated[float, typer.Option(help="Share of prompt tokens found in the prefix cache.")] = 0.0,
-    draft_model: Annotated[str | None, typer.Option(help="Draft model for speculative decoding.")] = None,
-    ngram: Annotated[bool, typer.Option("--ngram", help="n-gram (prompt lookup) speculative decoding.")] = False,
-    mtp: Annotated[
-        bool,
-        typer.Option(
-            "--mtp",
-            help="Speculative decoding with the model's own multi-token-prediction module as the draft "
-            "(DeepSeek-V3/R1, GLM-4.5: SGLang's NextN, vLLM's deepseek_mtp); DeepSeek reports 85-90% "
-            "acceptance of the first drafted token.",
-        ),
-    ] = False,
-    draft_len: Annotated[int, typer.Option(help="Tokens proposed per step.")] = 4,
-    acceptance: Annotated[float, typer.Option(help="Per-token acceptance rate of proposals.")] = 0.7,
+    draft_model: DraftModelOpt = None,
+    ngram: NgramOpt = False,
+    mtp: MtpOpt = False,
+    draft_len: DraftLenOpt = 4,
+    acceptance: AcceptanceOpt = 0.7,
     target_tokens_per_s: Annotated[float | None, typer.Option(help="Output tokens/s to serve: GPUs needed.")] = None,
     target_rps: Annotated[float | None, typer.Option(help="Requests/s to serve: GPUs needed.")] = None,
     itl_slo: Annotated[

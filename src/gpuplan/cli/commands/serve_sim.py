@@ -8,21 +8,26 @@ import typer
 
 from gpuplan import inputs
 from gpuplan.cli.options import (
+    AcceptanceOpt,
     BatchedTokensOpt,
     BlockSizeOpt,
     DpAttentionOpt,
+    DraftLenOpt,
+    DraftModelOpt,
     EngineOpt,
     GpuOpt,
     HtmlOpt,
     JsonOpt,
     MemFractionOpt,
     ModelArg,
+    MtpOpt,
+    NgramOpt,
     PlotOpt,
     PpOpt,
     TpOpt,
 )
 from gpuplan.cli.output import plot as write_plot, report, show
-from gpuplan.cli.params import at_least, between, checked, html_file, plot as plot_path, seed as seed_rule
+from gpuplan.cli.params import at_least, between, checked, fraction, html_file, plot as plot_path, seed as seed_rule
 
 
 @checked(
@@ -38,6 +43,8 @@ from gpuplan.cli.params import at_least, between, checked, html_file, plot as pl
     prefill_instances=at_least(1, 1024),
     decode_instances=at_least(1, 1024),
     prefill_tp=at_least(1),
+    draft_len=at_least(1, 64),
+    acceptance=fraction,
     html=html_file,
     plot=plot_path,
 )
@@ -86,12 +93,17 @@ def serve_sim(
         int | None, typer.Option(help="Disaggregated serving: this many decode instances (with --prefill-instances).")
     ] = None,
     prefill_tp: Annotated[int | None, typer.Option(help="With the pools: TP of the prefill instances.")] = None,
+    draft_model: DraftModelOpt = None,
+    ngram: NgramOpt = False,
+    mtp: MtpOpt = False,
+    draft_len: DraftLenOpt = 4,
+    acceptance: AcceptanceOpt = 0.7,
     html: HtmlOpt = None,
     plot: PlotOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Discrete-event serving simulation: continuous batching, paged KV, chunked prefill, preemption;
-    optionally disaggregated prefill and decode pools."""
+    optionally disaggregated prefill and decode pools and speculative decoding."""
     from gpuplan import catalog
     from gpuplan.errors import GpuplanError
     from gpuplan.serve.engines import engine_config
@@ -121,6 +133,11 @@ def serve_sim(
         p = Deployment(d.model, hw, d.weights, d.kv, ptp, pp, dp_attention)
         pcfg = engine_config(engine, hw, ptp, gpu_memory_utilization, block_size, max_batched_tokens, seats)
         pools = Pools(p, pcfg, prefill_instances, decode_instances)
+    from gpuplan.serve.sim import Speculating
+    from gpuplan.serve.speculative import expected_tokens, proposer
+
+    prop = proposer(d, catalog.model(draft_model) if draft_model else None, ngram, mtp)
+    spec = Speculating(prop, draft_len, acceptance, seed) if prop is not None else None
     lin, lout = Lengths.parse(input_len, "input_len"), Lengths.parse(output_len, "output_len")
     ttft = inputs.duration(ttft_slo, "ttft_slo", max_s=86400) if ttft_slo is not None else None
     itl = inputs.duration(itl_slo, "itl_slo", max_s=86400) if itl_slo is not None else None
@@ -137,6 +154,7 @@ def serve_sim(
         ttft_slo_s=ttft,
         itl_slo_s=itl,
         pools=pools,
+        spec=spec,
     )
     from gpuplan.cli.render import progress
 
@@ -155,6 +173,13 @@ def serve_sim(
         "seed": seed,
         "runs": [r.to_dict() for r in results],
     }
+    if spec is not None:
+        doc["speculative"] = {
+            "method": spec.proposer.method,
+            "draft_len": draft_len,
+            "acceptance": acceptance,
+            "expected_tokens": expected_tokens(acceptance, draft_len),
+        }
     if pools is not None:
         doc["disaggregated"] = {
             "prefill_instances": pools.n_prefill,
