@@ -223,11 +223,14 @@ def simulate(
         while True:
             c, t, b = computed[running], target[running], blocks[running]
             full = np.where(c >= t, 0 if prefill_only else 1, t - c)
-            # a speculating decoder's drafts ride in the same pass: budget tokens and KV slots
-            look = np.where(c >= t, 0 if prefill_only else n_draft, 0) if n_draft else 0
-            before = np.cumsum(full + look) - full - look
-            took = np.minimum(np.maximum(budget0 - before, 0), full + look)  # np.clip, without its overhead
-            take = np.minimum(took, full)
+            if n_draft:  # a speculating decoder's drafts ride in the same pass: budget tokens, KV slots
+                full_drafts = full + np.where(c >= t, 0 if prefill_only else n_draft, 0)
+                before = np.cumsum(full_drafts) - full_drafts
+                took = np.minimum(np.maximum(budget0 - before, 0), full_drafts)
+                take = np.minimum(took, full)
+            else:
+                before = np.cumsum(full) - full
+                take = took = np.minimum(np.maximum(budget0 - before, 0), full)  # np.clip, without its overhead
             want = np.maximum(0, need_blocks(c + took) - b)
             wanted = want.sum()
             if wanted <= free or len(running) <= 1:
