@@ -279,12 +279,15 @@ def simulate(
             adm_take.append(need)
             adm_dec.append(bool(computed[r] >= target[r]))
             budget -= need
+        n_before = len(running)  # the sequences whose drafts were budgeted above
         if admitted:
             running = np.concatenate([running, np.array(admitted, dtype=np.int64)])
             take = np.concatenate([take, np.array(adm_take, dtype=np.int64)])
             decoding = np.concatenate([decoding, np.array(adm_dec, dtype=bool)])
         sel = take > 0
         ids, tk, dec = running[sel], take[sel], decoding[sel]
+        # decoders that draft this iteration (one admitted prefilled this iteration starts next)
+        drafting = dec & (np.arange(len(running)) < n_before)[sel] if n_draft else None
         pre = ~dec
         n_dec = int(dec.sum())
         dec_ctx = float(computed[ids[dec]].sum()) / n_dec + 1 if n_dec else 0.0
@@ -310,7 +313,9 @@ def simulate(
                 tk = np.full(len(ids), steps, dtype=np.int64)
         else:
             steps = 1
-            drafts = n_dec * n_draft  # verified beside the decoders' own tokens, like a prompt chunk
+            # verified beside the decoders' own tokens, like a prompt chunk
+            n_drafting = int(drafting.sum()) if drafting is not None else 0
+            drafts = n_drafting * n_draft
             it = sm.iteration(
                 decode=n_dec,
                 prefill=pre_tok + drafts,
@@ -320,7 +325,7 @@ def simulate(
             )
             times = np.array([it.seconds])
             if drafts and spec is not None and spec.proposer.draft is not None:
-                times += n_draft * spec.proposer.draft.decode_step(n_dec, dec_ctx).seconds
+                times += n_draft * spec.proposer.draft.decode_step(n_drafting, dec_ctx).seconds
         t0, last_dt = float(times[0]), float(times[-1])
         queued_area += len(waiting) * t0  # a stretch runs only with nobody waiting
         start, now = now, now + float(times.sum())
@@ -336,9 +341,10 @@ def simulate(
         emits = dec | (computed[ids] >= target[ids])  # decoders, and prompts whose last chunk ran
         e = ids[emits]
         tokens = steps
-        if spec is not None and n_dec:  # each speculating decoder keeps its accepted drafts and one more
+        if spec is not None and drafting is not None and drafting.any():
+            # each drafting decoder keeps its accepted drafts and one token more
             kept = np.ones(len(ids), dtype=np.int64)
-            kept[dec] = accepted_tokens(rng, spec.acceptance, n_draft, n_dec)
+            kept[drafting] = accepted_tokens(rng, spec.acceptance, n_draft, int(drafting.sum()))
             kept = np.minimum(kept, out[ids] - generated[ids])  # none past the output's end
             computed[ids] += kept - 1
             tokens = kept[emits]
