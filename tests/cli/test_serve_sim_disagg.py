@@ -29,6 +29,7 @@ def test_serve_sim_states_its_pools_in_json(capsys):
         (("--rate", "1", "--prefill-tp", "2"), "prefill_tp"),
         (("--concurrency", "4", "--prefill-instances", "1", "--decode-instances", "1"), "concurrency"),
         (("--rate", "1", "--prefill-instances", "0", "--decode-instances", "1"), "prefill_instances"),
+        (("--rate", "1", "--prefill-instances", "1", "--decode-instances", "1", "--prefill-tp", "3"), "prefill_tp"),
     ],
 )
 def test_serve_sim_refuses_pools_it_cannot_run_in_one_line(capsys, args, field):

@@ -73,3 +73,11 @@ def test_a_wider_prefill_instance_sends_from_more_nics_and_counts_its_gpus():
     assert wide.prefill.prefill_s < same.prefill.prefill_s / 2  # four times the GPUs on each prompt
     # the decode side (2 GPUs) receives the larger shard either way: the transfer time is the same
     assert wide.prefill.transfer_s == pytest.approx(same.prefill.transfer_s)
+
+
+def test_a_prefill_tp_the_model_cannot_take_is_refused_naming_prefill_tp():
+    # Llama-3.1-70B has 64 heads: TP 3 does not divide them; the user gave prefill_tp, not tp
+    req = ServeRequest(catalog.model("llama-3.1-70b"), H100, tp=2, input_len=2048, output_len=256)
+    with pytest.raises(GpuplanError) as exc:
+        plan_disaggregated(req, 1.0, 0.05, prefill_tp=3)
+    assert exc.value.field == "prefill_tp" and "prefill_tp=3" in str(exc.value)

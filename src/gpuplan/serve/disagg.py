@@ -33,6 +33,7 @@ serve more than 1/D); the M/D/1 TTFT is a mean, not a percentile.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from gpuplan.errors import GpuplanError, require
@@ -116,6 +117,23 @@ def kv_transfer_seconds(m: ModelSpec, prompt: int, d: Deployment, p: Deployment)
     return shard / (d.gpu.inter_bytes_per_s * e.inter_bus) + e.inter_latency_s
 
 
+def prefill_deployment(d: Deployment, prefill_tp: int | None) -> Deployment:
+    """The prefill instances' layout: ``d`` at ``prefill_tp`` (None: ``d``'s own). A TP the model
+    cannot take is refused naming ``prefill_tp``, the field the user gave."""
+    if not prefill_tp or prefill_tp == d.tp:
+        return d
+    try:
+        return replace(d, tp=prefill_tp)
+    except GpuplanError as exc:
+        if exc.field != "tp":
+            raise
+
+        def named(text: str | None) -> str | None:
+            return re.sub(r"\btp\b", "prefill_tp", text) if text else text
+
+        raise GpuplanError("prefill_tp", named(exc.message) or exc.message, named(exc.fix)) from None
+
+
 def plan_disaggregated(
     req: ServeRequest, ttft_slo_s: float, itl_slo_s: float, prefill_tp: int | None = None
 ) -> DisaggPlan:
@@ -156,7 +174,7 @@ def plan_disaggregated(
     dec = DecodePool(lo, step, kv_max, lo / step / req.output_len)
 
     # prefill pool: the highest M/D/1 rate whose mean TTFT meets the target
-    pd = replace(d, tp=prefill_tp) if prefill_tp else d
+    pd = prefill_deployment(d, prefill_tp)
     prompt = req.input_len * (1 - req.prefix_hit_rate)  # tokens the prefix cache does not cover
     service = step_model(pd, engine(cfg.engine)).prefill(prompt, cfg.max_batched_tokens).seconds
     transfer = kv_transfer_s(req, d, pd)

@@ -127,11 +127,11 @@ def serve_sim(
     if prefill_tp is not None and prefill_instances is None:
         raise GpuplanError("prefill_tp", "only the disaggregated pools have a prefill instance", "add the pools")
     if prefill_instances is not None and decode_instances is not None:
+        from gpuplan.serve.disagg import prefill_deployment
         from gpuplan.serve.sim_disagg import Pools
 
-        ptp = prefill_tp or tp
-        p = Deployment(d.model, hw, d.weights, d.kv, ptp, pp, dp_attention)
-        pcfg = engine_config(engine, hw, ptp, gpu_memory_utilization, block_size, max_batched_tokens, seats)
+        p = prefill_deployment(d, prefill_tp)
+        pcfg = engine_config(engine, hw, p.tp, gpu_memory_utilization, block_size, max_batched_tokens, seats)
         pools = Pools(p, pcfg, prefill_instances, decode_instances)
     from gpuplan.serve.sim import Speculating
     from gpuplan.serve.speculative import expected_tokens, proposer
