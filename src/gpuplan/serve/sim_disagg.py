@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuplan.errors import require
+from gpuplan.serve.disagg import kv_transfer_seconds
 from gpuplan.serve.memory import ServeConfig
 from gpuplan.serve.sim import Speculating, simulate
 from gpuplan.serve.sim_report import SimResult
@@ -54,10 +55,8 @@ class Pools:
 
 
 def kv_transfer_times(decode: Deployment, prefill: Deployment, input_len: np.ndarray) -> np.ndarray:
-    """Seconds to move each prompt's KV from its prefill to its decode instance (disagg.kv_transfer_s,
-    once per distinct prompt length)."""
-    from gpuplan.serve.disagg import kv_transfer_seconds
-
+    """Seconds to move each prompt's KV from its prefill to its decode instance
+    (disagg.kv_transfer_seconds, once per distinct prompt length)."""
     times = {int(x): kv_transfer_seconds(decode.model, int(x), decode, prefill) for x in np.unique(input_len)}
     return np.array([times[int(x)] for x in input_len])
 
@@ -89,15 +88,15 @@ def simulate_disaggregated(
         spans.append(r.makespan_s)
     finish = first.copy()  # a request of one output token ends with its prefill
     more = np.flatnonzero(w.output_len > 1)
-    ready = first[more] + kv_transfer_times(d, pools.prefill, w.input_len[more])
-    by_ready = more[np.argsort(ready, kind="stable")]
-    ready_of = dict(zip(more.tolist(), ready.tolist(), strict=True))
+    ready = np.full(n, np.nan)  # when each prompt's KV reaches the decode pool
+    ready[more] = first[more] + kv_transfer_times(d, pools.prefill, w.input_len[more])
+    by_ready = more[np.argsort(ready[more], kind="stable")]
     itl, itl_w = [], []
     for j in range(pools.n_decode):
         idx = by_ready[j :: pools.n_decode]
         if not len(idx):
             continue
-        arrive = np.array([ready_of[int(k)] for k in idx])
+        arrive = ready[idx]
         sub = Workload(arrive, w.input_len[idx], w.output_len[idx])
         r = simulate(d, cfg, sub, rate / pools.n_decode, bulk=bulk, prefilled_s=first[idx], spec=spec)
         finish[idx] = arrive + r.e2e_s
