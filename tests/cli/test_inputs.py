@@ -217,3 +217,11 @@ def test_a_count_without_a_real_upper_bound_does_not_quote_the_sanity_cap():
     assert str(err.value) == "gpus: must be positive, got 0; use a whole number from 1 up"
     with pytest.raises(GpuplanError, match="from 1 to 64$"):
         inputs.integer(0, "draft_len", hi=64)
+
+
+@pytest.mark.parametrize("flag", ["model", "--gpu"])
+def test_a_name_too_long_for_the_file_system_is_an_unknown_id_not_an_os_error(flag, capsys):
+    name = "a" * 300  # ENAMETOOLONG from the path check before the catalog's "unknown"
+    args = ["train", name, "--gpus", "8"] if flag == "model" else ["train", "llama-3.2-1b", "--gpu", name]
+    code, out, err = run(args, capsys)
+    assert code == 2 and err.startswith(f"error: {flag.lstrip('-')}: unknown") and len(err.splitlines()) == 1

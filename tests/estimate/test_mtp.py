@@ -155,3 +155,14 @@ def test_frameworks_without_mtp_refuse_it_naming_the_profile(framework, plan, fi
 def test_negative_mtp_depth_is_refused():
     with pytest.raises(GpuplanError, match="mtp_layers"):
         TrainingConfig(mtp_layers=-1)
+
+
+def test_a_depth_reaching_past_the_sequence_is_refused_and_a_deep_one_costs_in_proportion():
+    with pytest.raises(GpuplanError, match="mtp_layers"):
+        TrainingConfig(seq_len=4096, mtp_layers=4096)
+    # depth d adds d times one depth's block, projection and head (no per-depth list to build)
+    m, gpu = catalog.model("deepseek-v3"), catalog.gpu("h100-sxm")
+    plan = ParallelPlan(dp=64, pp=8, ep=64)
+    cfg = TrainingConfig(seq_len=4096, global_batch=1024, recompute="full")
+    last = [step_time(m, dataclasses.replace(cfg, mtp_layers=d), plan, gpu, 16).stages[-1].compute for d in (0, 1, 3)]
+    assert last[2] - last[0] == pytest.approx(3 * (last[1] - last[0]), rel=1e-9)

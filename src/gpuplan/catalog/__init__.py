@@ -44,13 +44,23 @@ def model_ids() -> list[str]:
     return list(_read("models"))
 
 
+def _names_a_file(name: str, folder: bool = False) -> bool:
+    """Whether ``name`` is an existing file (or folder): False, not an OSError, for a name the
+    file system cannot hold (too long, a NUL byte), which is then an unknown catalog id."""
+    try:
+        path = Path(name)
+        return path.exists() if folder else path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
 @functools.cache
 def gpu(gpu_id: str) -> GPUSpec:
     """A catalog GPU id, or a path to a TOML file in the catalog's schema (validated field by field)."""
     entries = _read("gpus")
     key = gpu_id.lower()
     if key not in entries:
-        if gpu_id.endswith(".toml") or Path(gpu_id).is_file():
+        if gpu_id.endswith(".toml") or _names_a_file(gpu_id):
             data = read_gpu_file(gpu_id)
             return GPUSpec.from_catalog(Path(gpu_id).stem, data, _gpu_efficiency(data))
         raise _unknown("gpu", gpu_id, list(entries), "run `gpuplan gpus` to list them, or pass a GPU TOML file")
@@ -117,7 +127,7 @@ def model(name: str) -> ModelSpec:
     key = name.lower()
     if key in _read("models"):
         return _catalog_model(key)
-    if Path(name).exists():
+    if _names_a_file(name, folder=True):
         return load_hf_config(name)
     hub = parse_hub_id(name)
     if hub is not None:

@@ -326,16 +326,19 @@ def _stage(
             n_off = min(n, max(0, off - before))
             exposed["host"] = exposed.get("host", 0.0) + _offload_exposed(m, cfg, plan, gpu, ops, moe, n_off, linear)
         before += n
-    extras = ([embedding_times(m, gpu, shape)] if is_first else []) + ([head_times(m, gpu, shape)] if is_last else [])
+    extras = ([(embedding_times(m, gpu, shape), 1)] if is_first else []) + (
+        [(head_times(m, gpu, shape), 1)] if is_last else []
+    )
     # each multi-token-prediction depth: its block is among layer_kinds; its embedding lookup,
     # norms and projection, and one more pass through the LM head and the loss
-    extras += [mtp_times(m, gpu, shape), head_times(m, gpu, shape)] * mtp
-    for ops in extras:
-        f += ops.fwd
-        b += ops.bwd_input
-        w += ops.bwd_weight
+    if mtp:
+        extras += [(mtp_times(m, gpu, shape), mtp), (head_times(m, gpu, shape), mtp)]
+    for ops, times in extras:
+        f += times * ops.fwd
+        b += times * ops.bwd_input
+        w += times * ops.bwd_weight
         for k, v in ops.parts.items():
-            kinds[k] = kinds.get(k, 0.0) + mb * v
+            kinds[k] = kinds.get(k, 0.0) + times * mb * v
     return StageTime(-1, n_layers, f, b, w, rec, exposed), c, kinds
 
 

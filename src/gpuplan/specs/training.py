@@ -247,6 +247,13 @@ class TrainingConfig:
         for name in ("seq_len", "micro_batch"):
             value = getattr(self, name)
             require(isinstance(value, int) and value >= 1, name, f"must be a positive integer, got {value!r}")
+        # depth k predicts the token k + 1 ahead: at depth seq_len or more no position has a target
+        require(
+            self.mtp_layers < self.seq_len,
+            "mtp_layers",
+            f"predicts {self.mtp_layers} tokens ahead, beyond a {self.seq_len}-token sequence;"
+            f" use a depth below seq_len (published runs use 1-4)",
+        )
         require(
             isinstance(self.global_batch, int) and self.global_batch >= 0,
             "global_batch",
