@@ -211,6 +211,19 @@ def rate(text: str | float, field: str) -> float:
 PLOT_SUFFIXES = (".png", ".pdf", ".svg", ".svgz", ".jpg", ".jpeg", ".tif", ".tiff", ".webp", ".eps", ".ps")
 
 
+def checked_path(path: str | Path, field: str) -> Path:
+    """``path`` as a Path the file system can look up: a name it cannot hold (a component over
+    NAME_MAX, a NUL byte) is refused naming ``field``, not raised as an OSError from ``exists``."""
+    p = Path(path)
+    try:
+        p.exists()
+    except (OSError, ValueError) as exc:
+        why = getattr(exc, "strerror", None) or str(exc)
+        shown = str(path) if len(str(path)) <= 60 else str(path)[:57] + "..."
+        raise GpuplanError(field, f"cannot use {shown!r} as a path ({why})", "give a shorter path") from None
+    return p
+
+
 def output_path(path: str | None, field: str, *, suffixes: tuple[str, ...] | None = None) -> str | None:
     """Check that ``path`` can be written, before any work starts (so no run is lost at the end).
 
@@ -221,7 +234,7 @@ def output_path(path: str | None, field: str, *, suffixes: tuple[str, ...] | Non
         return None
     if not str(path).strip():
         raise GpuplanError(field, "the path is empty", "give a file name")
-    p = Path(path)
+    p = checked_path(path, field)
     if p.is_dir():
         raise GpuplanError(field, f"{path} is a directory", "give a file name inside it")
     if suffixes is not None and p.suffix.lower() not in suffixes:
@@ -251,7 +264,7 @@ def output_path(path: str | None, field: str, *, suffixes: tuple[str, ...] | Non
 
 def input_file(path: str, field: str) -> Path:
     """An existing regular file."""
-    p = Path(path)
+    p = checked_path(path, field)
     if not p.exists():
         raise GpuplanError(field, f"{path} does not exist", "pass an existing file")
     if p.is_dir():

@@ -225,3 +225,19 @@ def test_a_name_too_long_for_the_file_system_is_an_unknown_id_not_an_os_error(fl
     args = ["train", name, "--gpus", "8"] if flag == "model" else ["train", "llama-3.2-1b", "--gpu", name]
     code, out, err = run(args, capsys)
     assert code == 2 and err.startswith(f"error: {flag.lstrip('-')}: unknown") and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "args,field",
+    [
+        (["cluster", "sim", "--gpus", "16", "--jobs", "5", "--trace"], "trace"),
+        (["cluster", "sim", "--gpus", "16", "--jobs", "5", "--trace-out"], "trace_out"),
+        (["train", "llama-3.2-1b", "--gpus", "8", "--cluster"], "cluster"),
+        (["train", "llama-3.2-1b", "--gpus", "8", "--calibration"], "calibration"),
+        (["train", "llama-3.2-1b", "--gpus", "8", "--html"], "html"),
+        (["calibrate", "--loo"], "run"),
+    ],
+)
+def test_a_file_name_too_long_for_the_file_system_is_refused_naming_the_field(args, field, capsys):
+    code, out, err = run([*args, "b" * 300], capsys)
+    assert code == 2 and err.startswith(f"error: {field}: cannot use") and len(err.splitlines()) == 1

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.errors import GpuplanError, require
+from gpuplan.inputs import checked_path
 from gpuplan.specs.hardware import GPUSpec
 
 # section -> field -> (type, what it means); "" is the top level
@@ -158,7 +159,7 @@ def read_cluster_file(path: str | Path) -> ClusterSpec:
     """Parse and validate a cluster TOML file, and apply it to its GPU."""
     from gpuplan import catalog  # the GPU it names is a catalog id or a GPU file
 
-    p = Path(path)
+    p = checked_path(path, "cluster")
     try:
         text = p.read_text()
     except FileNotFoundError:

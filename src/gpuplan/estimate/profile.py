@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.errors import GpuplanError
+from gpuplan.inputs import checked_path
 from gpuplan.specs.hardware import GPUSpec
 
 SCHEMA = 1
@@ -145,7 +146,7 @@ def write_profile(cal: Any, path: str | Path) -> str:
 
 def load_profile(path: str | Path) -> Profile:
     """Read a profile written by ``write_profile``; anything else is refused in one line."""
-    p = Path(path)
+    p = checked_path(path, "calibration")
     if not p.is_file():
         raise GpuplanError("calibration", f"no such file: {path}", "write one with `gpuplan calibrate RUN... --out`")
     try:

@@ -44,6 +44,7 @@ from pathlib import Path
 
 from gpuplan.errors import GpuplanError, field_ref
 from gpuplan.estimate.run_record import Run, RunPlan
+from gpuplan.inputs import checked_path
 from gpuplan.runs.framework_logs import read_hf, read_megatron, read_torchtitan
 from gpuplan.runs.parse import ANSI, err
 from gpuplan.runs.telemetry import read_telemetry
@@ -121,7 +122,7 @@ READERS: dict[str, Callable[..., Run]] = {
 
 def read_run(path: str | Path, fmt: str | None = None) -> Run:
     """Read one run from ``path`` (format sniffed unless given)."""
-    p = Path(path)
+    p = checked_path(path, "run")
     if not p.is_file():
         raise GpuplanError("run", f"no such file: {path}", "give a log, a telemetry .jsonl, a trace or a run .toml")
     if fmt is not None and fmt not in FORMATS and fmt != "nemo":
