@@ -195,3 +195,16 @@ def test_serving_replicates_kv_heads_over_tp_where_training_refuses_and_both_nam
     with pytest.raises(GpuplanError) as e:
         validity.require_serving(m, 1, pp=64)
     assert e.value.field == "pp"
+
+
+def test_serving_a_model_whose_layers_are_all_linear_is_refused_naming_layer_types():
+    # Qwen3-Next with every layer a Gated DeltaNet: no softmax layer's KV block to size the pool by
+    # (was a ZeroDivisionError in the pool's state pages)
+    import dataclasses
+
+    m = catalog.model("qwen3-next-80b-a3b")
+    validity.require_serving(m, 1)
+    all_linear = dataclasses.replace(m, linear_layers=tuple(range(m.num_layers)))
+    with pytest.raises(GpuplanError) as e:
+        validity.require_serving(all_linear, 1)
+    assert e.value.field == "layer_types" and "full_attention" in str(e.value)

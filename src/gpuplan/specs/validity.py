@@ -38,6 +38,7 @@ class Reason(StrEnum):
     TP_KV_HEADS = "tp does not divide the key-value heads"
     TP_LINEAR_HEADS = "tp does not divide the linear-attention key heads"
     TP_LINEAR_SERVE = "tp does not divide the linear-attention heads"
+    NO_ATTENTION_SERVE = "no softmax attention layer to size a KV pool by"
     CP_LINEAR = "tp x cp does not divide the linear-attention key heads"
     TP_KV_REPLICAS = "tp neither divides nor is a multiple of the key-value heads"
     PP_LAYERS = "more pipeline stages than layers"
@@ -378,7 +379,20 @@ LINEAR_SERVE = Rule(
         f"use a tp that divides {m.linear_v_heads}",
     ),
 )
+# A serving pool is sized in blocks of the softmax attention layers' KV, a hybrid's linear states
+# paged beside them (vLLM pads a state's page to the attention page); a model whose layers are all
+# linear has no such block, and pure state-space serving is not modelled.
+ATTENTION_SERVE = Rule(
+    Reason.NO_ATTENTION_SERVE,
+    "layer_types",
+    lambda x, m: m.num_attention_layers > 0,
+    lambda x, m: (
+        f"all {m.num_layers} layers are linear attention; serving is planned for hybrids with softmax attention",
+        'give layer_types at least one "full_attention" layer (pure state-space serving is not modelled)',
+    ),
+)
 SERVING: tuple[Rule, ...] = (
+    ATTENTION_SERVE,
     *rules_for(Reason.TP_HEADS),
     KV_REPLICAS,
     LINEAR_SERVE,
