@@ -204,3 +204,15 @@ def test_train_names_a_faster_accounted_split_and_its_flags(capsys):
     assert code == 0 and "faster split: --first-stage-layers 7 --last-stage-layers 7" in out
     code, out, _ = run(LLAMA3 + ["--json"], capsys)
     assert json.loads(out)["faster_split"]["stage_layers"] == [7] + [8] * 14 + [7]
+
+
+def test_bf16_moments_halve_the_optimizer_state_and_master_dtype_drops_the_master(capsys):
+    base = ["train", "llama-3.1-8b", "--gpus", "8", "--zero", "1", "--json"]
+    docs = []
+    for extra in ([], ["--optimizer-dtype", "bf16"], ["--optimizer-dtype", "bf16", "--master-dtype", "bf16"]):
+        code, out, err = run([*base, *extra], capsys)
+        assert code in (0, 3), err
+        docs.append(json.loads(out))
+    (opt, master) = [[d["memory"]["per_gpu"][k] for d in docs] for k in ("optimizer", "master_weights")]
+    assert opt[1] == pytest.approx(opt[0] / 2) and master[1] == master[0] > 0 and master[2] == 0
+    assert [d["training"]["master_dtype"] for d in docs] == ["fp32", "fp32", "bf16"]

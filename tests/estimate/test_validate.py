@@ -221,11 +221,14 @@ def test_published_runs_the_memory_model_refuses_are_counted_and_do_not_grow(hel
     # Refused since added blind (with MTP training and pipeline layouts): Megatron-Bridge 26.04.01's
     # DeepSeek-V3 MXFP8 runs, 197 GiB on the 185 GiB GB200 (6.5% over) and 302 GiB on the 278 GiB
     # GB300 (8.7%), nearly all activations of the interleaved schedule's 19 chunks in flight on
-    # rank 0 (their step times read -0.2% and -2.3%); the memory model's miss, not explained.
+    # rank 0 (their step times read -0.2% and -2.3%). Their recipe keeps the Adam moments in BF16
+    # (precision-aware optimizer, column exp_avg_dtype), which halves the unsharded expert moments
+    # (EP 64 leaves one expert-data-parallel rank): GB200 188 GiB, tight; GB300 292 GiB, still
+    # 0.3 GiB past its 13.9 GiB reserve, the remaining miss not explained.
     refused = {r.row.id for r in held_out if r.refused and not r.row.source.startswith("torchtitan")}
-    assert refused <= {"mb260401-gb200-deepseek-v3-mxfp8", "mb260401-gb300-deepseek-v3-mxfp8"}, sorted(refused)
+    assert refused <= {"mb260401-gb300-deepseek-v3-mxfp8"}, sorted(refused)
     tight = [r for r in held_out if r.tight]
-    assert len(tight) <= 8, sorted(r.row.id for r in tight)
+    assert len(tight) <= 9, sorted(r.row.id for r in tight)
     assert all(0 < r.peak_bytes - r.capacity_bytes <= r.reserve_bytes for r in tight)
     # torchtitan: none since per-op SAC has its own term (the 10 Llama 3.1 8B SAC runs were refused
     # while it counted Megatron's attention-core recompute, ~2 GiB a layer more)

@@ -75,7 +75,7 @@ def _model(arch: str, r: dict[str, str], dropout: float) -> ModelSpec:
 def _row_config(r: dict[str, str]) -> dict[str, Any]:
     """Settings a row's own recipe states where it departs from its source's (optional columns
     ``tp_overlap``, ``ep_overlap`` and ``fp8_params`` yes/no, ``offload_layers``,
-    ``recompute_modules``, ``moe_dispatcher``, ``cuda_graph``, ``te_op_fuser``, ``optim_dtype``, ``grad_dtype``, ``mtp_layers``,
+    ``recompute_modules``, ``moe_dispatcher``, ``cuda_graph``, ``te_op_fuser``, ``optim_dtype``, ``exp_avg_dtype``, ``grad_dtype``, ``mtp_layers``,
     ``expandable_segments`` and ``compile``, in the held-out set). ``fp8_params``: the Megatron-Bridge FP8-CS and MXFP8
     presets set fp8_param_gather (src/megatron/bridge/training/mixed_precision.py,
     bf16_with_fp8_current_scaling_mixed and bf16_with_mxfp8_mixed, v0.1.0rc4 to v0.6.0), which the
@@ -102,8 +102,12 @@ def _row_config(r: dict[str, str]) -> dict[str, Any]:
         out["grad_fp32"] = r["grad_dtype"] == "fp32"
     if r.get("mtp_layers"):  # multi-token-prediction depths trained (Megatron-Core --mtp-num-layers)
         out["mtp_layers"] = int(r["mtp_layers"])
-    if r.get("optim_dtype"):  # the optimizer state's dtype (NeMo 1.0 optim.dtype)
-        out["optimizer_dtype"] = r["optim_dtype"]
+    if r.get("optim_dtype"):
+        # NeMo 1.0's optim.dtype: Apex DistributedFusedAdam's one state dtype, its moments' and, equal
+        # to the BF16 model's, its master's (no separate copy)
+        out["optimizer_dtype"] = out["master_dtype"] = r["optim_dtype"]
+    if r.get("exp_avg_dtype"):  # Megatron-Core's --exp-avg-dtype/--exp-avg-sq-dtype (FP32 masters kept)
+        out["optimizer_dtype"] = r["exp_avg_dtype"]
     if r.get("expandable_segments"):  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the run's env
         out["expandable_segments"] = r["expandable_segments"] == "yes"
     if r.get("compile"):  # torch.compile (torchtitan's compile.enable): "yes" the blocks and the

@@ -22,8 +22,8 @@ FP8_SCALINGS = ("delayed", "current")  # per-tensor FP8 recipes (TrainingConfig.
 BLOCK_SCALED = {"mxfp8": (1.0, 1 / 32, 0.0), "nvfp4": (0.5, 1 / 16, 4.0)}
 LOW_PRECISION = ("fp8", *BLOCK_SCALED)  # GEMMs in a sub-16-bit format, the rest in BF16
 OPTIMIZERS = ("adamw", "adamw8bit", "sgd", "adafactor")
-# dtype of the optimizer's state (TrainingConfig.optimizer_dtype): fp32, or bf16 as Apex's
-# DistributedFusedAdam keeps it when a recipe sets optim.dtype bf16 (NeMo 1.0 launcher configs)
+# dtype of the optimizer's moments (TrainingConfig.optimizer_dtype) and of its master weights
+# (TrainingConfig.master_dtype): fp32, or bf16
 OPTIMIZER_DTYPES = ("fp32", "bf16")
 RECOMPUTE = ("none", "selective", "full")
 # the micro-batch sizes `gpuplan search` tries unless told otherwise (and validation tries for a
@@ -80,11 +80,17 @@ class TrainingConfig:
     # data-parallel parameter all-gather moves them in low precision too
     fp8_params: bool = False
     optimizer: str = "adamw"
-    # the optimizer state's dtype: "fp32", or "bf16": Apex DistributedFusedAdam with dtype bf16
-    # (NeMo 1.0's optim.dtype) keeps exp_avg and exp_avg_sq in BF16 and, its state dtype equal to
-    # the BF16 model's, no master copy: NeMo 24.07 megatron_base_model.py setup_optimization
-    # (lines 791-812 at 9c5c5e9709: store_params False when optim_dtype == model_dtype)
+    # the dtype of the optimizer's moments (adamw's exp_avg and exp_avg_sq, sgd's momentum): "fp32",
+    # or "bf16" as Megatron-Core's precision-aware optimizer keeps them (--use-precision-aware-optimizer
+    # --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16; the DeepSeek-V3 report, section 3.3.2: "BF16
+    # ... for the first and second moments in the AdamW optimizer", FP32 master weights; Megatron-
+    # Bridge's DeepSeek-V3 recipes since v0.2.0, recipes/deepseek/deepseek_v3.py)
     optimizer_dtype: str = "fp32"
+    # the master weights' dtype: "fp32", or "bf16", no separate copy: the BF16 weights are updated in
+    # place (Apex DistributedFusedAdam when NeMo 1.0's optim.dtype equals the BF16 model's: NeMo
+    # 24.07 megatron_base_model.py setup_optimization, lines 791-812 at 9c5c5e9709, store_params
+    # False), and a BF16 copy beside FP8 parameters
+    master_dtype: str = "fp32"
     recompute: str = "none"
     # with recompute "selective": the modules recomputed (empty: Megatron's default, the attention core)
     recompute_modules: tuple[str, ...] = ()
@@ -282,6 +288,12 @@ class TrainingConfig:
             "optimizer_dtype",
             f"a bf16 state is stated for adamw and sgd, not {self.optimizer}",
             "drop `optimizer_dtype`, or use `optimizer=adamw`",
+        )
+        require(
+            self.master_dtype in OPTIMIZER_DTYPES,
+            "master_dtype",
+            f"unknown master weight dtype {self.master_dtype!r}",
+            f"use one of {', '.join(OPTIMIZER_DTYPES)}",
         )
         require(
             not self.cross_entropy_in_place or self.profile == "fused",
@@ -522,7 +534,7 @@ class TrainingConfig:
         2 bytes when only the remainder below the BF16 weight is kept (``master_remainders``)."""
         if self.precision == "fp32" or not self.master_weights:
             return 0
-        if self.optimizer_dtype == "bf16":  # Apex: the BF16 state updates the BF16 weights in place
+        if self.master_dtype == "bf16":  # Apex: the BF16 state updates the BF16 weights in place
             return 2 if self.fp8_params else 0  # NeMo stores a BF16 copy beside FP8 parameters
         return 2 if self.master_remainders else 4
 

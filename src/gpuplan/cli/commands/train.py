@@ -225,8 +225,16 @@ def train(
         str,
         typer.Option(
             "--optimizer-dtype",
-            help="Optimizer state dtype: fp32, or bf16 (Apex DistributedFusedAdam with NeMo's optim.dtype "
-            "bf16: BF16 moments and no master copy).",
+            help="The optimizer moments' dtype: fp32, or bf16 (Megatron-Core --use-precision-aware-optimizer "
+            "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, as DeepSeek-V3 trained; FP32 masters kept).",
+        ),
+    ] = "fp32",
+    master_dtype: Annotated[
+        str,
+        typer.Option(
+            "--master-dtype",
+            help="The master weights' dtype: fp32, or bf16 (no separate copy: the BF16 weights are updated in "
+            "place, as Apex DistributedFusedAdam with NeMo 1.0's optim.dtype bf16).",
         ),
     ] = "fp32",
     cross_entropy_in_place: Annotated[
@@ -344,6 +352,7 @@ def train(
         fp8_scaling=fp8_scaling,
         fp8_params=fp8_params,
         optimizer_dtype=optimizer_dtype,
+        master_dtype=master_dtype,
         cross_entropy_in_place=cross_entropy_in_place,
         expandable_segments=expandable_segments,
     )
