@@ -33,6 +33,22 @@ CompileOpt = Annotated[
         help="torch.compile over each block (torchtitan, hf): norms, rotary and activation fused.",
     ),
 ]
+OptimizerDtypeOpt = Annotated[
+    str,
+    typer.Option(
+        "--optimizer-dtype",
+        help="The optimizer moments' dtype: fp32, or bf16 (Megatron-Core --use-precision-aware-optimizer "
+        "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, as DeepSeek-V3 trained; FP32 masters kept).",
+    ),
+]
+MasterDtypeOpt = Annotated[
+    str,
+    typer.Option(
+        "--master-dtype",
+        help="The master weights' dtype: fp32, or bf16 (no separate copy: the BF16 weights are updated in "
+        "place, as Apex DistributedFusedAdam with NeMo 1.0's optim.dtype bf16).",
+    ),
+]
 ModelArg = Annotated[str, typer.Argument(help="Catalog id (see `gpuplan models`) or a path to a config.json.")]
 ClusterOpt = Annotated[
     str | None,

@@ -18,8 +18,10 @@ from gpuplan.cli.options import (
     GpuOpt,
     HtmlOpt,
     JsonOpt,
+    MasterDtypeOpt,
     ModelArg,
     MtpLayersOpt,
+    OptimizerDtypeOpt,
     PlotOpt,
     PriceOpt,
     RecomputeModulesOpt,
@@ -50,6 +52,8 @@ def search(
         str, typer.Option(help="bf16, fp16, fp32, fp8, or mxfp8/nvfp4 (Blackwell block-scaled GEMMs).")
     ] = "bf16",
     optimizer: Annotated[str, typer.Option(help="adamw, adamw8bit, sgd or adafactor.")] = "adamw",
+    optimizer_dtype: OptimizerDtypeOpt = "fp32",
+    master_dtype: MasterDtypeOpt = "fp32",
     fp8_scaling: Annotated[
         str, typer.Option("--fp8-scaling", help="FP8 per-tensor scaling: delayed or current (FP8-CS).")
     ] = "delayed",
@@ -142,6 +146,8 @@ def search(
         document_len=document_len,
         mtp_layers=mtp_layers,
         optimizer=optimizer,
+        optimizer_dtype=optimizer_dtype,
+        master_dtype=master_dtype,
         allocator_fraction=reserve,
         # the grid takes them for its selective plans (search/grid.py)
         recompute="selective" if recompute_modules else None,

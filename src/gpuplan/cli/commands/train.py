@@ -22,8 +22,10 @@ from gpuplan.cli.options import (
     HostOpt,
     HtmlOpt,
     JsonOpt,
+    MasterDtypeOpt,
     ModelArg,
     MtpLayersOpt,
+    OptimizerDtypeOpt,
     PcieOpt,
     PlotOpt,
     PpOpt,
@@ -221,22 +223,8 @@ def train(
             "FP8 parameter all-gather.",
         ),
     ] = False,
-    optimizer_dtype: Annotated[
-        str,
-        typer.Option(
-            "--optimizer-dtype",
-            help="The optimizer moments' dtype: fp32, or bf16 (Megatron-Core --use-precision-aware-optimizer "
-            "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, as DeepSeek-V3 trained; FP32 masters kept).",
-        ),
-    ] = "fp32",
-    master_dtype: Annotated[
-        str,
-        typer.Option(
-            "--master-dtype",
-            help="The master weights' dtype: fp32, or bf16 (no separate copy: the BF16 weights are updated in "
-            "place, as Apex DistributedFusedAdam with NeMo 1.0's optim.dtype bf16).",
-        ),
-    ] = "fp32",
+    optimizer_dtype: OptimizerDtypeOpt = "fp32",
+    master_dtype: MasterDtypeOpt = "fp32",
     cross_entropy_in_place: Annotated[
         bool,
         typer.Option(
