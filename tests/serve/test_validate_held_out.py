@@ -5,6 +5,8 @@ guard, NOT the issue's target of median 8% / p90 20%, which this set misses: see
 
 import csv
 
+import pytest
+
 from gpuplan.serve.validate import CSV as SHARED
 from gpuplan.serve.validate_held_out import CSV, METRICS, load_rows, summary, validate_held_out
 
@@ -143,7 +145,7 @@ def test_the_num_prompts_column_is_optional_and_required_only_by_burst_rows(tmp_
         w.writeheader()
         w.writerows(r for r in rows if r["concurrency"] not in ("burst", "poisson"))
     sim = sum(r["concurrency"] in ("burst", "poisson") for r in rows)
-    assert sim == 53 and len(load_rows(old)) == len(rows) - sim
+    assert sim == 62 and len(load_rows(old)) == len(rows) - sim
     bad = tmp_path / "bad.csv"
     with open(bad, "w", newline="") as f:
         w = csv.DictWriter(f, list(rows[0]))
@@ -221,3 +223,22 @@ def test_poisson_predictions_are_deterministic_for_a_fixed_seed(monkeypatch):
     assert vh.predict(row) == first  # the same seed draws the same arrivals
     monkeypatch.setattr(vh, "SEED", vh.SEED + 1)
     assert vh.predict(row) != first  # another seed is another draw of the Poisson process
+
+
+def test_a_sim_row_may_draw_its_lengths_and_mean_itl_weighs_every_gap():
+    # SGLang's bench_serving without --random-range-ratio draws each length uniformly from 1 to the
+    # given one: such a row runs serve-sim on that distribution, its request carrying the longest
+    from gpuplan.serve.sim import Lengths, Workload, simulate
+    from gpuplan.serve.validate_held_out import SEED, predict_sim
+
+    rows = {r.id: r for r in load_rows()}
+    itl = rows["kvcached-sgl046-llama3.2-3b-a100-r16-itl"]
+    assert itl.input_lengths == Lengths("uniform", 1, 1913) and itl.output_lengths == Lengths("uniform", 1, 162)
+    assert (itl.request.input_len, itl.request.output_len) == (1913, 162)
+    q = itl.request
+    w = Workload.poisson(16, 960, itl.input_lengths, itl.output_lengths, seed=SEED)
+    res = simulate(q.deployment(), q.config, w, 16)
+    gaps = res.itl_s.repeat(res.itl_weight.astype(int))  # every token's gap, pooled over requests
+    assert predict_sim(itl) == pytest.approx(gaps.mean() * 1e3)
+    # token-weighted: requests with more tokens count more than in TPOT's per-request mean
+    assert predict_sim(itl) != pytest.approx(res.to_dict()["tpot_s"]["mean"] * 1e3, rel=1e-3)

@@ -10,7 +10,9 @@ its load: a closed-loop concurrency (or a static batch), ``max`` (offline maximu
 of mean 1/R, an open-loop point of a latency-vs-rate curve).
 
 Columns: id, source, url, tag, engine, engine_version, model, gpu, gpus, tp, precision,
-kv_precision, input_len, output_len, concurrency (a number, ``max``, ``burst`` or ``poisson``),
+kv_precision, input_len, output_len (a ``burst`` or ``poisson`` row may give a distribution in
+serve-sim's syntax, ``1-1913``: uniform, as SGLang's bench_serving draws random lengths without
+``--random-range-ratio``), concurrency (a number, ``max``, ``burst`` or ``poisson``),
 num_prompts (the requests of a ``burst`` or ``poisson`` row, required there; empty elsewhere),
 rate (a ``poisson`` row's mean request rate in requests/s, required there; empty elsewhere),
 gpu_memory_utilization, max_model_len (empty: the engine's default), metric, value, note. The
@@ -22,6 +24,9 @@ none), then ``estimate_serving``; the metric is read from the same document ``se
 
 * ``output_tokens_per_s`` (``_per_gpu``: divided by the GPUs), the point's throughput;
 * ``ttft_ms`` and ``itl_ms``: the point's TTFT (queue wait included beyond the capacity) and TPOT;
+* ``mean_itl_ms`` (serve-sim rows): the mean over every inter-token gap of every request, which
+  SGLang's bench_serving prints as "Mean ITL" (its ``np.mean`` of all the requests' ``itl`` lists
+  pooled): token-weighted, where TPOT weighs each request once;
 * ``e2e_latency_ms``: ``ttft + (output - 1) x tpot``, the request's end-to-end latency.
 
 ``burst`` rows are a transient, not a steady state (prompts queue, prefill waves, then a decode
@@ -61,7 +66,7 @@ from gpuplan.serve.validate import row_request
 CSV = Path(__file__).resolve().parent.parent / "catalog" / "validation" / "held_out" / "serving_runs.csv"
 SEED = 0  # serve-sim's arrival and length draws for poisson rows: reproducible, never tuned
 LOADS = ("steady", "burst", "poisson")
-METRICS = ("output_tokens_per_s", "output_tokens_per_s_per_gpu", "ttft_ms", "itl_ms", "e2e_latency_ms")
+METRICS = ("output_tokens_per_s", "output_tokens_per_s_per_gpu", "ttft_ms", "itl_ms", "mean_itl_ms", "e2e_latency_ms")
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,9 @@ class HeldOutRow:
     request: ServeRequest
     num_prompts: int | None = None  # a burst or poisson row: this many requests (serve-sim)
     rate: float | None = None  # a poisson row: mean requests/s; a burst row: inf
+    # a burst or poisson row's length distributions (None: the request's fixed lengths)
+    input_lengths: Lengths | None = None
+    output_lengths: Lengths | None = None
 
     @property
     def load(self) -> str:
@@ -113,6 +121,9 @@ def load_rows(path: Path = CSV) -> list[HeldOutRow]:
             prompts, rate = _sim_load(r)
             if conc == "max":
                 cfg = replace(cfg, max_num_seqs=None)
+            lengths = _sim_lengths(r) if prompts else (None, None)
+            if lengths[0] is not None and lengths[1] is not None:  # the request carries the longest
+                r = {**r, "input_len": str(int(lengths[0].max)), "output_len": str(int(lengths[1].max))}
             # a burst or poisson row's request carries its deployment and lengths; serve-sim runs it
             req = row_request(r, catalog.model(r["model"]), gpu, cfg, "max" if prompts else conc)
             out.append(
@@ -129,9 +140,16 @@ def load_rows(path: Path = CSV) -> list[HeldOutRow]:
                     req,
                     prompts,
                     rate,
+                    *lengths,
                 )
             )
     return out
+
+
+def _sim_lengths(r: dict[str, str]) -> tuple[Lengths, Lengths]:
+    """A serve-sim row's input and output length distributions (serve-sim's syntax: ``2048`` fixed,
+    ``1-1913`` uniform, ``exp:512``)."""
+    return Lengths.parse(r["input_len"], "input_len"), Lengths.parse(r["output_len"], "output_len")
 
 
 def _sim_load(r: dict) -> tuple[int | None, float | None]:
@@ -167,12 +185,13 @@ def _sim_load(r: dict) -> tuple[int | None, float | None]:
 
 
 def predict_sim(row: HeldOutRow) -> float:
-    """A burst or poisson row's metric from serve-sim: ``num_prompts`` requests of the row's fixed
-    lengths, all at t = 0 (burst) or Poisson at ``rate`` (seed ``SEED``), run to completion."""
+    """A burst or poisson row's metric from serve-sim: ``num_prompts`` requests of the row's
+    lengths (fixed, or drawn with seed ``SEED`` from its distributions), all at t = 0 (burst) or Poisson at ``rate`` (seed ``SEED``), run to completion."""
     q = row.request
     assert row.num_prompts is not None and row.rate is not None
     d = q.deployment()
-    lin, lout = Lengths("fixed", q.input_len), Lengths("fixed", q.output_len)
+    lin = row.input_lengths or Lengths("fixed", q.input_len)
+    lout = row.output_lengths or Lengths("fixed", q.output_len)
     if math.isinf(row.rate):
         w = Workload.burst(row.num_prompts, lin, lout)
     else:
@@ -183,6 +202,7 @@ def predict_sim(row: HeldOutRow) -> float:
         "output_tokens_per_s_per_gpu": doc["output_tokens_per_s"] / (q.tp * q.pp),
         "ttft_ms": doc["ttft_s"]["mean"] * 1e3,
         "itl_ms": doc["tpot_s"]["mean"] * 1e3,
+        "mean_itl_ms": doc["itl_s"]["mean"] * 1e3,
         "e2e_latency_ms": doc["e2e_s"]["mean"] * 1e3,
     }[row.metric]
 
