@@ -14,6 +14,7 @@ import tomllib
 from pathlib import Path
 
 from gpuplan.errors import GpuplanError
+from gpuplan.inputs import checked_path
 from gpuplan.specs.gpu_file import read_gpu_file
 from gpuplan.specs.hardware import Efficiency, GPUSpec
 from gpuplan.specs.hf import load_hf_config, model_from_hf_config
@@ -45,13 +46,13 @@ def model_ids() -> list[str]:
 
 
 def _names_a_file(name: str, folder: bool = False) -> bool:
-    """Whether ``name`` is an existing file (or folder): False, not an OSError, for a name the
-    file system cannot hold (too long, a NUL byte), which is then an unknown catalog id."""
+    """Whether ``name`` is an existing file (or folder): False for a name the file system cannot
+    hold (inputs.checked_path refuses it), which is then an unknown catalog id."""
     try:
-        path = Path(name)
-        return path.exists() if folder else path.is_file()
-    except (OSError, ValueError):
+        path = checked_path(name, "name")
+    except GpuplanError:
         return False
+    return path.exists() if folder else path.is_file()
 
 
 @functools.cache

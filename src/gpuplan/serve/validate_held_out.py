@@ -83,7 +83,7 @@ class HeldOutRow:
     request: ServeRequest
     num_prompts: int | None = None  # a burst or poisson row: this many requests (serve-sim)
     rate: float | None = None  # a poisson row: mean requests/s; a burst row: inf
-    # a burst or poisson row's length distributions (None: the request's fixed lengths)
+    # a burst or poisson row's length distributions (serve-sim's; None on a steady row)
     input_lengths: Lengths | None = None
     output_lengths: Lengths | None = None
 
@@ -121,8 +121,9 @@ def load_rows(path: Path = CSV) -> list[HeldOutRow]:
             prompts, rate = _sim_load(r)
             if conc == "max":
                 cfg = replace(cfg, max_num_seqs=None)
-            lengths = _sim_lengths(r) if prompts else (None, None)
-            if lengths[0] is not None and lengths[1] is not None:  # the request carries the longest
+            lengths: tuple[Lengths | None, Lengths | None] = (None, None)
+            if prompts:  # serve-sim draws the lengths; the request carries the longest
+                lengths = _sim_lengths(r)
                 r = {**r, "input_len": str(int(lengths[0].max)), "output_len": str(int(lengths[1].max))}
             # a burst or poisson row's request carries its deployment and lengths; serve-sim runs it
             req = row_request(r, catalog.model(r["model"]), gpu, cfg, "max" if prompts else conc)
@@ -186,12 +187,12 @@ def _sim_load(r: dict) -> tuple[int | None, float | None]:
 
 def predict_sim(row: HeldOutRow) -> float:
     """A burst or poisson row's metric from serve-sim: ``num_prompts`` requests of the row's
-    lengths (fixed, or drawn with seed ``SEED`` from its distributions), all at t = 0 (burst) or Poisson at ``rate`` (seed ``SEED``), run to completion."""
+    lengths (fixed, or drawn from its distributions), all at t = 0 (burst) or Poisson at ``rate``,
+    with seed ``SEED``, run to completion."""
     q = row.request
-    assert row.num_prompts is not None and row.rate is not None
+    lin, lout = row.input_lengths, row.output_lengths
+    assert row.num_prompts is not None and row.rate is not None and lin is not None and lout is not None
     d = q.deployment()
-    lin = row.input_lengths or Lengths("fixed", q.input_len)
-    lout = row.output_lengths or Lengths("fixed", q.output_len)
     if math.isinf(row.rate):
         w = Workload.burst(row.num_prompts, lin, lout)
     else:
