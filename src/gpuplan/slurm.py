@@ -22,7 +22,10 @@ What it gets right (the traps are in the comments it writes):
   checkpointing): torchrun versions with ``--signals-to-handle``; with older ones the agent dies
   on SIGUSR1 and Slurm ends the step (outside Slurm, workers whose agent died stop on their own:
   gpuplan.train.signals.watch_parent);
-* a signal that comes before srun's pid is known is kept and forwarded once it is.
+* a signal that comes before srun's pid is known is kept and forwarded once it is;
+* a time-limit warning that lands after the last step, while the workers shut down, fails
+  torchrun's agent (exit 1 on the signal it forwards): with the trainer's ``finished.marker``
+  there, the script ends the job as done (exit 0), not failed and not requeued.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from gpuplan.errors import GpuplanError, require
-from gpuplan.train.requeue import NAME as REQUEUE_MARKER
+from gpuplan.train.requeue import FINISHED as FINISHED_MARKER, NAME as REQUEUE_MARKER
 
 LAUNCHERS = ("torchrun", "python")
 
@@ -205,15 +208,18 @@ def sbatch_script(job: SlurmJob) -> str:
     lines += [
         'child=""',
         'pending=""',
+        'forwarded=""',
         "forward() {",
         '  echo "got SIG$1: forwarding it to the trainer"',
+        '  forwarded="$1"',
         "  # before srun's pid is known: keep it for then (a lost time-limit warning loses the run)",
         '  if [ -n "$child" ]; then kill -s "$1" "$child" 2>/dev/null; else pending="$1"; fi',
         "}",
         "trap 'forward USR1' USR1",
         "trap 'forward TERM' TERM",
         f'marker="$CKPT_DIR/{REQUEUE_MARKER}"  # rank 0 writes it when it stops on a signal (exit 75)',
-        'rm -f "$marker"',
+        f'finished="$CKPT_DIR/{FINISHED_MARKER}"  # rank 0 writes it when the training loop ends on its own',
+        'rm -f "$marker" "$finished"',
         "",
     ]
     cmd = " ".join(q(c) for c in job.command)
@@ -239,6 +245,10 @@ def sbatch_script(job: SlurmJob) -> str:
         '  rm -f "$marker"',
         "  status=75",
         '  scontrol requeue "$SLURM_JOB_ID" || true  # a preempted job is already being requeued',
+        "# a signal after the last step: torchrun's agent exits 1 on it, but the training is done",
+        'elif [ "$status" -ne 0 ] && [ -n "$forwarded" ] && [ -e "$finished" ]; then',
+        '  echo "the trainer had finished when SIG$forwarded came (launcher exit $status): done"',
+        "  status=0",
         "fi",
         'exit "$status"',
         "",

@@ -1,7 +1,9 @@
 """A preemption signal that arrives while the trainer starts (Python starting, torch importing,
 the checkpoint loading) ends the run with exit 75 like one during training: no death by signal,
-no KeyboardInterrupt traceback, and the rerun ends with the uninterrupted checksum."""
+no KeyboardInterrupt traceback, and the rerun ends with the uninterrupted checksum. One that
+arrives after the loop has ended on its own finds the run finished (``finished.marker``)."""
 
+import json
 import os
 import random
 import signal
@@ -11,6 +13,7 @@ import time
 
 import pytest
 
+from gpuplan.train import signals
 from tests.train.conftest import EXAMPLE, finish, run_forked
 
 STEPS = 40
@@ -66,3 +69,30 @@ def test_what_runs_before_torchs_import_does_not_import_torch():
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_run_that_ends_on_its_own_leaves_the_finished_marker_and_a_stopped_one_does_not(tiny, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    stopped = run_forked(
+        tiny, _args(ckpt), tmp_path / "first", kill_when=lambda: (ckpt / "step-00000020" / "COMPLETE").exists()
+    )
+    assert stopped == 75
+    assert (ckpt / "requeue.marker").exists() and not (ckpt / "finished.marker").exists()
+    assert run_forked(tiny, _args(ckpt), tmp_path / "second") == 0
+    assert json.loads((ckpt / "finished.marker").read_text())["step"] == STEPS
+    assert not (ckpt / "requeue.marker").exists()  # the rerun removed the stopped run's marker
+
+
+def test_a_signal_after_the_loop_finished_says_so_not_start_up(capfd):
+    signals.clear()
+    signals.set_finished(True)
+    try:
+        signals.record(signal.SIGUSR1, None)
+        assert "SIGUSR1 after the training loop finished: nothing left to save" in capfd.readouterr().err
+        signals.clear()
+        signals.set_finished(False)
+        signals.record(signal.SIGUSR1, None)
+        assert "SIGUSR1 during start-up" in capfd.readouterr().err
+    finally:
+        signals.clear()
+        signals.set_finished(False)

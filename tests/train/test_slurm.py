@@ -8,7 +8,8 @@ script requeues it (exit 75, or torchrun's requeue.marker); the third start ends
 of an uninterrupted run.
 
 Without Slurm, the script's own logic runs with stand-ins for srun and scontrol: it requeues on 75
-or on the marker, never on an old marker, and forwards the time-limit SIGUSR1."""
+or on the marker, never on an old marker, and forwards the time-limit SIGUSR1; a warning that
+lands after the training finished ends the job as done, not failed."""
 
 import os
 import signal
@@ -37,6 +38,10 @@ case "$FAKE_MODE" in
   marker1) echo '{}' > "$CKPT_DIR/requeue.marker"; exit 1 ;;
   crash) exit 1 ;;
   wait) while [ $got = 0 ]; do sleep 0.05; done; echo '{}' > "$CKPT_DIR/requeue.marker"; exit 1 ;;
+  # the loop ended on its own; the signal lands during shutdown and torchrun's agent exits 1 on it
+  finished) echo '{}' > "$CKPT_DIR/finished.marker"; while [ $got = 0 ]; do sleep 0.05; done; exit 1 ;;
+  # a crash after a signal, with no finished loop (an old finished.marker is removed before the start)
+  crash_on_signal) while [ $got = 0 ]; do sleep 0.05; done; exit 1 ;;
 esac
 """
 FAKE_SCONTROL = """#!/bin/bash
@@ -108,6 +113,28 @@ def test_the_time_limit_warning_is_forwarded_and_the_marker_requeues(tmp_path, l
     assert p.returncode == 75, out
     assert (tmp_path / "log").read_text().split() == ["USR1"]
     assert _requeued(tmp_path)
+
+
+@pytest.mark.parametrize("mode, code", [("finished", 0), ("crash_on_signal", 1)])
+def test_a_warning_after_the_training_finished_ends_the_job_as_done_and_a_crash_still_fails(tmp_path, mode, code):
+    script = _script(tmp_path, "torchrun")
+    (tmp_path / "ckpt" / "finished.marker").write_text("{}")  # an old one: removed before the trainer starts
+    p = subprocess.Popen(
+        ["bash", str(script)],
+        env=_script_env(tmp_path, mode),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    t0 = time.monotonic()
+    while not (tmp_path / "log.started").exists():
+        assert time.monotonic() - t0 < 30 and p.poll() is None
+        time.sleep(0.02)
+    p.send_signal(signal.SIGUSR1)
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == code, out
+    assert not _requeued(tmp_path)
+    assert ("had finished when SIGUSR1 came" in out) == (code == 0)
 
 
 # -- a real Slurm ---------------------------------------------------------------------------------------------
@@ -205,7 +232,9 @@ def test_preempted_then_warned_of_the_time_limit_requeued_twice_resumes_to_the_s
         )
         sig = c.sh("scancel", "--batch", "--signal=USR1", str(low))  # the time-limit warning
         assert sig.returncode == 0, sig.stderr
-        c.wait_for(lambda: c.state(low) in ("PENDING", "REQUEUED"), 120, "the script to requeue the job")
+        c.wait_for(lambda: c.state(low) in ("PENDING", "REQUEUED", "COMPLETED"), 120, "the script to requeue the job")
+        # a finished run is not requeued (the script ends it as done): the test needs steps left
+        assert c.state(low) != "COMPLETED", "the run finished before the time-limit warning: give it more steps"
         back_to_running(c, low, "the time-limit warning")
         c.wait_for(lambda: c.state(low) == "COMPLETED", 300, "the low job to resume and finish")
         restarts = c.sh("scontrol", "show", "job", str(low)).stdout

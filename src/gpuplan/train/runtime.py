@@ -14,7 +14,9 @@ is in ``gpuplan.runs.readers``, which reads it back for ``gpuplan calibrate`` an
 cost; with none of them, only on a signal), and, when SIGTERM, SIGUSR1 or SIGINT arrived during
 the step, writes a checkpoint and exits with ``EXIT_REQUEUE`` (75, EX_TEMPFAIL: "try again",
 which the sbatch script ``gpuplan slurm`` writes turns into a requeue; rank 0 also writes
-``requeue.marker`` for launchers that swallow the exit code, torchrun). A signal that arrived
+``requeue.marker`` for launchers that swallow the exit code, torchrun, and ``finished.marker`` when
+the loop ends on its own, so that a time-limit warning during shutdown does not fail a finished
+job). A signal that arrived
 before the loop (``gpuplan.train.signals.defer()`` records them from the script's first line)
 ends the run with 75 as soon as it starts. Under torchrun every rank calls ``end_step``; the ranks
 agree (an all-reduce of the flag) on the step to stop at, and the checkpoint is collective; a
@@ -143,6 +145,7 @@ class Resilient:
     # -- context ----------------------------------------------------------------------------------------
     def __enter__(self) -> Resilient:
         signals.set_active(True)
+        signals.set_finished(False)
         for sig in SIGNALS:  # signals.defer() may have recorded one already: it stays recorded
             self._old_handlers[sig] = signal.signal(sig, signals.record)
         if signals.under_torchrun():
@@ -152,7 +155,7 @@ class Resilient:
                 self.checkpoint_dir, keep=self.keep, async_save=self.async_save, config_hash=self.hash
             )
             if self._rank() == 0:
-                requeue.clear(self.ckpt.dir)  # an old marker must not requeue a later crash
+                requeue.clear(self.ckpt.dir)  # old markers must not requeue a later crash, nor end it as done
             if not any((self.every_steps, self.every_seconds, self.mtbf_s)) and self._rank() == 0:
                 log.warning(
                     "no checkpoint schedule: checkpoints only on SIGTERM/SIGUSR1/SIGINT; a crash loses "
@@ -191,7 +194,10 @@ class Resilient:
                 self.ckpt.wait(collective=not crashed)
                 if self._rank() == 0:
                     log.info("%s", self.stall.line(time.perf_counter() - self._train_start))
+                    if exc_type is None:  # the loop ended on its own: a signal from now on has nothing to save
+                        requeue.write_finished(self.ckpt.dir, self.step)
         finally:
+            signals.set_finished(exc_type is None)
             self._close(crashed)
 
     def _close(self, crashed: bool) -> None:

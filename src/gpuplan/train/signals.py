@@ -20,6 +20,7 @@ import time
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 _received: int | None = None
 _active = False  # a Resilient loop is running and will act on the signal
+_finished = False  # a Resilient loop has ended on its own: a signal now has nothing to save
 
 
 def record(signum, frame) -> None:
@@ -34,6 +35,8 @@ def record(signum, frame) -> None:
             (
                 f"received {name}: finishing the step, then a checkpoint\n"
                 if _active
+                else f"received {name} after the training loop finished: nothing left to save\n"
+                if _finished
                 else f"received {name} during start-up: stopping as soon as the training loop starts (exit 75)\n"
             ).encode(),
         )
@@ -59,6 +62,15 @@ def clear() -> None:
 def set_active(active: bool) -> None:
     global _active
     _active = active
+
+
+def set_finished(finished: bool) -> None:
+    global _finished
+    _finished = finished
+
+
+def finished() -> bool:
+    return _finished
 
 
 def under_torchrun() -> bool:
@@ -87,6 +99,6 @@ def watch_parent(interval_s: float = 0.2) -> None:
             os.kill(os.getpid(), signal.SIGTERM)  # the loop checkpoints with the other ranks and exits 75
         else:  # start-up (the rendezvous store lived in the agent) or after the loop: nothing to save
             sys.stderr.flush()
-            os._exit(75)
+            os._exit(0 if _finished else 75)
 
     threading.Thread(target=run, name="gpuplan-parent-watch", daemon=True).start()
