@@ -100,12 +100,16 @@ def test_errors_stay_within_what_was_last_measured():
     # 1000/2000 -37% -> -12%, vLLM's -49% -> -30%), the two vLLM CI Mixtral rows lose (H200 +7% ->
     # +43%, H100 +13% -> +19%: under the vllm-v0 profile's 4 ms fixed host gap, which the 8B rows
     # already read as too long); the steady rows' p90 30.1% -> 31.8%
+    # One B200 alone at its published sustained rate (0.84 of the MAMF, measurements/published/
+    # mamf-msmf; it followed the multi-GPU 0.81 before): the three one-GPU Blackwell FP4 rows, too
+    # fast already, 2.5 points faster (B200 1000/1000 +7.5% -> +10.0%), and one crosses the steady
+    # rows' median, 7.23% -> 7.34%; all-row median and p90 unchanged
     s = summary(validate_held_out())
     assert s["median_abs_error"] <= 0.156
     assert s["p90_abs_error"] <= 0.57
     assert s["max_abs_error"] <= 3.6
     steady = s["by_load"]["steady"]  # the analytic model's rows (the issue's 8% median target is missed since)
-    assert steady["median_abs_error"] <= 0.073 and steady["p90_abs_error"] <= 0.32 and steady["max_abs_error"] <= 0.66
+    assert steady["median_abs_error"] <= 0.074 and steady["p90_abs_error"] <= 0.32 and steady["max_abs_error"] <= 0.66
     assert s["by_engine"]["trtllm-0.6"]["max_abs_error"] <= 0.16
 
 

@@ -1,0 +1,47 @@
+"""Sustained GEMM rates against ml-engineering's published MSMF / MAMF measurements
+(measurements/published/mamf-msmf): the catalog's Blackwell ``sustained`` and ``solo_sustained``
+are those ratios, and Hopper's measured one-GPU rate agrees with the H200 (the same GH100 die at
+the same 700 W) published there."""
+
+import csv
+import statistics
+from pathlib import Path
+
+from gpuplan import catalog
+from gpuplan.specs.hardware import for_job
+
+PUBLISHED = Path(__file__).resolve().parents[2] / "measurements" / "published" / "mamf-msmf" / "msmf_alone_vs_node.csv"
+
+
+def _rows(gpu: str, setup: str) -> list[dict[str, str]]:
+    with open(PUBLISHED, newline="") as fh:
+        return [r for r in csv.DictReader(fh) if r["gpu"] == gpu and r["setup"] == setup]
+
+
+def _alone(gpu: str) -> float:
+    """One GPU, siblings idle: MSMF over MAMF, averaged over the published revisions."""
+    return statistics.mean(float(r["msmf_tflops"]) / float(r["mamf_tflops"]) for r in _rows(gpu, "gpu0_alone"))
+
+
+def test_one_blackwell_gpu_is_timed_at_its_published_sustained_over_burst_rate():
+    e = catalog.gpu("b200").efficiency
+    assert e.solo_sustained == round(_alone("b200"), 2)
+    assert for_job(catalog.gpu("b200"), 1).efficiency.sustained == e.solo_sustained
+
+
+def test_a_blackwell_job_of_many_gpus_runs_at_the_slowest_gpu_of_a_busy_node():
+    """A synchronous job waits for its slowest GPU: the later revision's node summary (slowest
+    GPU's MSMF) over the node's mean MAMF with all eight computing."""
+    (slowest,) = [r for r in _rows("b200", "node_slowest_gpu") if r["revision"] == "later"]
+    (node,) = [r for r in _rows("b200", "all8_x5_rounds") if r["revision"] == "later"]
+    ratio = float(slowest["msmf_tflops"]) / float(node["mamf_tflops"])
+    e = catalog.gpu("b200").efficiency
+    assert e.sustained == round(ratio, 2)
+    assert e.sustained < e.solo_sustained  # waiting for the slowest of many costs more than one GPU alone
+
+
+def test_hoppers_measured_one_gpu_rate_agrees_with_the_published_h200():
+    """h100-sxm's solo_sustained was measured here on one H100 (700 W): the published H200 runs
+    (same die and power limit) read within 0.02 of it."""
+    solo = catalog.gpu("h100-sxm").efficiency.solo_sustained
+    assert abs(_alone("h200") - solo) <= 0.02
