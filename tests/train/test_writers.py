@@ -32,7 +32,8 @@ def test_a_second_trainer_on_the_same_directory_exits_2_naming_the_holder(tiny, 
     assert len(lines) == 1 and lines[0].startswith("error: checkpoint_dir:")
     assert "in use by another trainer" in lines[0] and f"pid {first} on " in lines[0]
     assert checksum(tmp_path / "first") == reference_for(STEPS)
-    assert sorted(p.name for p in ckpt.iterdir() if not p.name.startswith(".")) == ["step-00000050", "step-00000060"]
+    kept = sorted(p.name for p in ckpt.iterdir() if not p.name.startswith("."))
+    assert kept == ["finished.marker", "step-00000050", "step-00000060"]  # the refused one left nothing
 
 
 def test_the_lock_of_a_killed_trainer_is_gone_and_the_next_one_resumes(tiny, tmp_path, reference_for):
