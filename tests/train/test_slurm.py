@@ -94,31 +94,9 @@ def test_the_script_requeues_on_exit_75_or_the_marker_and_not_on_a_crash(tmp_pat
     assert not (tmp_path / "ckpt" / "requeue.marker").exists()
 
 
-@pytest.mark.parametrize("launcher", ["torchrun", "python"])
-def test_the_time_limit_warning_is_forwarded_and_the_marker_requeues(tmp_path, launcher):
-    script = _script(tmp_path, launcher)
-    p = subprocess.Popen(
-        ["bash", str(script)],
-        env=_script_env(tmp_path, "wait"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    t0 = time.monotonic()
-    while not (tmp_path / "log.started").exists():
-        assert time.monotonic() - t0 < 30 and p.poll() is None
-        time.sleep(0.02)
-    p.send_signal(signal.SIGUSR1)  # what --signal=B:USR1@120 does
-    out, _ = p.communicate(timeout=60)
-    assert p.returncode == 75, out
-    assert (tmp_path / "log").read_text().split() == ["USR1"]
-    assert _requeued(tmp_path)
-
-
-@pytest.mark.parametrize("mode, code", [("finished", 0), ("crash_on_signal", 1)])
-def test_a_warning_after_the_training_finished_ends_the_job_as_done_and_a_crash_still_fails(tmp_path, mode, code):
-    script = _script(tmp_path, "torchrun")
-    (tmp_path / "ckpt" / "finished.marker").write_text("{}")  # an old one: removed before the trainer starts
+def _warned(tmp_path: Path, script: Path, mode: str) -> tuple[int, str]:
+    """Run the script with the stand-in trainer in ``mode``, send it the time-limit SIGUSR1 (what
+    --signal=B:USR1@120 does) once the trainer has started; (exit code, output)."""
     p = subprocess.Popen(
         ["bash", str(script)],
         env=_script_env(tmp_path, mode),
@@ -132,7 +110,23 @@ def test_a_warning_after_the_training_finished_ends_the_job_as_done_and_a_crash_
         time.sleep(0.02)
     p.send_signal(signal.SIGUSR1)
     out, _ = p.communicate(timeout=60)
-    assert p.returncode == code, out
+    return p.returncode, out
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "python"])
+def test_the_time_limit_warning_is_forwarded_and_the_marker_requeues(tmp_path, launcher):
+    code, out = _warned(tmp_path, _script(tmp_path, launcher), "wait")
+    assert code == 75, out
+    assert (tmp_path / "log").read_text().split() == ["USR1"]
+    assert _requeued(tmp_path)
+
+
+@pytest.mark.parametrize("mode, code", [("finished", 0), ("crash_on_signal", 1)])
+def test_a_warning_after_the_training_finished_ends_the_job_as_done_and_a_crash_still_fails(tmp_path, mode, code):
+    script = _script(tmp_path, "torchrun")
+    (tmp_path / "ckpt" / "finished.marker").write_text("{}")  # an old one: removed before the trainer starts
+    got, out = _warned(tmp_path, script, mode)
+    assert got == code, out
     assert not _requeued(tmp_path)
     assert ("had finished when SIGUSR1 came" in out) == (code == 0)
 
