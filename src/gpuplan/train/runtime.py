@@ -16,9 +16,8 @@ the step, writes a checkpoint and exits with ``EXIT_REQUEUE`` (75, EX_TEMPFAIL: 
 which the sbatch script ``gpuplan slurm`` writes turns into a requeue; rank 0 also writes
 ``requeue.marker`` for launchers that swallow the exit code, torchrun, and ``finished.marker`` when
 the loop ends on its own, so that a time-limit warning during shutdown does not fail a finished
-job). A signal that arrived
-before the loop (``gpuplan.train.signals.defer()`` records them from the script's first line)
-ends the run with 75 as soon as it starts. Under torchrun every rank calls ``end_step``; the ranks
+job). A signal that arrived before the loop (``gpuplan.train.signals.defer()`` records them from
+the script's first line) ends the run with 75 as soon as it starts. Under torchrun every rank calls ``end_step``; the ranks
 agree (an all-reduce of the flag) on the step to stop at, and the checkpoint is collective; a
 worker whose agent died stops as on SIGTERM.
 

@@ -69,10 +69,6 @@ def set_finished(finished: bool) -> None:
     _finished = finished
 
 
-def finished() -> bool:
-    return _finished
-
-
 def under_torchrun() -> bool:
     return "TORCHELASTIC_RUN_ID" in os.environ
 
