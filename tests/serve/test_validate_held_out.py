@@ -103,7 +103,9 @@ def test_errors_stay_within_what_was_last_measured():
     # One B200 alone at its published sustained rate (0.84 of the MAMF, measurements/published/
     # mamf-msmf; it followed the multi-GPU 0.81 before): the three one-GPU Blackwell FP4 rows, too
     # fast already, 2.5 points faster (B200 1000/1000 +7.5% -> +10.0%), and one crosses the steady
-    # rows' median, 7.23% -> 7.34%; all-row median and p90 unchanged
+    # rows' median, 7.23% -> 7.34%; all-row median and p90 unchanged. Blackwell's multi-GPU fraction
+    # as its published slowest-GPU clock less what Hopper runs lose beyond theirs (0.81 -> 0.75):
+    # TRT-LLM v0.19's B200 TP2/TP4 rows +33%/+42% -> +28%/+38%; the steady rows' p90 31.8% -> 30.1%
     s = summary(validate_held_out())
     assert s["median_abs_error"] <= 0.156
     assert s["p90_abs_error"] <= 0.57
