@@ -44,8 +44,9 @@ def test_a_blackwell_job_of_many_gpus_runs_at_its_slowest_gpus_clock_less_what_h
     """b200's multi-GPU fraction: the slowest B200 of a busy node (published) times what h100-sxm's
     fitted fraction holds beyond the Hopper clock (its fit over the published H200 nodes' slowest GPU)."""
     hopper = catalog.gpu("h100-sxm").efficiency
-    beyond_clock = hopper.sustained / _slowest("h200")
-    assert 0.85 < beyond_clock < 1.0  # the fit is below the clock, by less than the clock's own loss
+    clock = _slowest("h200")
+    beyond_clock = hopper.sustained / clock
+    assert clock < beyond_clock < 1.0  # a loss beyond the clock, and a smaller one than the clock's own
     e = catalog.gpu("b200").efficiency
     assert e.sustained == round(_slowest("b200") * beyond_clock, 2)
     assert e.sustained < e.solo_sustained
