@@ -2,6 +2,7 @@
 uninterrupted run; a killed checkpoint write never counts; a full disk loses nothing."""
 
 import errno
+import json
 import random
 import signal
 
@@ -137,3 +138,25 @@ def test_bad_checkpoint_directories_are_refused_or_fall_back_loudly(tiny, tmp_pa
         assert tiny.main(args) == 0
     assert "corrupt marker" in caplog.text and "resumed from step-00000010" in caplog.text
     assert json.loads((fresh / "step-00000020" / "COMPLETE").read_text())["step"] == 20  # rewritten
+
+
+def test_a_loop_ending_between_checkpoints_saves_its_last_step_and_a_rerun_trains_no_more(
+    tiny, tmp_path, reference_for
+):
+    # Megatron-LM and torchtitan save the last iteration too: a finished job that runs again (a
+    # requeue after it ended) must find the finished state, not redo the steps since the last interval
+    ckpt, out, telemetry = tmp_path / "ckpt", tmp_path / "out", tmp_path / "steps.jsonl"
+    argv = ["--steps", "25", "--checkpoint-dir", str(ckpt), "--checkpoint-every", "10", "--quiet"]
+    argv += ["--telemetry", str(telemetry)]
+    assert run_forked(tiny, argv, out) == 0
+    assert checksum(out) == reference_for(25)
+    assert sorted(p.name for p in ckpt.glob("step-*")) == ["step-00000020", "step-00000025"]
+
+    def steps_trained() -> int:
+        return sum(1 for line in telemetry.read_text().splitlines() if json.loads(line)["type"] == "step")
+
+    assert steps_trained() == 25
+    assert run_forked(tiny, argv, out) == 0
+    assert checksum(out) == reference_for(25)
+    assert steps_trained() == 25  # the rerun resumed at step 25 and trained nothing
+    assert sorted(p.name for p in ckpt.glob("step-*")) == ["step-00000020", "step-00000025"]

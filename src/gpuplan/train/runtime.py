@@ -11,7 +11,8 @@ when ``plan=`` is given, tensor bytes by component after the first step, then pe
 time, tokens, loss, checkpoint stall and, on CUDA, peak allocated and reserved memory; the schema
 is in ``gpuplan.runs.readers``, which reads it back for ``gpuplan calibrate`` and ``compare``), checkpoints when the interval is due
 (every N steps, every T seconds, or Daly's optimum from ``mtbf_s`` and the measured checkpoint
-cost; with none of them, only on a signal), and, when SIGTERM, SIGUSR1 or SIGINT arrived during
+cost; with none of them, only on a signal) and, on a schedule, once more when the loop ends between
+two (its last step, as Megatron-LM and torchtitan save it), and, when SIGTERM, SIGUSR1 or SIGINT arrived during
 the step, writes a checkpoint and exits with ``EXIT_REQUEUE`` (75, EX_TEMPFAIL: "try again",
 which the sbatch script ``gpuplan slurm`` writes turns into a requeue; rank 0 also writes
 ``requeue.marker`` for launchers that swallow the exit code, torchrun, and ``finished.marker`` when
@@ -155,7 +156,7 @@ class Resilient:
             )
             if self._rank() == 0:
                 requeue.clear(self.ckpt.dir)  # old markers must not requeue a later crash, nor end it as done
-            if not any((self.every_steps, self.every_seconds, self.mtbf_s)) and self._rank() == 0:
+            if not self._scheduled() and self._rank() == 0:
                 log.warning(
                     "no checkpoint schedule: checkpoints only on SIGTERM/SIGUSR1/SIGINT; a crash loses "
                     "everything since the start"
@@ -189,6 +190,13 @@ class Resilient:
         crashed = exc_type is not None and not issubclass(exc_type, SystemExit)
         try:
             if self.ckpt is not None:
+                if exc_type is None and self._scheduled() and self.step != self._last_ckpt_step:
+                    # the loop ended between scheduled checkpoints: save its last step, as Megatron-LM
+                    # (a final save_checkpoint when the last iteration is not on --save-interval)
+                    # and torchtitan (a save at the last step) do, so a rerun of a finished job
+                    # (a requeue after it ended) finds the finished state. Collective: every rank
+                    # leaves the loop at the same step
+                    self.stall.save(self.checkpoint())
                 # after a crash on this rank only, the others may never come: no collective then
                 self.ckpt.wait(collective=not crashed)
                 if self._rank() == 0:
@@ -274,6 +282,10 @@ class Resilient:
         return self.stall.summary(time.perf_counter() - self._train_start)
 
     # -- the loop -----------------------------------------------------------------------------------------
+    def _scheduled(self) -> bool:
+        """Checkpoints are on a schedule (with none, only a signal writes one: the user's choice)."""
+        return bool(self.every_steps or self.every_seconds or self.mtbf_s)
+
     def _due(self) -> bool:
         if self.every_steps and self.step - self._last_ckpt_step >= self.every_steps:
             return True
