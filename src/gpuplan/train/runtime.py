@@ -192,8 +192,9 @@ class Resilient:
             if self.ckpt is not None:
                 if exc_type is None and self._scheduled() and self.step != self._last_ckpt_step:
                     # the loop ended between scheduled checkpoints: save its last step, as Megatron-LM
-                    # (a final save_checkpoint when the last iteration is not on --save-interval)
-                    # and torchtitan (a save at the last step) do, so a rerun of a finished job
+                    # (megatron/training/training.py: a final save when the last iteration is off
+                    # the save interval) and torchtitan (components/checkpointer/dcp.py: last_step
+                    # "forces a save regardless of the interval") do, so a rerun of a finished job
                     # (a requeue after it ended) finds the finished state. Collective: every rank
                     # leaves the loop at the same step
                     self.stall.save(self.checkpoint())
