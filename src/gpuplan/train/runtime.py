@@ -9,17 +9,18 @@ resume exactly.
 ``end_step`` advances the step, writes a telemetry line (``gpuplan.telemetry/1``: the plan once
 when ``plan=`` is given, tensor bytes by component after the first step, then per step the wall
 time, tokens, loss, checkpoint stall and, on CUDA, peak allocated and reserved memory; the schema
-is in ``gpuplan.runs.readers``, which reads it back for ``gpuplan calibrate`` and ``compare``), checkpoints when the interval is due
-(every N steps, every T seconds, or Daly's optimum from ``mtbf_s`` and the measured checkpoint
-cost; with none of them, only on a signal) and, on a schedule, once more when the loop ends between
-two (its last step, as Megatron-LM and torchtitan save it), and, when SIGTERM, SIGUSR1 or SIGINT arrived during
-the step, writes a checkpoint and exits with ``EXIT_REQUEUE`` (75, EX_TEMPFAIL: "try again",
-which the sbatch script ``gpuplan slurm`` writes turns into a requeue; rank 0 also writes
-``requeue.marker`` for launchers that swallow the exit code, torchrun, and ``finished.marker`` when
-the loop ends on its own, so that a time-limit warning during shutdown does not fail a finished
-job). A signal that arrived before the loop (``gpuplan.train.signals.defer()`` records them from
-the script's first line) ends the run with 75 as soon as it starts. Under torchrun every rank calls ``end_step``; the ranks
-agree (an all-reduce of the flag) on the step to stop at, and the checkpoint is collective; a
+is in ``gpuplan.runs.readers``, which reads it back for ``gpuplan calibrate`` and ``compare``),
+checkpoints when the interval is due (every N steps, every T seconds, or Daly's optimum from
+``mtbf_s`` and the measured checkpoint cost; with none of them, only on a signal) and, on a
+schedule, once more when the loop ends between two (its last step, as Megatron-LM and torchtitan
+save it), and, when SIGTERM, SIGUSR1 or SIGINT arrived during the step, writes a checkpoint and
+exits with ``EXIT_REQUEUE`` (75, EX_TEMPFAIL: "try again", which the sbatch script ``gpuplan
+slurm`` writes turns into a requeue; rank 0 also writes ``requeue.marker`` for launchers that
+swallow the exit code, torchrun, and ``finished.marker`` when the loop ends on its own, so that a
+time-limit warning during shutdown does not fail a finished job). A signal that arrived before the
+loop (``gpuplan.train.signals.defer()`` records them from the script's first line) ends the run
+with 75 as soon as it starts. Under torchrun every rank calls ``end_step``; the ranks agree (an
+all-reduce of the flag) on the step to stop at, and the checkpoint is collective; a
 worker whose agent died stops as on SIGTERM.
 
 Every argument is checked when the object is made (``GpuplanError``, a ``ValueError``, naming the
