@@ -96,3 +96,21 @@ def test_a_signal_after_the_loop_finished_says_so_not_start_up(capfd):
     finally:
         signals.clear()
         signals.set_finished(False)
+
+
+def test_a_finished_marker_that_cannot_be_written_is_a_warning_not_a_crash(tmp_path, monkeypatch, caplog):
+    import torch
+
+    from gpuplan.train import Resilient, requeue
+
+    def refuse(directory, step):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(requeue, "write_finished", refuse)
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with Resilient(model, opt, checkpoint_dir=tmp_path / "ckpt", every_steps=2, async_save=False) as run:
+        while run.step < 3:
+            run.end_step()
+    assert "could not write finished.marker (Permission denied)" in caplog.text
+    assert (tmp_path / "ckpt" / "step-00000003" / "COMPLETE").exists()  # the last step saved all the same

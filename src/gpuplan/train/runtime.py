@@ -204,7 +204,10 @@ class Resilient:
                 if self._rank() == 0:
                     log.info("%s", self.stall.line(time.perf_counter() - self._train_start))
                     if exc_type is None:  # the loop ended on its own: a signal from now on has nothing to save
-                        requeue.write_finished(self.ckpt.dir, self.step)
+                        try:
+                            requeue.write_finished(self.ckpt.dir, self.step)
+                        except OSError as exc:  # the run is done: say so, do not turn it into a crash
+                            log.warning("could not write %s (%s)", requeue.FINISHED, exc.strerror)
         finally:
             signals.set_finished(exc_type is None)
             self._close(crashed)
