@@ -257,8 +257,8 @@ class TrainingConfig:
         require(
             self.mtp_layers < self.seq_len,
             "mtp_layers",
-            f"predicts {self.mtp_layers} tokens ahead, beyond a {self.seq_len}-token sequence;"
-            f" use a depth below seq_len (published runs use 1-4)",
+            f"predicts {self.mtp_layers} tokens ahead, beyond a {self.seq_len}-token sequence",
+            "use a depth below seq_len (published runs use 1-4)",
         )
         require(
             isinstance(self.global_batch, int) and self.global_batch >= 0,
