@@ -44,6 +44,16 @@ FAMILIES = {
         num_experts_per_tok=2,
         head_dim=32,
     ),
+    # transformers 5 saves Qwen3MoeConfig.num_experts under its attribute-map name
+    "qwen3-moe-v5-keys": dict(
+        _SMALL,
+        model_type="qwen3_moe",
+        intermediate_size=96,
+        moe_intermediate_size=32,
+        num_local_experts=8,
+        num_experts_per_tok=2,
+        head_dim=32,
+    ),
     "qwen3-moe-sparse-step": dict(
         _SMALL,
         model_type="qwen3_moe",
@@ -458,6 +468,14 @@ def test_layouts_gpuplan_does_not_model_are_refused_naming_the_key(family, key):
     with pytest.raises(GpuplanError, match=key) as err:
         model_from_hf_config(dict(FAMILIES[family], **{key: True}))
     assert "\n" not in str(err.value)
+
+
+def test_gpt2_cross_attention_to_an_encoder_is_refused_naming_the_key():
+    config = dict(model_type="gpt2", vocab_size=512, n_embd=64, n_layer=2, n_head=4, add_cross_attention=True)
+    with pytest.raises(GpuplanError, match="add_cross_attention") as err:
+        model_from_hf_config(config)
+    assert "\n" not in str(err.value)
+    assert model_from_hf_config(dict(config, add_cross_attention=False)).num_layers == 2
 
 
 def test_unsupported_model_type_lists_families_and_nested_configs():

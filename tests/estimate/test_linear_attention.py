@@ -255,6 +255,14 @@ KIMI = dict(
             "q_lora_rank": 24,
             "first_k_dense_replace": 2,
         },
+        # the keys KimiLinearConfig saves (and the Hub's config.json uses), not their aliases
+        {
+            "num_local_experts": None,
+            "num_experts_per_tok": None,
+            "num_experts": 8,
+            "num_experts_per_token": 3,
+            "num_shared_experts": 2,
+        },
     ],
 )
 def test_kimi_linear_parameters_equal_transformers_layer_by_layer(extra):

@@ -202,3 +202,40 @@ def test_vision_tower_is_out_of_the_text_token_flops():
     spec = catalog.model("qwen3-vl-8b")
     p = count_params(spec)
     assert p.active == p.total - p.vision  # dense text model: every text parameter is active
+
+
+@pytest.mark.parametrize("outer_type", ["internvl", "llava"])
+@pytest.mark.parametrize("outer_tie", [None, True, False])
+def test_a_composite_config_ties_its_head_as_transformers_builds_it(outer_type, outer_tie):
+    # a composite class gpuplan has no table for: an explicit outer tie_word_embeddings true ties
+    # the head whichever way the class combines the flags (transformers 5 ties InternVL by its
+    # outer flag and LLaVA when either asks); otherwise the text config's flag decides
+    config = dict(
+        model_type=outer_type,
+        text_config=dict(_TEXT, model_type="qwen2", intermediate_size=96, tie_word_embeddings=False),
+    )
+    if outer_tie is not None:
+        config["tie_word_embeddings"] = outer_tie
+    spec = model_from_hf_config(config)
+    if outer_type == "internvl" and outer_tie is None:
+        # InternVLConfig's class default (true) is not assumed: without the outer flag the text
+        # model's decides, as it did in transformers 4 (a known difference from transformers 5)
+        assert spec.tied_embeddings is False
+        return
+    hf_config = transformers.AutoConfig.for_model(**config)
+    with torch.device("meta"):
+        model = transformers.AutoModelForImageTextToText.from_config(hf_config)
+    tied = model.get_input_embeddings().weight is model.get_output_embeddings().weight
+    assert spec.tied_embeddings == tied
+    text = sum(p.numel() for n, p in model.named_parameters() if "vision" not in n and "projector" not in n)
+    assert count_params(spec).total == text
+
+
+def test_an_encoder_gpuplan_does_not_know_is_said_not_to_be_counted():
+    config = dict(
+        model_type="qwen2_audio",
+        text_config=dict(_TEXT, model_type="qwen2", intermediate_size=96),
+        audio_config=dict(model_type="qwen2_audio_encoder", d_model=32),
+    )
+    spec = model_from_hf_config(config)
+    assert spec.notes == ("qwen2_audio audio_config not counted: the plan covers the text backbone",)

@@ -40,8 +40,10 @@ NESTED_TEXT = {
 # (the Hub's Qwen2.5-VL configs; Qwen2_5_VLConfig moves them into text_config)
 FLAT_TEXT = ("qwen2_5_vl",)
 # composite configs whose own tie_word_embeddings (default as given) ties the LM head, as
-# transformers builds them; Llama 4 and Mistral 3 follow their text_config's
+# transformers builds them (other composite configs: ``_split_multimodal``)
 OUTER_TIE = {"gemma3": True, "qwen2_5_vl": False, "qwen3_vl": False, "qwen3_5": False, "qwen3_5_moe": False}
+# composite configs whose LM head follows their text_config's flag alone (Llama4Config)
+TEXT_TIE = ("llama4",)
 
 
 ADAPTERS: dict[str, Callable[[Config, str], ModelSpec]] = {
@@ -75,6 +77,11 @@ def _split_multimodal(config: dict[str, Any], where: str) -> tuple[dict[str, Any
         if not isinstance(tied, bool):
             raise GpuplanError(f"{where}: tie_word_embeddings", f"must be true or false, got {tied!r}")
         text["tie_word_embeddings"] = tied or (outer == "qwen2_5_vl" and text.get("tie_word_embeddings") is True)
+    elif outer not in TEXT_TIE and config.get("tie_word_embeddings") is True:
+        # any other composite config that says so ties the LM head to the embeddings, whichever way
+        # its class combines the two flags (transformers 5: InternVL and Mistral 3 take the outer
+        # flag, LLaVA ties when either asks); absent or false, the text config's flag decides
+        text["tie_word_embeddings"] = True
     return text, f"{where}: text_config", config
 
 
@@ -99,19 +106,28 @@ def model_from_hf_config(config: dict[str, Any], name: str = "custom", where: st
             f"{', '.join(sorted(NESTED_TEXT))} through their text_config)",
         )
     spec = ADAPTERS[model_type](Config(text, text_where), name)
-    if outer is None or "vision_config" not in outer:
+    if outer is None:
         return spec
-    tower = vision_tower(outer, spec.hidden_size, where)
     kind = outer.get("model_type")
-    if tower is None:
-        note = f"{kind} vision tower (vision_config) not counted: the plan covers the text backbone"
-    else:
-        note = (
-            f"{kind} vision tower counted ({tower.params:,} parameters: weights and training states on "
-            "the first pipeline stage); its activations, FLOPs and step time are not modelled (they "
-            "depend on images per sample)"
-        )
-    return dataclasses.replace(spec, vision=tower, notes=(note, *spec.notes))
+    # other encoders a composite config carries (audio_config: Qwen2-Audio, Voxtral; encoder_config:
+    # Granite Speech; ...): gpuplan knows none of them, and says so
+    others = [k for k, v in outer.items() if k.endswith("_config") and k not in ("text_config", "vision_config")]
+    notes = [f"{kind} {k} not counted: the plan covers the text backbone" for k in others if isinstance(outer[k], dict)]
+    tower = None
+    if "vision_config" in outer:
+        tower = vision_tower(outer, spec.hidden_size, where)
+        if tower is None:
+            notes.insert(0, f"{kind} vision tower (vision_config) not counted: the plan covers the text backbone")
+        else:
+            notes.insert(
+                0,
+                f"{kind} vision tower counted ({tower.params:,} parameters: weights and training states on "
+                "the first pipeline stage); its activations, FLOPs and step time are not modelled (they "
+                "depend on images per sample)",
+            )
+    if not notes:
+        return spec
+    return dataclasses.replace(spec, vision=tower, notes=(*notes, *spec.notes))
 
 
 def load_hf_config(path: str | Path) -> ModelSpec:

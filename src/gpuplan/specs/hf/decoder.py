@@ -119,6 +119,18 @@ class _Family:
     max_pos: int = 2048  # default max_position_embeddings (Gemma 3's Hub configs omit it)
 
 
+# the names one MoE quantity goes by in transformers' configs (see the experts block of
+# ``decoder``)
+_EXPERT_KEYS = ("num_local_experts", "num_experts")
+_TOP_K_KEYS = ("num_experts_per_tok", "num_experts_per_token")
+_SHARED_KEYS = ("n_shared_experts", "num_shared_experts")
+
+
+def _aliases(key: str, names: tuple[str, ...]) -> tuple[str, ...]:
+    """The other names of ``key`` when it is one of ``names`` (none otherwise)."""
+    return tuple(n for n in names if n != key) if key in names else ()
+
+
 def _mistral_layout(c: Config, layers: int) -> Callable[[int], bool] | None:
     return (lambda i: True) if c.get("sliding_window", default=None) else None
 
@@ -891,18 +903,24 @@ def decoder(c: Config, name: str, model_type: str) -> ModelSpec:
         )
     if f.experts:
         key, default = f.experts
-        experts = c.get(key, default=MISSING if default is None else default)
+        # transformers renames these keys between versions and families (Qwen3MoeConfig maps
+        # num_experts to num_local_experts and saves the latter since v5; KimiLinearConfig saves
+        # num_experts, num_experts_per_token and num_shared_experts): the family's own key first,
+        # then its aliases, so a config saved by either version reads the same
+        experts = c.get(key, *_aliases(key, _EXPERT_KEYS), default=MISSING if default is None else default)
         expert_ffn = c.get(f.expert_ffn, default=MISSING if f.expert_ffn_default is None else f.expert_ffn_default)
         shared = 0
         if f.shared.endswith("shared_experts"):
-            shared = expert_ffn * c.get(f.shared, default=f.shared_default)
+            shared = expert_ffn * c.get(f.shared, *_aliases(f.shared, _SHARED_KEYS), default=f.shared_default)
         elif f.shared == "one":
             shared = expert_ffn
         elif f.shared:  # the shared expert's own width key
             shared = c.get(f.shared, default=f.shared_default)
         kw.update(
             num_experts=experts,
-            experts_per_token=c.get(f.top_k_key, default=MISSING if f.top_k is None else f.top_k),
+            experts_per_token=c.get(
+                f.top_k_key, *_aliases(f.top_k_key, _TOP_K_KEYS), default=MISSING if f.top_k is None else f.top_k
+            ),
             moe_ffn_size=expert_ffn,
             shared_expert_ffn_size=shared,
             router_bias=f.router_bias,

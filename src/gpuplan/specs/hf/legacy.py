@@ -9,6 +9,15 @@ from gpuplan.specs.model import ModelSpec
 
 
 def gpt2(c: Config, name: str) -> ModelSpec:
+    if c.get("add_cross_attention", default=False, kind=bool):
+        # GPT2Block then adds a cross-attention over an encoder's outputs (an encoder-decoder's
+        # decoder): its weights, FLOPs and activations depend on the encoder, which a decoder-only
+        # plan does not have
+        raise GpuplanError(
+            f"{c.where}: add_cross_attention",
+            "cross-attention to an encoder is not modelled (gpuplan plans decoder-only models)",
+            "set it to false to plan the decoder alone",
+        )
     hidden = c.get("n_embd", "hidden_size", default=768)
     heads = c.get("n_head", "num_attention_heads", default=12)
     return ModelSpec(
