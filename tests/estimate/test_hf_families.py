@@ -45,6 +45,8 @@ FAMILIES = {
         head_dim=32,
     ),
     # transformers 5 saves Qwen3MoeConfig.num_experts under its attribute-map name
+    "ministral3": dict(_SMALL, model_type="ministral3", intermediate_size=96),  # head_dim 128 by default
+    "ministral3-sliding": dict(_SMALL, model_type="ministral3", intermediate_size=96, head_dim=16, sliding_window=8),
     "qwen3-moe-v5-keys": dict(
         _SMALL,
         model_type="qwen3_moe",

@@ -23,6 +23,7 @@ CONFIG_CLASS = {
     "glm4_moe": "Glm4MoeConfig",
     "deepseek_v2": "DeepseekV2Config",
     "deepseek_v3": "DeepseekV3Config",
+    "ministral3": "Ministral3Config",
 }
 
 

@@ -382,6 +382,20 @@ FAMILIES: dict[str, _Family] = {
     "gemma": _Family(head_dim=256, tied=True, act="gelu_pytorch_tanh", gemma=True, vocab=256_000),
     "granite": _Family(),  # Llama with scaling multipliers (no weights)
     "ministral": _Family(window=4096, sliding=_ministral_layout),
+    # Ministral 3 (Ministral3Config): Mistral's layers with head_dim 128 and YaRN by default; its
+    # per-position query scale (get_llama_4_attn_scale, one multiply of q) is not timed
+    "ministral3": _Family(
+        head_dim=128,
+        vocab=131_072,
+        sliding=_mistral_layout,
+        rope_scaling={
+            "rope_type": "yarn",
+            "factor": 16.0,
+            "original_max_position_embeddings": 16384,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+        },
+    ),
     "hunyuan_v1_dense": _Family(qk_norm=True),  # query_layernorm / key_layernorm over each head
     "helium": _Family(head_dim=128),
     "smollm3": _Family(tied=True, window=None, sliding=_smollm3_layout),
@@ -574,6 +588,7 @@ for _type, _pos in {
     "minimax_m2": 196608,
     "ernie4_5_moe": 131072,
     "ministral": 131072,
+    "ministral3": 262144,
     "glm4_moe_lite": 202752,
     "apertus": 65536,
     "glm_moe_dsa": 202752,
