@@ -170,7 +170,10 @@ def global_batch(text: str, seq_len: int) -> int:
                 "use a multiple of `seq_len`, or give sequences",
             )
         gb //= seq_len
-    return integer(int(gb), "global_batch", hi=10**9, fix="give sequences per step, e.g. 512, or tokens: 16M")
+    fix = "give sequences per step, e.g. 512, or tokens: 16M"
+    if gb > 10**9:  # say what was typed, not the float it became
+        raise GpuplanError("global_batch", f"{text} is more than 1,000,000,000 sequences", fix)
+    return integer(int(gb), "global_batch", hi=10**9, fix=fix)
 
 
 def duration(
@@ -193,10 +196,13 @@ def duration(
             "give a realistic duration, e.g. 50ms, 60s or 10m" + (", or 0" if zero_ok else ""),
         )
     if value > max_s:
+        longest = next(
+            f"{max_s / unit:g} {name}{'s' if max_s != unit and name != 's' else ''}"
+            for unit, name in ((365 * 86400, "year"), (86400, "day"), (3600, "hour"), (1, "s"))
+            if max_s >= unit
+        )
         raise GpuplanError(
-            field,
-            f"{text!r} is longer than {max_s / (365 * 86400):g} years",
-            "give a realistic duration, e.g. 10m, 3h or 30d",
+            field, f"{text!r} is longer than {longest}", "give a realistic duration, e.g. 10m, 3h or 30d"
         )
     return value
 
@@ -269,7 +275,15 @@ def input_file(path: str, field: str) -> Path:
         raise GpuplanError(field, f"{path} does not exist", "pass an existing file")
     if p.is_dir():
         raise GpuplanError(field, f"{path} is a directory", "pass a file")
+    if not p.is_file():  # a FIFO or a device (/dev/zero) would block or never end
+        raise GpuplanError(field, f"{path} is not a regular file (a pipe or a device)", "pass a file")
     return p
+
+
+def too_deep(field: str, path: str | Path) -> GpuplanError:
+    """The error for JSON nested deeper than the parser's recursion limit (json.loads raises
+    RecursionError, not JSONDecodeError): no config, log or trace is shaped like that."""
+    return GpuplanError(field, f"{path}: JSON nested too deeply to be read", "pass the file the tool wrote")
 
 
 def read_text(path: str | Path, field: str) -> str:

@@ -59,6 +59,8 @@ class SlurmJob:
 
     def __post_init__(self) -> None:
         require(len(self.command) > 0, "command", "give the training script to run", "e.g. -- train.py --steps 1000")
+        require(bool(self.command[0].strip()), "command", "the training script is an empty name", "e.g. -- train.py")
+        require(bool(self.checkpoint_dir.strip()), "checkpoint_dir", "is empty", "e.g. `checkpoint_dir=checkpoints`")
         require(self.nodes >= 1, "nodes", f"must be at least 1, got {self.nodes}")
         require(self.gpus_per_node >= 0, "gpus_per_node", "must not be negative")
         require(

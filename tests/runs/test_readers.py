@@ -176,8 +176,10 @@ def test_malformed_trace_and_empty_logs(tmp_path):
         read_run(q)
     with pytest.raises(GpuplanError, match="no Megatron-LM iteration lines"):
         read_run(q, "megatron")
-    with pytest.raises(GpuplanError, match="no such file"):
+    with pytest.raises(GpuplanError, match="missing.log does not exist"):
         read_run(tmp_path / "missing.log")
+    with pytest.raises(GpuplanError, match="is a directory"):
+        read_run(tmp_path)
 
 
 def test_run_file_binds_log_trace_and_plan(tmp_path):

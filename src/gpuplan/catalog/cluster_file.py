@@ -86,6 +86,10 @@ class ClusterSpec:
 
     def __post_init__(self) -> None:
         require(self.nodes >= 1, "nodes", f"must be at least 1, got {self.nodes}")
+        # the largest clusters hold ~10^5 GPUs; beyond 10^6 nodes the plan search never ends
+        require(
+            self.nodes <= 1_000_000, "nodes", f"{self.nodes:,} nodes is more than any cluster has", "at most 1,000,000"
+        )
 
     @property
     def gpus(self) -> int:

@@ -48,4 +48,23 @@ def load_host(name: str) -> HostSpec:
     missing = [k for k in ("cpu_memory_gb", "cpu_memory_gbps", "pcie_gbps", "cpu_tflops") if k not in data]
     if missing:
         raise GpuplanError("host", f"{name} lacks {', '.join(missing)}", "add them (GB, GB/s and TFLOP/s)")
+    for key in (*NUMBERS, "pcie_shared_by"):
+        value = data.get(key)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1e9
+        ):
+            unit = NUMBERS.get(key, "GPUs sharing a link")
+            raise GpuplanError(f"{name}: {key}", f"must be a number from 0 up ({unit}), got {value!r}", "fix the file")
     return HostSpec.from_catalog({"name": path.stem, "source": str(path), **data})
+
+
+# the numeric keys of a host file and their units
+NUMBERS = {
+    "cpu_memory_gb": "GB",
+    "cpu_memory_gbps": "GB/s",
+    "pcie_gbps": "GB/s",
+    "cpu_tflops": "TFLOP/s",
+    "disk_gb": "GB",
+    "disk_read_gbps": "GB/s",
+    "disk_write_gbps": "GB/s",
+}

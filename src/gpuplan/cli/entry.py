@@ -29,6 +29,18 @@ def click_command() -> Any:
     return typer.main.get_command(app)
 
 
+def empty_flag_values(head: list[str]) -> None:
+    """Refuse ``--engine ''`` or ``--out=``: an empty value would read as the flag left out (the
+    default engine, no output file) and the user would never learn that what they typed was
+    ignored."""
+    for i, a in enumerate(head):
+        if not a.startswith("--") or a == "--":
+            continue
+        name, eq, value = a.partition("=")
+        if (eq and not value.strip()) or (not eq and i + 1 < len(head) and not head[i + 1].strip()):
+            raise GpuplanError(name, "is given an empty value", "give a value or leave the flag out")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app; bad input is one line and exit code 2, a plan that does not fit 3."""
     command = click_command()
@@ -41,6 +53,7 @@ def main(argv: list[str] | None = None) -> None:
         for old in dict.fromkeys(a.split("=")[0] for a in head if a.split("=")[0] in DEPRECATED)
     ]
     try:
+        empty_flag_values(head)
         code = command.main(args=args, prog_name="gpuplan", standalone_mode=False)
     except GpuplanError as exc:
         sys.stdout.flush()

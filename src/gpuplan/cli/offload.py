@@ -62,7 +62,7 @@ def render_serve_offload(doc: dict) -> None:
     for key in ("compute", "pcie", "disk", "cpu", "overlap", "total"):
         t.add_row(
             "overlap (hidden by prefetch)" if key == "overlap" else key,
-            ("-" if key == "overlap" else "") + fmt_duration(st[key]),
+            ("-" if key == "overlap" and st[key] > 0 else "") + fmt_duration(st[key]),
         )
     console.print(t)
     mem = doc["memory_bytes"]

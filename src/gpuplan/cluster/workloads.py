@@ -186,7 +186,7 @@ def read_openb(path: str | Path) -> tuple[list[Job], Counter[str]]:
 
 
 def read_philly(path: str | Path) -> tuple[list[Job], Counter[str]]:
-    from gpuplan.inputs import read_text
+    from gpuplan.inputs import read_text, too_deep
 
     path = Path(path)
     text = read_text(path, "trace")
@@ -198,6 +198,8 @@ def read_philly(path: str | Path) -> tuple[list[Job], Counter[str]]:
             f"{path} line {exc.lineno}, column {exc.colno}: not Philly's JSON job log ({exc.msg})",
             "pass cluster_job_log (a JSON list of jobs)",
         ) from None
+    except RecursionError:
+        raise too_deep("trace", path) from None
     if not isinstance(log, list):
         raise GpuplanError(
             "trace",

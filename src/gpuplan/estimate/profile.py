@@ -28,6 +28,7 @@ the catalog's values for that GPU family. The file is TOML::
 from __future__ import annotations
 
 import json
+import math
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -166,8 +167,17 @@ def load_profile(path: str | Path) -> Profile:
             raise GpuplanError(
                 "calibration", f"{path}: efficiency.{k} is not a calibrated field", f"use {', '.join(OVERRIDABLE)}"
             )
-        if not isinstance(v, int | float) or isinstance(v, bool):
-            raise GpuplanError("calibration", f"{path}: efficiency.{k} must be a number, got {v!r}")
+        if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+            raise GpuplanError(
+                "calibration",
+                f"{path}: efficiency.{k} must be a finite number from 0 up, got {v!r}",
+                "write the profile again with `gpuplan calibrate RUN... --out`",
+            )
+    gpus = head.get("gpus", [])
+    if not isinstance(gpus, list) or not all(isinstance(g, str) for g in gpus):
+        raise GpuplanError(
+            "calibration", f"{path}: profile.gpus must be a list of GPU ids, got {gpus!r}", 'e.g. gpus = ["h100-sxm"]'
+        )
     frac = doc.get("memory", {}).get("allocator_fraction")
     if frac is not None and not (isinstance(frac, int | float) and 0 <= frac < 1):
         raise GpuplanError("calibration", f"{path}: memory.allocator_fraction must be in [0, 1), got {frac!r}")

@@ -99,6 +99,13 @@ def validate(req: TrainRequest) -> None:
     validity.require_valid(m, p, c.seq_len, c.micro_batch, req.global_batch, c.cp_exchange)
     if p.layout is not None:
         layout.check_mtp(p.layout, c.mtp_layers)
+    # MoE-only settings on a dense model would be silently meaningless
+    require(
+        m.is_moe or not c.moe_dispatcher,
+        "moe_dispatcher",
+        f"{m.name} has no experts to dispatch tokens to",
+        "drop `moe_dispatcher` for a dense model",
+    )
     for n in stage_layers(m, p):  # raises for a split that cannot run (vp chunks, first/last stage layers)
         offloaded_layers(c, n, p.vp)  # and for more offloaded layers than a chunk holds
     if req.mfu is not None:

@@ -14,7 +14,7 @@ from gpuplan.errors import GpuplanError, require
 def read_loads(path: str | Path) -> np.ndarray:
     """A (layers x experts) table: CSV with one row per layer (a header row of names is skipped),
     or JSON as a list of rows or {"loads": [...]}."""
-    from gpuplan.inputs import read_text
+    from gpuplan.inputs import read_text, too_deep
 
     p = Path(path)
     text = read_text(p, "loads")
@@ -27,10 +27,15 @@ def read_loads(path: str | Path) -> np.ndarray:
             if rows and not _numeric(rows[0]):
                 rows = rows[1:]
         table = np.array([[float(x) for x in row] for row in rows], dtype=np.float64)
-    except (ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
+    except (ValueError, KeyError, TypeError, json.JSONDecodeError):
         raise GpuplanError(
-            "loads", f"{p} is not a table of numbers ({exc})", "one row per layer, one number per expert"
+            "loads",
+            f"{p} is not a table of numbers: one row per layer, one number per expert, every row as long",
+            'a CSV, or JSON as [[...], ...] or {"loads": [[...], ...]}',
         ) from None
+    except RecursionError:
+        raise too_deep("loads", p) from None
+    require(table.size > 0, "loads", f"{p} holds no loads", "one row per layer, one number per expert")
     require(
         table.ndim == 2 and table.shape[0] >= 1 and table.shape[1] >= 1,
         "loads",
@@ -41,7 +46,7 @@ def read_loads(path: str | Path) -> np.ndarray:
         layer, expert = (int(x) for x in bad[0])
         raise GpuplanError(
             "loads",
-            f"{p} row {layer + 1}, expert {expert + 1}: {table[layer, expert]!r} is not a load",
+            f"{p} row {layer + 1}, expert {expert + 1}: {float(table[layer, expert])!r} is not a load",
             "loads are token counts: use numbers from 0 to 1e15",
         )
     empty = np.flatnonzero(table.sum(axis=1) <= 0)
@@ -74,6 +79,8 @@ def synthetic_loads(layers: int, experts: int, skew: float, seed: int = 0, token
 
 def load_table(path: str | None, skew: float | None, layers: int, experts: int, seed: int = 0) -> np.ndarray:
     """The loads of ``path`` (a file) or synthetic loads of Zipf ``skew``: exactly one of them."""
+    if path is not None and not path.strip():
+        raise GpuplanError("loads", "the path is empty", "give a CSV or JSON file of token counts per expert")
     if (path is None) == (skew is None):
         raise GpuplanError("loads", "give `loads=FILE` or `synthetic=SKEW`", "e.g. `synthetic=1.0` `layers=61`")
     if skew is not None and layers * experts > 10**7:
@@ -82,7 +89,7 @@ def load_table(path: str | None, skew: float | None, layers: int, experts: int, 
             f"{layers:,} layers x {experts:,} experts is too large a table",
             "use the model's real sizes, e.g. `layers=61` `experts=256`",
         )
-    if path:
+    if path is not None:
         return read_loads(path)
-    assert skew is not None  # one of the two is given (checked above); path "" reads as not given
+    assert skew is not None  # one of the two is given (checked above)
     return synthetic_loads(layers, experts, skew, seed)

@@ -46,7 +46,12 @@ class Costs:
     def from_full_backward(cls, f, b_full, w, overlap=None, p2p_s: float = 0.0) -> Costs:
         """Take the full backward (input + weight gradients) and the weight part."""
         b = np.asarray(b_full, dtype=float) - np.asarray(w, dtype=float)  # scalars or one per stage
-        require(bool((b >= 0).all()), "w", "the weight-gradient part cannot exceed the full backward")
+        require(
+            bool((b >= 0).all()),
+            "w",
+            "the weight-gradient part `w` cannot exceed the full backward `b_full` (input + weight gradients)",
+            "give `w` at most `b_full`",
+        )
         return cls(f, b.tolist() if b.ndim else float(b), w, overlap, p2p_s)
 
 

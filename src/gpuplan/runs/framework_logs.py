@@ -40,7 +40,7 @@ def read_megatron(path: str | Path, text: str | None = None) -> Run:
                     "iteration line without 'elapsed time per iteration (ms):'",
                     "pass the log as Megatron-LM printed it",
                 )
-            times.append(number(m.group(1), path, n, "elapsed time per iteration (ms)") / 1e3)
+            times.append(number(m.group(1), path, n, "elapsed time per iteration (ms)", positive=True) / 1e3)
             t = MEG_TFLOPS.search(line)
             if t:
                 tflops.append(number(t.group(1), path, n, "throughput per GPU (TFLOP/s/GPU)"))
@@ -53,7 +53,7 @@ def read_megatron(path: str | Path, text: str | None = None) -> Run:
         elif "train_step_timing in s=" in line:
             m = NEMO_STEP.search(line)
             assert m is not None  # the pattern matches whatever follows the marker
-            times.append(number(m.group(1), path, n, "train_step_timing in s"))
+            times.append(number(m.group(1), path, n, "train_step_timing in s", positive=True))
             fmt = "nemo"
     if not times:
         raise err(
@@ -157,6 +157,8 @@ def read_hf(path: str | Path, text: str | None = None) -> Run:
             doc = json.loads(text)
         except json.JSONDecodeError as exc:
             raise err(path, exc.lineno, f"not JSON ({exc.msg})") from None
+        except RecursionError:
+            raise err(path, None, "JSON nested too deeply to be read") from None
         if "log_history" in doc:  # trainer_state.json
             ends = [e for e in doc["log_history"] if "train_runtime" in e]
             if not ends:

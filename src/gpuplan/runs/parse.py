@@ -20,15 +20,18 @@ def err(path: str | Path, line: int | None, what: str, fix: str | None = None) -
     return GpuplanError(where, what, fix)
 
 
-def number(text: str, path: str | Path, line: int | None, what: str) -> float:
+def number(text: str, path: str | Path, line: int | None, what: str, positive: bool = False) -> float:
+    """A number of a log line; ``positive``: a time, which cannot be 0 either."""
     try:
         value = float(text.strip().replace(",", ""))
     except ValueError:
         raise err(path, line, f"cannot read {what} {text.strip()!r} as a number") from None
-    # every number read from a log is a time, a rate or a size: nan or inf would pass into the
-    # median and the fit unnoticed
-    if not math.isfinite(value):
-        raise err(path, line, f"{what} is {text.strip()!r}, not a finite number")
+    # every number read from a log is a time, a rate or a size: nan, inf or a negative value would
+    # pass into the median and the fit unnoticed
+    if not math.isfinite(value) or value < 0 or (positive and value == 0) or value > 1e18:
+        raise err(
+            path, line, f"{what} is {text.strip()!r}, not a {'positive' if positive else 'finite, non-negative'} number"
+        )
     return value
 
 

@@ -78,6 +78,12 @@ def read_run_file(path: str | Path) -> Run:
             raise err(path, None, f"unknown key {key!r}", "use log, trace, format and [plan]")
     if "log" not in doc and "trace" not in doc:
         raise err(path, None, "names no log and no trace", 'add log = "train.log"')
+    for key in ("log", "trace"):
+        if key in doc and not (isinstance(doc[key], str) and doc[key].strip()):
+            raise err(path, None, f"{key} must be a file name, got {doc[key]!r}", f'e.g. {key} = "train.log"')
+    if "log" in doc and (doc.get("format") == "run-file" or Path(doc["log"]).suffix.lower() == ".toml"):
+        # a run file names the run's own log, never another run file (nor itself: no end to it)
+        raise err(path, None, f"log = {doc['log']!r} is a run file", "name the training log, a .jsonl or a trace")
     run: Run | None = None
     if "log" in doc:
         run = read_run(p.parent / doc["log"], doc.get("format"))
@@ -124,7 +130,8 @@ def read_run(path: str | Path, fmt: str | None = None) -> Run:
     """Read one run from ``path`` (format sniffed unless given)."""
     p = checked_path(path, "run")
     if not p.is_file():
-        raise GpuplanError("run", f"no such file: {path}", "give a log, a telemetry .jsonl, a trace or a run .toml")
+        what = "is a directory" if p.is_dir() else "is not a regular file" if p.exists() else "does not exist"
+        raise GpuplanError("run", f"{path} {what}", "give a log, a telemetry .jsonl, a trace or a run .toml")
     if fmt is not None and fmt not in FORMATS and fmt != "nemo":
         raise GpuplanError("format", f"unknown format {fmt!r}", f"use one of {', '.join(FORMATS)}")
     if fmt == "run-file" or (fmt is None and p.suffix.lower() == ".toml"):

@@ -33,6 +33,9 @@ from gpuplan.runs.parse import err, steady
 TELEMETRY_WARMUP = 2  # steps left out of the median: compilation, allocator and NCCL warm-up
 
 
+MAX_STEP_S = 1e7  # a step of 116 days: longer is a unit mix-up, not a training step
+
+
 def read_telemetry(path: str | Path, text: str | None = None) -> Run:
     """gpuplan telemetry JSON lines (schema in the module docstring)."""
     text = Path(path).read_text() if text is None else text
@@ -50,6 +53,8 @@ def read_telemetry(path: str | Path, text: str | None = None) -> Run:
             rec = json.loads(raw)
         except json.JSONDecodeError as exc:
             raise err(path, n, f"not a JSON object ({exc.msg})", "one JSON object a line") from None
+        except RecursionError:
+            raise err(path, n, "JSON nested too deeply to be read", "one flat JSON object a line") from None
         if not isinstance(rec, dict):
             raise err(path, n, "not a JSON object", "one JSON object a line")
         kind = rec.get("type", "step")
@@ -59,15 +64,19 @@ def read_telemetry(path: str | Path, text: str | None = None) -> Run:
             plan = RunPlan.from_dict(rec.get("plan") or {}, f"{path}:{n}")
         elif kind == "step":
             step_s = rec.get("step_s")
-            # 0 < step_s < inf also refuses the NaN and Infinity that Python's json reads
-            if not isinstance(step_s, int | float) or isinstance(step_s, bool) or not 0 < step_s < math.inf:
-                raise err(path, n, f"step record needs a positive step_s, got {step_s!r}")
+            # 0 < step_s <= MAX_STEP_S also refuses the NaN and Infinity that Python's json reads
+            if not isinstance(step_s, int | float) or isinstance(step_s, bool) or not 0 < step_s <= MAX_STEP_S:
+                raise err(path, n, f"step record needs a positive step_s up to {MAX_STEP_S:g} s, got {step_s!r}")
             stall = rec.get("checkpoint_stall_s", 0.0) or 0.0
             if not isinstance(stall, int | float) or not 0 <= stall < math.inf:
                 raise err(path, n, f"checkpoint_stall_s must be seconds >= 0, got {stall!r}")
             steps.append(max(step_s - stall, 0.0))
             if rec.get("tokens") and step_s - stall > 0:
                 tps.append(float(rec["tokens"]) / (step_s - stall))
+            for key in ("tokens", "peak_allocated_bytes", "peak_memory_bytes", "peak_reserved_bytes"):
+                v = rec.get(key)
+                if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < 1e18):
+                    raise err(path, n, f"{key} must be a count from 0 up, got {v!r}")
             if rec.get("peak_allocated_bytes") is not None:
                 alloc.append(float(rec["peak_allocated_bytes"]))
             elif rec.get("memory_kind") == "cuda" and rec.get("peak_memory_bytes") is not None:

@@ -36,6 +36,7 @@ from typing import Any
 
 from gpuplan.errors import GpuplanError
 from gpuplan.estimate.run_record import Run
+from gpuplan.inputs import too_deep
 
 CATEGORIES = (
     "gemm",
@@ -87,6 +88,8 @@ def _load(path: str | Path, text: str | None) -> dict[str, Any]:
         raise GpuplanError(
             f"{path}:{exc.lineno}", f"not JSON ({exc.msg})", "pass the trace as the profiler wrote it"
         ) from None
+    except RecursionError:
+        raise too_deep("trace", path) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise GpuplanError(str(path), f"cannot read the trace ({exc})") from None
     if isinstance(doc, list):  # the bare-array form of the Trace Event Format

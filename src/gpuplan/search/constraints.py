@@ -77,14 +77,25 @@ class Constraints:
 
 
 def parse_choices(text: str | None, field: str, kind: type = str) -> tuple | None:
-    """A comma-separated CLI list (``--zero 1,3``), or None when not given."""
+    """A comma-separated CLI list (``--zero 1,3``), or None when not given. An empty item (``1,,3``)
+    is refused rather than dropped, and an integer is at most ``MAX_CHOICE`` (a micro-batch or degree
+    beyond any machine: larger would overflow the search's integer arrays)."""
     if text is None:
         return None
-    items = [x.strip() for x in text.split(",") if x.strip()]
+    fix = f"give a comma-separated list, e.g. {field_ref(field, '1,3')}"
+    items = [x.strip() for x in text.split(",")]
+    require(any(items), field, "is empty", fix)
+    require(all(items), field, f"has an empty item in {text!r}", fix)
     try:
         values = tuple(kind(x) for x in items)
     except ValueError:
-        fix = f"give a comma-separated list, e.g. {field_ref(field, '1,3')}"
         raise GpuplanError(field, f"cannot read {text!r}", fix) from None
-    require(bool(values), field, "is empty", f"give a comma-separated list, e.g. {field_ref(field, '1,3')}")
+    if kind is int:
+        big = [v for v in values if abs(v) > MAX_CHOICE]
+        require(
+            not big, field, f"{big[0] if big else 0} is larger than any plan uses", f"use values up to {MAX_CHOICE:,}"
+        )
     return values
+
+
+MAX_CHOICE = 1_000_000

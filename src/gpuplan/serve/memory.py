@@ -60,8 +60,8 @@ class ServeConfig:
         require(
             self.block_size in BLOCK_SIZES,
             "block_size",
-            f"vLLM pages KV in blocks of {', '.join(map(str, BLOCK_SIZES))} tokens, not {self.block_size}",
-            "use `block_size=16` (the default) or another of those",
+            f"paged KV caches take blocks of {', '.join(map(str, BLOCK_SIZES))} tokens, not {self.block_size}",
+            "use one of those (vLLM's default is 16, TensorRT-LLM's 64, SGLang's 1)",
         )
         require(self.max_batched_tokens >= 1, "max_batched_tokens", "must be positive")
         require(self.max_num_seqs is None or self.max_num_seqs >= 1, "max_num_seqs", "must be positive")

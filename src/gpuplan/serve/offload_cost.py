@@ -97,6 +97,14 @@ class OffloadRequest:
             value = getattr(self, name)
             require(value is None or value > 0, name, f"must be a positive number of seconds, got {value}")
         if self.gpu_layers is not None:
+            # the llama.cpp split places weights and KV by layer itself: a placement mode beside it
+            # would be silently overridden
+            require(
+                self.offload == "auto",
+                "gpu_layers",
+                f"sets the split itself (llama.cpp -ngl), so `offload={self.offload}` would be ignored",
+                "give one of `gpu_layers` and `offload`",
+            )
             L = self.model.num_layers
             require(
                 0 <= self.gpu_layers <= L,

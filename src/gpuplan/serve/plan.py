@@ -97,13 +97,19 @@ class ServeRequest:
             "pass one of them",
         )
         require(0 <= self.prefix_hit_rate < 1, "prefix_hit_rate", f"must be in [0, 1), got {self.prefix_hit_rate}")
+        require(
+            not (self.target_tokens_per_s and self.target_requests_per_s),
+            "target_rps",
+            "`target_rps` and `target_tokens_per_s` are two ways to state one target",
+            "pass one of them (requests/s x output_len = tokens/s)",
+        )
         check_proposer(self.model, self.draft_model, self.ngram, self.mtp)
         # The SLOs pick the batch size that serves a target: without a target they would be ignored
         require(
             (self.tpot_slo_s is None and self.ttft_slo_s is None)
             or bool(self.target_tokens_per_s)
             or bool(self.target_requests_per_s),
-            "tpot_slo" if self.tpot_slo_s is not None else "ttft_slo",
+            "itl_slo" if self.tpot_slo_s is not None else "ttft_slo",
             "a latency target needs a throughput to serve",
             "add `target_rps` or `target_tokens_per_s` (or use serve-sim `itl_slo`/`ttft_slo` to find the rate)",
         )

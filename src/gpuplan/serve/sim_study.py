@@ -27,13 +27,20 @@ SLO_SEARCH_STEPS = 30
 def parse_rates(text: str | None) -> list[float]:
     """Poisson rates in requests per second: ``4`` or ``1,2,4,8`` (empty: none); ``inf`` (as vLLM
     spells it) is a burst, every request at t = 0, returned as ``math.inf``."""
-    rates = []
-    for part in (text or "").split(","):
+    rates: list[float] = []
+    text = text or ""
+    if not text.strip():
+        return rates
+    for part in text.split(","):
         if part.strip().lower() == "inf":
             rates.append(math.inf)
-        elif part.strip():
+        elif not part.strip():
+            raise GpuplanError("rate", f"has an empty item in {text!r}", "write e.g. 4 or 1,2,4,8")
+        else:
             try:
-                rates.append(inputs.finite(part, "rate", lo=0, lo_open=True, hi=1e6, fix="write e.g. 4 or 1,2,4,8"))
+                # at least one request a million seconds (11.6 days): slower, the arrival times
+                # outgrow the float precision of the simulated clock
+                rates.append(inputs.finite(part, "rate", lo=1e-6, hi=1e6, fix="write e.g. 4 or 1,2,4,8"))
             except GpuplanError as exc:
                 raise GpuplanError(
                     "rate",

@@ -9,7 +9,6 @@ wrong plan. The catalog's own files pass the same check (tests/test_gpu_file.py)
 from __future__ import annotations
 
 import difflib
-import math
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -47,22 +46,31 @@ FIELDS: dict[str, tuple[type, bool, str]] = {
 VENDORS = ("nvidia", "amd")
 
 
+# no GPU field comes near these (1e16 bytes is 10 PB of device memory; a million GPUs in a node):
+# a value beyond them is a typo that would otherwise overflow later arithmetic
+MAX_NUMBER = 1e16
+MAX_COUNT = 1_000_000
+
+
 def _positive(value: Any) -> bool:
     """A positive finite number: TOML also spells nan and inf, which no rate or size can be."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= MAX_NUMBER
 
 
 def _check(where: str, key: str, value: Any, kind: type) -> None:
     field = f"{where}: {key}"
     if kind is float:
         if not _positive(value):
-            raise GpuplanError(field, f"must be a positive number, got {value!r}", FIELDS[key][2])
+            raise GpuplanError(
+                field, f"must be a positive number, got {value!r}", f"{FIELDS[key][2]}; at most {MAX_NUMBER:g}"
+            )
     elif kind is int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key != "gpus_per_node" else 1):
+        low = 0 if key != "gpus_per_node" else 1
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_COUNT:
             raise GpuplanError(
                 field,
-                f"must be a {'positive' if key == 'gpus_per_node' else 'whole'} number, got {value!r}",
-                FIELDS[key][2],
+                f"must be a {'positive' if low else 'whole'} number, got {value!r}",
+                f"{FIELDS[key][2]}; at most {MAX_COUNT:,}",
             )
     elif not isinstance(value, kind):
         raise GpuplanError(field, f"must be a {'table' if kind is dict else 'string'}, got {value!r}", FIELDS[key][2])

@@ -34,12 +34,20 @@ class Layout:
         return tuple(sum(self.layers[r::pp]) for r in range(pp))
 
 
+MAX_REPEAT = 10_000  # layers: no model has more
+
+
 @functools.lru_cache(maxsize=256)
 def parse(text: str) -> Layout:
     """The virtual stages of a Megatron-Core layout string (its parse_str_to_list, then the
     checks of validate_layer_layout that do not need the model: the embedding first and the loss
     last, once each, MTP layers after every decoder layer and all in one stage)."""
     s = text.replace(",", "").replace(" ", "")
+    big = [int(n) for n in re.findall(r"\*(\d+)", s) if len(n) > 5 or int(n) > MAX_REPEAT]
+    if big:
+        raise GpuplanError(
+            FIELD, f"repeat count {big[0]} in {text!r} is larger than any model", f"repeat at most {MAX_REPEAT:,} times"
+        )
     for pattern in (r"\(([^()]+)\)\*(\d+)", r"(.)\*(\d+)"):  # groups, then single characters
         s = re.sub(pattern, lambda g: g.group(1) * int(g.group(2)), s)
     bad = sorted(set(s) - set(_KINDS) - {"|"})

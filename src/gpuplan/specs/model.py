@@ -31,6 +31,9 @@ class LayerKind(NamedTuple):
     linear: bool = False
 
 
+MAX_LAYERS = 10_000  # transformer layers a ModelSpec may have (__post_init__)
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
@@ -165,6 +168,14 @@ class ModelSpec:
                 f"must be a positive integer, got {value!r}",
                 f"fix {key} in {self.name}'s config.json",
             )
+        # every plan walks the layers one by one: a count far beyond any model (the largest have
+        # ~200) is a typo that would take hours, not a model
+        require(
+            self.num_layers <= MAX_LAYERS,
+            "num_hidden_layers",
+            f"{self.num_layers:,} layers is more than any model has",
+            f"fix num_hidden_layers in {self.name}'s config.json (at most {MAX_LAYERS:,})",
+        )
         require(
             self.num_heads % self.num_kv_heads == 0,
             "num_key_value_heads",

@@ -29,8 +29,10 @@ def calibrate(
     from gpuplan.cli.render_runs import calibration_dict, render_calibration
     from gpuplan.estimate.calibrate import calibrate_runs
     from gpuplan.estimate.profile import write_profile
+    from gpuplan.inputs import output_path
     from gpuplan.runs.readers import read_runs
 
+    out = output_path(out, "out", suffixes=(".toml",))  # before the fit: an unwritable path fails first
     cal = calibrate_runs(read_runs(runs, run_format, against), leave_one_out=loo)
     if out:
         write_profile(cal, out)

@@ -344,6 +344,22 @@ def train(
         cross_entropy_in_place=cross_entropy_in_place,
         expandable_segments=expandable_segments,
     )
+    if offload is None:
+        # the offload model's own flags mean nothing without it: refuse rather than drop them
+        given = {
+            "offload_device": offload_device != "cpu",
+            "delayed_update": delayed_update,
+            "cpu_memory": cpu_memory is not None,
+            "disk": disk is not None,
+            "pcie_gbps": pcie_gbps is not None,
+            "disk_gbps": disk_gbps is not None,
+            "host": host is not None,
+        }
+        stray = [k for k, v in given.items() if v]
+        if stray:
+            raise GpuplanError(
+                stray[0], "applies to offloaded training only", "add `offload` (e.g. optimizer) or drop the flag"
+            )
     if offload is not None:  # the offload model (estimate/offload.py) answers instead
         from gpuplan.cli.offload import host_from_flags, render_train_offload
         from gpuplan.estimate.offload import OffloadTrainRequest, check_fits, estimate_offload_training, to_dict as od

@@ -137,7 +137,7 @@ def load_hf_config(path: str | Path) -> ModelSpec:
         path = path / "config.json"
     if not path.exists():
         raise GpuplanError("model", f"no such file {str(path)!r}", "pass a catalog id or a config.json path")
-    from gpuplan.inputs import read_text
+    from gpuplan.inputs import read_text, too_deep
 
     def no_constant(token: str) -> NoReturn:  # NaN, Infinity: not JSON, and no size a model can have
         raise ValueError(f"{token} is not a number JSON allows")
@@ -149,4 +149,14 @@ def load_hf_config(path: str | Path) -> ModelSpec:
         raise GpuplanError(
             str(path), f"is not valid JSON ({exc})", "pass a complete Hugging Face config.json"
         ) from None
-    return model_from_hf_config(data, name=path.parent.name or path.stem, where=str(path))
+    except RecursionError:
+        raise too_deep("model", path) from None
+    # a folder's config.json is named by its folder (the Hub's layout), any other file by its stem
+    name = (path.parent.name or path.stem) if path.name == "config.json" else path.stem
+    try:
+        return model_from_hf_config(data, name=name, where=str(path))
+    except GpuplanError as exc:
+        if exc.field.startswith(str(path)):
+            raise
+        # the spec's own checks name a config.json key: say which file holds it
+        raise GpuplanError(f"{path}: {exc.field}", exc.message, exc.fix) from None
