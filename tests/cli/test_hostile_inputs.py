@@ -184,3 +184,10 @@ def test_a_calibration_profile_with_a_bad_gpu_list_or_value_names_the_file(tmp_p
     refused(
         capsys, ["train", "llama-3.2-1b", "--gpus", "8", "--calibration", str(prof)], f"{prof}: efficiency.sustained"
     )
+
+
+def test_the_default_replicas_for_a_small_loads_table_are_refused_in_the_users_totals(tmp_path, capsys):
+    loads = tmp_path / "loads.csv"
+    loads.write_text("\n".join(",".join(str(i + j) for j in range(8)) for i in range(4)) + "\n")
+    # the defaults are DeepSeek-V3's (288 slots on 32 GPUs of 4 nodes); 8 experts allow 8 per node
+    refused(capsys, ["experts", "--loads", str(loads)], "288 replicas of 8 experts", "at most 64 replicas")

@@ -261,6 +261,17 @@ def place(load, replicas: int, gpus: int, nodes: int = 1, groups: int = 1, polic
     require(replicas // gpus >= 1, "replicas", "every GPU needs at least one slot")
     per_gpu = replicas // gpus
     hier = policy == "hierarchical" and nodes > 1
+    # an expert has at most one copy per GPU (of its node, when groups stay on their node): said
+    # here in the user's totals, before the per-node split would say it in the node's
+    most = gpus // nodes if hier else gpus
+    require(
+        replicas <= n_exp * most,
+        "replicas",
+        f"{replicas} replicas of {n_exp} experts need more copies of an expert than the {most} GPUs "
+        + ("of a node " if hier else "")
+        + "that can hold them apart",
+        f"use at most {n_exp * most} replicas",
+    )
     if hier:
         require(groups >= 1 and n_exp % groups == 0, "groups", f"{groups} groups do not divide {n_exp} experts")
         require(
