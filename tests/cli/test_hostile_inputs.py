@@ -151,6 +151,10 @@ def test_a_gpu_file_with_sizes_beyond_any_gpu_is_refused(tmp_path, capsys):
         (["serve", "llama-3.2-1b", "--itl-slo", "50ms"], "itl_slo"),
         (["train", "llama-3.2-1b", "--gpus", "8", "--global-batch", "1e30"], "1e30 is more than"),
         (["train", "llama-3.2-1b", "--gpus", "8", "--moe-dispatcher", "deepep"], "no experts"),
+        (
+            ["train", "llama-3.2-1b", "--gpus", "8", "--recompute", "none", "--recompute-modules", "mlp"],
+            "recomputes nothing",
+        ),
     ],
 )
 def test_huge_empty_and_vanishing_values_are_refused(capsys, args, field):
@@ -191,3 +195,9 @@ def test_the_default_replicas_for_a_small_loads_table_are_refused_in_the_users_t
     loads.write_text("\n".join(",".join(str(i + j) for j in range(8)) for i in range(4)) + "\n")
     # the defaults are DeepSeek-V3's (288 slots on 32 GPUs of 4 nodes); 8 experts allow 8 per node
     refused(capsys, ["experts", "--loads", str(loads)], "288 replicas of 8 experts", "at most 64 replicas")
+
+
+def test_a_trace_of_another_format_names_the_format_flag(tmp_path, capsys):
+    philly = tmp_path / "philly.json"
+    philly.write_text('[{"jobid": "a", "user": "u"}]')
+    refused(capsys, ["cluster", "sim", "--trace", str(philly)], "no column", "--trace-format")

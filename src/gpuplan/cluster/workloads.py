@@ -112,8 +112,11 @@ def _numbered(rows: list[list[str]]) -> Iterator[tuple[int, list[str]]]:
 
 def _col(header: list[str], name: str, path: Path, field: str = "trace") -> int:
     if name not in header:
+        shown = ", ".join(repr(h[:30]) for h in header[:4]) + (", ..." if len(header) > 4 else "")
         raise GpuplanError(
-            field, f"{path} line 1: no column {name!r} in the header", f"expected columns like {header[:6]}"
+            field,
+            f"{path} line 1: no column {name!r} in the header (it starts {shown})",
+            f"pass a trace of that format, or name the file's format with {field_ref('trace_format')}",
         )
     return header.index(name)
 

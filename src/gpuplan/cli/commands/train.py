@@ -116,7 +116,9 @@ def train(
         typer.Option(help="Global batch: sequences (512) or tokens with a suffix (16M); default micro-batch x dp."),
     ] = None,
     tokens: Annotated[str | None, typer.Option(help="Training tokens, e.g. 2T, 15.6e12, 300B.")] = None,
-    recompute: Annotated[str, typer.Option(help="Activation recompute: none, selective, full.")] = "none",
+    recompute: Annotated[
+        str | None, typer.Option(help="Activation recompute: none (default), selective, full.")
+    ] = None,
     recompute_modules: RecomputeModulesOpt = None,
     precision: Annotated[
         str, typer.Option(help="bf16, fp16, fp32, fp8, or mxfp8/nvfp4 (Blackwell block-scaled GEMMs).")
@@ -316,7 +318,7 @@ def train(
         precision=precision,
         master_weights=master_weights,
         optimizer=optimizer,
-        recompute="selective" if recompute_modules and recompute == "none" else recompute,
+        recompute=recompute_level(recompute, recompute_modules),
         recompute_modules=parse_choices(recompute_modules, "recompute_modules") or (),
         attention=attention,
         attention_kernel=attention_kernel,
@@ -423,3 +425,17 @@ def _grad_fp32(grad_dtype: str | None) -> bool | None:
     if grad_dtype not in ("fp32", "bf16"):
         raise GpuplanError("grad_dtype", f"unknown gradient dtype {grad_dtype!r}", "use --grad-dtype fp32 or bf16")
     return grad_dtype == "fp32"
+
+
+def recompute_level(recompute: str | None, modules: str | None) -> str:
+    """``--recompute``, where ``--recompute-modules`` alone means selective recompute of those
+    modules; an explicit ``--recompute none`` beside them is a contradiction, not a choice."""
+    if not modules:
+        return recompute or "none"
+    if recompute == "none":
+        raise GpuplanError(
+            "recompute_modules",
+            "lists modules to recompute while `recompute=none` recomputes nothing",
+            "drop one of them (the modules alone mean selective recompute)",
+        )
+    return recompute or "selective"
