@@ -201,3 +201,21 @@ def test_a_trace_of_another_format_names_the_format_flag(tmp_path, capsys):
     philly = tmp_path / "philly.json"
     philly.write_text('[{"jobid": "a", "user": "u"}]')
     refused(capsys, ["cluster", "sim", "--trace", str(philly)], "no column", "--trace-format")
+
+
+def test_a_config_value_of_the_wrong_type_says_how_to_write_it(llama_config, capsys):
+    path = llama_config(hidden_size="64")
+    refused(capsys, ["train", path, "--gpus", "8"], "hidden_size: must be int", "no quotes")
+
+
+def test_a_host_file_and_a_gpu_file_name_themselves_in_their_errors(tmp_path, capsys):
+    from gpuplan.catalog import ROOT
+
+    host = tmp_path / "h.toml"
+    host.write_text("cpu_memory_gb = 0\ncpu_memory_gbps = 65\npcie_gbps = 25\ncpu_tflops = 1.0\n")
+    args = ["serve", "llama-3.2-1b", "--gpu", "rtx-4090", "--offload", "auto", "--host", str(host)]
+    refused(capsys, args, f"{host}: cpu_memory_gb")
+    gpu = tmp_path / "g.toml"
+    text = (ROOT / "gpus" / "h100-sxm.toml").read_text()
+    gpu.write_text(text.replace('efficiency = "h100-sxm"', 'efficiency = "nope"'))
+    refused(capsys, ["train", "llama-3.2-1b", "--gpus", "8", "--gpu", str(gpu)], f"{gpu}: efficiency")

@@ -63,7 +63,11 @@ def gpu(gpu_id: str) -> GPUSpec:
     if key not in entries:
         if gpu_id.endswith(".toml") or _names_a_file(gpu_id):
             data = read_gpu_file(gpu_id)
-            return GPUSpec.from_catalog(Path(gpu_id).stem, data, _gpu_efficiency(data))
+            try:
+                eff = _gpu_efficiency(data)
+            except GpuplanError as exc:  # its efficiency key names no family: say which file
+                raise GpuplanError(f"{gpu_id}: {exc.field}", exc.message, exc.fix) from None
+            return GPUSpec.from_catalog(Path(gpu_id).stem, data, eff)
         raise _unknown("gpu", gpu_id, list(entries), "run `gpuplan gpus` to list them, or pass a GPU TOML file")
     data = entries[key]
     return GPUSpec.from_catalog(key, data, _gpu_efficiency(data))

@@ -50,11 +50,13 @@ def load_host(name: str) -> HostSpec:
         raise GpuplanError("host", f"{name} lacks {', '.join(missing)}", "add them (GB, GB/s and TFLOP/s)")
     for key in (*NUMBERS, "pcie_shared_by"):
         value = data.get(key)
+        low = 0 if key.startswith("disk") else 1e-9  # a host without a disk is fine; without memory not
         if value is not None and (
-            isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1e9
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= 1e9
         ):
             unit = NUMBERS.get(key, "GPUs sharing a link")
-            raise GpuplanError(f"{name}: {key}", f"must be a number from 0 up ({unit}), got {value!r}", "fix the file")
+            what = "from 0 up" if low == 0 else "above 0"
+            raise GpuplanError(f"{name}: {key}", f"must be a number {what} ({unit}), got {value!r}", "fix the file")
     return HostSpec.from_catalog({"name": path.stem, "source": str(path), **data})
 
 

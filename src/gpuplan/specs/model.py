@@ -205,7 +205,12 @@ class ModelSpec:
                 "num_experts_per_tok",
                 f"must be between 1 and num_experts={self.num_experts}, got {self.experts_per_token}",
             )
-            require(self.moe_ffn_size > 0, "moe_intermediate_size", "must be positive for an MoE model")
+            require(
+                self.moe_ffn_size > 0,
+                "moe_intermediate_size",
+                "must be positive for an MoE model",
+                "give each expert's MLP width (the model's Hugging Face config has it)",
+            )
             require(
                 0 <= self.first_dense_layers <= self.num_layers,
                 "first_k_dense_replace",

@@ -39,7 +39,13 @@ class Config:
         else:
             ok = isinstance(value, kind)
         if not ok:
-            raise GpuplanError(f"{self.where}: {keys[0]}", f"must be {kind.__name__}, got {value!r}")
+            fix = {
+                int: "write a whole JSON number, e.g. 4096 (no quotes)",
+                float: "write a JSON number, e.g. 1e-05 (no quotes)",
+                bool: "write true or false (no quotes)",
+                str: 'write a JSON string, e.g. "silu"',
+            }.get(kind, "fix the value in config.json")
+            raise GpuplanError(f"{self.where}: {keys[0]}", f"must be {kind.__name__}, got {value!r}", fix)
         # Sizes, counts and rates in a config are never negative (nor astronomically large)
         if kind in (int, float) and not (0 <= value <= 1e12):
             raise GpuplanError(
