@@ -151,6 +151,7 @@ def test_a_gpu_file_with_sizes_beyond_any_gpu_is_refused(tmp_path, capsys):
         (["serve", "llama-3.2-1b", "--itl-slo", "50ms"], "itl_slo"),
         (["train", "llama-3.2-1b", "--gpus", "8", "--global-batch", "1e30"], "1e30 is more than"),
         (["train", "llama-3.2-1b", "--gpus", "8", "--moe-dispatcher", "deepep"], "no experts"),
+        (["serve-sim", "llama-3.2-1b", "--requests", "50", "--rate", "2", "--input-len", "2048.5"], "whole number"),
         (
             ["train", "llama-3.2-1b", "--gpus", "8", "--recompute", "none", "--recompute-modules", "mlp"],
             "recomputes nothing",

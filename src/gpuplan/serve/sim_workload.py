@@ -44,6 +44,13 @@ class Lengths:
             "write 2048, 512-4096 or exp:512",
         )
         require(out.max <= 1e8, field, f"{text!r} is longer than any model's context", "use at most 100M tokens")
+        # token counts are whole (an exponential's mean may be any number)
+        require(
+            out.kind == "exp" or (out.a.is_integer() and out.b.is_integer()),
+            field,
+            f"{text!r} is not a whole number of tokens",
+            "write 2048, 512-4096 or exp:512",
+        )
         return out
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
