@@ -110,3 +110,20 @@ def test_torchtitans_per_op_sac_runs_the_all_gathers_again_but_not_the_reduce_sc
     none, sac = tp("none"), tp("selective")
     assert sac["reduce-scatter"] == none["reduce-scatter"]
     assert sac["all-gather"] == 1.5 * none["all-gather"]
+
+
+def test_a_paired_exchange_hidden_behind_its_partner_is_never_negative_time():
+    # with no exchange, or one shorter than every phase's compute, every phase is its compute and
+    # the exposure is 0 but for rounding, which must not make it a negative time (-1e-16 s)
+    import random
+
+    from gpuplan.estimate.compute import OpTimes
+    from gpuplan.estimate.layer_comm import paired_exposure
+
+    rng = random.Random(0)
+    for _ in range(2000):
+        f, bi, bw = (rng.uniform(1e-5, 1e-2) for _ in range(3))
+        ops = OpTimes(fwd=f, bwd_input=bi, bwd_weight=bw, modules={"moe": rng.uniform(0, f)})
+        tiny = rng.uniform(0, 1e-9)
+        assert paired_exposure(ops, tiny, tiny) >= 0.0
+        assert 0.0 <= paired_exposure(ops, 0.0, 0.0) < 1e-15

@@ -394,7 +394,8 @@ def paired_exposure(ops: OpTimes, t_dispatch: float, t_combine: float) -> float:
         + max(mlp_f, t_combine)  # the dispatch's backward moves a combine's bytes
         + max(t_combine, pre_b)
     )
-    return phases - (f + b)
+    # every phase is at least its compute, so this is >= 0 but for rounding (-1e-16 s)
+    return max(0.0, phases - (f + b))
 
 
 def overlap_contention(comm: dict[str, CommLine], gpu: GPUSpec) -> float:
