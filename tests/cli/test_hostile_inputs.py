@@ -220,3 +220,18 @@ def test_a_host_file_and_a_gpu_file_name_themselves_in_their_errors(tmp_path, ca
     text = (ROOT / "gpus" / "h100-sxm.toml").read_text()
     gpu.write_text(text.replace('efficiency = "h100-sxm"', 'efficiency = "nope"'))
     refused(capsys, ["train", "llama-3.2-1b", "--gpus", "8", "--gpu", str(gpu)], f"{gpu}: efficiency")
+
+
+@pytest.mark.parametrize(
+    "args, fix",
+    [
+        # the fix search offered fp8 weights, which an A100 cannot run, and failed on it (exit 2)
+        (["serve", "llama-3.1-70b", "--gpu", "a100-sxm-80gb", "--tp", "1"], "--weights int8"),
+        # the smallest fitting plan tried selective recompute, which the hf profile lacks
+        (["train", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "8", "--framework", "hf"], "checked: it fits"),
+    ],
+)
+def test_a_plan_that_does_not_fit_gets_a_fix_the_gpu_and_framework_can_run(capsys, args, fix):
+    code, _, err = run(args, capsys)
+    assert code == 3, err
+    assert fix in err and "Traceback" not in err, err

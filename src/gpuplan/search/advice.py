@@ -12,6 +12,7 @@ from gpuplan.estimate.memory import estimate_memory
 from gpuplan.search.constraints import Constraints
 from gpuplan.search.space import RECOMPUTE_ORDER, SCHEDULE_ORDER, feasible_plans, valid_layouts
 from gpuplan.specs import schedules
+from gpuplan.specs.framework import get as get_framework
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
@@ -118,8 +119,11 @@ def smallest_fitting_plan(
     """The plan with the fewest GPUs (``gpus`` times a factor) that fits, lightest memory savers
     first (recompute, then ZeRO stage, then the smallest tp x pp); its memory is checked again
     with the full estimate, so what is suggested really fits. None: nothing up to 128x fits."""
+    # only the recompute levels the framework profile has (hf: none or full): a level it lacks
+    # would be refused by the config, not counted as an infeasible plan
+    recomputes = [r for r in RECOMPUTE_ORDER if r in get_framework(base.framework).recompute]
     for k in factors:
-        fit = feasible_plans(m, gpu, gpus * k, base, (1,), (0, 1, 2, 3), list(RECOMPUTE_ORDER), 1, Counter())
+        fit = feasible_plans(m, gpu, gpus * k, base, (1,), (0, 1, 2, 3), recomputes, 1, Counter())
         order = sorted(
             range(len(fit.layout)),
             key=lambda i: (

@@ -201,7 +201,10 @@ def _smallest_fix(req: ServeRequest, cfg: ServeConfig) -> str:
     fixes = [fraction] if fraction else []
     sizes: list[float] = []
     for fmt in dict.fromkeys((req.weights, "fp8", "int8", "int4-awq")):
-        bits = weight_format(fmt, gpu).bits
+        try:
+            bits = weight_format(fmt, gpu).bits
+        except GpuplanError:  # a format this GPU cannot run (fp8 on an A100) is no fix to offer
+            continue
         if any(abs(bits - b) < 0.5 for b in sizes):  # int8 after fp8: the same bytes, the same GPUs
             continue
         sizes.append(bits)
