@@ -34,6 +34,13 @@ class GpuplanError(ValueError):
             text += f"; {fix}"
         super().__init__(text)
 
+    def located(self, where: str) -> GpuplanError:
+        """The same error with ``where`` (the file or run that holds the field) before its field,
+        unless the field names it already."""
+        if self.field.startswith(where):
+            return self
+        return type(self)(f"{where}: {self.field}", self.message, self.fix)
+
 
 class DoesNotFit(GpuplanError):
     """The request is valid but the plan does not fit in GPU memory (exit code 3, not 2): a script

@@ -100,6 +100,8 @@ def test_a_telemetry_step_beyond_any_step_is_refused(tmp_path, capsys):
     refused(capsys, ["compare", str(log)], "step_s")
     log.write_text(json.dumps({"type": "step", "step_s": 1.0, "peak_memory_bytes": -1, "memory_kind": "cuda"}) + "\n")
     refused(capsys, ["compare", str(log)], "peak_memory_bytes")
+    log.write_text(json.dumps({"type": "step", "step_s": 1.0, "tokens": "abc"}) + "\n")  # checked before use
+    refused(capsys, ["compare", str(log)], "tokens must be a count")
 
 
 def test_a_host_file_with_a_word_for_a_number_names_the_key(tmp_path, capsys):

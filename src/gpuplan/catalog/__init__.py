@@ -66,7 +66,7 @@ def gpu(gpu_id: str) -> GPUSpec:
             try:
                 eff = _gpu_efficiency(data)
             except GpuplanError as exc:  # its efficiency key names no family: say which file
-                raise GpuplanError(f"{gpu_id}: {exc.field}", exc.message, exc.fix) from None
+                raise exc.located(gpu_id) from None
             return GPUSpec.from_catalog(Path(gpu_id).stem, data, eff)
         raise _unknown("gpu", gpu_id, list(entries), "run `gpuplan gpus` to list them, or pass a GPU TOML file")
     data = entries[key]

@@ -32,6 +32,18 @@ def host_for_gpu(gpu_id: str) -> HostSpec:
     return host(next(k for k, d in entries.items() if d.get("default")))
 
 
+# the numeric keys of a host file and their units
+NUMBERS = {
+    "cpu_memory_gb": "GB",
+    "cpu_memory_gbps": "GB/s",
+    "pcie_gbps": "GB/s",
+    "cpu_tflops": "TFLOP/s",
+    "disk_gb": "GB",
+    "disk_read_gbps": "GB/s",
+    "disk_write_gbps": "GB/s",
+}
+
+
 def load_host(name: str) -> HostSpec:
     """A catalog host id (``pcie5-server``) or a path to a hardware file in the catalog's TOML
     layout (cpu_memory_gb, cpu_memory_gbps, pcie_gbps, cpu_tflops; optional pcie_shared_by,
@@ -50,23 +62,12 @@ def load_host(name: str) -> HostSpec:
         raise GpuplanError("host", f"{name} lacks {', '.join(missing)}", "add them (GB, GB/s and TFLOP/s)")
     for key in (*NUMBERS, "pcie_shared_by"):
         value = data.get(key)
-        low = 0 if key.startswith("disk") else 1e-9  # a host without a disk is fine; without memory not
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= 1e9
-        ):
+        if value is None:
+            continue
+        zero_ok = key.startswith("disk")  # a host without a disk is fine; without memory not
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or not (0 <= value if zero_ok else 0 < value) or not value <= 1e9:
             unit = NUMBERS.get(key, "GPUs sharing a link")
-            what = "from 0 up" if low == 0 else "above 0"
+            what = "from 0 up" if zero_ok else "above 0"
             raise GpuplanError(f"{name}: {key}", f"must be a number {what} ({unit}), got {value!r}", "fix the file")
     return HostSpec.from_catalog({"name": path.stem, "source": str(path), **data})
-
-
-# the numeric keys of a host file and their units
-NUMBERS = {
-    "cpu_memory_gb": "GB",
-    "cpu_memory_gbps": "GB/s",
-    "pcie_gbps": "GB/s",
-    "cpu_tflops": "TFLOP/s",
-    "disk_gb": "GB",
-    "disk_read_gbps": "GB/s",
-    "disk_write_gbps": "GB/s",
-}

@@ -305,7 +305,7 @@ def resolve_runs(runs: list[Run]) -> list[Resolved]:
         try:
             out.append(run.plan.resolve())
         except GpuplanError as exc:
-            raise GpuplanError(f"{run.source}: {exc.field}", exc.message, exc.fix) from None
+            raise exc.located(run.source) from None
     return out
 
 

@@ -70,13 +70,13 @@ def read_telemetry(path: str | Path, text: str | None = None) -> Run:
             stall = rec.get("checkpoint_stall_s", 0.0) or 0.0
             if not isinstance(stall, int | float) or not 0 <= stall < math.inf:
                 raise err(path, n, f"checkpoint_stall_s must be seconds >= 0, got {stall!r}")
-            steps.append(max(step_s - stall, 0.0))
-            if rec.get("tokens") and step_s - stall > 0:
-                tps.append(float(rec["tokens"]) / (step_s - stall))
             for key in ("tokens", "peak_allocated_bytes", "peak_memory_bytes", "peak_reserved_bytes"):
                 v = rec.get(key)
                 if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < 1e18):
                     raise err(path, n, f"{key} must be a count from 0 up, got {v!r}")
+            steps.append(max(step_s - stall, 0.0))
+            if rec.get("tokens") and step_s - stall > 0:
+                tps.append(float(rec["tokens"]) / (step_s - stall))
             if rec.get("peak_allocated_bytes") is not None:
                 alloc.append(float(rec["peak_allocated_bytes"]))
             elif rec.get("memory_kind") == "cuda" and rec.get("peak_memory_bytes") is not None:

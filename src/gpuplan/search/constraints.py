@@ -90,11 +90,9 @@ def parse_choices(text: str | None, field: str, kind: type = str) -> tuple | Non
         values = tuple(kind(x) for x in items)
     except ValueError:
         raise GpuplanError(field, f"cannot read {text!r}", fix) from None
-    if kind is int:
-        big = [v for v in values if abs(v) > MAX_CHOICE]
-        require(
-            not big, field, f"{big[0] if big else 0} is larger than any plan uses", f"use values up to {MAX_CHOICE:,}"
-        )
+    big = [v for v in values if kind is int and abs(v) > MAX_CHOICE]
+    if big:
+        raise GpuplanError(field, f"{big[0]} is larger than any plan uses", f"use values up to {MAX_CHOICE:,}")
     return values
 
 

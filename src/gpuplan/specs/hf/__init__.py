@@ -155,8 +155,5 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     name = (path.parent.name or path.stem) if path.name == "config.json" else path.stem
     try:
         return model_from_hf_config(data, name=name, where=str(path))
-    except GpuplanError as exc:
-        if exc.field.startswith(str(path)):
-            raise
-        # the spec's own checks name a config.json key: say which file holds it
-        raise GpuplanError(f"{path}: {exc.field}", exc.message, exc.fix) from None
+    except GpuplanError as exc:  # the spec's own checks name a config.json key: say which file holds it
+        raise exc.located(str(path)) from None
