@@ -7,7 +7,7 @@ from cli_runner import run
 from gpuplan.serve.validate_held_out import load_rows
 
 
-def test_validate_serving_held_out_reports_every_row(capsys):
+def test_validate_serving_held_out_reports_every_row(capsys, held_out_once):
     code, out, _ = run(["validate", "serving-held-out", "--json"], capsys)
     assert code == 0
     doc = json.loads(out)
@@ -22,7 +22,7 @@ def test_validate_serving_held_out_reports_every_row(capsys):
     assert code == 0 and "median |error|" in out and "poisson ttft_ms" in out
 
 
-def test_a_row_is_predicted_as_serve_prints_it(capsys):
+def test_a_row_is_predicted_as_serve_prints_it(capsys, held_out_once):
     code, out, _ = run(["validate", "serving-held-out", "--json"], capsys)
     row = next(r for r in json.loads(out)["rows"] if r["id"] == "nim18-70b-h100-tp2-5000-500-c250-ttft")
     args = [

@@ -1,6 +1,7 @@
 """The config.json normaliser against transformers on the meta device: small configs that keep each
 family's real keys and quirks (the catalog's real-size entries are checked in test_params.py)."""
 
+import numpy as np
 import pytest
 from test_params import build_on_meta, text_config
 
@@ -491,6 +492,7 @@ def test_unsupported_model_type_lists_families_and_nested_configs():
 def test_chunked_attention_mean_context_counts_the_keys_of_the_own_chunk(seq, chunk, causal):
     from gpuplan.estimate.flops import mean_context
 
-    # brute force over the mask: key j is visible to query i when both lie in one chunk (and j <= i)
-    seen = sum(sum(1 for j in range(seq) if j // chunk == i // chunk and (j <= i or not causal)) for i in range(seq))
+    # brute force over the whole mask: key j is visible to query i when both lie in one chunk (and j <= i)
+    i, j = np.arange(seq)[:, None], np.arange(seq)[None, :]
+    seen = np.count_nonzero((i // chunk == j // chunk) & ((j <= i) | (not causal)))
     assert mean_context(seq, chunk, causal, chunked=True) == pytest.approx(seen / seq)

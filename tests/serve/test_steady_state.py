@@ -59,3 +59,43 @@ def test_long_prompts_wait_longer_for_their_first_token_as_clients_are_added():
     ]
     assert ttft == sorted(ttft)
     assert ttft[-1] > 1.7 * ttft[0]
+
+
+def _closed_loop(model: str, gpu: str, concurrency: int, **kw) -> object:
+    return estimate_serving(
+        ServeRequest(
+            catalog.model(model),
+            catalog.gpu(gpu),
+            input_len=2048,
+            output_len=256,
+            concurrency=concurrency,
+            config=ServeConfig(max_batched_tokens=8192),
+            **kw,
+        )
+    ).point
+
+
+@pytest.mark.parametrize("model", ["llama-3.1-8b", "deepseek-v2-lite", "qwen3-30b-a3b"])
+def test_a_lone_clients_throughput_is_one_request_per_its_own_latency(model):
+    # Little's law for one client (an oracle outside the model): it sends its next request when the
+    # last one ends, so output tokens/s = output / (TTFT + (output - 1) x TPOT). A prompt smeared
+    # over every decode step made a many-expert MoE read the experts of ~9 rows a step (x2 time).
+    p = _closed_loop(model, "h200", 1)
+    assert p.output_tokens_per_s == pytest.approx(256 / (p.ttft_s + 255 * p.tpot_s), rel=0.03)
+
+
+def test_clients_beyond_what_the_token_budget_keeps_prefilled_wait_in_the_queue():
+    # 8192 tokens an iteration keep 8192 / (1 + 2048/256) = 910 sequences' successors prefilled; a
+    # 1B model's KV pool on an H200 holds more, so the budget decides who runs and the rest queue
+    p = estimate_serving(
+        ServeRequest(
+            catalog.model("llama-3.2-1b"),
+            catalog.gpu("h200"),
+            input_len=4096,
+            output_len=64,
+            concurrency=400,
+            config=ServeConfig(max_batched_tokens=8192),
+        )
+    ).point
+    assert (p.running, p.queued) == (126, 274)  # 8192 / (1 + 64) = 126.03
+    assert p.queue_wait_s == pytest.approx(274 / (p.output_tokens_per_s / 64))

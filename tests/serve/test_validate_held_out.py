@@ -8,7 +8,7 @@ import csv
 import pytest
 
 from gpuplan.serve.validate import CSV as SHARED
-from gpuplan.serve.validate_held_out import CSV, METRICS, load_rows, summary, validate_held_out
+from gpuplan.serve.validate_held_out import CSV, METRICS, load_rows, summary
 
 
 def _raw():
@@ -52,12 +52,12 @@ def test_no_row_repeats_the_shared_validation_set():
         ]
 
 
-def test_no_configuration_an_engine_ran_is_refused():
-    refused = [c.row.id for c in validate_held_out() if c.predicted is None]
+def test_no_configuration_an_engine_ran_is_refused(held_out_checks):
+    refused = [c.row.id for c in held_out_checks if c.predicted is None]
     assert refused == []
 
 
-def test_errors_stay_within_what_was_last_measured():
+def test_errors_stay_within_what_was_last_measured(held_out_checks):
     # regression guard, not the target: 10.8% median, 51.3% p90, 110% max when added (54 rows);
     # 8.1%, 42.9%, 159% once the all-reduce and NVFP4 fixes landed (issue 18); 7.4%, 34.6%, 65%
     # once the TensorRT-LLM v0.5/v0.6.1 rows ran under the trtllm-0.6 profile (their Llama-2-70B
@@ -106,12 +106,18 @@ def test_errors_stay_within_what_was_last_measured():
     # rows' median, 7.23% -> 7.34%; all-row median and p90 unchanged. Blackwell's multi-GPU fraction
     # as its published slowest-GPU clock less what Hopper runs lose beyond theirs (0.81 -> 0.75):
     # TRT-LLM v0.19's B200 TP2/TP4 rows +33%/+42% -> +28%/+38%; the steady rows' p90 31.8% -> 30.1%
-    s = summary(validate_held_out())
-    assert s["median_abs_error"] <= 0.156
+    # Prompts prefilled in lumps of one prompt, not smeared over every decode step (a lone client's
+    # throughput now agrees with its own TTFT and TPOT, test_steady_state): all rows' median
+    # 15.5% -> 14.5%, the steady rows' p90 30.1% -> 27.8%, the shared rows' median 5.0% -> 4.5%;
+    # the steady rows' median 7.3% -> 8.0%: NIM's 70B ITL at 50-250 clients 2-7% slow -> 4-9% (a
+    # decode step alone cannot use the compute a smeared prompt lent it) and TRT-LLM's 70B TP2
+    # 128/2048 -9% -> +10% (half the steps now stay under the 256-row GEMM tile edge)
+    s = summary(held_out_checks)
+    assert s["median_abs_error"] <= 0.146
     assert s["p90_abs_error"] <= 0.57
     assert s["max_abs_error"] <= 3.6
     steady = s["by_load"]["steady"]  # the analytic model's rows (the issue's 8% median target is missed since)
-    assert steady["median_abs_error"] <= 0.074 and steady["p90_abs_error"] <= 0.32 and steady["max_abs_error"] <= 0.66
+    assert steady["median_abs_error"] <= 0.081 and steady["p90_abs_error"] <= 0.28 and steady["max_abs_error"] <= 0.66
     assert s["by_engine"]["trtllm-0.6"]["max_abs_error"] <= 0.16
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -21,10 +22,10 @@ THROUGHPUT = ("output_tokens_per_s", "output_tokens_per_s_per_gpu")
 LATENCY = ("ttft_ms", "itl_ms", "mean_itl_ms", "e2e_latency_ms")  # per request, as the benchmarks print them
 
 
-def compute() -> dict[str, dict[str, Any]]:
+def compute(held_out: Iterable[Any] | None = None) -> dict[str, dict[str, Any]]:
     """Per engine: rows, median and p90 |error|, and the mean signed error of the throughput rows
     and of the per-request latency rows (``LATENCY``: TTFT, TPOT, end-to-end; positive: predicted
-    slower than measured)."""
+    slower than measured). ``held_out``: ``validate_held_out()``'s checks, when already run."""
     from gpuplan.serve.validate import validate_serving
     from gpuplan.serve.validate_held_out import percentile, validate_held_out
 
@@ -32,7 +33,7 @@ def compute() -> dict[str, dict[str, Any]]:
     for c in validate_serving():
         engine = c.row.request.config.engine
         errors.setdefault(engine, []).append((c.row.metric, c.error))
-    for h in validate_held_out():
+    for h in validate_held_out() if held_out is None else held_out:
         if h.error is not None:
             errors.setdefault(h.row.engine, []).append((h.row.metric, h.error))
     out = {}

@@ -3,10 +3,12 @@
 Steady state of continuous batching with ``C`` sequences (a mean-field model of what serve-sim
 simulates request by request): every iteration each decoding sequence adds one token and, to keep
 ``C`` in flight, prompts of new sequences are prefilled at the rate sequences finish, i.e. D x
-input/output prompt tokens per iteration for D decoding sequences (less the prefix-cache hits).
-The batched-token budget caps D at budget x output / (input + output). Output tokens/s = D / t_iter;
-the inter-token latency a user sees (TPOT) is an iteration with the other sequences' prefill
-chunks; TTFT is the prompt's own prefill in chunks beside D - 1 decodes, plus the wait behind the
+input/output prompt tokens per iteration for D decoding sequences (less the prefix-cache hits),
+in lumps of one prompt (or one budget's chunk of it): a share of the iterations carries a prompt
+and the rest decode alone, until every iteration carries prefill. The batched-token budget caps D
+at budget x output / (input + output); clients beyond it wait in the queue. Output tokens/s =
+D / mean t_iter; the inter-token latency a user sees (TPOT) is the mean iteration with the other
+sequences' prompts; TTFT is the prompt's own prefill in chunks beside D - 1 decodes, plus the wait behind the
 prefills of requests that arrived just before it (``prefill_wait``). Max-throughput mode
 reserves every sequence's full input + output length up front, as TensorRT-LLM's default
 GUARANTEED_NO_EVICT scheduler does. An engine that runs prefills apart from decodes (SGLang)
@@ -60,9 +62,15 @@ def steady_state(
     fresh = input_len * (1 - hit)  # prompt tokens the prefix cache does not cover
     per_token_prefill = fresh / output_len  # prompt tokens to prefill per output token
     budget = cfg.max_batched_tokens
-    d = min(float(concurrency), budget / (1 + per_token_prefill))
+    cap = budget / (1 + per_token_prefill)  # decodes whose successors' prompts the budget keeps up with
     if cfg.max_num_seqs:
-        d = min(d, cfg.max_num_seqs)
+        cap = min(cap, cfg.max_num_seqs)
+    running = max(1, math.floor(cap))
+    if concurrency > running:
+        # Beyond the budget the prompts fall behind: the engine runs `running` sequences and the
+        # other clients wait for prefill in its queue, as beyond the KV pool (closed_loop).
+        return closed_loop(steady_state(sm, cfg, running, input_len, output_len, hit), concurrency, output_len)
+    d = min(float(concurrency), cap)
     ctx = input_len + output_len / 2
     pctx = input_len * hit + fresh / 2
 
@@ -75,24 +83,40 @@ def steady_state(
             prefill_seqs=prefill / max(fresh, 1),
         )
 
-    full = mixed(d, d * per_token_prefill)
-    seen = mixed(d, (d - 1) * per_token_prefill) if d > 1 else sm.decode_step(d, ctx)
     alone = sm.decode_step(d, ctx).seconds
     # TTFT: the prompt in chunks of what the budget leaves beside the other sequences' decodes
     chunk = max(cfg.block_size, budget - math.ceil(d - 1))
+    # The prompts come in lumps, not smeared over every iteration: an engine prefills a waiting
+    # prompt in the next iteration, whole or in chunks of the budget, and the iterations between
+    # carry decodes alone. Smeared, each decode step of a many-expert MoE would read the experts
+    # of ~input/output extra rows (DeepSeek-V2-Lite at concurrency 1, 2048/256: 37 of 64 experts
+    # a step instead of 6), twice its real time. `lumped` is the mean iteration time when a share
+    # of iterations carries `per_iteration` prompt tokens in lumps of at most one prompt's chunk;
+    # once every iteration carries prefill (the share reaches 1) it is the smeared iteration.
+    lump = min(float(chunk), max(fresh, 1.0))
+
+    def lumped(decoding: float, per_iteration: float) -> float:
+        share = min(1.0, per_iteration / lump)
+        if share <= 0:
+            return alone
+        return share * mixed(decoding, per_iteration / share).seconds + (1 - share) * alone
+
+    full_s = lumped(d, d * per_token_prefill)
+    # the gap between a sequence's tokens: the iterations that carry the other sequences' prompts
+    seen_s = lumped(d, (d - 1) * per_token_prefill) if d > 1 else alone
     ttft = _prefill_s(sm, fresh, input_len * hit, chunk, d - 1, ctx)
-    completions = d / full.seconds / output_len  # requests/s: the closed loop's arrival rate
+    completions = d / full_s / output_len  # requests/s: the closed loop's arrival rate
     packed = max(1, math.floor(chunk / max(fresh, 1)))  # prompts one iteration's budget prefills
     wait = prefill_wait(completions * (concurrency - 1) / concurrency, ttft, packed, concurrency - 1)
     return Point(
         concurrency=concurrency,
         decoding=d,
-        iteration_s=full.seconds,
-        tpot_s=seen.seconds,
+        iteration_s=full_s,
+        tpot_s=seen_s,
         ttft_s=ttft + wait,
-        output_tokens_per_s=d / full.seconds,
-        input_tokens_per_s=d * input_len / output_len / full.seconds,
-        decode_share=min(1.0, alone / full.seconds),
+        output_tokens_per_s=d / full_s,
+        input_tokens_per_s=d * input_len / output_len / full_s,
+        decode_share=min(1.0, alone / full_s),
     )
 
 
