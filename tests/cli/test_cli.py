@@ -679,6 +679,12 @@ def test_a_plan_that_does_not_fit_exits_3_in_train_serve_and_search_alike(args, 
     code, _, err = run(args, capsys)
     assert code == 3
     assert err.startswith("error: ") and err.count("\n") == 1 and "try" in err or "use" in err
+    # under --json stdout holds one document saying so, for a script sweeping configurations
+    code, out, err = run([*args, "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 3 and doc["fits"] is False and err.count("\n") == 1
+    if "error" in doc:  # serve and search: no report, the error's parts (train prints its report)
+        assert doc["error"]["fix"] and doc["error"]["fix"] in err and doc["error"]["message"] in err
 
 
 def test_a_plan_over_only_by_the_allocator_reserve_is_a_warning_not_a_refusal(capsys):

@@ -1,9 +1,13 @@
 """The steady-state model's queueing terms, checked against simulated queues."""
 
+import itertools
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from gpuplan import catalog
+from gpuplan.serve.engines import engine_config
 from gpuplan.serve.memory import ServeConfig
 from gpuplan.serve.plan import ServeRequest, estimate_serving
 from gpuplan.serve.steady_state import prefill_wait
@@ -99,3 +103,18 @@ def test_clients_beyond_what_the_token_budget_keeps_prefilled_wait_in_the_queue(
     ).point
     assert (p.running, p.queued) == (126, 274)  # 8192 / (1 + 64) = 126.03
     assert p.queue_wait_s == pytest.approx(274 / (p.output_tokens_per_s / 64))
+
+
+@pytest.mark.parametrize(
+    "model, gpu", [("llama-3.2-1b", "h200"), ("llama-3.1-8b", "h100-sxm"), ("qwen3-30b-a3b", "h100-sxm")]
+)
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+def test_the_clients_of_a_closed_loop_are_its_throughput_times_their_latency(model, gpu, engine):
+    # Little's law on the whole loop (each client waits for its first token, then decodes): N =
+    # X x (TTFT + (output - 1) x TPOT). Long prompts with short outputs at many clients broke it by
+    # 2x when every client was counted as decoding while prompts queued for prefill.
+    g = catalog.gpu(gpu)
+    for (i, o), n in itertools.product([(512, 2048), (2048, 256), (4096, 64), (16000, 50)], [1, 8, 126, 400]):
+        req = ServeRequest(catalog.model(model), g, input_len=i, output_len=o, concurrency=n)
+        p = estimate_serving(replace(req, config=engine_config(engine, g))).point
+        assert n == pytest.approx(p.output_tokens_per_s / o * (p.ttft_s + (o - 1) * p.tpot_s), rel=0.04), (i, o, n)

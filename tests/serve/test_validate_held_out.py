@@ -111,13 +111,15 @@ def test_errors_stay_within_what_was_last_measured(held_out_checks):
     # 15.5% -> 14.5%, the steady rows' p90 30.1% -> 27.8%, the shared rows' median 5.0% -> 4.5%;
     # the steady rows' median 7.3% -> 8.0%: NIM's 70B ITL at 50-250 clients 2-7% slow -> 4-9% (a
     # decode step alone cannot use the compute a smeared prompt lent it) and TRT-LLM's 70B TP2
-    # 128/2048 -9% -> +10% (half the steps now stay under the 256-row GEMM tile edge)
+    # 128/2048 -9% -> +10% (half the steps now stay under the 256-row GEMM tile edge). Then the
+    # clients waiting for their first token no longer counted as decoding (Little's law over the
+    # loop): NIM's ITL at 50-250 clients 1 point closer, medians 14.5% -> 14.4%, 8.0% -> 7.9%
     s = summary(held_out_checks)
-    assert s["median_abs_error"] <= 0.146
+    assert s["median_abs_error"] <= 0.145
     assert s["p90_abs_error"] <= 0.57
     assert s["max_abs_error"] <= 3.6
     steady = s["by_load"]["steady"]  # the analytic model's rows (the issue's 8% median target is missed since)
-    assert steady["median_abs_error"] <= 0.081 and steady["p90_abs_error"] <= 0.28 and steady["max_abs_error"] <= 0.66
+    assert steady["median_abs_error"] <= 0.080 and steady["p90_abs_error"] <= 0.28 and steady["max_abs_error"] <= 0.66
     assert s["by_engine"]["trtllm-0.6"]["max_abs_error"] <= 0.16
 
 

@@ -2,7 +2,9 @@
 
 Exit codes: 0 answered; 2 bad input, as one line ``error: <field>: <what>; <fix>`` on stderr and
 never a traceback; 3 a valid request whose plan does not fit (train, serve, search), with the
-smallest change found that does fit.
+smallest change found that does fit; under ``--json`` stdout then holds a document with
+``"fits": false`` (the command's own, or ``error``: the field, message and fix), so a script that
+sweeps configurations reads every answer as JSON.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ from typing import Any
 
 import typer
 
-from gpuplan.cli.output import ARGS
-from gpuplan.errors import GpuplanError
+from gpuplan.cli.output import ARGS, EMITTED, emit_json
+from gpuplan.errors import DoesNotFit, GpuplanError
 
 # Old flag names that still work, and the name every command now shares
 DEPRECATED = {"--tpot-slo": "--itl-slo", "--cost": "--checkpoint-cost"}
@@ -52,13 +54,17 @@ def main(argv: list[str] | None = None) -> None:
         f"note: {old} is now {DEPRECATED[old]} (the old name still works)\n"
         for old in dict.fromkeys(a.split("=")[0] for a in head if a.split("=")[0] in DEPRECATED)
     ]
+    EMITTED[0] = False
     try:
         empty_flag_values(head)
         code = command.main(args=args, prog_name="gpuplan", standalone_mode=False)
     except GpuplanError as exc:
-        sys.stdout.flush()
         from gpuplan.cli.flags import as_flags  # the library names fields; the CLI shows its flags
 
+        if isinstance(exc, DoesNotFit) and "--json" in head and not EMITTED[0]:
+            fix = as_flags(" ".join(exc.fix.split())) if exc.fix else None
+            emit_json({"fits": False, "error": {"field": exc.field, "message": as_flags(exc.message), "fix": fix}})
+        sys.stdout.flush()
         sys.stderr.write(f"error: {as_flags(' '.join(str(exc).split()))}\n")
         sys.exit(exc.exit_code)
     except typer.Exit as exc:

@@ -10,6 +10,9 @@ from typing import Any
 
 # The command line main() is running, for the header of an --html report
 ARGS: list[str] = []
+# Whether this command has printed its JSON document (main() prints one for a plan that does not
+# fit when the command did not: with --json, stdout always holds one document)
+EMITTED: list[bool] = [False]
 
 
 def show(doc: dict[str, Any], json_out: bool, renderer: str) -> None:
@@ -48,6 +51,7 @@ def emit_json(doc: Any) -> None:
     # Strict JSON: a NaN or an infinity left in a document is a bug upstream; it becomes null here
     # rather than a token other parsers reject.
     sys.stdout.write(json.dumps(strict(doc), indent=2, allow_nan=False) + "\n")
+    EMITTED[0] = True
 
 
 def strict(x: Any) -> Any:

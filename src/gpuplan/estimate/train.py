@@ -295,6 +295,7 @@ def to_dict(est: TrainEstimate) -> dict:
 
     fw = get_framework(req.config.framework)
     return {
+        "fits": mem.fits,  # memory.fits, at the top as serve's and search's refusals put it under --json
         "framework": fw.name,
         "framework_profile": {
             "source": fw.source,

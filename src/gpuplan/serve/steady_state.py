@@ -15,6 +15,10 @@ GUARANTEED_NO_EVICT scheduler does. An engine that runs prefills apart from deco
 pays each prompt's prefill as iterations of its own that every running sequence waits out
 (``_prefill_apart``).
 
+Within the loop a client either waits for its first token or decodes, so Little's law over the
+whole loop (N = X x (TTFT + (output - 1) x TPOT)) sets how many decode: all N while prompts are
+prefilled at once, fewer where they queue for prefill (``_in_the_loop``).
+
 A concurrency above what the KV pool (or ``max_num_seqs``) holds is a closed loop of N clients, the
 way benchmark_serving.py / genai-perf run ``--concurrency N``: the engine runs at its capacity and
 the other requests wait in its queue (vLLM's ``waiting`` deque, TensorRT-LLM's pending requests).
@@ -27,6 +31,7 @@ The step times come from timing.py (``StepModel``); plan.py puts memory, this an
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from gpuplan.estimate.comm import efficiency
@@ -58,11 +63,15 @@ def steady_state(
     sm: StepModel, cfg: ServeConfig, concurrency: int, input_len: int, output_len: int, hit: float = 0.0
 ) -> Point:
     if sm.engine is not None and not sm.engine.mixed_prefill:
-        return _prefill_apart(sm, cfg, concurrency, input_len, output_len, hit)
+        seats = float(min(concurrency, cfg.max_num_seqs) if cfg.max_num_seqs else concurrency)
+        return _in_the_loop(
+            lambda d: _prefill_apart(sm, cfg, concurrency, d, input_len, output_len, hit),
+            seats,
+            concurrency,
+            output_len,
+        )
     fresh = input_len * (1 - hit)  # prompt tokens the prefix cache does not cover
-    per_token_prefill = fresh / output_len  # prompt tokens to prefill per output token
-    budget = cfg.max_batched_tokens
-    cap = budget / (1 + per_token_prefill)  # decodes whose successors' prompts the budget keeps up with
+    cap = cfg.max_batched_tokens / (1 + fresh / output_len)  # decodes whose successors the budget prefills
     if cfg.max_num_seqs:
         cap = min(cap, cfg.max_num_seqs)
     running = max(1, math.floor(cap))
@@ -70,7 +79,44 @@ def steady_state(
         # Beyond the budget the prompts fall behind: the engine runs `running` sequences and the
         # other clients wait for prefill in its queue, as beyond the KV pool (closed_loop).
         return closed_loop(steady_state(sm, cfg, running, input_len, output_len, hit), concurrency, output_len)
-    d = min(float(concurrency), cap)
+    return _in_the_loop(
+        lambda d: _mixed(sm, cfg, concurrency, d, input_len, output_len, hit),
+        min(float(concurrency), cap),
+        concurrency,
+        output_len,
+    )
+
+
+def _in_the_loop(at: Callable[[float], Point], most: float, clients: int, output_len: int) -> Point:
+    """The point whose decoding sequences and waiting prompts add up to the closed loop's clients.
+
+    ``at(d)`` is the steady state with ``d`` sequences decoding. A client is either decoding or
+    waiting for its first token, so by Little's law (Little 1961) on the whole loop the clients
+    are X x (TTFT + (output - 1) x TPOT) at a completion rate X: ``d`` = ``clients`` holds only
+    while TTFT is short beside the decode. Where prompts queue for prefill (long prompts, short
+    outputs, many clients) fewer sequences decode, down to the prefill-bound rate; this finds
+    that ``d`` by bisection (the clients ``at(d)`` implies grow with ``d``)."""
+
+    def implied(p: Point) -> float:
+        return p.output_tokens_per_s / output_len * (p.ttft_s + (output_len - 1) * p.tpot_s)
+
+    p = at(most)
+    if implied(p) <= clients:
+        return p
+    lo, hi = 0.0, most
+    while hi - lo > 1e-3 * hi:
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if implied(at(mid)) > clients else (mid, hi)
+    return at(hi) if lo == 0 else at(lo)
+
+
+def _mixed(
+    sm: StepModel, cfg: ServeConfig, concurrency: int, d: float, input_len: int, output_len: int, hit: float
+) -> Point:
+    """Steady state of a chunked-prefill engine with ``d`` of ``concurrency`` clients decoding."""
+    fresh = input_len * (1 - hit)
+    per_token_prefill = fresh / output_len  # prompt tokens to prefill per output token
+    budget = cfg.max_batched_tokens
     ctx = input_len + output_len / 2
     pctx = input_len * hit + fresh / 2
 
@@ -85,7 +131,8 @@ def steady_state(
 
     alone = sm.decode_step(d, ctx).seconds
     # TTFT: the prompt in chunks of what the budget leaves beside the other sequences' decodes
-    chunk = max(cfg.block_size, budget - math.ceil(d - 1))
+    others = max(0.0, d - 1)
+    chunk = max(cfg.block_size, budget - math.ceil(others))
     # The prompts come in lumps, not smeared over every iteration: an engine prefills a waiting
     # prompt in the next iteration, whole or in chunks of the budget, and the iterations between
     # carry decodes alone. Smeared, each decode step of a many-expert MoE would read the experts
@@ -103,8 +150,8 @@ def steady_state(
 
     full_s = lumped(d, d * per_token_prefill)
     # the gap between a sequence's tokens: the iterations that carry the other sequences' prompts
-    seen_s = lumped(d, (d - 1) * per_token_prefill) if d > 1 else alone
-    ttft = _prefill_s(sm, fresh, input_len * hit, chunk, d - 1, ctx)
+    seen_s = lumped(d, others * per_token_prefill) if d > 1 else alone
+    ttft = _prefill_s(sm, fresh, input_len * hit, chunk, others, ctx)
     completions = d / full_s / output_len  # requests/s: the closed loop's arrival rate
     packed = max(1, math.floor(chunk / max(fresh, 1)))  # prompts one iteration's budget prefills
     wait = prefill_wait(completions * (concurrency - 1) / concurrency, ttft, packed, concurrency - 1)
@@ -140,7 +187,7 @@ def _prefill_s(
 
 
 def _prefill_apart(
-    sm: StepModel, cfg: ServeConfig, concurrency: int, input_len: int, output_len: int, hit: float
+    sm: StepModel, cfg: ServeConfig, concurrency: int, d: float, input_len: int, output_len: int, hit: float
 ) -> Point:
     """Steady state of an engine that runs prefill batches alone and first (SGLang,
     ``Engine.mixed_prefill``): each new prompt is prefilled in iterations of its own, in chunks of
@@ -151,13 +198,12 @@ def _prefill_apart(
     token budget here, so D is the concurrency. TTFT: the prompt's own prefill, which goes before
     any decode, plus the wait behind the prefills of prompts that arrived just before it."""
     fresh = input_len * (1 - hit)
-    d = float(min(concurrency, cfg.max_num_seqs) if cfg.max_num_seqs else concurrency)
     ctx = input_len + output_len / 2
     alone = sm.decode_step(d, ctx).seconds
     chunk = cfg.max_batched_tokens
     prefill = _prefill_s(sm, fresh, input_len * hit, chunk)
     step = alone + d / output_len * prefill  # one decode step and its share of the prefills
-    seen = alone + (d - 1) / output_len * prefill  # a sequence's token gap: the others' prefills
+    seen = alone + max(0.0, d - 1) / output_len * prefill  # a sequence's token gap: the others' prefills
     completions = d / step / output_len
     packed = max(1, math.floor(chunk / max(fresh, 1)))
     wait = prefill_wait(completions * (concurrency - 1) / concurrency, prefill, packed, concurrency - 1)

@@ -57,6 +57,17 @@ def test_a_bad_value_gets_the_cli_message_beside_its_field(key, query, field, ca
     assert res["error"] == {"field": field, "message": err.strip()}
 
 
+@pytest.mark.parametrize(
+    ("key", "query"), [("serve", {"model": "llama-3.1-405b"}), ("train", {"model": "llama-3.1-405b"})]
+)
+def test_a_plan_that_does_not_fit_shows_the_clis_error_and_whatever_report_it_has(key, query, capsys):
+    res = answer(key, query)
+    code, _, err = run(res["argv"], capsys)
+    assert res["code"] == code == 3 and res["error"]["message"] == err.strip()
+    # serve has no report of a model that does not fit; train shows its memory beside the error
+    assert (res["doc"] is None) == (key == "serve")
+
+
 def test_the_forms_take_their_defaults_and_help_from_the_cli_options():
     seq = next(f for f in forms.fields("train") if f.name == "seq_len")
     assert seq.default == "4096" and seq.flag == "--seq-len"

@@ -48,5 +48,7 @@ def run(args: list[str]) -> Outcome:
             code = exc.code if isinstance(exc.code, int) else 1
     text = out.getvalue()
     doc = json.loads(text) if text.strip() else None
+    if doc is not None and set(doc) == {"fits", "error"}:  # a plan that does not fit, no report: the error says it
+        doc = None
     lines = [ln for ln in err.getvalue().splitlines() if ln.startswith("error:")]
     return Outcome(code, doc, lines[0] if lines else "")
