@@ -17,7 +17,8 @@ def test_validate_serving_held_out_reports_every_row(capsys, held_out_once):
     curve = [r for r in doc["rows"] if r["load"] == "poisson"]
     assert curve and all(r["rate"] > 0 and r["num_prompts"] >= 1 for r in curve)
     assert set(doc["summary"]["by_load"]) == {"steady", "burst", "poisson"}
-    assert set(doc["summary"]["poisson_by_metric"]) == {"ttft_ms", "itl_ms", "mean_itl_ms", "output_tokens_per_s"}
+    metrics = {"ttft_ms", "itl_ms", "mean_itl_ms", "output_tokens_per_s", "e2e_latency_ms"}
+    assert set(doc["summary"]["poisson_by_metric"]) == metrics
     code, out, _ = run(["validate", "serving-held-out"], capsys)
     assert code == 0 and "median |error|" in out and "poisson ttft_ms" in out
 

@@ -193,3 +193,24 @@ def test_a_hybrid_model_seats_as_many_sequences_as_serve_says_without_preempting
         d, cfg, Workload.closed(seats, Lengths.parse(length[0], "i"), Lengths.parse(length[1], "o")), clients=seats
     )
     assert fits.preemptions == 0 and np.isfinite(fits.e2e_s).all()
+
+
+def test_a_closed_loop_clients_next_request_waits_out_the_iteration_already_running():
+    # the engine reads new requests once per iteration, before scheduling it: a lone client finds it
+    # idle, but beside another client's decodes its request arrives just after an iteration began.
+    # The first request is half as long, so the two clients stay 64 tokens apart from then on.
+    def run(clients, n):
+        out = np.full(n, 128)
+        out[0] = 64
+        return simulate(D, CFG, Workload(np.zeros(n), np.full(n, 1024), out), clients=clients)
+
+    alone, pair = run(1, 6), run(2, 40)
+    assert alone.ttft_s[1:] == pytest.approx(alone.ttft_s[0])  # no wait when nothing else runs
+    sm, ctx = step_model(D), 1024 + 64  # the other client is 64 tokens into its output
+    waited = sm.decode_step(1, ctx).seconds  # the other client's step, already running
+    beside = sm.iteration(1, 1024, ctx, 512, 1).seconds - sm.iteration(0, 1024, 0, 512, 1).seconds
+    assert pair.ttft_s[2:].mean() - alone.ttft_s.mean() == pytest.approx(waited + beside, rel=0.05)
+    # the steady-state model counts the same wait (steady_state.in_flight)
+    p = steady_state(sm, CFG, 2, 1024, 128)
+    assert p.ttft_s == pytest.approx(pair.ttft_s[2:].mean(), rel=0.02)
+    assert p.output_tokens_per_s == pytest.approx(pair.output_tokens / pair.makespan_s, rel=0.02)

@@ -113,13 +113,22 @@ def test_errors_stay_within_what_was_last_measured(held_out_checks):
     # decode step alone cannot use the compute a smeared prompt lent it) and TRT-LLM's 70B TP2
     # 128/2048 -9% -> +10% (half the steps now stay under the 256-row GEMM tile edge). Then the
     # clients waiting for their first token no longer counted as decoding (Little's law over the
-    # loop): NIM's ITL at 50-250 clients 1 point closer, medians 14.5% -> 14.4%, 8.0% -> 7.9%
+    # loop): NIM's ITL at 50-250 clients 1 point closer, medians 14.5% -> 14.4%, 8.0% -> 7.9%.
+    # Then a closed-loop client's next request waits out the iteration already running
+    # (steady_state.in_flight): NIM's TTFT at 5-50 clients -17/-8/-3% -> -14/-3/+5%, 500/2000 at
+    # c5 -65% -> -53%; medians 14.4% -> 14.1%, 7.9% -> 7.5%, p90 56.5% -> 55.2%. (The static-batch
+    # rows, which are not a closed loop, read a step slower: under 1 point each.)
+    # Then 85 rows gathered blind (2026-11-28: TensorRT-LLM v0.17's 70B/405B/Mixtral TP sweep, its
+    # v0.14 Triton online table, the post-1.0 developer-guide table, gpustack's vLLM 0.11 bursts,
+    # datacrunch's SGLang H200 runs, SGLang's attention-backend table, an InferenceX SGLang 0.5.7
+    # concurrency sweep): on them alone median 20.4%, p90 60%; all 215 rows 15.8% / 57.7%, the
+    # 105 steady rows 6.9% / 40.1% (gpt-oss MXFP4 on Hopper +58..+133%, Mixtral +12..+25%)
     s = summary(held_out_checks)
-    assert s["median_abs_error"] <= 0.145
-    assert s["p90_abs_error"] <= 0.57
+    assert s["median_abs_error"] <= 0.159
+    assert s["p90_abs_error"] <= 0.58
     assert s["max_abs_error"] <= 3.6
     steady = s["by_load"]["steady"]  # the analytic model's rows (the issue's 8% median target is missed since)
-    assert steady["median_abs_error"] <= 0.080 and steady["p90_abs_error"] <= 0.28 and steady["max_abs_error"] <= 0.66
+    assert steady["median_abs_error"] <= 0.07 and steady["p90_abs_error"] <= 0.41 and steady["max_abs_error"] <= 1.33
     assert s["by_engine"]["trtllm-0.6"]["max_abs_error"] <= 0.16
 
 
@@ -145,7 +154,8 @@ def test_a_burst_row_is_predicted_by_serve_sims_burst_not_the_steady_state():
     # vLLM V1 and SGLang); every closed-loop or offline row is the analytic model's
     for r in load_rows():
         assert (r.load == "steady") == (r.num_prompts is None), r.id
-    assert {r.id.split("-")[0] for r in load_rows() if r.load != "steady"} == {"kvcached", "skyp", "simonmo"}
+    sims = {r.id.split("-")[0] for r in load_rows() if r.load != "steady"}
+    assert sims == {"kvcached", "skyp", "simonmo", "trton014", "dc", "sglattn", "gpustack"}
 
 
 def test_the_num_prompts_column_is_optional_and_required_only_by_burst_rows(tmp_path):
@@ -159,7 +169,7 @@ def test_the_num_prompts_column_is_optional_and_required_only_by_burst_rows(tmp_
         w.writeheader()
         w.writerows(r for r in rows if r["concurrency"] not in ("burst", "poisson"))
     sim = sum(r["concurrency"] in ("burst", "poisson") for r in rows)
-    assert sim == 62 and len(load_rows(old)) == len(rows) - sim
+    assert sim == 110 and len(load_rows(old)) == len(rows) - sim
     bad = tmp_path / "bad.csv"
     with open(bad, "w", newline="") as f:
         w = csv.DictWriter(f, list(rows[0]))

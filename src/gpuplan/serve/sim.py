@@ -367,7 +367,10 @@ def simulate(
             running = running[~fin]
             if issued < n:  # closed loop: each finished client sends its next request now
                 k = min(len(gone), n - issued)
-                arrival[issued : issued + k] = now
+                # just after the next iteration starts: the engine reads new requests once per
+                # iteration, before scheduling it (steady_state.in_flight), so with others
+                # running the request waits that iteration out; an idle engine takes it at once
+                arrival[issued : issued + k] = np.nextafter(now, math.inf)
                 issued += k
     itl = np.concatenate(gaps) if gaps else np.zeros(0)
     many = out > 1  # vllm/benchmarks/serve.py calculate_metrics: TPOT of requests with output_len > 1

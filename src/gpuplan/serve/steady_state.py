@@ -104,10 +104,12 @@ def _in_the_loop(at: Callable[[float], Point], most: float, clients: int, output
     if implied(p) <= clients:
         return p
     lo, hi = 0.0, most
-    while hi - lo > 1e-3 * hi:
+    for _ in range(60):  # to 0.1% of d; a cap, as implied() -> 0 only in the limit d -> 0
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if implied(at(mid)) > clients else (mid, hi)
-    return at(hi) if lo == 0 else at(lo)
+        if hi - lo <= 1e-3 * hi:
+            break
+    return at(lo) if lo > 0 else at(hi)
 
 
 def _mixed(
@@ -160,7 +162,7 @@ def _mixed(
         decoding=d,
         iteration_s=full_s,
         tpot_s=seen_s,
-        ttft_s=ttft + wait,
+        ttft_s=ttft + wait + in_flight(d, seen_s),
         output_tokens_per_s=d / full_s,
         input_tokens_per_s=d * input_len / output_len / full_s,
         decode_share=min(1.0, alone / full_s),
@@ -212,11 +214,24 @@ def _prefill_apart(
         decoding=d,
         iteration_s=step,
         tpot_s=seen,
-        ttft_s=prefill + wait,
+        ttft_s=prefill + wait + in_flight(d, seen),
         output_tokens_per_s=d / step,
         input_tokens_per_s=d * input_len / output_len / step,
         decode_share=min(1.0, alone / step),
     )
+
+
+def in_flight(d: float, iteration_s: float) -> float:
+    """The iteration a closed-loop client's next request waits out before it is scheduled.
+
+    Engines read new requests once per iteration, before scheduling it (vLLM V1
+    ``EngineCoreProc.run_busy_loop``: ``_process_input_queue`` then ``_process_engine_step``; SGLang's
+    ``event_loop_normal``: ``recv_requests`` then ``get_next_batch_to_run``). A client sends its
+    next request when its last token arrives, which the engine emits at the end of an iteration;
+    with other sequences running the engine has already begun the next iteration by the time the
+    request reaches it, and the request waits that iteration out. A lone client finds the engine
+    idle (``d`` <= 1: no wait); between one and two sequences, the share of the time another runs."""
+    return min(1.0, max(0.0, d - 1)) * iteration_s
 
 
 def prefill_wait(arrivals_per_s: float, prefill_s: float, packed: int = 1, others: float = math.inf) -> float:
