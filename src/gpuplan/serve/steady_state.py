@@ -8,8 +8,9 @@ in lumps of one prompt (or one budget's chunk of it): a share of the iterations 
 and the rest decode alone, until every iteration carries prefill. The batched-token budget caps D
 at budget x output / (input + output); clients beyond it wait in the queue. Output tokens/s =
 D / mean t_iter; the inter-token latency a user sees (TPOT) is the mean iteration with the other
-sequences' prompts; TTFT is the prompt's own prefill in chunks beside D - 1 decodes, plus the wait behind the
-prefills of requests that arrived just before it (``prefill_wait``). Max-throughput mode
+sequences' prompts; TTFT is the prompt's own prefill in chunks beside D - 1 decodes, plus the
+wait behind the prefills of requests that arrived just before it (``prefill_wait``) and the
+iteration already running when a client's request arrives (``in_flight``). Max-throughput mode
 reserves every sequence's full input + output length up front, as TensorRT-LLM's default
 GUARANTEED_NO_EVICT scheduler does. An engine that runs prefills apart from decodes (SGLang)
 pays each prompt's prefill as iterations of its own that every running sequence waits out

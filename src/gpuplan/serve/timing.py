@@ -42,7 +42,7 @@ from gpuplan.errors import require
 from gpuplan.estimate.comm import collective_time, efficiency, place
 from gpuplan.estimate.compute import _local_gemm, linear_scan_times
 from gpuplan.estimate.flops import indexer_flops_per_key, linear_attention_flops_per_token
-from gpuplan.estimate.kernels import flash_time, gemm_compute_time, memory_time
+from gpuplan.estimate.kernels import flash_time, gemm_compute_time, memory_time, row_tiles
 from gpuplan.estimate.params import embedding_tensors, head_tensors, layer_tensors
 from gpuplan.serve.allreduce import tp_allreduce
 from gpuplan.serve.engines import Engine
@@ -183,13 +183,16 @@ class StepModel:
             per_rows = rows * k / touched
         else:
             touched, per_rows = float(experts), rows
+        # routed experts' row counts differ expert to expert around ``per_rows``: each pays its own
+        # last part-filled tile (kernels.row_tiles, measured on an H100's grouped GEMMs)
+        ragged = bool(t.expert)
         if per_rows < SKINNY_ROWS:
             # few rows: split-K / GEMV kernels keep every SM busy and pad rows only to the 16-row
             # MMA shape (mma.m16n8k16), not to a 64-row tile
             rate = gpu.peak(dtype) * self.eff.gemm_fraction(dtype) * self.eff.sustained
-            compute = 2.0 * 16 * math.ceil(per_rows / 16) * n_out * n_in * touched / rate
+            compute = 2.0 * 16 * row_tiles(per_rows, 16, ragged) * n_out * n_in * touched / rate
         else:
-            compute = gemm_compute_time(gpu, dtype, per_rows, n_out, n_in, touched)
+            compute = gemm_compute_time(gpu, dtype, per_rows, n_out, n_in, touched, ragged)
         unpack = 0.0
         if quantised and d.weights.weight_only:
             passes = math.ceil(per_rows / DEQUANT_ROWS)
