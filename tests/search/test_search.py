@@ -31,6 +31,20 @@ def test_no_plan_that_fits_says_how_many_gpus_would():
     assert e.value.field == "gpus" and "`gpus=" in str(e.value)  # the field; the CLI shows --gpus
 
 
+def test_no_plan_under_the_zero_and_recompute_asked_for_names_them_before_more_gpus():
+    # it said "even with ZeRO-3 and full recompute" when neither had been tried
+    from gpuplan.search.constraints import Constraints
+
+    m, gpu = catalog.model("llama-3.1-8b"), catalog.gpu("h100-sxm")
+    base, only_dp = TrainingConfig(seq_len=4096, global_batch=256), Constraints(tp=1, pp=1, cp=1)
+    with pytest.raises(GpuplanError) as e:
+        search(m, gpu, 8, base, zero_stages=(1,), recompute=("none",), micro_batches=(1,), constraints=only_dp)
+    assert "with the ZeRO stages and recompute asked for" in str(e.value) and "even with" not in str(e.value)
+    assert e.value.fix.startswith("try `zero=3` with `recompute=full`")
+    savers = {"zero_stages": (3,), "recompute": ("full",), "micro_batches": (1,)}
+    assert search(m, gpu, 8, base, constraints=only_dp, **savers).ranked
+
+
 def test_cost_objective_may_use_fewer_gpus():
     m, gpu = catalog.model("llama-3.2-1b"), catalog.gpu("h100-sxm")
     r = search(m, gpu, 16, TrainingConfig(seq_len=2048, global_batch=64), objective="cost", top=3)

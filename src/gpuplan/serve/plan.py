@@ -25,7 +25,7 @@ from gpuplan.serve.memory import (
     serve_memory,
 )
 from gpuplan.serve.serve_report import to_dict
-from gpuplan.serve.speculative import Speculation, check_proposer, proposer, speculation
+from gpuplan.serve.speculative import Speculation, check_proposer, proposer, speculation, with_speculation
 from gpuplan.serve.steady_state import Point, closed_loop, compute_bound_batch, steady_state
 from gpuplan.serve.timing import Deployment, Iteration, step_model
 from gpuplan.specs.hardware import GPUSpec
@@ -258,27 +258,29 @@ def estimate_serving(req: ServeRequest) -> ServeEstimate:
     conc = min(clients, seats)  # running; the rest of a closed loop waits in the queue
     sm = step_model(d, engine(cfg.engine))
     hit = req.prefix_hit_rate
-    point = closed_loop(steady_state(sm, cfg, conc, req.input_len, req.output_len, hit), clients, req.output_len)
+    context = req.input_len + req.output_len / 2
+
+    def at(batch: int) -> Point:  # the steady state, its decode steps speculated when a proposer runs
+        p = steady_state(sm, cfg, batch, req.input_len, req.output_len, hit)
+        if prop is None:
+            return p
+        return with_speculation(p, sm, prop.draft, context, req.draft_len, req.acceptance)
+
+    point = closed_loop(at(conc), clients, req.output_len)
     curve, b = [], 1
     while b < conc_max:
-        curve.append(steady_state(sm, cfg, b, req.input_len, req.output_len, hit))
+        curve.append(at(b))
         b *= 2
-    curve.append(steady_state(sm, cfg, conc_max, req.input_len, req.output_len, hit))
+    curve.append(at(conc_max))
 
     spec = None
     if prop is not None:
         spec = speculation(
-            sm,
-            prop.draft,
-            conc,
-            req.input_len + req.output_len / 2,
-            req.draft_len,
-            req.acceptance,
-            conc_max,
-            "mtp" if req.mtp else None,
+            sm, prop.draft, conc, context, req.draft_len, req.acceptance, conc_max, "mtp" if req.mtp else None
         )
 
-    kv_needed = math.ceil(conc / d.kv_groups) * blocks_per_sequence(d, cfg, length) * mem.kv_block_bytes
+    # the KV of the sequences that run; the queued hold none until they are admitted
+    kv_needed = math.ceil(point.running / d.kv_groups) * blocks_per_sequence(d, cfg, length) * mem.kv_block_bytes
     offload = blocks_per_sequence(d, cfg, length) * mem.kv_block_bytes / gpu.host_bytes_per_s
 
     gpus_needed = None

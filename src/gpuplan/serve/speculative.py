@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from gpuplan.errors import require
+from gpuplan.serve.steady_state import Point
 from gpuplan.serve.timing import Deployment, StepModel, step_model
 from gpuplan.specs.model import ModelSpec
 
@@ -171,4 +172,24 @@ def speculation(
         speedup(target, draft, batch, context, k, alpha),
         stop,
         tuple(curve),
+    )
+
+
+def with_speculation(
+    p: Point, target: StepModel, draft: StepModel | None, context: float, k: int, alpha: float
+) -> Point:
+    """The steady-state point ``p`` with its decode steps speculated: the decode-alone part of an
+    iteration (``p.decode_share``) shrinks by the speedup at the point's decoding batch, the
+    prompts' prefill does not; TTFT (a prefill) is unchanged. serve-sim runs the same per
+    iteration (``Speculating``)."""
+    s = speedup(target, draft, max(p.decoding, 1.0), context, k, alpha)
+    decode = p.decode_share * p.iteration_s
+    iteration = p.iteration_s - decode * (1 - 1 / s)
+    return replace(
+        p,
+        iteration_s=iteration,
+        tpot_s=max(p.tpot_s - decode * (1 - 1 / s), 0.0),
+        output_tokens_per_s=p.output_tokens_per_s * p.iteration_s / iteration,
+        input_tokens_per_s=p.input_tokens_per_s * p.iteration_s / iteration,
+        decode_share=decode / s / iteration,
     )
