@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from cli_runner import run
 
 
@@ -50,7 +51,12 @@ def test_train_offload_reports_host_memory_and_the_cpu_step(capsys):
     )
     assert code == 0
     doc = json.loads(out)
-    assert doc["memory_bytes"]["cpu_per_node"] > 0 and doc["step_s"]["cpu_optimizer"] > 0
+    off = doc["offload"]
+    assert off["memory_bytes"]["cpu_per_node"] > 0 and off["step_s"]["cpu_optimizer"] > 0
+    # train's document as the offloaded plan runs: one step, memory and verdict throughout
+    assert doc["fits"] and doc["time"]["step_s"] == doc["performance"]["step_s"] == off["step_s"]["total"]
+    assert doc["memory"]["per_gpu"]["total"] == off["memory_bytes"]["per_gpu"]["total"]
+    assert sum(doc["performance"]["breakdown_s"].values()) == pytest.approx(off["step_s"]["total"])
 
 
 def test_train_offload_too_little_cpu_memory_is_one_line(capsys):

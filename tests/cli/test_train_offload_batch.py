@@ -15,7 +15,7 @@ def test_offload_training_with_a_global_batch_times_every_micro_batch(capsys):
     assert code == 0
     code, many, err = run([*base, "--global-batch", "64"], capsys)
     assert code == 0, err
-    one_step, many_step = json.loads(one)["step_s"], json.loads(many)["step_s"]
+    one_step, many_step = json.loads(one)["offload"]["step_s"], json.loads(many)["offload"]["step_s"]
     # 64 micro-batches of one sequence on one GPU: 64 forwards and backwards per step, one update
     assert many_step["forward"] == pytest.approx(64 * one_step["forward"])
     assert many_step["backward"] == pytest.approx(64 * one_step["backward"])

@@ -70,11 +70,14 @@ def render_serve_offload(doc: dict) -> None:
     console.print(f"compute catches up with the weight transfer at a batch of ~{doc['balanced_batch']:.0f}")
 
 
-def render_train_offload(doc: dict) -> None:
+def render_train_offload(full: dict) -> None:
+    """``train --offload``: memory per GPU and host, the step's parts; with ``--tokens`` on a catalog
+    GPU, the run's days, GPU-hours and cost on the offloaded step (``full``: the --json document)."""
     from rich.table import Table
 
     from gpuplan.cli.render import console
 
+    doc = full["offload"]
     m, s = doc["memory_bytes"], doc["step_s"]
     console.print(
         f"[bold]{doc['model']}[/] on {doc['gpu']} + {doc['host']}: --offload {doc['offload']} "
@@ -107,6 +110,13 @@ def render_train_offload(doc: dict) -> None:
         f"{doc['tflops_per_gpu']:.1f} TFLOP/s per GPU; largest model that fits this way: "
         f"{doc['max_params'] / 1e9:.1f}B parameters"
     )
+    run = full.get("time")
+    if run and full["training"].get("tokens"):
+        cost = f", ${full['cost_usd']:,.0f}" if full.get("cost_usd") is not None else ""
+        console.print(
+            f"{full['training']['tokens']:,.0f} tokens: {fmt_duration(run['total_s'])} "
+            f"({full['gpu_hours']:,.0f} GPU-hours{cost}), MFU {full['mfu']:.1%}"
+        )
 
 
 def render_offload_validation(checks, summary: dict, title: str = "offload: predicted vs published") -> None:

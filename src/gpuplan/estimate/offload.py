@@ -33,13 +33,13 @@ node's drives, overlapped with the CPU step (ZeRO-Infinity section 6.3, overlap-
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuplan.errors import DoesNotFit, GpuplanError, require
 from gpuplan.estimate.flops import training_flops
 from gpuplan.estimate.memory import estimate_memory
 from gpuplan.estimate.params import count_params
-from gpuplan.estimate.step_time import step_time
+from gpuplan.estimate.step_time import StepTime, step_time
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.host import HostSpec
 from gpuplan.specs.model import ModelSpec
@@ -310,3 +310,45 @@ def to_dict(est: OffloadTrainEstimate) -> dict:
         "tflops_per_gpu": est.tflops_per_gpu,
         "max_params": est.max_params,
     }
+
+
+def offloaded_step(est: OffloadTrainEstimate) -> StepTime:
+    """The plan's step on the clock every plan is timed on, its optimizer on the CPU: the GPU
+    optimizer term replaced by what the offload exposes (the breakdown still sums to the step).
+    ``est.step_s`` is the same number (``_gpu_side``); this keeps the kernels' breakdown."""
+    r = est.request
+    st = step_time(r.model, r.config, r.plan, r.gpu, r.microbatches)
+    gpu_opt = st.breakdown.get("optimizer", 0.0)
+    breakdown = {**st.breakdown, "optimizer": 0.0, "offload": est.exposed_s}
+    return replace(st, step_s=st.step_s - gpu_opt + est.exposed_s, breakdown=breakdown)
+
+
+def as_run(doc: dict, est: OffloadTrainEstimate, step: StepTime) -> dict:
+    """``doc`` (``train --json`` of the plan without offload, estimate/train.py ``to_dict``) as the
+    offloaded plan runs: memory per GPU and its verdict from the offload estimate (the plan without
+    it kept under ``memory.without_offload``), every figure of the clock (step, days, GPU-hours,
+    cost, MFU, tokens/s) on ``step``, the offloaded step, and the offload estimate under
+    ``offload``. ``train --offload`` and ``search --offload`` print it."""
+    g = est.request.gpu
+    memory = doc["memory"]
+    memory["without_offload"] = {k: memory[k] for k in ("fits", "headroom", "per_gpu")}
+    zeros = dict.fromkeys(("weights", "gradients", "optimizer", "master_weights", "activations", "other"), 0.0)
+    memory["per_gpu"] = {**zeros, **est.gpu_bytes, "total": est.gpu_total}
+    memory["fits"] = doc["fits"] = est.gpu_total <= g.memory_bytes
+    memory["headroom"] = g.memory_bytes - est.gpu_total
+    perf, t = doc["performance"], doc["time"]
+    slower = step.step_s / perf["step_s"]  # the offloaded step over the step without offload
+    for k in ("step_s", "total_s", "days"):
+        t[k] *= slower
+    if t.get("step_s_range"):
+        t["step_s_range"] = [x * slower for x in t["step_s_range"]]
+    for k in ("gpu_hours", "cost_usd"):
+        if doc.get(k) is not None:
+            doc[k] *= slower
+    for k in ("mfu", "hfu", "tokens_per_s_per_gpu"):
+        if doc.get(k) is not None:
+            doc[k] /= slower
+    perf["step_s"], perf["mfu"], perf["hfu"] = step.step_s, perf["mfu"] / slower, perf["hfu"] / slower
+    perf["breakdown_s"] = dict(step.breakdown)
+    doc["offload"] = to_dict(est)
+    return doc

@@ -27,8 +27,14 @@ from collections import Counter
 from dataclasses import dataclass, replace
 
 from gpuplan.errors import require
-from gpuplan.estimate.offload import CPU_USABLE, OffloadTrainEstimate, OffloadTrainRequest, estimate_offload_training
-from gpuplan.estimate.step_time import StepTime, step_time
+from gpuplan.estimate.offload import (
+    CPU_USABLE,
+    OffloadTrainEstimate,
+    OffloadTrainRequest,
+    estimate_offload_training,
+    offloaded_step,
+)
+from gpuplan.estimate.step_time import StepTime
 from gpuplan.specs import validity
 from gpuplan.specs.hardware import GPUSpec
 from gpuplan.specs.host import HostSpec
@@ -114,16 +120,7 @@ def offload_variants(
                     if est.cpu_bytes > room:
                         rejected[f"CPU memory per node too small for offload {mode} (`host`)"] += 1
                         continue
-                    out.append(OffloadVariant(i, plan.zero, cfg, micro, _timed(m, cfg, plan, gpu, micro, est), est))
+                    out.append(OffloadVariant(i, plan.zero, cfg, micro, offloaded_step(est), est))
                     rejected[Reason.SLOWER_VARIANT] += len(rec_order) - 1 - k
                     break
     return out, considered
-
-
-def _timed(m: ModelSpec, cfg: TrainingConfig, plan, gpu: GPUSpec, micro: int, est: OffloadTrainEstimate) -> StepTime:
-    """The plan's GPU step, its optimizer on the CPU: the GPU optimizer term replaced by what the
-    offload exposes (the breakdown still sums to the step)."""
-    st = step_time(m, cfg, plan, gpu, micro)
-    gpu_opt = st.breakdown.get("optimizer", 0.0)
-    breakdown = {**st.breakdown, "optimizer": 0.0, "offload": est.exposed_s}
-    return replace(st, step_s=st.step_s - gpu_opt + est.exposed_s, breakdown=breakdown)

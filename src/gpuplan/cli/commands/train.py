@@ -362,28 +362,6 @@ def train(
             raise GpuplanError(
                 stray[0], "applies to offloaded training only", "add `offload` (e.g. optimizer) or drop the flag"
             )
-    if offload is not None:  # the offload model (estimate/offload.py) answers instead
-        from gpuplan.cli.offload import host_from_flags, render_train_offload
-        from gpuplan.estimate.offload import OffloadTrainRequest, check_fits, estimate_offload_training, to_dict as od
-
-        oreq = OffloadTrainRequest(
-            model=spec,
-            gpu=hw,
-            host=host_from_flags(hw, cpu_memory, disk, pcie_gbps, disk_gbps, host=host),
-            plan=plan,
-            config=config,
-            offload=offload,
-            device=offload_device,
-            delayed_update=delayed_update,
-            microbatches=max(1, TrainRequest(model=spec, gpu=hw, plan=plan, config=config).microbatches),
-        )
-        oest = estimate_offload_training(oreq)
-        odoc = od(oest)
-        report(html, "train", odoc)
-        write_plot(plot, "train", odoc)
-        check_fits(oest)
-        emit_json(odoc) if json_out else render_train_offload(odoc)
-        return
     price_per_gpu_hour, price_source = catalog.price_with_source(hw.id, price)
     req = TrainRequest(
         model=spec,
@@ -395,6 +373,36 @@ def train(
         price_per_gpu_hour=price_per_gpu_hour,
         price_source=price_source,
     )
+    if offload is not None:  # the offload model (estimate/offload.py) answers instead
+        from gpuplan.cli.offload import host_from_flags, render_train_offload
+        from gpuplan.estimate.offload import (
+            OffloadTrainRequest,
+            as_run,
+            check_fits,
+            estimate_offload_training,
+            offloaded_step,
+        )
+
+        oreq = OffloadTrainRequest(
+            model=spec,
+            gpu=hw,
+            host=host_from_flags(hw, cpu_memory, disk, pcie_gbps, disk_gbps, host=host),
+            plan=plan,
+            config=config,
+            offload=offload,
+            device=offload_device,
+            delayed_update=delayed_update,
+            microbatches=max(1, req.microbatches),
+        )
+        oest = estimate_offload_training(oreq)
+        # train's whole document as the offloaded plan runs (days, cost, MFU), as search --offload
+        # prints its plans, the offload estimate under "offload"
+        odoc = as_run(to_dict(estimate_training(req)), oest, offloaded_step(oest))
+        report(html, "train", odoc)
+        write_plot(plot, "train", odoc)
+        check_fits(oest)
+        emit_json(odoc) if json_out else render_train_offload(odoc)
+        return
     from gpuplan.search.plans import smallest_fitting_plan  # the fix when no single change fits
 
     est = estimate_training(req, find_plan=smallest_fitting_plan)
