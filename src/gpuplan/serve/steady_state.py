@@ -158,16 +158,7 @@ def _mixed(
     completions = d / full_s / output_len  # requests/s: the closed loop's arrival rate
     packed = max(1, math.floor(chunk / max(fresh, 1)))  # prompts one iteration's budget prefills
     wait = prefill_wait(completions * (concurrency - 1) / concurrency, ttft, packed, concurrency - 1)
-    return Point(
-        concurrency=concurrency,
-        decoding=d,
-        iteration_s=full_s,
-        tpot_s=seen_s,
-        ttft_s=ttft + wait + in_flight(d, seen_s),
-        output_tokens_per_s=d / full_s,
-        input_tokens_per_s=d * input_len / output_len / full_s,
-        decode_share=min(1.0, alone / full_s),
-    )
+    return _point(concurrency, d, full_s, seen_s, ttft + wait, alone, input_len / output_len)
 
 
 def _prefill_s(
@@ -210,15 +201,25 @@ def _prefill_apart(
     completions = d / step / output_len
     packed = max(1, math.floor(chunk / max(fresh, 1)))
     wait = prefill_wait(completions * (concurrency - 1) / concurrency, prefill, packed, concurrency - 1)
+    return _point(concurrency, d, step, seen, prefill + wait, alone, input_len / output_len)
+
+
+def _point(
+    clients: int, d: float, iteration_s: float, tpot_s: float, ttft_s: float, alone_s: float, ratio: float
+) -> Point:
+    """The steady state of ``d`` decoding sequences at a mean iteration of ``iteration_s``: TTFT
+    ``ttft_s`` (prefill and the wait behind other prompts) plus the iteration in flight when a
+    closed-loop request arrives, ``ratio`` prompt tokens per output token, ``alone_s`` the
+    decode step without prompts."""
     return Point(
-        concurrency=concurrency,
+        concurrency=clients,
         decoding=d,
-        iteration_s=step,
-        tpot_s=seen,
-        ttft_s=prefill + wait + in_flight(d, seen),
-        output_tokens_per_s=d / step,
-        input_tokens_per_s=d * input_len / output_len / step,
-        decode_share=min(1.0, alone / step),
+        iteration_s=iteration_s,
+        tpot_s=tpot_s,
+        ttft_s=ttft_s + in_flight(d, tpot_s),
+        output_tokens_per_s=d / iteration_s,
+        input_tokens_per_s=d * ratio / iteration_s,
+        decode_share=min(1.0, alone_s / iteration_s),
     )
 
 
