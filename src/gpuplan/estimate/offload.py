@@ -331,7 +331,8 @@ def as_run(doc: dict, est: OffloadTrainEstimate, step: StepTime) -> dict:
     ``offload``. ``train --offload`` and ``search --offload`` print it."""
     g = est.request.gpu
     memory = doc["memory"]
-    memory["without_offload"] = {k: memory[k] for k in ("fits", "headroom", "per_gpu")}
+    memory["without_offload"] = {k: memory[k] for k in ("fits", "tight", "headroom", "per_gpu") if k in memory}
+    memory["tight"] = False  # the offload estimate's verdict has no allocator-reserve margin of its own
     zeros = dict.fromkeys(("weights", "gradients", "optimizer", "master_weights", "activations", "other"), 0.0)
     memory["per_gpu"] = {**zeros, **est.gpu_bytes, "total": est.gpu_total}
     memory["fits"] = doc["fits"] = est.gpu_total <= g.memory_bytes
