@@ -204,6 +204,8 @@ def render_serve(est, doc: dict) -> None:
     else:
         t.add_row("TTFT (prefill + wait behind other prompts)", fmt_duration(doc["ttft_s"]))
     t.add_row("TPOT (inter-token latency)", fmt_duration(doc["tpot_s"]))
+    if doc["decoding"] < doc["running"] - 0.5:  # Little's law over the loop: the rest await a first token
+        t.add_row("decoding of the clients running", f"{doc['decoding']:,.0f} of {doc['running']:,}")
     t.add_row("end-to-end per request", fmt_duration(doc["e2e_s"]))
     t.add_row("output tokens/s (replica)", f"{doc['output_tokens_per_s']:,.0f}")
     t.add_row("output tokens/s per GPU", f"{doc['output_tokens_per_s_per_gpu']:,.0f}")

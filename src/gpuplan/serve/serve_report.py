@@ -83,6 +83,7 @@ def to_dict(e: ServeEstimate) -> dict:
         "running": p.running,
         "queued": p.queued,
         "queue_wait_s": p.queue_wait_s,
+        "decoding": p.decoding,  # of the running: the others await their first token
         "paging": {
             "paged_bytes_per_sequence": paged,
             "paged_waste_fraction": 1 - exact / paged if paged else 0.0,
