@@ -739,3 +739,16 @@ def test_train_states_the_moe_dispatcher_and_its_host_time(capsys):
     code, out, _ = run([*args, "--moe-dispatcher", "hybridep", "--json"], capsys)
     doc = json.loads(out)
     assert code == 0 and doc["training"]["moe_dispatcher"] == "hybridep"
+
+
+def test_pipeline_json_times_named_in_seconds_are_seconds_whatever_the_unit(capsys):
+    # --f/--b/--w are in --unit; makespan_s read 33.0 for 33 ms and for 33 s alike
+    docs = {}
+    for unit in ("1ms", "1s"):
+        code, out, _ = run(["pipeline", "--unit", unit, "--json"], capsys)
+        assert code == 0
+        docs[unit] = json.loads(out)
+    ms, s = docs["1ms"], docs["1s"]
+    assert ms["makespan_s"] == pytest.approx(0.033) and s["makespan_s"] == pytest.approx(33.0)
+    assert ms["busy_s"][0] + ms["idle_s"][0] == pytest.approx(ms["makespan_s"])
+    assert ms["costs"]["unit_s"] == 0.001 and ms["events"]["start"] == s["events"]["start"]  # events in units

@@ -399,3 +399,17 @@ def test_the_per_node_preemption_counts_match_the_jobs_holding_each_node():
     )
     report = ClusterSim(cfg, jobs).run().report()
     assert report.preemptions > 0 and report.failures > 0 and max(checked) > 0
+
+
+@pytest.mark.parametrize("shape", [0.5, 2.0])
+def test_weibull_nodes_in_service_fail_at_one_over_the_mtbf_from_the_first_day(shape):
+    # oracle: a renewal process in equilibrium has E[failures in (0, h)] = h / MTBF for any
+    # lifetime law (Cox 1962). With every node new at t = 0, shape 0.5 failed 2.5x as often over
+    # the first 2.7 days and shape 2.0 a third as often
+    mtbf, nodes = 5 * 86400.0, 1024
+    job = Job(0, 0.0, 1.0, 2.7 * 86400, checkpoint="daly", cost_s=60.0)
+    cfg = ClusterConfig(nodes=nodes, gpus_per_node=1, node_mtbf_s=mtbf, weibull_shape=shape, repair_s=60.0, seed=1)
+    sim = ClusterSim(cfg, [job]).run()
+    r = sim.report()
+    expected = nodes * r.makespan_s / mtbf  # about 560 failures: a 4% standard deviation
+    assert r.failures == pytest.approx(expected, rel=0.15)

@@ -22,10 +22,15 @@ def test_openb_rows_become_jobs_with_fractional_gpus_and_qos_tiers(tmp_path):
         "p1,6000,12288,1,460,,BE,Running,5,65,5\n"
         "p2,6000,12288,0,0,,BE,Running,6,60,6\n"
         "p3,6000,12288,8,1000,V100M32,Burstable,Succeeded,7,7,7\n"
+        "p4,6000,12288,2,1000,,LS,Pending,8,900,\n"  # never scheduled: 892 s of waiting, no run
     )
     jobs, skipped = read_openb(f)
     assert [(j.arrival_s, j.gpus, j.work_s, j.tier) for j in jobs] == [(0, 1.0, 90, 1), (5, 0.46, 60, 0)]
-    assert skipped == {"no GPU (CPU-only task)": 1, "no run time (deleted before it ran)": 1}
+    assert skipped == {
+        "no GPU (CPU-only task)": 1,
+        "no run time (deleted before it ran)": 1,
+        "never scheduled (no run time)": 1,
+    }
 
 
 def test_openb_gpu_spec_names_the_models_a_task_accepts_and_the_node_list_each_nodes_model(tmp_path):
@@ -59,6 +64,7 @@ def test_a_malformed_row_is_named_by_line(tmp_path):
 def test_the_real_openb_trace_imports_every_gpu_task():
     jobs, skipped = read_openb(OPENB)
     assert len(jobs) + sum(skipped.values()) == 8152
+    assert skipped["never scheduled (no run time)"] == 861  # the GPU pods Pending when it ended
     assert any(j.gpus < 1 for j in jobs) and {j.tier for j in jobs} == {0, 1}
     gpus, models, _ = read_openb_nodes(OPENB_NODES)
     assert sum(gpus) == 6212 and len(models) == len(gpus) and {"T4", "P100", "G2"} <= set(models)

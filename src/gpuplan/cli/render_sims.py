@@ -12,7 +12,7 @@ from gpuplan.units import fmt_duration
 def render_pipeline(doc: dict) -> None:
     table = Table(
         title=f"{doc['schedule']}: {doc['stages']} ranks, {doc['microbatches']} micro-batches, makespan "
-        f"{doc['makespan_s']:,.3f}, bubble {doc['bubble_fraction']:.2%} of rank-time "
+        f"{fmt_duration(doc['makespan_s'])}, bubble {doc['bubble_fraction']:.2%} of rank-time "
         f"(idle/busy {doc['bubble_ratio']:.2%})"
     )
     for col in ("rank", "busy", "idle", "peak activations (micro-batches)", "weight copies"):
@@ -20,8 +20,8 @@ def render_pipeline(doc: dict) -> None:
     for r in range(doc["stages"]):
         table.add_row(
             str(r),
-            f"{doc['busy_s'][r]:,.3f}",
-            f"{doc['idle_s'][r]:,.3f}",
+            fmt_duration(doc["busy_s"][r]),
+            fmt_duration(doc["idle_s"][r]),
             f"{doc['peak_activations'][r]:g}",
             str(doc["parameter_copies"][r]),
         )

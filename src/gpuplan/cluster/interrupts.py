@@ -34,6 +34,12 @@ class Interruptions(Scheduling):
     def _interrupt(self, j: JobRun, cause: str) -> None:
         raise NotImplementedError
 
+    def _finish_time(self, j: JobRun, start: float) -> float:
+        raise NotImplementedError
+
+    def _finish(self, sim, j: JobRun, epoch: int):
+        raise NotImplementedError
+
     def _reclaim(self, sim, j: JobRun, epoch: int):
         if epoch != j.epoch or j.state != RUNNING:
             return
@@ -65,10 +71,14 @@ class Interruptions(Scheduling):
                 self._grace_milli[n] += milli
         j.state = GRACE
         j.epoch += 1
+        j.sigterm_s = now
         if j.on_sigterm and g >= j.cost_s:
-            # everything done so far is saved by a checkpoint written in the grace window
-            self._account_saved(j, now)
+            # it stops and writes a checkpoint of everything done so far; the work counts as saved
+            # once the write completes (a failure meanwhile loses it: _grace_saved never runs)
             self.sim.schedule(now + j.cost_s, EventPriority.CAPACITY, self._grace_saved, j, j.epoch)
+        elif (finish := self._finish_time(j, j.start_s)) <= now + g:
+            # it does not checkpoint on SIGTERM but runs on, and its work ends before SIGKILL would
+            self.sim.schedule(finish, EventPriority.FINISH, self._finish, j, j.epoch)
         else:
             self.sim.schedule(now + g, EventPriority.CAPACITY, self._grace_end, j, j.epoch, cause)
 
@@ -85,6 +95,7 @@ class Interruptions(Scheduling):
     def _grace_saved(self, sim, j: JobRun, epoch: int):
         if epoch != j.epoch:
             return
+        self._account_saved(j, j.sigterm_s)  # the work up to SIGTERM, now on disk
         self.m.gpu_s["checkpoint"] += j.gpus * (sim.now - j.start_s)
         self.busy_gpu_s += j.gpus * (sim.now - j.start_s)
         j.restarting = True

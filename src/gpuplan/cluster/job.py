@@ -63,6 +63,7 @@ class JobRun:
     remaining_s: float
     state: JobState = JobState.NEW
     start_s: float = 0.0  # start of the current run (or of the grace checkpoint)
+    sigterm_s: float = math.nan  # when the current run got SIGTERM (its grace period began)
     restarting: bool = False  # the current run pays the restart cost first
     epoch: int = 0  # bumped by every start, interruption and SIGTERM: stale events see a new epoch
     placed: list[tuple[int, int]] = field(default_factory=list)  # (node, milli-GPUs)

@@ -33,9 +33,25 @@ def node_mtbf(text: str) -> float | None:
         ) from None
 
 
-def check_progress(mtbf_s: float | None, spot_reclaims_per_s: float, cost_s: float, restart_s: float) -> None:
+def check_progress(
+    mtbf_s: float | None,
+    spot_reclaims_per_s: float,
+    cost_s: float,
+    restart_s: float,
+    checkpoint: str = "daly",
+    longest_s: float = 0.0,
+    grace_s: float = 0.0,
+    longest_spot_s: float | None = None,
+) -> None:
     """Refuse interruption rates at which a job never finishes (node failures every ``mtbf_s``;
-    spot jobs also reclaimed ``spot_reclaims_per_s``), rather than simulate them without end."""
+    spot jobs also reclaimed ``spot_reclaims_per_s``), rather than simulate them without end.
+
+    Under the job's own checkpoint policy (Daly's exact waste model, which
+    ``expected_waste_fraction`` implements): ``daly`` at Daly's interval, a duration at that
+    interval; ``none`` restarts the longest job (``longest_s`` of work) from scratch at every
+    interruption, as ``sigterm`` does at a node failure (no SIGTERM) or at a reclaim whose
+    ``grace_s`` is too short to write its checkpoint; reclaims take spot jobs only, the longest of
+    them ``longest_spot_s`` (``longest_s`` when not given)."""
     for name, rate in (
         ("node_mtbf", 1 / mtbf_s if mtbf_s else 0.0),
         ("spot_reclaim_per_hour", spot_reclaims_per_s),
@@ -43,15 +59,30 @@ def check_progress(mtbf_s: float | None, spot_reclaims_per_s: float, cost_s: flo
         if not rate:
             continue
         every = 1 / (rate + (1 / mtbf_s if mtbf_s and name != "node_mtbf" else 0.0))
-        waste = expected_waste_fraction(daly_interval(cost_s, every), cost_s, every, restart_s)
+        if checkpoint == "daly":
+            interval, cost = daly_interval(cost_s, every), cost_s
+        elif checkpoint == "sigterm" and name != "node_mtbf" and grace_s >= cost_s:
+            continue  # a reclaim's SIGTERM checkpoint saves the work (failures were checked above)
+        elif checkpoint in ("none", "sigterm"):
+            reclaimed = longest_spot_s if name != "node_mtbf" and longest_spot_s is not None else longest_s
+            interval, cost = reclaimed, 0.0
+        else:
+            interval, cost = float(checkpoint), cost_s
+        if interval <= 0:
+            continue
+        waste = expected_waste_fraction(interval, cost, every, restart_s)
         if waste >= NO_PROGRESS:
+            policy = "no checkpoint" if cost == 0 else f"checkpoints every {fmt_duration(interval)}"
             raise GpuplanError(
                 name,
                 f"a job interrupted every {fmt_duration(every)} has no time to work ({waste:.1%} "
                 f"of it goes to restarts of {fmt_duration(restart_s)}, checkpoints of "
-                f"{fmt_duration(cost_s)} and lost work)",
+                f"{fmt_duration(cost_s)} and lost work; {policy}"
+                + (f", {fmt_duration(longest_s)} of work" if cost == 0 else "")
+                + ")",
                 f"use a longer {field_ref('node_mtbf')} (llama3: 264 node-days), fewer "
-                f"{field_ref('spot_reclaim_per_hour')}, or a shorter {field_ref('restart')} or "
+                f"{field_ref('spot_reclaim_per_hour')}, a checkpoint policy that saves the work "
+                f"({field_ref('checkpoint', 'daly')}), or a shorter {field_ref('restart')} or "
                 f"{field_ref('checkpoint_cost')}",
             )
 

@@ -169,10 +169,15 @@ def read_openb(path: str | Path) -> tuple[list[Job], Counter[str]]:
         n_gpu = _field(r, c["num_gpu"], "num_gpu", int, path, line, hi=1e6)
         milli = _field(r, c["gpu_milli"], "gpu_milli", int, path, line, default=0, hi=1e6)
         created = _field(r, c["creation_time"], "creation_time", float, path, line)
-        start = _field(r, c["scheduled_time"], "scheduled_time", float, path, line, default=created)
+        # no scheduled_time: a pod the cluster never ran (Pending when the trace ended), whose
+        # deletion_time - creation_time is a wait, not a run time
+        start = _field(r, c["scheduled_time"], "scheduled_time", float, path, line, default=math.nan)
         end = _field(r, c["deletion_time"], "deletion_time", float, path, line)
         if n_gpu == 0:
             skipped["no GPU (CPU-only task)"] += 1
+            continue
+        if math.isnan(start):
+            skipped["never scheduled (no run time)"] += 1
             continue
         if end <= start:
             skipped["no run time (deleted before it ran)"] += 1

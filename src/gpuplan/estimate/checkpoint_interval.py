@@ -31,8 +31,10 @@ def daly_interval(cost_s: float, mtbf_s: float) -> float:
 
 
 def expected_waste_fraction(interval_s: float, cost_s: float, mtbf_s: float, restart_s: float = 0.0) -> float:
-    """Share of wall time not spent on useful work (checkpoints, lost work, restarts)."""
-    _check(cost_s, mtbf_s)
+    """Share of wall time not spent on useful work (checkpoints, lost work, restarts). A cost of 0
+    with ``interval_s`` the whole job is a job that never checkpoints: it restarts from scratch."""
+    require(cost_s >= 0, "cost", f"checkpoint cost must not be negative, got {cost_s}")
+    require(mtbf_s > 0, "mtbf", f"mean time between failures must be positive, got {mtbf_s}")
     require(interval_s > 0, "interval", f"must be positive, got {interval_s}")
     require(restart_s >= 0, "restart", f"must not be negative, got {restart_s}")
     if (restart_s + interval_s + cost_s) / mtbf_s > 700:  # exp would overflow: no interval ever completes

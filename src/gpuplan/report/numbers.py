@@ -118,7 +118,7 @@ SPECS: dict[str, Spec] = {
         ("schedule", "schedule", _text),
         ("ranks", "stages", _num),
         ("micro-batches", "microbatches", _num),
-        ("makespan (time units)", "makespan_s", _num),
+        ("makespan", "makespan_s", _s),
         ("bubble fraction", "bubble_fraction", _pct),
         ("bubble ratio (idle / busy)", "bubble_ratio", _num),
     ],
@@ -201,7 +201,7 @@ def _dynamic(command: str, doc: dict) -> Spec:
     if command == "pipeline":
         idle = doc.get("idle_s", [])
         for r in range(len(idle) if len(idle) <= 16 else 0):  # the timeline shows more ranks better
-            spec.append((f"rank {r}: idle (time units)", f"idle_s.{r}", _num))
+            spec.append((f"rank {r}: idle", f"idle_s.{r}", _s))
     return spec
 
 

@@ -157,7 +157,8 @@ def cluster_sim(
     mtbf = parse_node_mtbf(node_mtbf)
     grace_s, repair_s = inputs.duration(grace, "grace", zero_ok=True), inputs.duration(repair, "repair")
     spot_jobs = spot_reclaim_per_hour > 0 and not trace and spot_share > 0
-    check_progress(mtbf, spot_reclaim_per_hour / 3600 if spot_jobs else 0.0, cost, rst)
+    reclaims_per_s = spot_reclaim_per_hour / 3600 if spot_jobs else 0.0
+    check_progress(mtbf, reclaims_per_s, cost, rst)  # before reading the workload: Daly's interval
     node_gpus, node_models, node_skips = read_openb_nodes(nodes_file) if nodes_file else (None, None, Counter())
     if node_gpus:
         gpus = sum(node_gpus)
@@ -188,6 +189,9 @@ def cluster_sim(
         work = runnable_jobs(cfg, work, skipped, trace, checkpoint=ckpt, cost_s=cost, restart_s=rst)
     else:
         work = synthetic(jobs, gpus, load, seed, spot_share, checkpoint=ckpt, cost_s=cost, restart_s=rst)
+    # and under the jobs' own checkpoint policy, for the longest of them
+    longest_spot = max((j.work_s for j in work if j.spot), default=0.0)
+    check_progress(mtbf, reclaims_per_s, cost, rst, ckpt, max(j.work_s for j in work), grace_s, longest_spot)
     from gpuplan.cli.render import progress
 
     with progress(json_out) as bar:

@@ -82,7 +82,12 @@ def pipeline(
         if plot:
             write_plot(t, Path(plot), unit_s)
             bar.advance(task)
-    doc = t.to_dict() | {
+    doc = t.to_dict()
+    # the schedule runs in the user's time units; the fields named _s are seconds (one unit is unit_s)
+    doc["makespan_s"] = t.makespan_s * unit_s
+    doc["busy_s"] = [x * unit_s for x in t.busy_s]
+    doc["idle_s"] = [x * unit_s for x in t.idle_s]
+    doc |= {
         "costs": {
             "f": costs.f,
             "b": costs.b,
