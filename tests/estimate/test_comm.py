@@ -120,3 +120,16 @@ def test_folded_expert_groups_sit_where_megatrons_rank_generator_puts_them(degre
         assert (g.size, g.domains, g.per_domain) == (len(ranks), len(nodes), sum(r < 8 for r in ranks)), dim
     if degrees == dict(dp=4, tp=2, ep=8, etp=1):
         assert not groups["ep"].crosses_nodes and place(ParallelPlan(dp=8, tp=1, ep=8), gpu)["ep"].domains == 1
+
+
+def test_a_send_receive_of_one_rank_is_refused_naming_ranks():
+    # it reported a gigabyte sent to nobody in 2.9 ms; a collective of one rank is simply free
+    from gpuplan.errors import GpuplanError
+    from gpuplan.estimate.comm import collective_report
+
+    h100 = catalog.gpu("h100-sxm")
+    with pytest.raises(GpuplanError, match="two ranks") as e:
+        collective_report("p2p", 2**30, 1, 1, h100)
+    assert e.value.field == "ranks"
+    assert collective_report("all-reduce", 2**30, 1, 1, h100)["time_s"] == 0.0
+    assert collective_report("p2p", 2**30, 2, 1, h100)["time_s"] > 0

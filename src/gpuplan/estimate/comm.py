@@ -196,6 +196,8 @@ def collective_time(kind: str, size: float, group: Group, gpu: GPUSpec) -> float
 def collective_report(kind: str, size: float, ranks: int, stride: int, gpu: GPUSpec) -> dict[str, Any]:
     """One collective of ``size`` bytes over ``ranks`` ranks ``stride`` apart: its nodes, the bytes
     each rank sends, its time and bandwidths (bytes/s)."""
+    # one rank has nothing to send to: a collective of one is free, a send/receive is not a thing
+    require(kind != "p2p" or ranks >= 2, "ranks", f"a send/receive needs two ranks, got {ranks}", "use `ranks=2`")
     group = _group(kind, ranks, stride, gpu.fast_domain)
     sent = bytes_sent_per_rank(kind, size, ranks)
     t = collective_time(kind, size, group, gpu)
