@@ -78,7 +78,7 @@ def check_progress(
                 f"a job interrupted every {fmt_duration(every)} has no time to work ({waste:.1%} "
                 f"of it goes to restarts of {fmt_duration(restart_s)}, checkpoints of "
                 f"{fmt_duration(cost_s)} and lost work; {policy}"
-                + (f", {fmt_duration(longest_s)} of work" if cost == 0 else "")
+                + (f", {fmt_duration(interval)} of work" if cost == 0 else "")
                 + ")",
                 f"use a longer {field_ref('node_mtbf')} (llama3: 264 node-days), fewer "
                 f"{field_ref('spot_reclaim_per_hour')}, a checkpoint policy that saves the work "

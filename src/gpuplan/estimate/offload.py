@@ -120,6 +120,7 @@ class OffloadTrainEstimate:
     exposed_s: float  # step minus GPU compute: what offload costs
     tflops_per_gpu: float  # model FLOP/s achieved per GPU
     max_params: float  # largest parameter count whose states fit GPU, CPU and disk (this model's activations)
+    gpu_step: StepTime | None = None  # the plan's step on the GPU (step_time), where the GPU has efficiency data
 
     @property
     def gpu_total(self) -> float:
@@ -145,8 +146,9 @@ def _per_param(req: OffloadTrainRequest) -> tuple[float, float, float]:
     return gpu, (grads + host) * shard * node, states * shard * node
 
 
-def _gpu_side(req: OffloadTrainRequest, flops: float) -> tuple[float, float]:
-    """(the GPU's side of the step without its optimizer step, the whole step on the GPU) in seconds.
+def _gpu_side(req: OffloadTrainRequest, flops: float) -> tuple[float, float, StepTime | None]:
+    """(the GPU's side of the step without its optimizer step, the whole step on the GPU) in
+    seconds, and the ``step_time`` they come from.
 
     A catalog GPU: the plan's step as ``step_time`` times every plan (kernels and communication),
     so that ``train --offload`` and ``search --offload`` rank on one clock. A GPU described only by
@@ -155,9 +157,9 @@ def _gpu_side(req: OffloadTrainRequest, flops: float) -> tuple[float, float]:
     m, g, p, c = req.model, req.gpu, req.plan, req.config
     if g.efficiency is not None:
         st = step_time(m, c, p, g, req.microbatches)
-        return st.step_s - st.breakdown.get("optimizer", 0.0), st.step_s
+        return st.step_s - st.breakdown.get("optimizer", 0.0), st.step_s, st
     compute = flops / (g.peak(c.compute_dtype) * _GEMM_EFF * p.tp)
-    return compute, compute
+    return compute, compute, None
 
 
 def estimate_offload_training(req: OffloadTrainRequest) -> OffloadTrainEstimate:
@@ -193,7 +195,7 @@ def estimate_offload_training(req: OffloadTrainRequest) -> OffloadTrainEstimate:
         cpu_b, disk_b = per_host * n, per_disk * n
     fl = training_flops(m, c.seq_len, c.recompute, modules=c.recomputed, document=c.document_len, mtp=c.mtp_layers)
     tokens = c.seq_len * c.micro_batch * req.microbatches  # per rank per step
-    compute, whole = _gpu_side(req, tokens * fl.hardware_per_token)
+    compute, whole, gpu_step = _gpu_side(req, tokens * fl.hardware_per_token)
     fwd, bwd = compute / 3, 2 * compute / 3
     node = _ranks_per_node(req)
     pcie = h.pcie_per_gpu(node)
@@ -248,6 +250,7 @@ def estimate_offload_training(req: OffloadTrainRequest) -> OffloadTrainEstimate:
         exposed_s=max(0.0, step - compute),  # what offload adds to the GPU's side; no rounding below zero
         tflops_per_gpu=model_flops / p.tp / step / 1e12,
         max_params=max(0.0, min(limits)),
+        gpu_step=gpu_step,
     )
 
 
@@ -315,9 +318,11 @@ def to_dict(est: OffloadTrainEstimate) -> dict:
 def offloaded_step(est: OffloadTrainEstimate) -> StepTime:
     """The plan's step on the clock every plan is timed on, its optimizer on the CPU: the GPU
     optimizer term replaced by what the offload exposes (the breakdown still sums to the step).
-    ``est.step_s`` is the same number (``_gpu_side``); this keeps the kernels' breakdown."""
-    r = est.request
-    st = step_time(r.model, r.config, r.plan, r.gpu, r.microbatches)
+    ``est.step_s`` is the same number (``_gpu_side``); this keeps the kernels' breakdown. A GPU
+    with efficiency data only: the others have no ``step_time``."""
+    st = est.gpu_step
+    if st is None:
+        raise GpuplanError("gpu", f"{est.request.gpu.name} has no efficiency data", "pick a GPU from `gpuplan gpus`")
     gpu_opt = st.breakdown.get("optimizer", 0.0)
     breakdown = {**st.breakdown, "optimizer": 0.0, "offload": est.exposed_s}
     return replace(st, step_s=st.step_s - gpu_opt + est.exposed_s, breakdown=breakdown)

@@ -189,7 +189,7 @@ def _prefill_apart(
     as many successors are prefilled, so a decode step costs its own time plus D / output prefills
     (each prompt its own prefill iteration: at moderate load prompts arrive one at a time; packed
     into one batch they would share its weight reads, so this is the upper end). Decodes take no
-    token budget here, so D is the concurrency. TTFT: the prompt's own prefill, which goes before
+    token budget here, so D is at most the concurrency (``_in_the_loop`` sets it). TTFT: the prompt's own prefill, which goes before
     any decode, plus the wait behind the prefills of prompts that arrived just before it."""
     fresh = input_len * (1 - hit)
     ctx = input_len + output_len / 2

@@ -158,7 +158,6 @@ def cluster_sim(
     grace_s, repair_s = inputs.duration(grace, "grace", zero_ok=True), inputs.duration(repair, "repair")
     spot_jobs = spot_reclaim_per_hour > 0 and not trace and spot_share > 0
     reclaims_per_s = spot_reclaim_per_hour / 3600 if spot_jobs else 0.0
-    check_progress(mtbf, reclaims_per_s, cost, rst)  # before reading the workload: Daly's interval
     node_gpus, node_models, node_skips = read_openb_nodes(nodes_file) if nodes_file else (None, None, Counter())
     if node_gpus:
         gpus = sum(node_gpus)
@@ -189,7 +188,7 @@ def cluster_sim(
         work = runnable_jobs(cfg, work, skipped, trace, checkpoint=ckpt, cost_s=cost, restart_s=rst)
     else:
         work = synthetic(jobs, gpus, load, seed, spot_share, checkpoint=ckpt, cost_s=cost, restart_s=rst)
-    # and under the jobs' own checkpoint policy, for the longest of them
+    # jobs that could never finish are refused before simulating, under their own checkpoint policy
     longest_spot = max((j.work_s for j in work if j.spot), default=0.0)
     check_progress(mtbf, reclaims_per_s, cost, rst, ckpt, max(j.work_s for j in work), grace_s, longest_spot)
     from gpuplan.cli.render import progress
