@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from gpuplan import catalog
+from gpuplan.serve.engines import engine, engine_config
 from gpuplan.serve.formats import kv_format, weight_format
 from gpuplan.serve.memory import ServeConfig
 from gpuplan.serve.plan import steady_state
@@ -214,3 +215,18 @@ def test_a_closed_loop_clients_next_request_waits_out_the_iteration_already_runn
     p = steady_state(sm, CFG, 2, 1024, 128)
     assert p.ttft_s == pytest.approx(pair.ttft_s[2:].mean(), rel=0.02)
     assert p.output_tokens_per_s == pytest.approx(pair.output_tokens / pair.makespan_s, rel=0.02)
+
+
+def test_under_sglangs_overlap_loop_the_next_request_waits_out_two_iterations():
+    # SGLang forms iteration n + 1 while the GPU runs n (event_loop_overlap): a request sent when
+    # the other client's token comes out misses the batch already formed too; the steady state
+    # counts the same two iterations
+    cfg = engine_config("sglang", D.gpu)
+    out = np.full(40, 128)
+    out[0] = 64
+    pair = simulate(D, cfg, Workload(np.zeros(40), np.full(40, 1024), out), clients=2)
+    sm = step_model(D, engine("sglang"))
+    p = steady_state(sm, cfg, 2, 1024, 128)
+    assert p.ttft_s == pytest.approx(pair.ttft_s[2:].mean(), rel=0.03)
+    step = sm.decode_step(1, 1024 + 64).seconds
+    assert p.ttft_s - sm.iteration(0, 1024, 0, 1024, 1).seconds == pytest.approx(2 * step, rel=0.1)

@@ -45,9 +45,31 @@ def test_sglang_decodes_wait_out_a_prefill_that_runs_alone():
     r = simulate(D, SGL, _two_requests())
     # the decoding sequence's longest gap: the prompt's prefill batch, then a decode of both
     assert low <= r.itl_s.max() <= high
-    # the prompt goes first: it waits at most the decode step in flight, then its own prefill
+    # the prompt goes first: it waits out the decode step in flight and the one the overlap loop
+    # had already formed (Engine.schedules_ahead), then its own prefill
     one_step = sm.iteration(decode=1, decode_context=1000).seconds
-    assert prefill <= r.ttft_s[1] <= prefill + one_step
+    assert prefill + one_step * 0.9 <= r.ttft_s[1] <= prefill + 2 * one_step
+
+
+def test_a_request_arriving_mid_iteration_waits_one_more_iteration_under_the_overlap_loop(monkeypatch):
+    # the same engine with its overlap loop off (SGLang --disable-overlap-schedule): the request
+    # joins the next iteration formed after it arrives, which is the next one
+    twin = replace(engine("sglang"), name="sglang-normal", schedules_ahead=False)
+    monkeypatch.setitem(engines.ENGINES, twin.name, twin)
+    overlap = simulate(D, SGL, _two_requests())
+    normal = simulate(D, replace(SGL, engine=twin.name), _two_requests())
+    one_step = step_model(D, engine("sglang")).iteration(decode=1, decode_context=1000).seconds
+    extra = overlap.ttft_s[1] - normal.ttft_s[1]
+    assert extra == pytest.approx(one_step, rel=0.05)
+    # the first request found the engine idle: no wait under either loop
+    assert overlap.ttft_s[0] == normal.ttft_s[0]
+
+
+def test_the_overlap_loop_is_off_where_sglang_turns_it_off():
+    e = engine("sglang")
+    assert e.forms_ahead()
+    assert not e.forms_ahead(pp=2) and not e.forms_ahead(dp_attention=True) and not e.forms_ahead(speculative=True)
+    assert not engine("vllm").forms_ahead() and not engine("trtllm").forms_ahead()
 
 
 def test_a_mixing_engine_carries_the_decode_inside_the_prefill_iteration(mixed_twin):

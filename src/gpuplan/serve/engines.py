@@ -26,6 +26,17 @@ engines differ in three places, each read from the engine's sources:
   ``host_fixed_s + host_per_seq_s x sequences``, added to the GPU time unless the engine overlaps
   it with the next step's GPU work (then only what exceeds the GPU step shows).
 
+* **When a new request can join** (``schedules_ahead``): an engine reads new requests once per
+  iteration, before forming the next batch. vLLM V1 (``run_busy_loop``: ``_process_input_queue``
+  then ``_process_engine_step``) and TensorRT-LLM's C++ executor (executorImpl.cpp
+  ``executionLoop``: ``forwardSync`` of the last step, then ``fetchNewRequests``, then
+  ``forwardAsync``) form iteration n + 1 after iteration n has finished, so a request arriving
+  during iteration n runs in n + 1. SGLang's default overlap loop (scheduler.py
+  ``event_loop_overlap``: ``recv_requests``, ``get_next_batch_to_run``, ``run_batch`` launches it,
+  then ``process_batch_result`` of the previous batch waits for the GPU) forms iteration n + 1
+  while the GPU runs iteration n, so that request first runs in n + 2: one more iteration of wait,
+  the price of hiding the host time. An idle engine takes a request as it comes.
+
 ``generic`` is gpuplan's engine-neutral default (vLLM's accounting, an 8192-token budget, no host
 time): it is what ``serve`` ran before engine profiles, and what ``--engine`` left out still runs.
 """
@@ -72,6 +83,9 @@ class Engine:
     # an iteration carries decodes and prompt chunks together (False: prefill batches run alone,
     # first; see the module docstring)
     mixed_prefill: bool = True
+    # iteration n + 1 is formed while the GPU runs iteration n, so a request arriving during n
+    # first runs in n + 2 (see the module docstring)
+    schedules_ahead: bool = False
 
     def kv_reads_per_kv_head(self, query_heads: int, kv_heads: int) -> float:
         """How many times a decode step reads each cached KV head, for ``query_heads`` query heads
@@ -150,6 +164,13 @@ class Engine:
             return 2048  # TensorRT-LLM BuildConfig.max_batch_size
         return None  # SGLang derives max_running_requests from the pool; generic: the pool
 
+    def forms_ahead(self, pp: int = 1, dp_attention: bool = False, speculative: bool = False) -> bool:
+        """Whether iteration n + 1 is formed while the GPU runs iteration n (``schedules_ahead``)
+        for this deployment: SGLang turns its overlap loop off under pipeline parallelism, DP
+        attention and EAGLE/NextN speculation (server_args.py ``__post_init__``: "Overlap scheduler
+        is disabled"), and runs ``event_loop_normal`` then."""
+        return self.schedules_ahead and pp == 1 and not dp_attention and not speculative
+
     def host_s(self, seqs: float) -> float:
         return self.host_fixed_s + self.host_per_seq_s * seqs
 
@@ -225,6 +246,8 @@ ENGINES = {
             # scheduler.py ``get_next_batch_to_run``: "Run prefill first if possible", the running
             # batch decodes only when ``get_new_batch_prefill`` forms no batch (v0.4.x through 0.5)
             mixed_prefill=False,
+            # server_args.py ``disable_overlap_schedule: bool = False``: event_loop_overlap runs
+            schedules_ahead=True,
         ),
         Engine(
             "trtllm",

@@ -20,7 +20,9 @@ Arrivals are Poisson at ``rate`` (or read from a trace), all at t = 0 (a burst, 
 waves and a decode tail rather than a steady state), or come from a closed loop of ``clients``
 (benchmark_serving.py ``--max-concurrency``, genai-perf ``--concurrency``): each client sends its
 next request the moment its last one finishes, so at most ``clients`` are in the engine or its
-queue, and whatever the KV pool or ``max_num_seqs`` cannot seat waits. Lengths fixed, uniform or
+queue, and whatever the KV pool or ``max_num_seqs`` cannot seat waits. A request joins the first
+iteration formed after it arrives: the next one, or, under an engine that forms each batch while
+the GPU runs the last (SGLang's overlap loop, engines.py ``schedules_ahead``), the one after. Lengths fixed, uniform or
 exponential; a seed makes every run reproducible. Outputs: TTFT, inter-token latency (ITL) and
 end-to-end latency percentiles, throughput and preemptions; ``max_rate`` bisects for the highest
 rate whose p99s meet an SLO.
@@ -200,12 +202,19 @@ def simulate(
     last_dt = 0.0  # the last iteration's seconds
     max_seqs = cfg.max_num_seqs or n
     budget0 = cfg.max_batched_tokens
+    # when the iteration starting at `now` was formed: now, or, for an engine that forms the next
+    # batch while the GPU runs the last (SGLang's overlap loop, Engine.schedules_ahead), the start
+    # of the last iteration, so a request arriving during an iteration waits out the next one too
+    ahead_loop = eng.forms_ahead(d.pp, d.dp_attention, spec is not None)
+    formed = 0.0
     while done < n:
-        while nxt < n and arrival[nxt] <= now:
+        # an idle engine reads a request as it comes
+        seen = formed if ahead_loop and (len(running) or waiting) else now
+        while nxt < n and arrival[nxt] <= seen:
             waiting.append(nxt)
             nxt += 1
         if not len(running) and not waiting:
-            now = float(arrival[nxt])
+            now = formed = max(now, float(arrival[nxt]))
             continue
         # an engine that does not mix (SGLang) runs a prefill batch alone whenever one can be
         # formed: a prompt still in chunks, or the queue's head with a seat and blocks for its whole
@@ -329,6 +338,7 @@ def simulate(
         t0, last_dt = float(times[0]), float(times[-1])
         queued_area += len(waiting) * t0  # a stretch runs only with nobody waiting
         start, now = now, now + float(times.sum())
+        formed = now - last_dt  # the next iteration is formed as the last one starts (schedules_ahead)
         iterations += steps
         if iterations > max_iterations:
             raise GpuplanError(
@@ -369,7 +379,8 @@ def simulate(
                 k = min(len(gone), n - issued)
                 # just after the next iteration starts: the engine reads new requests once per
                 # iteration, before scheduling it (steady_state.in_flight), so with others
-                # running the request waits that iteration out; an idle engine takes it at once
+                # running the request waits that iteration out (and the next, under an engine
+                # that formed it already: `formed`); an idle engine takes it at once
                 arrival[issued : issued + k] = np.nextafter(now, math.inf)
                 issued += k
     itl = np.concatenate(gaps) if gaps else np.zeros(0)

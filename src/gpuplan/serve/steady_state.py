@@ -61,12 +61,21 @@ class Point:
 
 
 def steady_state(
-    sm: StepModel, cfg: ServeConfig, concurrency: int, input_len: int, output_len: int, hit: float = 0.0
+    sm: StepModel,
+    cfg: ServeConfig,
+    concurrency: int,
+    input_len: int,
+    output_len: int,
+    hit: float = 0.0,
+    speculative: bool = False,
 ) -> Point:
+    """The steady state of ``concurrency`` closed-loop clients (``speculative``: a proposer runs,
+    which turns SGLang's overlap loop off, Engine.forms_ahead)."""
+    ahead = sm.engine is not None and sm.engine.forms_ahead(sm.d.pp, sm.d.dp_attention, speculative)
     if sm.engine is not None and not sm.engine.mixed_prefill:
         seats = float(min(concurrency, cfg.max_num_seqs) if cfg.max_num_seqs else concurrency)
         return _in_the_loop(
-            lambda d: _prefill_apart(sm, cfg, concurrency, d, input_len, output_len, hit),
+            lambda d: _prefill_apart(sm, cfg, concurrency, d, input_len, output_len, hit, ahead),
             seats,
             concurrency,
             output_len,
@@ -79,9 +88,11 @@ def steady_state(
     if concurrency > running:
         # Beyond the budget the prompts fall behind: the engine runs `running` sequences and the
         # other clients wait for prefill in its queue, as beyond the KV pool (closed_loop).
-        return closed_loop(steady_state(sm, cfg, running, input_len, output_len, hit), concurrency, output_len)
+        return closed_loop(
+            steady_state(sm, cfg, running, input_len, output_len, hit, speculative), concurrency, output_len
+        )
     return _in_the_loop(
-        lambda d: _mixed(sm, cfg, concurrency, d, input_len, output_len, hit),
+        lambda d: _mixed(sm, cfg, concurrency, d, input_len, output_len, hit, ahead),
         min(float(concurrency), cap),
         concurrency,
         output_len,
@@ -114,9 +125,17 @@ def _in_the_loop(at: Callable[[float], Point], most: float, clients: int, output
 
 
 def _mixed(
-    sm: StepModel, cfg: ServeConfig, concurrency: int, d: float, input_len: int, output_len: int, hit: float
+    sm: StepModel,
+    cfg: ServeConfig,
+    concurrency: int,
+    d: float,
+    input_len: int,
+    output_len: int,
+    hit: float,
+    ahead: bool = False,
 ) -> Point:
-    """Steady state of a chunked-prefill engine with ``d`` of ``concurrency`` clients decoding."""
+    """Steady state of a chunked-prefill engine with ``d`` of ``concurrency`` clients decoding
+    (``ahead``: the engine forms each batch while the GPU runs the last, ``in_flight``)."""
     fresh = input_len * (1 - hit)
     per_token_prefill = fresh / output_len  # prompt tokens to prefill per output token
     budget = cfg.max_batched_tokens
@@ -158,7 +177,7 @@ def _mixed(
     completions = d / full_s / output_len  # requests/s: the closed loop's arrival rate
     packed = max(1, math.floor(chunk / max(fresh, 1)))  # prompts one iteration's budget prefills
     wait = prefill_wait(completions * (concurrency - 1) / concurrency, ttft, packed, concurrency - 1)
-    return _point(concurrency, d, full_s, seen_s, ttft + wait, alone, input_len / output_len)
+    return _point(concurrency, d, full_s, seen_s, ttft + wait, alone, input_len / output_len, ahead)
 
 
 def _prefill_s(
@@ -181,7 +200,14 @@ def _prefill_s(
 
 
 def _prefill_apart(
-    sm: StepModel, cfg: ServeConfig, concurrency: int, d: float, input_len: int, output_len: int, hit: float
+    sm: StepModel,
+    cfg: ServeConfig,
+    concurrency: int,
+    d: float,
+    input_len: int,
+    output_len: int,
+    hit: float,
+    ahead: bool = False,
 ) -> Point:
     """Steady state of an engine that runs prefill batches alone and first (SGLang,
     ``Engine.mixed_prefill``): each new prompt is prefilled in iterations of its own, in chunks of
@@ -201,39 +227,49 @@ def _prefill_apart(
     completions = d / step / output_len
     packed = max(1, math.floor(chunk / max(fresh, 1)))
     wait = prefill_wait(completions * (concurrency - 1) / concurrency, prefill, packed, concurrency - 1)
-    return _point(concurrency, d, step, seen, prefill + wait, alone, input_len / output_len)
+    return _point(concurrency, d, step, seen, prefill + wait, alone, input_len / output_len, ahead)
 
 
 def _point(
-    clients: int, d: float, iteration_s: float, tpot_s: float, ttft_s: float, alone_s: float, ratio: float
+    clients: int,
+    d: float,
+    iteration_s: float,
+    tpot_s: float,
+    ttft_s: float,
+    alone_s: float,
+    ratio: float,
+    ahead: bool = False,
 ) -> Point:
     """The steady state of ``d`` decoding sequences at a mean iteration of ``iteration_s``: TTFT
-    ``ttft_s`` (prefill and the wait behind other prompts) plus the iteration in flight when a
-    closed-loop request arrives, ``ratio`` prompt tokens per output token, ``alone_s`` the
-    decode step without prompts."""
+    ``ttft_s`` (prefill and the wait behind other prompts) plus the iterations in flight when a
+    closed-loop request arrives (``ahead``: two, see ``in_flight``), ``ratio`` prompt tokens per
+    output token, ``alone_s`` the decode step without prompts."""
     return Point(
         concurrency=clients,
         decoding=d,
         iteration_s=iteration_s,
         tpot_s=tpot_s,
-        ttft_s=ttft_s + in_flight(d, tpot_s),
+        ttft_s=ttft_s + in_flight(d, tpot_s, ahead),
         output_tokens_per_s=d / iteration_s,
         input_tokens_per_s=d * ratio / iteration_s,
         decode_share=min(1.0, alone_s / iteration_s),
     )
 
 
-def in_flight(d: float, iteration_s: float) -> float:
-    """The iteration a closed-loop client's next request waits out before it is scheduled.
+def in_flight(d: float, iteration_s: float, ahead: bool = False) -> float:
+    """The iterations a closed-loop client's next request waits out before it is scheduled.
 
     Engines read new requests once per iteration, before scheduling it (vLLM V1
     ``EngineCoreProc.run_busy_loop``: ``_process_input_queue`` then ``_process_engine_step``; SGLang's
     ``event_loop_normal``: ``recv_requests`` then ``get_next_batch_to_run``). A client sends its
     next request when its last token arrives, which the engine emits at the end of an iteration;
     with other sequences running the engine has already begun the next iteration by the time the
-    request reaches it, and the request waits that iteration out. A lone client finds the engine
-    idle (``d`` <= 1: no wait); between one and two sequences, the share of the time another runs."""
-    return min(1.0, max(0.0, d - 1)) * iteration_s
+    request reaches it, and the request waits that iteration out. An engine that forms the next
+    batch while the GPU runs the last (``ahead``: SGLang's default ``event_loop_overlap``,
+    engines.py ``schedules_ahead``) has formed that next one too: two iterations. A lone client
+    finds the engine idle (``d`` <= 1: no wait); between one and two sequences, the share of the
+    time another runs."""
+    return min(1.0, max(0.0, d - 1)) * iteration_s * (2 if ahead else 1)
 
 
 def prefill_wait(arrivals_per_s: float, prefill_s: float, packed: int = 1, others: float = math.inf) -> float:
