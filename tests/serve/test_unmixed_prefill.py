@@ -68,8 +68,13 @@ def test_a_request_arriving_mid_iteration_waits_one_more_iteration_under_the_ove
 def test_the_overlap_loop_is_off_where_sglang_turns_it_off():
     e = engine("sglang")
     assert e.forms_ahead()
-    assert not e.forms_ahead(pp=2) and not e.forms_ahead(dp_attention=True) and not e.forms_ahead(speculative=True)
+    assert not e.forms_ahead(pp=2) and not e.forms_ahead(dp_attention=True)
+    assert not any(e.forms_ahead(proposer=k) for k in ("draft", "ngram", "mtp"))
     assert not engine("vllm").forms_ahead() and not engine("trtllm").forms_ahead()
+    # vLLM's async scheduling (0.14+) keeps MTP drafts, not others, nor pipeline parallelism
+    a = engine("vllm-async")
+    assert a.forms_ahead() and a.forms_ahead(proposer="mtp")
+    assert not a.forms_ahead(proposer="ngram") and not a.forms_ahead(proposer="draft") and not a.forms_ahead(pp=2)
 
 
 def test_a_mixing_engine_carries_the_decode_inside_the_prefill_iteration(mixed_twin):

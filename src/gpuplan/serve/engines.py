@@ -26,6 +26,19 @@ engines differ in three places, each read from the engine's sources:
   ``host_fixed_s + host_per_seq_s x sequences``, added to the GPU time unless the engine overlaps
   it with the next step's GPU work (then only what exceeds the GPU step shows).
 
+* **The front end** (``frontend_s_per_token``): vLLM V1's API server is a process of its own
+  (AsyncLLM) that detokenises every output token and streams it to its client as a server-sent
+  event; the engine core does not wait for it, so it is a second pipelined stage whose time per
+  iteration is its cost per streamed token times the tokens the iteration emits. Where that
+  outlasts the engine's iteration (many sequences of a small model), the API server sets the pace
+  the clients see. vLLM's own benchmarks of one API server on Llama-3.2-1B over ShareGPT at an
+  unbounded request rate, the GPU far from busy, read 12,850 output tokens/s (PR #12287, January
+  2025, before its changes; an A100 host) and 14,791 (PR #15137, March 2025, before its faster
+  detokenisation): 67.6 us per streamed token, the request's own handling (parsing, tokenising
+  the prompt) spread over ShareGPT's ~200 output tokens. One API server is vLLM's default without
+  data parallelism (``api_server_count`` defaults to the DP size). Benchmarks without HTTP
+  (``trtllm-bench``, vLLM's offline ``LLM``) and engines without a source have none.
+
 * **When a new request can join** (``schedules_ahead``): an engine reads new requests once per
   iteration, before forming the next batch. vLLM V1 (``run_busy_loop``: ``_process_input_queue``
   then ``_process_engine_step``) and TensorRT-LLM's C++ executor (executorImpl.cpp
@@ -35,7 +48,8 @@ engines differ in three places, each read from the engine's sources:
   ``event_loop_overlap``: ``recv_requests``, ``get_next_batch_to_run``, ``run_batch`` launches it,
   then ``process_batch_result`` of the previous batch waits for the GPU) forms iteration n + 1
   while the GPU runs iteration n, so that request first runs in n + 2: one more iteration of wait,
-  the price of hiding the host time. An idle engine takes a request as it comes.
+  the price of hiding the host time; so does vLLM's async scheduling (``vllm-async``, the default
+  from v0.14.0). An idle engine takes a request as it comes.
 
 ``generic`` is gpuplan's engine-neutral default (vLLM's accounting, an 8192-token budget, no host
 time): it is what ``serve`` ran before engine profiles, and what ``--engine`` left out still runs.
@@ -44,7 +58,9 @@ time): it is what ``serve`` ran before engine profiles, and what ``--engine`` le
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from gpuplan.errors import GpuplanError
 from gpuplan.specs.hardware import GPUSpec
@@ -54,6 +70,10 @@ if TYPE_CHECKING:
     from gpuplan.serve.memory import ServeConfig
 
 MEMORY_RULES = ("total", "free", "static")
+# one vLLM V1 API server per streamed output token: vLLM PR #15137's benchmark before its change,
+# 14,791 output tokens/s of Llama-3.2-1B over ShareGPT at request rate inf (see the module docstring)
+FRONTEND_V1_S = 1 / 14_791
+VLLM_V1 = ("vllm", "vllm-async")  # the V1 engine, scheduling synchronously or ahead: the same defaults
 DECODE_ATTENTION = ("grouped", "per_query_head")
 
 
@@ -86,6 +106,11 @@ class Engine:
     # iteration n + 1 is formed while the GPU runs iteration n, so a request arriving during n
     # first runs in n + 2 (see the module docstring)
     schedules_ahead: bool = False
+    # speculative proposers (Proposer.method) under which the engine keeps scheduling ahead; any
+    # other proposer turns it off
+    ahead_with: tuple[str, ...] = ()
+    # seconds of the API server process per streamed output token (see the module docstring)
+    frontend_s_per_token: float = 0.0
 
     def kv_reads_per_kv_head(self, query_heads: int, kv_heads: int) -> float:
         """How many times a decode step reads each cached KV head, for ``query_heads`` query heads
@@ -142,7 +167,7 @@ class Engine:
     def max_batched_tokens(self, gpu: GPUSpec) -> int:
         """Tokens per iteration (chunked-prefill budget) of an online server by default."""
         big = gpu.memory_bytes >= 70 * GiB
-        if self.name == "vllm":
+        if self.name in VLLM_V1:
             # vllm/engine/arg_utils.py EngineArgs.get_batch_defaults, OPENAI_API_SERVER: 8192 on
             # GPUs of >= 70 GiB other than the A100 (PR #17885), 2048 elsewhere
             return 8192 if big and "a100" not in gpu.id else 2048
@@ -156,7 +181,7 @@ class Engine:
     def max_num_seqs(self, gpu: GPUSpec) -> int | None:
         """Sequences per iteration by default (None: as many as the KV pool holds)."""
         big = gpu.memory_bytes >= 70 * GiB
-        if self.name == "vllm":
+        if self.name in VLLM_V1:
             return 1024 if big and "a100" not in gpu.id else 256  # EngineArgs.get_batch_defaults
         if self.name == "vllm-v0":
             return 256  # SchedulerConfig.max_num_seqs (V0)
@@ -164,12 +189,17 @@ class Engine:
             return 2048  # TensorRT-LLM BuildConfig.max_batch_size
         return None  # SGLang derives max_running_requests from the pool; generic: the pool
 
-    def forms_ahead(self, pp: int = 1, dp_attention: bool = False, speculative: bool = False) -> bool:
+    def forms_ahead(self, pp: int = 1, dp_attention: bool = False, proposer: str | None = None) -> bool:
         """Whether iteration n + 1 is formed while the GPU runs iteration n (``schedules_ahead``)
-        for this deployment: SGLang turns its overlap loop off under pipeline parallelism, DP
-        attention and EAGLE/NextN speculation (server_args.py ``__post_init__``: "Overlap scheduler
-        is disabled"), and runs ``event_loop_normal`` then."""
-        return self.schedules_ahead and pp == 1 and not dp_attention and not speculative
+        for this deployment, ``proposer`` the speculative proposer's kind (Proposer.method) if one
+        runs. SGLang turns its overlap loop off under pipeline parallelism, DP attention and any
+        speculation (server_args.py ``__post_init__``: "Overlap scheduler is disabled") and runs
+        ``event_loop_normal``; vLLM keeps async scheduling with MTP/EAGLE drafts only and not under
+        pipeline parallelism (v0.14.0 release notes: "Excludes some not-yet-supported
+        configurations: pipeline parallel, CPU backend, non-MTP/Eagle spec decoding")."""
+        if not self.schedules_ahead or pp > 1 or dp_attention:
+            return False
+        return proposer is None or proposer in self.ahead_with
 
     def host_s(self, seqs: float) -> float:
         return self.host_fixed_s + self.host_per_seq_s * seqs
@@ -178,6 +208,12 @@ class Engine:
         """Host time the iteration adds to the GPU time."""
         host = self.host_s(seqs)
         return max(0.0, host - gpu_s) if self.overlap else host
+
+    def exposed_frontend_s(self, engine_s: Any, tokens: float) -> Any:
+        """What the API server's streaming of ``tokens`` output tokens adds to an iteration of
+        ``engine_s`` seconds (a number or a numpy array): it runs beside the engine, so only what
+        outlasts the iteration shows."""
+        return np.maximum(0.0, self.frontend_s_per_token * tokens - engine_s)
 
 
 ENGINES = {
@@ -207,11 +243,32 @@ ENGINES = {
             block_size=16,
             note="5-6 ms host gap per decode step at batch 256 (vLLM issue #10634, PR #11133)",
             state_pages=True,  # V1's hybrid KV cache manager (HybridAttentionMambaModelConfig)
+            frontend_s_per_token=FRONTEND_V1_S,
             # vllm/v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p (V0's sampler sorts the same
             # way), run by the profiling pass over max_num_seqs dummy requests with top-k and top-p
             # set: bf16 logits from the head (2 B), their fp32 copy (4), the sorted values (4) and
             # int64 indices (8), the softmax/cumsum of the sorted row (4) and a boolean mask (1)
             sampler_bytes_per_logit=23.0,
+        ),
+        Engine(
+            "vllm-async",
+            "V1 engine with async scheduling: the default from 0.14.0, --async-scheduling from 0.10",
+            "total",
+            # vLLM v0.14.0 release notes: "Async scheduling is now enabled by default" (#27614); the
+            # scheduler forms step n + 1 while the GPU runs step n (AsyncScheduler), and the model
+            # runner prepares inputs and samples without waiting for the GPU (PR #23569, "Fully
+            # overlap model execution": "an elimination of the CPU overhead of input preparation
+            # and sampling"), so the same host work as the synchronous engine hides behind the GPU
+            overlap=True,
+            host_fixed_s=0.0,
+            host_per_seq_s=5.5e-3 / 256,
+            block_size=16,
+            note="host work overlapped with the GPU (vLLM async scheduling, default from v0.14.0)",
+            state_pages=True,
+            sampler_bytes_per_logit=23.0,
+            frontend_s_per_token=FRONTEND_V1_S,
+            schedules_ahead=True,
+            ahead_with=("mtp",),
         ),
         Engine(
             "vllm-v0",

@@ -205,7 +205,7 @@ def simulate(
     # when the iteration starting at `now` was formed: now, or, for an engine that forms the next
     # batch while the GPU runs the last (SGLang's overlap loop, Engine.schedules_ahead), the start
     # of the last iteration, so a request arriving during an iteration waits out the next one too
-    ahead_loop = eng.forms_ahead(d.pp, d.dp_attention, spec is not None)
+    ahead_loop = eng.forms_ahead(d.pp, d.dp_attention, spec.proposer.method if spec is not None else None)
     formed = 0.0
     while done < n:
         # an idle engine reads a request as it comes

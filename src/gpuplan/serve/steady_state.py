@@ -67,11 +67,11 @@ def steady_state(
     input_len: int,
     output_len: int,
     hit: float = 0.0,
-    speculative: bool = False,
+    proposer: str | None = None,
 ) -> Point:
-    """The steady state of ``concurrency`` closed-loop clients (``speculative``: a proposer runs,
-    which turns SGLang's overlap loop off, Engine.forms_ahead)."""
-    ahead = sm.engine is not None and sm.engine.forms_ahead(sm.d.pp, sm.d.dp_attention, speculative)
+    """The steady state of ``concurrency`` closed-loop clients (``proposer``: the kind of the
+    speculative proposer that runs, if any, which may turn scheduling ahead off, Engine.forms_ahead)."""
+    ahead = sm.engine is not None and sm.engine.forms_ahead(sm.d.pp, sm.d.dp_attention, proposer)
     if sm.engine is not None and not sm.engine.mixed_prefill:
         seats = float(min(concurrency, cfg.max_num_seqs) if cfg.max_num_seqs else concurrency)
         return _in_the_loop(
@@ -89,7 +89,7 @@ def steady_state(
         # Beyond the budget the prompts fall behind: the engine runs `running` sequences and the
         # other clients wait for prefill in its queue, as beyond the KV pool (closed_loop).
         return closed_loop(
-            steady_state(sm, cfg, running, input_len, output_len, hit, speculative), concurrency, output_len
+            steady_state(sm, cfg, running, input_len, output_len, hit, proposer), concurrency, output_len
         )
     return _in_the_loop(
         lambda d: _mixed(sm, cfg, concurrency, d, input_len, output_len, hit, ahead),

@@ -1,0 +1,80 @@
+"""vLLM's async scheduling (``vllm-async``: the default from v0.14.0): the synchronous V1 engine's
+memory and defaults, its host work hidden behind the GPU, and each batch formed while the GPU runs
+the last, so a new request waits one iteration more."""
+
+import numpy as np
+import pytest
+
+from gpuplan import catalog
+from gpuplan.serve.engines import engine, engine_config
+from gpuplan.serve.formats import kv_format, weight_format
+from gpuplan.serve.memory import serve_memory
+from gpuplan.serve.sim import Workload, simulate
+from gpuplan.serve.steady_state import steady_state
+from gpuplan.serve.timing import Deployment, step_model
+
+G = catalog.gpu("h100-sxm")
+D = Deployment(catalog.model("llama-3.1-8b"), G, weight_format("bf16", G), kv_format("bf16"))
+
+
+def test_async_scheduling_keeps_the_synchronous_engines_memory_and_defaults():
+    sync, ahead = engine_config("vllm", G), engine_config("vllm-async", G)
+    assert (sync.max_batched_tokens, sync.max_num_seqs, sync.block_size) == (
+        ahead.max_batched_tokens,
+        ahead.max_num_seqs,
+        ahead.block_size,
+    )
+    assert serve_memory(D, sync).kv_pool == serve_memory(D, ahead).kv_pool
+
+
+def test_its_host_work_shows_only_where_it_outlasts_the_gpu_step():
+    sync = step_model(D, engine("vllm")).decode_step(256, 1024)
+    ahead = step_model(D, engine("vllm-async")).decode_step(256, 1024)
+    host = engine("vllm").host_s(256)
+    assert sync.parts["host"] == pytest.approx(host)
+    gpu = ahead.seconds - ahead.parts["host"]
+    assert ahead.parts["host"] == pytest.approx(max(0.0, host - gpu))
+    assert ahead.seconds == pytest.approx(sync.seconds - host + ahead.parts["host"])
+
+
+def test_a_closed_loop_clients_next_request_waits_out_two_iterations_as_under_sglangs_overlap_loop():
+    cfg = engine_config("vllm-async", G)
+    out = np.full(40, 128)
+    out[0] = 64  # the two clients stay 64 tokens apart
+    pair = simulate(D, cfg, Workload(np.zeros(40), np.full(40, 1024), out), clients=2)
+    sm = step_model(D, engine("vllm-async"))
+    p = steady_state(sm, cfg, 2, 1024, 128)
+    assert p.ttft_s == pytest.approx(pair.ttft_s[2:].mean(), rel=0.03)
+    sync = steady_state(step_model(D, engine("vllm")), engine_config("vllm", G), 2, 1024, 128)
+    step = sm.decode_step(1, 1024 + 64).seconds
+    # one more iteration of wait than the synchronous engine (its host time aside)
+    assert p.ttft_s - sync.ttft_s == pytest.approx(step, rel=0.15)
+
+
+SMALL = Deployment(catalog.model("llama-3.2-1b"), G, weight_format("bf16", G), kv_format("bf16"))
+
+
+@pytest.mark.parametrize("name", ["vllm", "vllm-async"])
+def test_one_api_server_caps_a_small_models_stream_at_its_own_pace(name):
+    # Llama-3.2-1B at 512 clients: the GPU could decode far faster than one API server streams
+    e = engine(name)
+    sm = step_model(SMALL, e)
+    gpu_only = steady_state(step_model(SMALL), engine_config(name, G), 512, 256, 256)
+    p = steady_state(sm, engine_config(name, G), 512, 256, 256)
+    pace = 1 / e.frontend_s_per_token  # output tokens/s one API server streams
+    assert gpu_only.output_tokens_per_s > 2 * pace
+    assert p.output_tokens_per_s == pytest.approx(pace, rel=0.02)
+    # serve-sim's closed loop runs at the same pace
+    w = Workload(np.zeros(3000), np.full(3000, 256), np.full(3000, 256))
+    r = simulate(SMALL, engine_config(name, G), w, clients=512)
+    assert r.output_tokens / r.makespan_s == pytest.approx(pace, rel=0.05)
+
+
+def test_the_api_server_does_not_show_where_the_engine_is_slower():
+    # a 70B on one TP-4 node: each step's tokens stream well within the step
+    big = Deployment(catalog.model("llama-3.1-70b"), G, weight_format("fp8", G), kv_format("fp8"), tp=4)
+    it = step_model(big, engine("vllm")).decode_step(256, 2048)
+    assert it.parts["frontend"] == 0.0
+    e = engine("vllm")
+    assert e.exposed_frontend_s(1e-3, 10) == 0.0
+    assert e.exposed_frontend_s(1e-3, 100) == pytest.approx(100 * e.frontend_s_per_token - 1e-3)
