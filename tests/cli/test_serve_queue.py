@@ -44,3 +44,19 @@ def test_serve_engine_profile_sets_the_pool_rule_and_defaults(capsys):
     assert code == 0 and "engine sglang" in out
     code, _, err = run(["serve", "llama-3.1-8b", "--engine", "tgi"], capsys)
     assert code == 2 and "engine" in err and "vllm" in err
+
+
+def test_serve_says_when_vllms_api_server_sets_the_pace(capsys):
+    args = ["serve", "qwen3-0.6b", "--engine", "vllm-async", "--input-len", "512", "--output-len", "128"]
+    code, out, _ = run([*args, "--concurrency", "512", "--json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    pace = doc["engine"]["api_server_tokens_per_s"]
+    assert doc["output_tokens_per_s"] <= pace * 1.001
+    code, out, _ = run([*args, "--concurrency", "512"], capsys)
+    assert code == 0 and "API server sets the pace" in out
+    # one client: the GPU's pace, no note
+    code, out, _ = run([*args, "--concurrency", "1"], capsys)
+    assert code == 0 and "API server" not in out
+    code, out, _ = run(["serve", "qwen3-0.6b", "--engine", "trtllm", "--json"], capsys)
+    assert code == 0 and json.loads(out)["engine"]["api_server_tokens_per_s"] is None

@@ -207,6 +207,12 @@ def render_serve(est, doc: dict) -> None:
     if doc["decoding"] < doc["running"] - 0.5:  # Little's law over the loop: the rest await a first token
         t.add_row("decoding of the clients running", f"{doc['decoding']:,.0f} of {doc['running']:,}")
     t.add_row("end-to-end per request", fmt_duration(doc["e2e_s"]))
+    pace = eng.get("api_server_tokens_per_s")
+    if pace and doc["output_tokens_per_s"] >= 0.98 * pace:
+        console.print(
+            f"[yellow]the API server sets the pace: one process streams about {pace:,.0f} output tokens/s, "
+            "less than the GPU could decode (vLLM's --api-server-count runs more)[/]"
+        )
     t.add_row("output tokens/s (replica)", f"{doc['output_tokens_per_s']:,.0f}")
     t.add_row("output tokens/s per GPU", f"{doc['output_tokens_per_s_per_gpu']:,.0f}")
     t.add_row("decode turns compute-bound at batch", f"{doc['compute_bound_batch']:,.0f}")

@@ -58,6 +58,10 @@ def to_dict(e: ServeEstimate) -> dict:
             "max_batched_tokens": cfg.max_batched_tokens,
             "max_num_seqs": cfg.max_num_seqs,
             "host_note": engine(cfg.engine).note,
+            # one API server's streaming pace (engines.py frontend_s_per_token); None: not modelled
+            "api_server_tokens_per_s": (
+                1 / engine(cfg.engine).frontend_s_per_token if engine(cfg.engine).frontend_s_per_token else None
+            ),
         },
         "memory": {
             "per_gpu": {
