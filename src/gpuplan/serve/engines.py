@@ -37,7 +37,11 @@ engines differ in three places, each read from the engine's sources:
   detokenisation): 67.6 us per streamed token, the request's own handling (parsing, tokenising
   the prompt) spread over ShareGPT's ~200 output tokens. One API server is vLLM's default without
   data parallelism (``api_server_count`` defaults to the DP size). Benchmarks without HTTP
-  (``trtllm-bench``, vLLM's offline ``LLM``) and engines without a source have none.
+  (``trtllm-bench``, vLLM's offline ``LLM``) and engines without a source have none. How that time
+  splits between a request's admission and its tokens is not published: counted per token, short
+  outputs go faster than they would if admission took its share (a burst of 500 Qwen3-0.6B
+  requests of 128 tokens on vLLM 0.19 read 12,150 tokens/s: 14,791 per token, 9,430 at 73.65
+  requests/s), and the wait shows in the streams' ITL where a server slow to admit puts it in TTFT.
 
 * **When a new request can join** (``schedules_ahead``): an engine reads new requests once per
   iteration, before forming the next batch. vLLM V1 (``run_busy_loop``: ``_process_input_queue``
@@ -57,7 +61,7 @@ time): it is what ``serve`` ran before engine profiles, and what ``--engine`` le
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -216,6 +220,27 @@ class Engine:
         return np.maximum(0.0, self.frontend_s_per_token * tokens - engine_s)
 
 
+_VLLM = Engine(
+    "vllm",
+    "V1 engine (0.8-0.13), synchronous scheduling",
+    "total",
+    overlap=False,
+    host_fixed_s=0.0,
+    # vllm-project/vllm issue #10634 and PR #11133: with V1's AsyncLLM, Llama-2-7B at batch 256
+    # left a 5-6 ms host gap between decode steps (GIL contention of scheduling, input
+    # preparation and output processing), about 5.5 ms / 256 per sequence
+    host_per_seq_s=5.5e-3 / 256,
+    block_size=16,
+    note="5-6 ms host gap per decode step at batch 256 (vLLM issue #10634, PR #11133)",
+    state_pages=True,  # V1's hybrid KV cache manager (HybridAttentionMambaModelConfig)
+    frontend_s_per_token=FRONTEND_V1_S,
+    # vllm/v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p (V0's sampler sorts the same
+    # way), run by the profiling pass over max_num_seqs dummy requests with top-k and top-p
+    # set: bf16 logits from the head (2 B), their fp32 copy (4), the sorted values (4) and
+    # int64 indices (8), the softmax/cumsum of the sorted row (4) and a boolean mask (1)
+    sampler_bytes_per_logit=23.0,
+)
+
 ENGINES = {
     e.name: e
     for e in (
@@ -230,43 +255,18 @@ ENGINES = {
             note="no host time: the GPU-side model alone",
             allreduce="nccl",  # NCCL only
         ),
-        Engine(
-            "vllm",
-            "V1 engine (0.8-0.10), synchronous scheduling",
-            "total",
-            overlap=False,
-            host_fixed_s=0.0,
-            # vllm-project/vllm issue #10634 and PR #11133: with V1's AsyncLLM, Llama-2-7B at batch 256
-            # left a 5-6 ms host gap between decode steps (GIL contention of scheduling, input
-            # preparation and output processing), about 5.5 ms / 256 per sequence
-            host_per_seq_s=5.5e-3 / 256,
-            block_size=16,
-            note="5-6 ms host gap per decode step at batch 256 (vLLM issue #10634, PR #11133)",
-            state_pages=True,  # V1's hybrid KV cache manager (HybridAttentionMambaModelConfig)
-            frontend_s_per_token=FRONTEND_V1_S,
-            # vllm/v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p (V0's sampler sorts the same
-            # way), run by the profiling pass over max_num_seqs dummy requests with top-k and top-p
-            # set: bf16 logits from the head (2 B), their fp32 copy (4), the sorted values (4) and
-            # int64 indices (8), the softmax/cumsum of the sorted row (4) and a boolean mask (1)
-            sampler_bytes_per_logit=23.0,
-        ),
-        Engine(
-            "vllm-async",
-            "V1 engine with async scheduling: the default from 0.14.0, --async-scheduling from 0.10",
-            "total",
-            # vLLM v0.14.0 release notes: "Async scheduling is now enabled by default" (#27614); the
-            # scheduler forms step n + 1 while the GPU runs step n (AsyncScheduler), and the model
-            # runner prepares inputs and samples without waiting for the GPU (PR #23569, "Fully
-            # overlap model execution": "an elimination of the CPU overhead of input preparation
-            # and sampling"), so the same host work as the synchronous engine hides behind the GPU
+        _VLLM,
+        # vLLM v0.14.0 release notes: "Async scheduling is now enabled by default" (#27614); the
+        # scheduler forms step n + 1 while the GPU runs step n (AsyncScheduler), and the model runner
+        # prepares inputs and samples without waiting for the GPU (PR #23569, "Fully overlap model
+        # execution": "an elimination of the CPU overhead of input preparation and sampling"), so
+        # the synchronous engine's host work hides behind the GPU; memory and defaults unchanged
+        replace(
+            _VLLM,
+            name="vllm-async",
+            version="V1 engine with async scheduling: the default from 0.14.0, --async-scheduling from 0.10",
             overlap=True,
-            host_fixed_s=0.0,
-            host_per_seq_s=5.5e-3 / 256,
-            block_size=16,
             note="host work overlapped with the GPU (vLLM async scheduling, default from v0.14.0)",
-            state_pages=True,
-            sampler_bytes_per_logit=23.0,
-            frontend_s_per_token=FRONTEND_V1_S,
             schedules_ahead=True,
             ahead_with=("mtp",),
         ),
