@@ -73,8 +73,36 @@ def test_one_api_server_caps_a_small_models_stream_at_its_own_pace(name):
 def test_the_api_server_does_not_show_where_the_engine_is_slower():
     # a 70B on one TP-4 node: each step's tokens stream well within the step
     big = Deployment(catalog.model("llama-3.1-70b"), G, weight_format("fp8", G), kv_format("fp8"), tp=4)
-    it = step_model(big, engine("vllm")).decode_step(256, 2048)
-    assert it.parts["frontend"] == 0.0
+    cfg = engine_config("vllm", G)
+    p = steady_state(step_model(big, engine("vllm")), cfg, 256, 2048, 256)
     e = engine("vllm")
-    assert e.exposed_frontend_s(1e-3, 10) == 0.0
-    assert e.exposed_frontend_s(1e-3, 100) == pytest.approx(100 * e.frontend_s_per_token - 1e-3)
+    assert p.output_tokens_per_s * e.frontend_s_per_token < 1
+    assert e.paced(1e-3, 10) == 1e-3
+    assert e.paced(1e-3, 100) == pytest.approx(100 * e.frontend_s_per_token)
+
+
+@pytest.mark.parametrize("output_len", [1, 2, 16])
+def test_short_outputs_stream_at_the_api_servers_pace_in_serve_and_serve_sim(output_len):
+    # a prompt's first token is one of its output tokens: the pace is per token streamed
+    cfg = engine_config("vllm-async", G)
+    pace = 1 / engine("vllm-async").frontend_s_per_token
+    p = steady_state(step_model(D, engine("vllm-async")), cfg, 1024, 1, output_len)
+    assert p.output_tokens_per_s == pytest.approx(pace, rel=0.01)
+    w = Workload(np.zeros(4000), np.ones(4000, dtype=int), np.full(4000, output_len))
+    r = simulate(D, cfg, w, clients=1024)
+    assert r.output_tokens / r.makespan_s == pytest.approx(pace, rel=0.05)
+
+
+def test_speculation_is_paced_by_the_tokens_it_keeps_not_the_drafts_it_verifies():
+    # n-gram drafts on a small model: the API server streams the accepted tokens only, so
+    # speculation cannot make the stream slower than plain decoding at the server's pace
+    from gpuplan.serve.plan import ServeRequest, estimate_serving
+
+    m = catalog.model("llama-3.2-1b")
+    h = catalog.gpu("h200")
+    kw = dict(input_len=256, output_len=512, concurrency=64, config=engine_config("vllm", h))
+    plain = estimate_serving(ServeRequest(m, h, **kw))
+    spec = estimate_serving(ServeRequest(m, h, ngram=True, **kw))
+    pace = 1 / engine("vllm").frontend_s_per_token
+    assert spec.point.output_tokens_per_s >= plain.point.output_tokens_per_s * 0.999
+    assert spec.point.output_tokens_per_s <= pace * 1.001

@@ -213,11 +213,11 @@ class Engine:
         host = self.host_s(seqs)
         return max(0.0, host - gpu_s) if self.overlap else host
 
-    def exposed_frontend_s(self, engine_s: Any, tokens: float) -> Any:
-        """What the API server's streaming of ``tokens`` output tokens adds to an iteration of
-        ``engine_s`` seconds (a number or a numpy array): it runs beside the engine, so only what
-        outlasts the iteration shows."""
-        return np.maximum(0.0, self.frontend_s_per_token * tokens - engine_s)
+    def paced(self, engine_s: Any, tokens: Any) -> Any:
+        """An iteration of ``engine_s`` seconds that streams ``tokens`` output tokens (numbers or
+        numpy arrays) as its clients see it: the API server streams them beside the engine, so the
+        slower of the two sets the pace."""
+        return np.maximum(engine_s, self.frontend_s_per_token * tokens)
 
 
 _VLLM = Engine(

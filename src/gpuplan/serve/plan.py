@@ -261,10 +261,15 @@ def estimate_serving(req: ServeRequest) -> ServeEstimate:
     context = req.input_len + req.output_len / 2
 
     def at(batch: int) -> Point:  # the steady state, its decode steps speculated when a proposer runs
-        p = steady_state(sm, cfg, batch, req.input_len, req.output_len, hit, prop.method if prop is not None else None)
-        if prop is None:
-            return p
-        return with_speculation(p, sm, prop.draft, context, req.draft_len, req.acceptance)
+        speculate = None
+        if prop is not None:
+            draft = prop.draft
+
+            def speculate(p: Point) -> Point:
+                return with_speculation(p, sm, draft, context, req.draft_len, req.acceptance)
+
+        method = prop.method if prop is not None else None
+        return steady_state(sm, cfg, batch, req.input_len, req.output_len, hit, method, speculate)
 
     point = closed_loop(at(conc), clients, req.output_len)
     curve, b = [], 1

@@ -206,6 +206,8 @@ def simulate(
     # batch while the GPU runs the last (SGLang's overlap loop, Engine.schedules_ahead), the start
     # of the last iteration, so a request arriving during an iteration waits out the next one too
     ahead_loop = eng.forms_ahead(d.pp, d.dp_attention, spec.proposer.method if spec is not None else None)
+    # the API server streams each iteration's tokens beside the engine (Engine.paced)
+    pace = eng.frontend_s_per_token > 0
     formed = 0.0
     while done < n:
         # an idle engine reads a request as it comes
@@ -308,6 +310,7 @@ def simulate(
         # steps until the next arrival, guessed from the last iteration's time (only to size the
         # stretch: a guess too short just ends it early, and a few steps are not worth it)
         ahead = (arrival[nxt] - now) / last_dt if nxt < n and last_dt > 0 else math.inf
+        kept = None  # a speculating iteration's tokens kept per sequence (drawn below)
         if left > 1 and ahead >= 2:
             # a pure decode stretch: the k iterations until the next arrival, finish or block
             # shortage, each timed as the per-iteration loop would time it, run at once
@@ -335,6 +338,13 @@ def simulate(
             times = np.array([it.seconds])
             if drafts and spec is not None and spec.proposer.draft is not None:
                 times += n_draft * spec.proposer.draft.decode_step(n_drafting, dec_ctx).seconds
+            if n_drafting and spec is not None and drafting is not None:
+                # each drafting decoder keeps its accepted drafts and one token more
+                kept = np.ones(len(ids), dtype=np.int64)
+                kept[drafting] = accepted_tokens(rng, spec.acceptance, n_draft, n_drafting)
+                kept = np.minimum(kept, out[ids] - generated[ids])  # none past the output's end
+            if pace:  # the tokens streamed: the decoders' (what each keeps) and the finished prompts' first
+                times = eng.paced(times, (int(kept[dec].sum()) if kept is not None else n_dec) + pre_done)
         t0, last_dt = float(times[0]), float(times[-1])
         queued_area += len(waiting) * t0  # a stretch runs only with nobody waiting
         start, now = now, now + float(times.sum())
@@ -351,11 +361,7 @@ def simulate(
         emits = dec | (computed[ids] >= target[ids])  # decoders, and prompts whose last chunk ran
         e = ids[emits]
         tokens = steps
-        if spec is not None and drafting is not None and drafting.any():
-            # each drafting decoder keeps its accepted drafts and one token more
-            kept = np.ones(len(ids), dtype=np.int64)
-            kept[drafting] = accepted_tokens(rng, spec.acceptance, n_draft, int(drafting.sum()))
-            kept = np.minimum(kept, out[ids] - generated[ids])  # none past the output's end
+        if kept is not None:  # drawn above
             computed[ids] += kept - 1
             tokens = kept[emits]
         fresh = generated[e] == 0
@@ -427,6 +433,8 @@ def _decode_stretch(
     running sequences' cached tokens and blocks. A stretch the ``free`` blocks cannot hold is
     halved until they do."""
     times = sm.decode_times(n_dec, dec_ctx, left if math.isinf(ahead) else min(left, int(ahead * 1.25) + 2))
+    if sm.engine is not None and sm.engine.frontend_s_per_token:  # each step streams the decoders' tokens
+        times = sm.engine.paced(times, n_dec)
     steps = len(times)
     if next_arrival is not None:  # the loop admits an arrival before the first step starting after it
         starts = now + np.cumsum(times) - times

@@ -180,15 +180,21 @@ def with_speculation(
 ) -> Point:
     """The steady-state point ``p`` with its decode steps speculated: the decode-alone part of an
     iteration (``p.decode_share``) shrinks by the speedup at the point's decoding batch, the
-    prompts' prefill does not; TTFT (a prefill) is unchanged. serve-sim runs the same per
-    iteration (``Speculating``)."""
+    prompts' prefill does not; TTFT's prefill is unchanged, its wait for the iterations in flight
+    (``in_flight_s``) is for speculating ones. serve-sim runs the same per iteration (``Speculating``)."""
     s = speedup(target, draft, max(p.decoding, 1.0), context, k, alpha)
     decode = p.decode_share * p.iteration_s
     iteration = p.iteration_s - decode * (1 - 1 / s)
+    tpot = max(p.tpot_s - decode * (1 - 1 / s), 0.0)
+    # a new request waits out the iterations in flight: a speculating one drafts and verifies
+    # expected_tokens per sequence, so it lasts that many of the speculated token gaps
+    cycle = tpot * expected_tokens(alpha, k) / p.tpot_s if p.tpot_s > 0 else 1.0
     return replace(
         p,
+        ttft_s=p.ttft_s + p.in_flight_s * (cycle - 1),
+        in_flight_s=p.in_flight_s * cycle,
         iteration_s=iteration,
-        tpot_s=max(p.tpot_s - decode * (1 - 1 / s), 0.0),
+        tpot_s=tpot,
         output_tokens_per_s=p.output_tokens_per_s * p.iteration_s / iteration,
         input_tokens_per_s=p.input_tokens_per_s * p.iteration_s / iteration,
         decode_share=decode / s / iteration,

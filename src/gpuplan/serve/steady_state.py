@@ -54,6 +54,7 @@ class Point:
     decode_share: float  # of the GPU time, the part decode would take alone (for $/token split)
     queued: int = 0  # requests of the closed loop waiting for a slot
     queue_wait_s: float = 0.0  # each one's wait, included in ttft_s
+    in_flight_s: float = 0.0  # the iterations a closed-loop request waits out first, included in ttft_s
 
     @property
     def running(self) -> int:
@@ -68,14 +69,23 @@ def steady_state(
     output_len: int,
     hit: float = 0.0,
     proposer: str | None = None,
+    speculate: Callable[[Point], Point] | None = None,
 ) -> Point:
     """The steady state of ``concurrency`` closed-loop clients (``proposer``: the kind of the
-    speculative proposer that runs, if any, which may turn scheduling ahead off, Engine.forms_ahead)."""
+    speculative proposer that runs, if any, which may turn scheduling ahead off, Engine.forms_ahead;
+    ``speculate``: the point with its decode steps speculated, speculative.with_speculation), as
+    its clients see it: at the pace of the engine's API server where that is slower
+    (``api_server_pace``)."""
     ahead = sm.engine is not None and sm.engine.forms_ahead(sm.d.pp, sm.d.dp_attention, proposer)
+    per_token = sm.engine.frontend_s_per_token if sm.engine is not None else 0.0
+
+    def seen(p: Point) -> Point:
+        return api_server_pace(speculate(p) if speculate is not None else p, per_token)
+
     if sm.engine is not None and not sm.engine.mixed_prefill:
         seats = float(min(concurrency, cfg.max_num_seqs) if cfg.max_num_seqs else concurrency)
         return _in_the_loop(
-            lambda d: _prefill_apart(sm, cfg, concurrency, d, input_len, output_len, hit, ahead),
+            lambda d: seen(_prefill_apart(sm, cfg, concurrency, d, input_len, output_len, hit, ahead)),
             seats,
             concurrency,
             output_len,
@@ -89,10 +99,10 @@ def steady_state(
         # Beyond the budget the prompts fall behind: the engine runs `running` sequences and the
         # other clients wait for prefill in its queue, as beyond the KV pool (closed_loop).
         return closed_loop(
-            steady_state(sm, cfg, running, input_len, output_len, hit, proposer), concurrency, output_len
+            steady_state(sm, cfg, running, input_len, output_len, hit, proposer, speculate), concurrency, output_len
         )
     return _in_the_loop(
-        lambda d: _mixed(sm, cfg, concurrency, d, input_len, output_len, hit, ahead),
+        lambda d: seen(_mixed(sm, cfg, concurrency, d, input_len, output_len, hit, ahead)),
         min(float(concurrency), cap),
         concurrency,
         output_len,
@@ -244,15 +254,38 @@ def _point(
     ``ttft_s`` (prefill and the wait behind other prompts) plus the iterations in flight when a
     closed-loop request arrives (``ahead``: two, see ``in_flight``), ``ratio`` prompt tokens per
     output token, ``alone_s`` the decode step without prompts."""
+    wait = in_flight(d, tpot_s, ahead)
     return Point(
         concurrency=clients,
         decoding=d,
         iteration_s=iteration_s,
         tpot_s=tpot_s,
-        ttft_s=ttft_s + in_flight(d, tpot_s, ahead),
+        ttft_s=ttft_s + wait,
         output_tokens_per_s=d / iteration_s,
         input_tokens_per_s=d * ratio / iteration_s,
         decode_share=min(1.0, alone_s / iteration_s),
+        in_flight_s=wait,
+    )
+
+
+def api_server_pace(p: Point, s_per_token: float) -> Point:
+    """``p`` as clients see it through an API server that streams each output token in
+    ``s_per_token`` seconds beside the engine (engines.py ``frontend_s_per_token``): where the engine
+    emits tokens faster than that, the server's pace sets the throughput (1 / ``s_per_token``), and
+    every iteration, the token gaps and the iterations a new request waits out stretch with it,
+    as serve-sim paces each iteration (Engine.paced)."""
+    k = p.output_tokens_per_s * s_per_token
+    if k <= 1.0:
+        return p
+    return replace(
+        p,
+        iteration_s=p.iteration_s * k,
+        tpot_s=p.tpot_s * k,
+        ttft_s=p.ttft_s + p.in_flight_s * (k - 1),
+        in_flight_s=p.in_flight_s * k,
+        output_tokens_per_s=p.output_tokens_per_s / k,
+        input_tokens_per_s=p.input_tokens_per_s / k,
+        decode_share=p.decode_share / k,
     )
 
 

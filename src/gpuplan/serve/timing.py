@@ -26,8 +26,9 @@ prompts. Its time on one GPU of the tensor-parallel group, summed over pipeline 
   boundary.
 * LM head on the sequences that sample this iteration, the logits gathered over TP, and sampling.
 * With an engine profile (engines.py): the host time (scheduling, input preparation, output
-  processing) the engine does not hide behind the GPU, and the time its API server takes to stream
-  the iteration's tokens beyond the iteration (``frontend``).
+  processing) the engine does not hide behind the GPU. (Its API server, which streams the tokens
+  beside the engine, paces what serve-sim and the steady state see: engines.py
+  ``frontend_s_per_token``.)
 """
 
 from __future__ import annotations
@@ -311,8 +312,6 @@ class StepModel:
         gpu_s = sum(parts.values())
         if self.engine is not None:
             parts["host"] = self.engine.exposed_host_s(gpu_s, decode + prefill_seqs)
-            # the API server streams the tokens this iteration emits, beside the engine
-            parts["frontend"] = float(self.engine.exposed_frontend_s(gpu_s + parts["host"], decode + prefill_seqs))
         return Iteration(sum(parts.values()), parts)
 
     def decode_attention(self, decode: float, context: Any) -> Any:
@@ -345,12 +344,7 @@ class StepModel:
         engine's host time is added per step as ``iteration`` does."""
         if batch not in self._decode_rest:
             at0 = self.iteration(decode=batch, decode_context=0.0)
-            rest = (
-                at0.seconds
-                - at0.parts.get("host", 0.0)
-                - at0.parts.get("frontend", 0.0)
-                - float(self.decode_attention(batch, 0.0))
-            )
+            rest = at0.seconds - at0.parts.get("host", 0.0) - float(self.decode_attention(batch, 0.0))
             self._decode_rest[batch] = rest
         rest = self._decode_rest[batch]
         ctx = context + np.arange(steps, dtype=float)
@@ -358,7 +352,6 @@ class StepModel:
         if self.engine is not None:
             host = self.engine.host_s(batch)
             t = t + (np.maximum(0.0, host - t) if self.engine.overlap else host)
-            t = t + self.engine.exposed_frontend_s(t, batch)
         return t
 
     def prefill(self, tokens: float, chunk: int) -> Iteration:
