@@ -5,7 +5,7 @@ import pytest
 
 from gpuplan import catalog
 from gpuplan.serve.formats import kv_format, weight_format
-from gpuplan.serve.timing import Deployment, StepModel
+from gpuplan.serve.timing import Deployment, StepModel, step_model
 from gpuplan.serve.weights import weight_bytes_per_gpu
 
 
@@ -65,3 +65,19 @@ def test_tensor_parallel_decode_is_faster_but_pays_all_reduces():
     t1, t2 = one.decode_step(1, 1024), two.decode_step(1, 1024)
     assert t2.seconds < 0.65 * t1.seconds
     assert t2.parts["communication"] > 0 == t1.parts["communication"]
+
+
+def test_routed_experts_unpack_their_weights_once_per_expected_row_tile_not_per_tile_of_the_mean():
+    # gpt-oss's MXFP4 experts unpack their weights again for every 64-row tile; each expert's
+    # count falls around the mean and pays its own last tile, so one more decode row cannot
+    # double the unpacking (it did at 2,049 rows: 64 -> 64.03 rows an expert, ceil 1 -> 2)
+    from gpuplan.serve.engines import engine
+
+    g = catalog.gpu("b200")
+    d = Deployment(catalog.model("gpt-oss-120b"), g, weight_format("mxfp4-experts", g), kv_format("fp8"))
+    sm = step_model(d, engine("trtllm"))
+    for rows in (2100, 4096):
+        a, b = sm.decode_step(rows, 1500).parts["unpack"], sm.decode_step(rows + 1, 1500).parts["unpack"]
+        assert b == pytest.approx(a, rel=0.01)
+    # and it grows with the rows: about rows / 64 / experts-per-row tiles, plus half a tile
+    assert sm.decode_step(4096, 1500).parts["unpack"] > sm.decode_step(2100, 1500).parts["unpack"] * 1.4

@@ -197,7 +197,13 @@ class StepModel:
             compute = gemm_compute_time(gpu, dtype, per_rows, n_out, n_in, touched, ragged)
         unpack = 0.0
         if quantised and d.weights.weight_only:
-            passes = math.ceil(per_rows / DEQUANT_ROWS)
+            # each 64-row tile unpacks the weights again; routed experts' counts differ around the
+            # mean, each paying its own last tile (row_tiles), as their MMAs do
+            passes = (
+                row_tiles(per_rows, DEQUANT_ROWS, ragged)
+                if per_rows >= SKINNY_ROWS
+                else math.ceil(per_rows / DEQUANT_ROWS)
+            )
             unpack = passes * touched * n_out * n_in * DEQUANT_OPS[bits < 8] / self.alu
         act = self.act_bytes if quantised else 2.0
         rows_in = rows * (m.experts_per_token if t.expert else 1)  # each routed copy is read and written
