@@ -50,6 +50,14 @@ def test_disaggregate_refuses_flags_it_would_drop(capsys):
     assert code == 2 and "--concurrency" in err
 
 
+def test_disaggregate_refuses_a_proposer_it_would_ignore(capsys):
+    r1 = ["serve", "deepseek-v3", "--gpu", "h200", "--tp", "8", "--weights", "fp8"]
+    llama = ["serve", "llama-3.1-70b", "--tp", "4", "--weights", "fp8"]
+    for args, flag in ((r1, ["--mtp"]), (llama, ["--ngram"]), (llama, ["--draft-model", "llama-3.2-1b"])):
+        code, out, err = run([*args, "--disaggregate", "--ttft-slo", "1s", "--itl-slo", "50ms", *flag], capsys)
+        assert code == 2 and flag[0] in err and "Traceback" not in err and out == ""
+
+
 def test_prefill_tp_without_disaggregate_is_refused(capsys):
     code, _, err = run(["serve", "llama-3.1-8b", "--prefill-tp", "2"], capsys)
     assert code == 2 and "--disaggregate" in err

@@ -210,6 +210,13 @@ def serve(
                 "the targets size the pools: --concurrency, --max-throughput and --target-* do not apply",
                 "drop them, or drop --disaggregate",
             )
+        if draft_model or ngram or mtp:  # the pools' decode instances are timed without a proposer
+            flag = "draft-model" if draft_model else ("ngram" if ngram else "mtp")
+            raise GpuplanError(
+                flag,
+                "speculative decoding in disaggregated pools is not modelled",
+                f"drop --{flag} to size the pools, or drop --disaggregate to plan a speculating replica",
+            )
         if html or plot:  # the report page has no view of the pools yet
             flag = "html" if html else "plot"
             raise GpuplanError(flag, "the pictures do not cover disaggregated pools yet", f"drop --{flag}, use --json")
