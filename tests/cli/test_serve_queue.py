@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from cli_runner import run
 
 OVER = ["llama-2-7b", "--gpu", "a10g", "--weights", "fp16", "--kv", "fp16", "--input-len", "4000"]
@@ -60,3 +61,16 @@ def test_serve_says_when_vllms_api_server_sets_the_pace(capsys):
     assert code == 0 and "API server" not in out
     code, out, _ = run(["serve", "qwen3-0.6b", "--engine", "trtllm", "--json"], capsys)
     assert code == 0 and json.loads(out)["engine"]["api_server_tokens_per_s"] is None
+
+
+def test_serve_and_serve_sim_seat_the_same_sequences_without_an_engine(capsys):
+    # no --engine: both let the KV pool decide how many run (serve-sim capped them at 256 before)
+    base = ["llama-3.2-1b", "--input-len", "256", "--output-len", "128-384", "--concurrency", "512"]
+    code, out, _ = run(["serve-sim", *base, "--requests", "3000", "--json"], capsys)
+    assert code == 0
+    sim = json.loads(out)["runs"][0]
+    code, out, _ = run(["serve", *base[:3], "--output-len", "256", "--concurrency", "512", "--json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["running"] == 512
+    assert sim["output_tokens_per_s"] == pytest.approx(doc["output_tokens_per_s"], rel=0.15)

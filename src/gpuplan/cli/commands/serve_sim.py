@@ -80,7 +80,10 @@ def serve_sim(
     block_size: BlockSizeOpt = None,
     max_batched_tokens: BatchedTokensOpt = None,
     max_num_seqs: Annotated[
-        int | None, typer.Option(help="Cap on running sequences (default 256, or the --engine's).")
+        int | None,
+        typer.Option(
+            help="Cap on running sequences (default: the --engine's; without one, what the KV pool holds, as `serve`)."
+        ),
     ] = None,
     prefill_instances: Annotated[
         int | None,
@@ -114,7 +117,7 @@ def serve_sim(
 
     hw = catalog.gpu(gpu)
     d = Deployment(catalog.model(model), hw, weight_format(weights, hw), kv_format(kv, hw), tp, pp, dp_attention)
-    seats = max_num_seqs if max_num_seqs is not None or engine else 256  # without an engine: 256, as before
+    seats = max_num_seqs  # None: the engine's default (the KV pool decides without one, as in `serve`)
     cfg = engine_config(engine, hw, tp, gpu_memory_utilization, block_size, max_batched_tokens, seats)
     pools = None
     if (prefill_instances is None) != (decode_instances is None):
