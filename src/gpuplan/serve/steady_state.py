@@ -26,6 +26,10 @@ the other requests wait in its queue (vLLM's ``waiting`` deque, TensorRT-LLM's p
 Little's law on the queue alone (Little 1961) gives the wait: N - running requests queue, and they
 leave it at the completion rate X, so each waits (N - running) / X, added to its TTFT.
 
+Where the engine's API server streams the tokens slower than the engine makes them (many sequences
+of a small model under vLLM, engines.py ``frontend_s_per_token``), the clients see the server's
+pace (``api_server_pace``), as serve-sim paces each iteration by the tokens it streams.
+
 The step times come from timing.py (``StepModel``); plan.py puts memory, this and the cost together.
 """
 
