@@ -310,8 +310,13 @@ ENGINES = {
             "trtllm",
             "0.17 (TensorRT engine, C++ executor)",
             "free",
-            # the C++ batch manager keeps host work off the GPU's path (as the later PyTorch
-            # backend's overlap scheduler does, on by default: docs features/overlap-scheduler.md)
+            # ASSUMED, not sourced: the C++ executor's loop (executorImpl.cpp ``executionLoop``)
+            # waits for step n (``forwardSync``) before it fetches requests and launches step n + 1
+            # (``forwardAsync``), so its host work is not overlapped by design (the PyTorch
+            # backend's overlap scheduler, docs features/overlap-scheduler.md, came later); but that
+            # work is C++, its size unpublished, and vLLM's Python per-sequence figure charged in
+            # full would slow the rows this profile reads within a few percent (the 70B/405B
+            # tables), so it is charged only where it would outlast the GPU step
             overlap=True,
             host_fixed_s=0.0,
             host_per_seq_s=5.5e-3 / 256,
