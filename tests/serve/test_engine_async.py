@@ -9,12 +9,13 @@ from gpuplan import catalog
 from gpuplan.serve.engines import engine, engine_config
 from gpuplan.serve.formats import kv_format, weight_format
 from gpuplan.serve.memory import serve_memory
-from gpuplan.serve.sim import Workload, simulate
+from gpuplan.serve.sim import Lengths, Workload, simulate
 from gpuplan.serve.steady_state import steady_state
 from gpuplan.serve.timing import Deployment, step_model
 
 G = catalog.gpu("h100-sxm")
 D = Deployment(catalog.model("llama-3.1-8b"), G, weight_format("bf16", G), kv_format("bf16"))
+D_MOE = Deployment(catalog.model("qwen3-30b-a3b"), G, weight_format("bf16", G), kv_format("bf16"))
 
 
 def test_async_scheduling_keeps_the_synchronous_engines_memory_and_defaults():
@@ -106,3 +107,21 @@ def test_speculation_is_paced_by_the_tokens_it_keeps_not_the_drafts_it_verifies(
     pace = 1 / engine("vllm").frontend_s_per_token
     assert spec.point.output_tokens_per_s >= plain.point.output_tokens_per_s * 0.999
     assert spec.point.output_tokens_per_s <= pace * 1.001
+
+
+def test_vllm_runs_the_sequences_its_pool_holds_at_their_mean_length_and_trtllm_at_their_full():
+    # vLLM allocates blocks as tokens are computed: a sequence holds its prompt and half its output
+    # on average; TensorRT-LLM reserves the whole length on admission
+    from gpuplan.serve.plan import ServeRequest, estimate_serving
+
+    m = catalog.model("qwen3-30b-a3b")
+    kw = dict(input_len=1024, output_len=256, concurrency=128)
+    v = estimate_serving(ServeRequest(m, G, config=engine_config("vllm-async", G), **kw))
+    t = estimate_serving(ServeRequest(m, G, config=engine_config("trtllm", G), **kw))
+    assert engine("vllm-async").held_tokens(1024, 256) == 1024 + 128
+    assert v.seats > v.max_concurrency and t.seats == t.max_concurrency
+    # serve-sim, which allocates blocks as tokens come, runs the same closed loop alike
+    w = Workload.closed(2000, Lengths.parse("1024", "i"), Lengths.parse("128-384", "o"))
+    r = simulate(D_MOE, engine_config("vllm-async", G), w, clients=128)
+    assert r.to_dict()["output_tokens_per_s"] == pytest.approx(v.point.output_tokens_per_s, rel=0.10)
+    assert float(np.median(r.ttft_s)) == pytest.approx(v.point.ttft_s, rel=0.15)

@@ -173,7 +173,7 @@ def render_serve(est, doc: dict) -> None:
         "KV cache (these sequences)",
         per["kv_cache"],
         cap,
-        f"{doc['running']} x {r.input_len + r.output_len} tokens, blocks of {r.config.block_size}",
+        f"{doc['running']} x {doc['held_tokens_per_sequence']} tokens, blocks of {r.config.block_size}",
     )
     mem_row(table, "activations (peak)", per["activations"], cap, f"{r.config.max_batched_tokens} batched tokens")
     mem_row(table, "other", per["other"], cap, "CUDA context, graphs, NCCL")
@@ -186,6 +186,12 @@ def render_serve(est, doc: dict) -> None:
         f"{doc['kv_bytes_per_token_per_gpu'] / 1024:,.1f} KiB per GPU; max concurrency {doc['max_concurrency']:,}; "
         f"max context at concurrency {doc['running']}: {doc['max_context_at_concurrency']:,} tokens"
     )
+    if doc["seats"] > doc["max_concurrency"]:
+        console.print(
+            f"{eng['name']} allocates KV blocks as tokens are computed: {doc['seats']:,} sequences run at once, "
+            f"holding about {doc['held_tokens_per_sequence']:,} tokens each on average "
+            f"({doc['max_concurrency']:,} at full length)"
+        )
     console.print(
         f"paging wastes {pg['paged_waste_fraction']:.1%} of a sequence's blocks; contiguous pre-allocation of "
         f"{est.model_max_len:,} tokens would waste {pg['contiguous_waste_fraction']:.1%} and hold only "

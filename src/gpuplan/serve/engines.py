@@ -43,6 +43,14 @@ engines differ in three places, each read from the engine's sources:
   requests of 128 tokens on vLLM 0.19 read 12,150 tokens/s: 14,791 per token, 9,430 at 73.65
   requests/s), and the wait shows in the streams' ITL where a server slow to admit puts it in TTFT.
 
+* **KV blocks on demand** (``kv_on_demand``): vLLM allocates a sequence's blocks as its tokens are
+  computed (V1 vllm/v1/core/sched/scheduler.py ``schedule`` calls ``KVCacheManager.allocate_slots``
+  for the step's new tokens, and preempts the newest request when none is free; V0's block manager
+  ``append_slots`` the same), so in a steady state a sequence holds its prompt and on average half
+  its output, and the pool runs more sequences than it could hold at full length. TensorRT-LLM's
+  default GUARANTEED_NO_EVICT reserves each request's whole length on admission; SGLang admits
+  against a reserve for the running requests' remaining outputs; both are counted at full length.
+
 * **When a new request can join** (``schedules_ahead``): an engine reads new requests once per
   iteration, before forming the next batch. vLLM V1 (``run_busy_loop``: ``_process_input_queue``
   then ``_process_engine_step``) and TensorRT-LLM's C++ executor (executorImpl.cpp
@@ -115,6 +123,13 @@ class Engine:
     ahead_with: tuple[str, ...] = ()
     # seconds of the API server process per streamed output token (see the module docstring)
     frontend_s_per_token: float = 0.0
+    # KV blocks allocated as tokens are computed, not reserved for the whole length on admission
+    kv_on_demand: bool = False
+
+    def held_tokens(self, input_len: int, output_len: int) -> int:
+        """Tokens of KV a running sequence holds on average in a steady state (``kv_on_demand``:
+        its prompt and half its output; else the whole length, reserved on admission)."""
+        return input_len + (output_len + 1) // 2 if self.kv_on_demand else input_len + output_len
 
     def kv_reads_per_kv_head(self, query_heads: int, kv_heads: int) -> float:
         """How many times a decode step reads each cached KV head, for ``query_heads`` query heads
@@ -234,6 +249,7 @@ _VLLM = Engine(
     note="5-6 ms host gap per decode step at batch 256 (vLLM issue #10634, PR #11133)",
     state_pages=True,  # V1's hybrid KV cache manager (HybridAttentionMambaModelConfig)
     frontend_s_per_token=FRONTEND_V1_S,
+    kv_on_demand=True,
     # vllm/v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p (V0's sampler sorts the same
     # way), run by the profiling pass over max_num_seqs dummy requests with top-k and top-p
     # set: bf16 logits from the head (2 B), their fp32 copy (4), the sorted values (4) and
@@ -282,6 +298,7 @@ ENGINES = {
             host_per_seq_s=0.0,
             block_size=16,
             note="about 4 ms GPU bubble per decode step (vLLM RFC #6854)",
+            kv_on_demand=True,  # vllm/core/block_manager.py append_slots
             # vllm/v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p (V0's sampler sorts the same
             # way), run by the profiling pass over max_num_seqs dummy requests with top-k and top-p
             # set: bf16 logits from the head (2 B), their fp32 copy (4), the sorted values (4) and

@@ -120,8 +120,9 @@ class ServeEstimate:
     request: ServeRequest
     deployment: Deployment
     memory: ServeMemory
-    kv_needed: float  # bytes on one GPU for the planned sequences at full length
-    max_concurrency: int
+    kv_needed: float  # bytes on one GPU for the planned sequences (the tokens each holds, Engine.held_tokens)
+    max_concurrency: int  # sequences the pool holds at full length
+    seats: int  # sequences the pool keeps running in a steady state (more where KV is allocated on demand)
     max_context_at_concurrency: int
     model_max_len: int
     point: Point
@@ -253,10 +254,15 @@ def estimate_serving(req: ServeRequest) -> ServeEstimate:
             f"has no room for one {length}-token sequence: short by {-short / GiB:.2f} GiB per GPU",
             _smallest_fix(req, cfg),
         )
-    seats = conc_max if not cfg.max_num_seqs else min(conc_max, cfg.max_num_seqs)
+    eng = engine(cfg.engine)
+    # the tokens a running sequence holds: all of them where the engine reserves the whole length,
+    # its prompt and half its output on average where it allocates blocks as tokens come (vLLM)
+    held = eng.held_tokens(req.input_len, req.output_len)
+    pool_seats = max(conc_max, max_concurrency(mem, d, cfg, held))
+    seats = pool_seats if not cfg.max_num_seqs else min(pool_seats, cfg.max_num_seqs)
     clients = seats if req.max_throughput else (req.concurrency or 1)
     conc = min(clients, seats)  # running; the rest of a closed loop waits in the queue
-    sm = step_model(d, engine(cfg.engine))
+    sm = step_model(d, eng)
     hit = req.prefix_hit_rate
     context = req.input_len + req.output_len / 2
 
@@ -273,19 +279,19 @@ def estimate_serving(req: ServeRequest) -> ServeEstimate:
 
     point = closed_loop(at(conc), clients, req.output_len)
     curve, b = [], 1
-    while b < conc_max:
+    while b < pool_seats:
         curve.append(at(b))
         b *= 2
-    curve.append(at(conc_max))
+    curve.append(at(pool_seats))
 
     spec = None
     if prop is not None:
         spec = speculation(
-            sm, prop.draft, conc, context, req.draft_len, req.acceptance, conc_max, "mtp" if req.mtp else None
+            sm, prop.draft, conc, context, req.draft_len, req.acceptance, pool_seats, "mtp" if req.mtp else None
         )
 
     # the KV of the sequences that run; the queued hold none until they are admitted
-    kv_needed = math.ceil(point.running / d.kv_groups) * blocks_per_sequence(d, cfg, length) * mem.kv_block_bytes
+    kv_needed = math.ceil(point.running / d.kv_groups) * blocks_per_sequence(d, cfg, held) * mem.kv_block_bytes
     offload = blocks_per_sequence(d, cfg, length) * mem.kv_block_bytes / gpu.host_bytes_per_s
 
     gpus_needed = None
@@ -314,6 +320,7 @@ def estimate_serving(req: ServeRequest) -> ServeEstimate:
         memory=mem,
         kv_needed=kv_needed,
         max_concurrency=conc_max,
+        seats=pool_seats,
         max_context_at_concurrency=max_context(mem, d, cfg, conc, limit),
         model_max_len=limit,
         point=point,

@@ -82,6 +82,10 @@ def to_dict(e: ServeEstimate) -> dict:
         "kv_bytes_per_token_per_gpu": kv_bytes_per_token(m, d.kv, d.tp) * mem.layers / m.num_layers * draft_kv,
         "kv_bytes_per_sequence_per_gpu": exact,
         "max_concurrency": e.max_concurrency,
+        # sequences the pool keeps running in a steady state: more than at full length where the
+        # engine allocates KV blocks as tokens come (engines.py kv_on_demand)
+        "seats": e.seats,
+        "held_tokens_per_sequence": engine(cfg.engine).held_tokens(r.input_len, r.output_len),
         "max_context_at_concurrency": e.max_context_at_concurrency,
         "concurrency": p.concurrency,
         "running": p.running,
