@@ -1,6 +1,7 @@
 """An engine that does not mix prompt chunks with decodes (SGLang, ``Engine.mixed_prefill``): every
 prefill runs as a batch of its own, first, and the running sequences wait it out."""
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -98,3 +99,22 @@ def test_prefills_apart_cost_more_than_mixed_ones_at_the_same_load(mixed_twin):
     a = steady_state(step_model(D, engine("sglang")), SGL, 64, 3000, 500)
     b = steady_state(step_model(D, engine("sglang-mixed")), mixed_twin, 64, 3000, 500)
     assert a.tpot_s > b.tpot_s and a.output_tokens_per_s < b.output_tokens_per_s
+
+
+def test_sglang_seats_what_its_pool_holds_with_the_decayed_reserve_and_agrees_with_serve_sim():
+    # SGLang fills its pool as tokens come but keeps new_token_ratio (decayed to 0.7 x 0.14) of the
+    # running requests' remaining output in reserve: more seats than at full length, fewer than
+    # vLLM's prompt-and-half-the-output
+    from gpuplan.serve.plan import ServeRequest, estimate_serving
+
+    assert engine("sglang").held_tokens(1024, 256) == 1024 + math.ceil(128 * (1 + 0.7 * 0.14))
+    assert engine("vllm").held_tokens(1024, 256) < engine("sglang").held_tokens(1024, 256) < 1024 + 256
+    m = catalog.model("qwen3-30b-a3b")
+    d = Deployment(m, G, weight_format("bf16", G), kv_format("bf16"))
+    cfg = engine_config("sglang", G)
+    e = estimate_serving(ServeRequest(m, G, input_len=1024, output_len=256, concurrency=128, config=cfg))
+    assert e.max_concurrency < e.seats < 128
+    w = Workload.closed(2000, Lengths.parse("1024", "i"), Lengths.parse("128-384", "o"))
+    r = simulate(d, cfg, w, clients=128)
+    assert r.to_dict()["output_tokens_per_s"] == pytest.approx(e.point.output_tokens_per_s, rel=0.10)
+    assert float(np.median(r.ttft_s)) == pytest.approx(e.point.ttft_s, rel=0.25)

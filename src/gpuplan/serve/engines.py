@@ -47,9 +47,15 @@ engines differ in three places, each read from the engine's sources:
   computed (V1 vllm/v1/core/sched/scheduler.py ``schedule`` calls ``KVCacheManager.allocate_slots``
   for the step's new tokens, and preempts the newest request when none is free; V0's block manager
   ``append_slots`` the same), so in a steady state a sequence holds its prompt and on average half
-  its output, and the pool runs more sequences than it could hold at full length. TensorRT-LLM's
-  default GUARANTEED_NO_EVICT reserves each request's whole length on admission; SGLang admits
-  against a reserve for the running requests' remaining outputs; both are counted at full length.
+  its output, and the pool runs more sequences than it could hold at full length. SGLang's pool
+  fills as tokens come too, but it admits a request only while the running ones keep a reserve of
+  ``new_token_ratio`` times their remaining output (schedule_policy.py ``PrefillAdder``); the ratio
+  decays from 0.7 to 0.7 x 0.14 over 600 steps without a retraction (global_config.py
+  ``default_init_new_token_ratio``, ``default_min_new_token_ratio_factor``,
+  ``default_new_token_ratio_decay_steps``), so in a steady state a sequence holds its prompt, half
+  its output and that floor times the other half (``kv_reserve_ratio``; a retraction raises the
+  ratio again, so this is the fuller end). TensorRT-LLM's default GUARANTEED_NO_EVICT reserves each
+  request's whole length on admission.
 
 * **When a new request can join** (``schedules_ahead``): an engine reads new requests once per
   iteration, before forming the next batch. vLLM V1 (``run_busy_loop``: ``_process_input_queue``
@@ -69,6 +75,7 @@ time): it is what ``serve`` ran before engine profiles, and what ``--engine`` le
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -123,13 +130,18 @@ class Engine:
     ahead_with: tuple[str, ...] = ()
     # seconds of the API server process per streamed output token (see the module docstring)
     frontend_s_per_token: float = 0.0
-    # KV blocks allocated as tokens are computed, not reserved for the whole length on admission
+    # KV blocks allocated as tokens are computed, not reserved for the whole length on admission,
+    # with a reserve of this share of the remaining output kept for the running (SGLang)
     kv_on_demand: bool = False
+    kv_reserve_ratio: float = 0.0
 
     def held_tokens(self, input_len: int, output_len: int) -> int:
-        """Tokens of KV a running sequence holds on average in a steady state (``kv_on_demand``:
-        its prompt and half its output; else the whole length, reserved on admission)."""
-        return input_len + (output_len + 1) // 2 if self.kv_on_demand else input_len + output_len
+        """Tokens of KV a running sequence takes of the pool on average in a steady state
+        (``kv_on_demand``: its prompt, half its output and the reserve for the other half; else the
+        whole length, reserved on admission)."""
+        if not self.kv_on_demand:
+            return input_len + output_len
+        return input_len + math.ceil(output_len / 2 * (1 + self.kv_reserve_ratio))
 
     def kv_reads_per_kv_head(self, query_heads: int, kv_heads: int) -> float:
         """How many times a decode step reads each cached KV head, for ``query_heads`` query heads
@@ -322,6 +334,8 @@ ENGINES = {
             mixed_prefill=False,
             # server_args.py ``disable_overlap_schedule: bool = False``: event_loop_overlap runs
             schedules_ahead=True,
+            kv_on_demand=True,
+            kv_reserve_ratio=0.7 * 0.14,  # the decayed new_token_ratio (see the module docstring)
         ),
         Engine(
             "trtllm",
