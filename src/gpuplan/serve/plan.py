@@ -257,8 +257,8 @@ def estimate_serving(req: ServeRequest) -> ServeEstimate:
     eng = engine(cfg.engine)
     # the tokens a running sequence holds: all of them where the engine reserves the whole length,
     # its prompt and half its output on average where it allocates blocks as tokens come (vLLM)
-    held = eng.held_tokens(req.input_len, req.output_len)
-    pool_seats = max(conc_max, max_concurrency(mem, d, cfg, held))
+    held = eng.held_tokens(req.input_len, req.output_len)  # at most the whole length: at least conc_max seats
+    pool_seats = max_concurrency(mem, d, cfg, held)
     seats = pool_seats if not cfg.max_num_seqs else min(pool_seats, cfg.max_num_seqs)
     clients = seats if req.max_throughput else (req.concurrency or 1)
     conc = min(clients, seats)  # running; the rest of a closed loop waits in the queue
@@ -266,15 +266,16 @@ def estimate_serving(req: ServeRequest) -> ServeEstimate:
     hit = req.prefix_hit_rate
     context = req.input_len + req.output_len / 2
 
-    def at(batch: int) -> Point:  # the steady state, its decode steps speculated when a proposer runs
-        speculate = None
-        if prop is not None:
-            draft = prop.draft
+    speculate = None  # a proposer's decode steps speculated, inside the steady state (before the API server's pace)
+    if prop is not None:
+        draft = prop.draft
 
-            def speculate(p: Point) -> Point:
-                return with_speculation(p, sm, draft, context, req.draft_len, req.acceptance)
+        def speculate(p: Point) -> Point:
+            return with_speculation(p, sm, draft, context, req.draft_len, req.acceptance)
 
-        method = prop.method if prop is not None else None
+    method = prop.method if prop is not None else None
+
+    def at(batch: int) -> Point:  # the steady state at `batch` clients
         return steady_state(sm, cfg, batch, req.input_len, req.output_len, hit, method, speculate)
 
     point = closed_loop(at(conc), clients, req.output_len)
