@@ -118,3 +118,65 @@ def test_sglang_seats_what_its_pool_holds_with_the_decayed_reserve_and_agrees_wi
     r = simulate(d, cfg, w, clients=128)
     assert r.to_dict()["output_tokens_per_s"] == pytest.approx(e.point.output_tokens_per_s, rel=0.10)
     assert float(np.median(r.ttft_s)) == pytest.approx(e.point.ttft_s, rel=0.25)
+
+
+def _small_pool(tokens: int):
+    """Qwen3-0.6B on one H100 under SGLang with mem_fraction_static shrunk until its pool holds
+    about ``tokens`` tokens, and the tokens it holds exactly."""
+    from gpuplan.serve.memory import serve_memory
+
+    m = catalog.model("qwen3-0.6b")
+    d = Deployment(m, G, weight_format("bf16", G), kv_format("bf16"))
+    base = serve_memory(d, replace(SGL, gpu_memory_utilization=0.5))
+    frac = 0.5 - (base.kv_pool - tokens * base.kv_block_bytes) / base.capacity
+    cfg = replace(SGL, gpu_memory_utilization=frac)
+    mem = serve_memory(d, cfg)
+    return d, cfg, int(mem.kv_pool // mem.kv_block_bytes)
+
+
+@pytest.mark.parametrize("in2, out2, joins", [(1000, 2500, True), (3500, 4000, False)])
+def test_sglang_admits_a_request_only_if_its_whole_output_fits_beside_the_running_reserve(in2, out2, joins):
+    # SGLang's PrefillAdder (schedule_policy.py add_one_req): a new request needs its prompt and
+    # its whole output free beside new_token_ratio times the running requests' remaining output
+    # (each clipped at 4,096 tokens). One request of 12,000 + 4,000 runs in a pool of 20,000
+    # tokens; a second arrives as it starts decoding: free is 8,000, the reserve 0.7 x 4,000 =
+    # 2,800, so 1,000 + 2,500 joins at once. The ratio falls 0.001 a decode step to 0.098, so the
+    # room beside the reserve grows as the first runs, but never past ~7,070 tokens (600 steps in:
+    # 7,400 free, 0.098 x 3,400 reserved): 3,500 + 4,000 waits until the first finishes, though
+    # its prompt alone would fit at once (vLLM's rule)
+    d, cfg, free = _small_pool(20_000)
+    assert 19_900 <= free <= 20_100
+    w = Workload(np.array([0.0, 0.05]), np.array([12_000, in2]), np.array([4000, out2]))
+    r = simulate(d, cfg, w)
+    if joins:
+        assert r.ttft_s[1] < 0.1
+    else:
+        assert r.ttft_s[1] > float(r.e2e_s[0]) - 0.1
+    assert r.preemptions == 0
+
+
+def test_sglang_reserve_retracts_far_less_than_admitting_on_the_prompt(monkeypatch):
+    # admitting on the prompt alone fills the pool with prompts whose outputs then do not fit, and
+    # the newest are preempted and recomputed again and again; SGLang's reserve admits fewer (it
+    # still retracts some once the ratio has decayed below what these full-length outputs take)
+    d, cfg, _ = _small_pool(40_000)
+    twin = replace(engine("sglang"), name="sglang-prompt-only", new_token_ratio=None)
+    monkeypatch.setitem(engines.ENGINES, twin.name, twin)
+    w = Workload(np.zeros(200), np.full(200, 1000), np.full(200, 1000))
+    sglang = simulate(d, cfg, w)
+    prompt_only = simulate(d, replace(cfg, engine=twin.name), w)
+    assert prompt_only.preemptions > 100
+    assert sglang.preemptions < prompt_only.preemptions / 3
+
+
+def test_sglang_new_token_ratio_follows_its_scheduler_constants():
+    tr = engine("sglang").new_token_ratio
+    assert tr is not None
+    # global_config.py: init 0.7, min factor 0.14, 600 decay steps; retract_decode_steps 20
+    assert tr.floor == pytest.approx(0.098)
+    assert tr.decay == pytest.approx((0.7 - 0.098) / 600)
+    # estimate_new_token_ratio_after_retract: (decoded + 20 per request) / (outputs + 1), at most 1
+    assert tr.after_retract(300, 1000, 2) == pytest.approx(340 / 1001)
+    assert tr.after_retract(5000, 1000, 2) == 1.0
+    assert engine("sglang").kv_reserve_ratio == tr.floor
+    assert engine("vllm").new_token_ratio is None and engine("vllm").kv_reserve_ratio == 0.0

@@ -133,8 +133,13 @@ def test_errors_stay_within_what_was_last_measured(held_out_checks):
     # burst's throughput +43% -> +16%, but its ITL +349% -> +479% (the max): the model slows all
     # 500 admitted streams to the API server's pace, where vLLM's server admits them slowly instead
     # (mean TTFT 2.9 s measured, 0.4 s predicted); all rows 15.7% / 58.6%
+    # Then serve-sim's SGLang admits as its PrefillAdder does (whole output beside new_token_ratio
+    # of the running requests' remaining output): kvcached's tight-pool 3B at rate 32 TTFT +60% ->
+    # +24%, but datacrunch's 70B burst and rate-16 rows -4% / +9% -> +22% / +26% in throughput (their
+    # agreement came from 1,815 and 1,322 recomputed preemptions that SGLang's admission rules out);
+    # all rows 15.7% -> 16.3%, p90 unchanged
     s = summary(held_out_checks)
-    assert s["median_abs_error"] <= 0.158
+    assert s["median_abs_error"] <= 0.163
     assert s["p90_abs_error"] <= 0.59
     assert s["max_abs_error"] <= 4.8
     steady = s["by_load"]["steady"]  # the analytic model's rows (the issue's 8% median target is missed since)

@@ -54,8 +54,8 @@ engines differ in three places, each read from the engine's sources:
   ``default_init_new_token_ratio``, ``default_min_new_token_ratio_factor``,
   ``default_new_token_ratio_decay_steps``), so in a steady state a sequence holds its prompt, half
   its output and that floor times the other half (``kv_reserve_ratio``; a retraction raises the
-  ratio again, so this is the fuller end). TensorRT-LLM's default GUARANTEED_NO_EVICT reserves each
-  request's whole length on admission.
+  ratio again, so this is the fuller end); serve-sim runs the ratio itself (``TokenRatio``).
+  TensorRT-LLM's default GUARANTEED_NO_EVICT reserves each request's whole length on admission.
 
 * **When a new request can join** (``schedules_ahead``): an engine reads new requests once per
   iteration, before forming the next batch. vLLM V1 (``run_busy_loop``: ``_process_input_queue``
@@ -97,6 +97,40 @@ DECODE_ATTENTION = ("grouped", "per_query_head")
 
 
 @dataclass(frozen=True)
+class TokenRatio:
+    """SGLang's estimate of how much of their remaining output the running requests will still
+    decode (scheduler.py ``new_token_ratio``; defaults in global_config.py, later environ.py):
+    ``init`` after an idle moment, less ``(init - floor) / decay_steps`` after each decode batch
+    down to ``floor`` = ``init x min_factor``, and after a retraction the survivors' decoded share
+    (``estimate_new_token_ratio_after_retract``: decoded tokens plus ``retract_steps`` each, over
+    their output lengths). Its PrefillAdder reserves that share of each running request's
+    remaining output, clipped at ``clip`` tokens (``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION``), and
+    admits a request only while its prompt and whole clipped output fit beside the reserve
+    (schedule_policy.py ``add_one_req``). Not modelled: with ``ignore_eos`` and the radix cache
+    disabled (how most published benchmarks run), SGLang instead checks that the running requests
+    and the new one all fit until each has finished (``add_one_req_ignore_eos``); tried on the
+    held-out rows, that rule read within 1-4 points of this one."""
+
+    init: float = 0.7
+    min_factor: float = 0.14
+    decay_steps: int = 600
+    retract_steps: int = 20
+    clip: int = 4096
+
+    @property
+    def floor(self) -> float:
+        return self.init * self.min_factor
+
+    @property
+    def decay(self) -> float:
+        return (self.init - self.floor) / self.decay_steps
+
+    def after_retract(self, decoded: float, outputs: float, requests: int) -> float:
+        """The ratio after a retraction, from the surviving requests' decoded tokens and output lengths."""
+        return min(1.0, (decoded + self.retract_steps * requests) / (outputs + 1))
+
+
+@dataclass(frozen=True)
 class Engine:
     name: str
     version: str  # the release whose sources the defaults below come from
@@ -130,10 +164,16 @@ class Engine:
     ahead_with: tuple[str, ...] = ()
     # seconds of the API server process per streamed output token (see the module docstring)
     frontend_s_per_token: float = 0.0
-    # KV blocks allocated as tokens are computed, not reserved for the whole length on admission,
-    # with a reserve of this share of the remaining output kept for the running (SGLang)
+    # KV blocks allocated as tokens are computed, not reserved for the whole length on admission
     kv_on_demand: bool = False
-    kv_reserve_ratio: float = 0.0
+    # SGLang's admission estimate of the running requests' remaining output (``TokenRatio``)
+    new_token_ratio: TokenRatio | None = None
+
+    @property
+    def kv_reserve_ratio(self) -> float:
+        """The share of their remaining output the running sequences keep reserved in a steady
+        state: SGLang's decayed ``new_token_ratio``; none elsewhere."""
+        return self.new_token_ratio.floor if self.new_token_ratio is not None else 0.0
 
     def held_tokens(self, input_len: int, output_len: int) -> int:
         """Tokens of KV a running sequence takes of the pool on average in a steady state
@@ -335,7 +375,7 @@ ENGINES = {
             # server_args.py ``disable_overlap_schedule: bool = False``: event_loop_overlap runs
             schedules_ahead=True,
             kv_on_demand=True,
-            kv_reserve_ratio=0.7 * 0.14,  # the decayed new_token_ratio (see the module docstring)
+            new_token_ratio=TokenRatio(),  # its admission reserve (see the module docstring)
         ),
         Engine(
             "trtllm",

@@ -13,7 +13,11 @@ queue (V1's ``if not preempted_reqs``). Sliding-window layers hold at most their
 (``kv_blocks``), as ``serve`` counts them. An engine that does not mix prefills with decodes
 (SGLang, ``Engine.mixed_prefill``) runs an iteration of prompt chunks alone whenever it can form
 one (a prompt still in chunks, or the queue's head with a seat and its blocks) and decodes only
-when it cannot: its running sequences wait out every prefill.
+when it cannot: its running sequences wait out every prefill. SGLang admits a request only while
+its prompt and its whole output fit beside a reserve of ``new_token_ratio`` times the running
+requests' remaining output, a ratio that starts at 0.7, falls each decode batch and is re-estimated
+after a retraction (engines.py ``TokenRatio``), so it seldom has to retract where an engine that
+admits on the prompt alone would preempt again and again.
 
 Arrivals are Poisson at ``rate`` (or read from a trace), all at t = 0 (a burst, ``rate`` = inf:
 ``vllm bench serve``'s default ``--request-rate inf``, a transient of queued prompts, prefill
@@ -195,6 +199,26 @@ def simulate(
         generated[:] = 1
         first[:] = last[:] = prefilled_s
     finish = np.full(n, np.nan)
+    # SGLang's admission (engines.TokenRatio): an unmixed engine with a new_token_ratio keeps that
+    # share of the running requests' remaining output out of its admissions, and admits a request
+    # only while its prompt and whole output fit beside it
+    tr = eng.new_token_ratio if not mixed else None
+    ratio = tr.init if tr is not None else 0.0
+
+    def later_blocks(ids: np.ndarray) -> np.ndarray:
+        """Blocks the requests ``ids`` take for the rest of their output (SGLang's clipped estimate)."""
+        held = prompt[ids] + generated[ids]
+        assert tr is not None
+        return need_blocks(held + np.minimum(out[ids] - generated[ids], tr.clip)) - need_blocks(held)
+
+    def admits(r: int, free: float, reserve: float, out_reserve: float) -> bool:
+        """Whether an unmixed engine takes request ``r``: its whole prompt fits the free blocks
+        (SGLang's PrefillAdder), and under a new_token_ratio its output too, beside the reserves."""
+        whole = need_blocks(int(target[r])) - blocks[r]
+        if tr is None:
+            return bool(whole <= free - reserve)
+        return bool(whole + later_blocks(np.array([r]))[0] < free - reserve - out_reserve)
+
     waiting: deque[int] = deque()
     running = np.zeros(0, dtype=np.int64)
     gaps: list[np.ndarray] = []
@@ -217,6 +241,7 @@ def simulate(
             nxt += 1
         if not len(running) and not waiting:
             now = formed = max(now, float(arrival[nxt]))
+            ratio = tr.init if tr is not None else 0.0  # SGLang re-initialises it when idle
             continue
         # an engine that does not mix (SGLang) runs a prefill batch alone whenever one can be
         # formed: a prompt still in chunks, or the queue's head with a seat and blocks for its whole
@@ -226,8 +251,8 @@ def simulate(
         if not mixed:
             prefill_only = bool((computed[running] < target[running]).any())
             if not prefill_only and waiting and len(running) < max_seqs:
-                r = waiting[0]
-                prefill_only = bool(need_blocks(int(target[r])) - blocks[r] <= free)
+                out_reserve = ratio * float(later_blocks(running).sum()) if tr is not None else 0.0
+                prefill_only = admits(waiting[0], free, 0.0, out_reserve)
         # running sequences first, in admission order: decoders take one token (none in a prefill
         # batch), prefills a chunk
         preempted = False
@@ -254,6 +279,8 @@ def simulate(
             waiting.appendleft(v)
             preemptions += 1
             preempted = True
+        if preempted and tr is not None:  # SGLang's retraction resets the ratio from the survivors
+            ratio = tr.after_retract(float(generated[running].sum()), float(out[running].sum()), len(running))
         free -= wanted
         blocks[running] += want
         decoding = c >= t
@@ -262,6 +289,7 @@ def simulate(
         # admissions, which want a whole prompt in the pool (no decode runs between its prefill
         # chunks; only its prefill batches admit)
         reserve = float(np.maximum(0, need_blocks(t) - blocks[running]).sum()) if prefill_only else 0.0
+        out_reserve = ratio * float(later_blocks(running).sum()) if tr is not None and prefill_only else 0.0
         # then waiting requests, first come first served, while budget, seats and blocks allow; none
         # in an iteration that preempted (vllm/v1/core/sched/scheduler.py ``schedule``: the waiting
         # queue is scheduled only ``if not preempted_reqs``), so a preempted sequence waits a step
@@ -280,12 +308,14 @@ def simulate(
             need = min(int(target[r] - computed[r]), budget) or 1
             blk = need_blocks(int(computed[r]) + need) - blocks[r]
             whole = 0.0 if mixed else need_blocks(int(target[r])) - blocks[r]
-            if blk > free or whole > free - reserve:
+            if blk > free or not (mixed or admits(r, free, reserve, out_reserve)):
                 break
             waiting.popleft()
             free -= blk
             blocks[r] += blk
             reserve += whole - blk
+            if tr is not None:  # an admitted request reserves its whole (clipped) output
+                out_reserve += float(later_blocks(np.array([r]))[0])
             admitted.append(r)
             adm_take.append(need)
             adm_dec.append(bool(computed[r] >= target[r]))
@@ -350,6 +380,8 @@ def simulate(
         start, now = now, now + float(times.sum())
         formed = now - last_dt  # the next iteration is formed as the last one starts (schedules_ahead)
         iterations += steps
+        if tr is not None and not prefill_only and n_dec:  # each decode batch lowers it a step
+            ratio = max(ratio - steps * tr.decay, tr.floor)
         if iterations > max_iterations:
             raise GpuplanError(
                 "requests",
