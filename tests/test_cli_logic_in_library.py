@@ -118,7 +118,10 @@ def test_slurm_jobs_are_whole_nodes():
     assert job_nodes(None, None, 8) == 1
     with pytest.raises(GpuplanError) as err:
         job_nodes(12, None, 8)
-    assert err.value.field == "gpus"
+    assert err.value.field == "gpus" and "`gpus=8` or 16" in err.value.fix
+    with pytest.raises(GpuplanError) as err:  # less than a node: one count to offer, not "8 or 8"
+        job_nodes(1, None, 8)
+    assert "`gpus=8`," in err.value.fix and "`gpus_per_node=1`" in err.value.fix
     with pytest.raises(GpuplanError) as err:
         job_nodes(16, 3, 8)
     assert err.value.field == "nodes"

@@ -713,6 +713,19 @@ def test_the_fix_train_suggests_for_a_plan_that_does_not_fit_really_fits(capsys)
     assert code == 0 and json.loads(out)["memory"]["fits"]
 
 
+def test_the_suggested_fix_applied_to_the_users_own_command_is_the_plan_that_was_checked(capsys):
+    # the found plan drops cp 2 -> 1: the fix must say --cp 1, or the user's --cp 2 stays and the
+    # command refuses 8 GPUs as tp x pp x cp = 16
+    args = ["train", "llama-3.1-70b", "--gpu", "gb200", "--gpus", "8", "--tp", "2", "--pp", "2", "--cp", "2"]
+    args += ["--precision", "nvfp4", "--seq-len", "32768"]
+    code, _, err = run(args, capsys)
+    assert code == 3 and "(checked: it fits)" in err
+    fix = err.split("try ", 1)[1].split(" (checked")[0].split()
+    assert "--cp" in fix
+    code, out, _ = run([*args, "--json", *fix], capsys)
+    assert code == 0 and json.loads(out)["memory"]["fits"]
+
+
 def test_suggestions_that_save_no_memory_are_not_offered(capsys):
     # ZeRO shards over dp: with one GPU it saves nothing, so it must not be suggested
     _, out, _ = run(["train", "llama-3.1-405b", "--gpus", "1", "--mfu", "0.4", "--json"], capsys)

@@ -69,3 +69,16 @@ def test_the_progress_check_judges_each_checkpoint_policy_by_what_it_saves():
     check_progress(*args, checkpoint="sigterm", longest_s=12 * HOUR, grace_s=600.0, longest_spot_s=12 * HOUR)
     with pytest.raises(GpuplanError, match="node_mtbf"):
         check_progress(3600.0, 0.0, 60.0, 300.0, checkpoint="sigterm", longest_s=48 * HOUR)
+
+
+def test_a_checkpoint_interval_longer_than_every_job_is_judged_as_no_checkpoint():
+    # an interval no job reaches never checkpoints: it passes or fails as `none` does (1000 h was
+    # refused where `none` and 100 h ran)
+    from gpuplan.cluster.setup import check_progress
+    from gpuplan.errors import GpuplanError
+
+    args = (10 * 86400, 2 / 3600, 60.0, 300.0)
+    check_progress(*args, checkpoint="none", longest_s=60.0)
+    check_progress(*args, checkpoint=str(1000 * HOUR), longest_s=60.0)
+    with pytest.raises(GpuplanError, match="no checkpoint, 12.0 h of work"):
+        check_progress(*args, checkpoint=str(1000 * HOUR), longest_s=12 * HOUR)

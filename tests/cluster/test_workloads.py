@@ -109,6 +109,34 @@ def test_philly_json_log(tmp_path):
     assert skipped == {"never started": 1, "still running at the end of the trace": 1}
 
 
+def _philly_job(jobid, start, end, gpus):
+    return {
+        "jobid": jobid,
+        "submitted_time": "2017-10-03 10:00:00",
+        "attempts": [{"start_time": start, "end_time": end, "detail": [{"ip": "m1", "gpus": gpus}]}],
+    }
+
+
+def test_philly_leaves_out_an_attempt_that_ends_before_it_starts(tmp_path):
+    log = [
+        _philly_job("a", "2017-10-03 10:05:00", "2017-10-03 10:10:00", ["gpu0"]),
+        _philly_job("b", "2017-10-03 10:05:00", "2017-10-03 10:01:00", ["gpu0"]),
+    ]
+    f = tmp_path / "cluster_job_log"
+    f.write_text(json.dumps(log))
+    jobs, skipped = read_philly(f)
+    assert [(j.gpus, j.work_s) for j in jobs] == [(1.0, 300.0)]
+    assert skipped == {"no run time": 1}
+
+
+def test_philly_gpus_that_are_not_a_list_name_the_job(tmp_path):
+    # a string's length is not a GPU count: "gpu0" once read as 4 GPUs
+    f = tmp_path / "cluster_job_log"
+    f.write_text(json.dumps([_philly_job("a", "2017-10-03 10:05:00", "2017-10-03 10:10:00", "gpu0")]))
+    with pytest.raises(GpuplanError, match=r"job 0 \(a\): cannot read it"):
+        read_philly(f)
+
+
 def test_helios_csv(tmp_path):
     f = tmp_path / "cluster_log.csv"
     f.write_text(

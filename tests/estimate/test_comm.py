@@ -133,3 +133,19 @@ def test_a_send_receive_of_one_rank_is_refused_naming_ranks():
     assert e.value.field == "ranks"
     assert collective_report("all-reduce", 2**30, 1, 1, h100)["time_s"] == 0.0
     assert collective_report("p2p", 2**30, 2, 1, h100)["time_s"] > 0
+
+
+def test_a_stride_that_splits_ranks_unevenly_over_nodes_is_refused():
+    # ranks 0, 3, ..., 21 fall 3, 3 and 2 on three 8-GPU nodes, not the 2 x 4 a group of equal
+    # parts would give; strides that divide the node or are whole nodes place evenly
+    from gpuplan.errors import GpuplanError
+    from gpuplan.estimate.comm import collective_report
+
+    h100 = catalog.gpu("h100-sxm")
+    with pytest.raises(GpuplanError, match="do not fall evenly") as e:
+        collective_report("all-reduce", 2**30, 8, 3, h100)
+    assert e.value.field == "stride"
+    two = collective_report("all-reduce", 2**30, 8, 2, h100)
+    assert (two["nodes"], two["ranks_per_node"]) == (2, 4)
+    whole = collective_report("all-reduce", 2**30, 8, 16, h100)
+    assert (whole["nodes"], whole["ranks_per_node"]) == (8, 1)

@@ -361,3 +361,23 @@ def test_a_plan_over_only_by_the_allocator_reserve_is_tight_not_over():
         ).reserve
         == 0
     )
+
+
+def test_zero3_gathers_only_what_a_group_of_more_than_one_rank_shards():
+    # with dp = 1 no ZeRO stage shards anything, so all four hold the same bytes (ZeRO-3 charged a
+    # block's gather buffer for it); with experts over one expert-data-parallel rank only the dense
+    # part is gathered, and ZeRO-3 never holds more than ZeRO-2
+    from gpuplan.estimate.stage_params import stage_params
+
+    m, g = catalog.model("llama-3.1-8b"), catalog.gpu("h100-sxm")
+    cfg = TrainingConfig(seq_len=8192, micro_batch=1, global_batch=8)
+    totals = {estimate_memory(m, cfg, ParallelPlan(tp=8, zero=z), g, 8).per_gpu.total for z in (0, 1, 2, 3)}
+    assert len(totals) == 1
+    moe, a100 = catalog.model("mixtral-8x7b"), catalog.gpu("a100-sxm-80gb")
+    cfg = TrainingConfig(seq_len=4096, micro_batch=1, global_batch=128)
+    two, three = (ParallelPlan(tp=2, pp=2, dp=4, ep=4, zero=z) for z in (2, 3))
+    assert three.zero_group == 4 and three.expert_zero_group == 1
+    r2, r3 = (estimate_memory(moe, cfg, p, a100, 32).per_gpu for p in (two, three))
+    assert r3.total < r2.total
+    sp = stage_params(moe, 2, 0, 0, 16, 2, 4, 1, None, 0)
+    assert sp.biggest_expert > 0 and sp.biggest_dense + sp.biggest_expert == pytest.approx(sp.biggest_layer)

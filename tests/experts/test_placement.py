@@ -115,6 +115,11 @@ def test_bad_loads_and_too_many_replicas_are_refused(tmp_path):
     with pytest.raises(GpuplanError) as e:
         read_loads(ragged)
     assert e.value.field == "loads"
+    booleans = tmp_path / "loads.json"  # JSON true/false read as loads of 1 and 0
+    booleans.write_text("[[true, false, true, true]]")
+    with pytest.raises(GpuplanError) as e:
+        read_loads(booleans)
+    assert e.value.field == "loads"
 
 
 def test_packings_stacked_together_come_out_as_each_packed_alone():

@@ -63,6 +63,21 @@ def test_zb_h2_leaves_only_the_warm_up_and_never_loses_to_zb_h1(p, extra, f, b, 
     assert max(equal.idle_s) == pytest.approx((p - 1) * f)
 
 
+@pytest.mark.parametrize("p", [2, 3, 4, 5, 8])
+def test_zb_h2_refuses_fewer_micro_batches_than_its_warm_up_and_never_loses_to_zb_h1_above(p):
+    # rank 0 runs 2(p - 1) forwards before its first backward: with fewer micro-batches the
+    # warm-up cannot fill and H2 ran longer than H1 (8 stages, 8 micro-batches: 34 vs 31)
+    from gpuplan.errors import GpuplanError
+
+    least = 2 * (p - 1)
+    if least > 1:
+        with pytest.raises(GpuplanError, match=f"needs at least {least} micro-batches"):
+            build("zb-h2", p, least - 1)
+    for m in range(max(1, least), least + 3):
+        for c in (Costs(1, 1, 1), Costs(1, 2, 1), Costs(1, 1.5, 0.2)):
+            assert simulate(build("zb-h2", p, m), c).makespan_s <= simulate(build("zb-h1", p, m), c).makespan_s + 1e-9
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     half=st.integers(1, 5),

@@ -151,6 +151,15 @@ def test_kernel_categories(name, cat):
         (read_telemetry, '{"step": 1, "step_s": 1.0}\n{"step": 2, "step_s": 1.0\n', 2),
         (read_telemetry, '{"step": 1, "step_s": -1.0}\n', 1),
         (read_telemetry, '{"type": "plan", "plan": {"model": "llama-3.1-8b", "tpp": 2}}\n', 1),
+        # a stall is part of its step: one as long as the step leaves nothing to time
+        (read_telemetry, '{"step": 1, "step_s": 8}\n{"step": 2, "step_s": 8, "checkpoint_stall_s": 8}\n', 2),
+        (read_telemetry, '{"step": 1, "step_s": 8, "checkpoint_stall_s": true}\n', 1),
+        # memory and kernel records: bytes and seconds from 0 up, not text, NaN or negatives
+        (read_telemetry, '{"step": 1, "step_s": 8}\n{"type": "kernels", "per_step_s": {"gemm": "abc"}}\n', 2),
+        (read_telemetry, '{"step": 1, "step_s": 8}\n{"type": "kernels", "per_step_s": {"gemm": null}}\n', 2),
+        (read_telemetry, '{"step": 1, "step_s": 8}\n{"type": "memory", "weights": NaN}\n', 2),
+        (read_telemetry, '{"step": 1, "step_s": 8}\n{"type": "memory", "weights": -5e9}\n', 2),
+        (read_telemetry, '{"step": 1, "step_s": 8}\n{"type": "memory", "weights": true}\n', 2),
     ],
 )
 def test_malformed_line_is_one_line_error_with_its_number(tmp_path, reader, text, line):

@@ -10,12 +10,8 @@ from collections import Counter
 from gpuplan import inputs
 from gpuplan.cluster.sim import NODE_MTBF_PRESETS, ClusterConfig, ClusterSim, Job
 from gpuplan.errors import GpuplanError, field_ref
-from gpuplan.estimate.checkpoint_interval import daly_interval, expected_waste_fraction
+from gpuplan.estimate.checkpoint_interval import NO_PROGRESS, daly_interval, expected_waste_fraction
 from gpuplan.units import fmt_duration
-
-# A job that wastes this share of its wall time or more on checkpoints, restarts and lost work is
-# counted as never finishing
-NO_PROGRESS = 0.99
 
 
 def node_mtbf(text: str) -> float | None:
@@ -63,11 +59,13 @@ def check_progress(
             interval, cost = daly_interval(cost_s, every), cost_s
         elif checkpoint == "sigterm" and name != "node_mtbf" and grace_s >= cost_s:
             continue  # a reclaim's SIGTERM checkpoint saves the work (failures were checked above)
-        elif checkpoint in ("none", "sigterm"):
-            reclaimed = longest_spot_s if name != "node_mtbf" and longest_spot_s is not None else longest_s
-            interval, cost = reclaimed, 0.0
         else:
-            interval, cost = float(checkpoint), cost_s
+            reclaimed = longest_spot_s if name != "node_mtbf" and longest_spot_s is not None else longest_s
+            if checkpoint in ("none", "sigterm") or 0 < reclaimed <= float(checkpoint):
+                # an interval no shorter than the job never checkpoints it: as `none`
+                interval, cost = reclaimed, 0.0
+            else:
+                interval, cost = float(checkpoint), cost_s
         if interval <= 0:
             continue
         waste = expected_waste_fraction(interval, cost, every, restart_s)

@@ -19,7 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuplan.errors import field_ref, require
-from gpuplan.estimate.checkpoint_interval import daly_interval, expected_waste_fraction
+from gpuplan.estimate.checkpoint_interval import (
+    NO_PROGRESS,
+    daly_interval,
+    expected_waste_fraction,
+    require_checkpoint_fits,
+)
 
 HOURS_PER_MONTH = 730.0
 
@@ -64,10 +69,11 @@ def tco(x: TCOInput) -> dict:
     on_demand = useful_h * x.on_demand_per_gpu_hour
     spot = waste = None
     if x.spot_per_gpu_hour is not None:
+        require_checkpoint_fits(x.checkpoint_cost_s, x.spot_mtbf_s, "preemptions")
         tau = daly_interval(x.checkpoint_cost_s, x.spot_mtbf_s)
         waste = expected_waste_fraction(tau, x.checkpoint_cost_s, x.spot_mtbf_s, x.restart_s)
         require(
-            waste < 0.99,
+            waste < NO_PROGRESS,
             "spot_mtbf",
             f"with a preemption every {x.spot_mtbf_s:g} s, checkpoints of "
             f"{x.checkpoint_cost_s:g} s and restarts of {x.restart_s:g} s, spot capacity does no work",

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from gpuplan.errors import field_ref, require
-from gpuplan.estimate.checkpoint_interval import daly_interval
+from gpuplan.estimate.checkpoint_interval import daly_interval, require_checkpoint_fits
 from gpuplan.units import HOUR
 
 
@@ -81,7 +81,8 @@ def loss(
             "the optimal interval needs a mean time between preemptions",
             f"pass {field_ref('mtbf')}, e.g. {field_ref('mtbf', '24h')}",
         )
-        tau = daly_interval(cost_s, mtbf_s)  # type: ignore[arg-type]  # required above
+        require_checkpoint_fits(cost_s, mtbf_s, "preemptions")  # type: ignore[arg-type]  # required above
+        tau = daly_interval(cost_s, mtbf_s)  # type: ignore[arg-type]
     else:
         tau = policy_interval(policy)
     n = math.floor(preempt_at_s / (tau + cost_s))  # checkpoints completed before the preemption

@@ -231,7 +231,11 @@ def read_philly(path: str | Path) -> tuple[list[Job], Counter[str]]:
                 skipped["still running at the end of the trace"] += 1
                 continue
             end = datetime.strptime(attempts[-1]["end_time"], fmt)
-            gpus = sum(len(d.get("gpus", [])) for d in attempts[-1].get("detail", []))
+            # each machine of the attempt lists the GPUs it gave the job (Philly's "gpu0", "gpu1", ...)
+            held = [d.get("gpus", []) for d in attempts[-1].get("detail", [])]
+            if not all(isinstance(g, list) for g in held):
+                raise TypeError("detail[].gpus is not a list of GPU names")
+            gpus = sum(len(g) for g in held)
             submitted = datetime.strptime(j["submitted_time"], fmt)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             raise GpuplanError(
@@ -240,11 +244,14 @@ def read_philly(path: str | Path) -> tuple[list[Job], Counter[str]]:
         if gpus == 0:
             skipped["no GPU"] += 1
             continue
+        if end <= start:  # as the other readers: a job that did not run for any time is left out
+            skipped["no run time"] += 1
+            continue
         t0 = submitted if t0 is None else min(t0, submitted)
         jobs.append((submitted, gpus, (end - start).total_seconds()))
     if t0 is None:  # no job ran on a GPU
         return [], skipped
-    out = [Job(k, (s - t0).total_seconds(), float(g), max(0.0, d)) for k, (s, g, d) in enumerate(sorted(jobs))]
+    out = [Job(k, (s - t0).total_seconds(), float(g), d) for k, (s, g, d) in enumerate(sorted(jobs))]
     return out, skipped
 
 

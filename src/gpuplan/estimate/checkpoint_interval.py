@@ -14,7 +14,25 @@ from __future__ import annotations
 
 import math
 
-from gpuplan.errors import require
+from gpuplan.errors import GpuplanError, require
+
+# A job that wastes this share of its wall time or more on checkpoints, restarts and lost work is
+# counted as never finishing
+NO_PROGRESS = 0.99
+
+
+def require_checkpoint_fits(cost_s: float, mtbf_s: float, between: str = "failures") -> None:
+    """Refuse a checkpoint that takes as long as the mean time between interruptions: no interval
+    of work and its checkpoint ever completes, so the job would never finish."""
+    from gpuplan.units import fmt_duration
+
+    if cost_s >= mtbf_s:
+        raise GpuplanError(
+            "checkpoint_cost",
+            f"a checkpoint ({fmt_duration(cost_s)}) takes longer than the mean time between "
+            f"{between} ({fmt_duration(mtbf_s)}): the job would never finish",
+            "write checkpoints faster (async, sharded) or find a more reliable machine",
+        )
 
 
 def young_interval(cost_s: float, mtbf_s: float) -> float:
@@ -51,23 +69,25 @@ def _check(cost_s: float, mtbf_s: float) -> None:
 def intervals(cost_s: float, mtbf_s: float, restart_s: float = 0.0) -> dict[str, float]:
     """Young's and Daly's intervals and the share of wall time each wastes; a checkpoint that takes
     longer than the mean time between failures is refused (the job would never finish)."""
-    from gpuplan.errors import GpuplanError
     from gpuplan.units import fmt_duration
 
-    if cost_s >= mtbf_s:
-        raise GpuplanError(
-            "checkpoint_cost",
-            f"a checkpoint ({fmt_duration(cost_s)}) takes longer than the mean time between "
-            f"failures ({fmt_duration(mtbf_s)}): the job would never finish",
-            "write checkpoints faster (async, sharded) or find a more reliable machine",
-        )
+    require_checkpoint_fits(cost_s, mtbf_s)
     young, daly = young_interval(cost_s, mtbf_s), daly_interval(cost_s, mtbf_s)
+    waste = expected_waste_fraction(daly, cost_s, mtbf_s, restart_s)
+    # restarts as long as the time between failures leave no time to work at any interval
+    require(
+        waste < NO_PROGRESS,
+        "restart",
+        f"restarts of {fmt_duration(restart_s)} after failures every {fmt_duration(mtbf_s)} waste "
+        f"{waste:.1%} of the wall time even at Daly's interval: the job would never finish",
+        "restart faster (warm spares, a cached container and checkpoint) or find a more reliable machine",
+    )
     return {
         "mtbf_s": mtbf_s,
         "cost_s": cost_s,
         "restart_s": restart_s,
         "young_s": young,
         "daly_s": daly,
-        "expected_waste_fraction": expected_waste_fraction(daly, cost_s, mtbf_s, restart_s),
+        "expected_waste_fraction": waste,
         "expected_waste_fraction_young": expected_waste_fraction(young, cost_s, mtbf_s, restart_s),
     }

@@ -198,7 +198,16 @@ def collective_report(kind: str, size: float, ranks: int, stride: int, gpu: GPUS
     each rank sends, its time and bandwidths (bytes/s)."""
     # one rank has nothing to send to: a collective of one is free, a send/receive is not a thing
     require(kind != "p2p" or ranks >= 2, "ranks", f"a send/receive needs two ranks, got {ranks}", "use `ranks=2`")
-    group = _group(kind, ranks, stride, gpu.fast_domain)
+    # a group is as many members on each node as on the others (what parallel groups are): a
+    # stride that neither divides the node nor is whole nodes puts 3, 3 and 2 ranks on three nodes
+    domain = gpu.fast_domain
+    require(
+        ranks == 1 or domain % stride == 0 or stride % domain == 0,
+        "stride",
+        f"ranks {stride} apart do not fall evenly on {gpu.name}'s nodes of {domain} GPUs",
+        f"use a `stride` that divides {domain} or is a multiple of it",
+    )
+    group = _group(kind, ranks, stride, domain)
     sent = bytes_sent_per_rank(kind, size, ranks)
     t = collective_time(kind, size, group, gpu)
     choice = nccl_choice(kind, size, group, gpu) if ranks > 1 and size > 0 else None

@@ -266,6 +266,9 @@ def estimate_memory(
             fp8_one_layout,
             plan.pp,
             copies * (sp_.dense + sp_.expert),
+            plan.expert_zero_group,
+            sp_.biggest_dense,
+            sp_.biggest_expert,
         )
         other.update((k, v) for k, v in held.items() if v is not None)
         allocated = weights + grads + master + optimizer + activations + sum(other.values())

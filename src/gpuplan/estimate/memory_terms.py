@@ -104,21 +104,35 @@ def buffers(
     fp8_one_layout: bool = False,
     pp: Any = 1,
     held: Any = 0.0,
+    expert_zero_group: Any = None,
+    biggest_dense: Any = 0.0,
+    biggest_expert: Any = 0.0,
 ) -> dict[str, Any]:
     """Memory besides states and activations that does not depend on the micro-batch (``None``
     where a term does not apply to one plan). ``gemm`` and ``gemm_matrices`` are of every block
     held (times the schedule's parameter copies); ``fp8_one_layout``: the GPU keeps one FP8 copy
     for both GEMM layouts (GPUSpec.fp8_any_layout, TrainingConfig.fp8_cached_bytes); ``pp``: the
     pipeline degree and ``held`` the parameters on the GPU, for FSDP under pipelining
-    (``pp_unsharded_weights``, ``pp_grad_accumulator``)."""
+    (``pp_unsharded_weights``, ``pp_grad_accumulator``); ``expert_zero_group``: the ranks the
+    experts' states are sharded over (None: as the dense ones), with ``biggest_dense`` and
+    ``biggest_expert`` the largest block's parameters of each kind."""
     copy_bytes = cfg.fp8_cached_bytes(fp8_one_layout)
+    # what a ZeRO-3 gather brings in: the block's parameters sharded over more than one rank (a
+    # group of one holds them whole, nothing to gather: dp = 1, or experts with no expert-dp)
+    if expert_zero_group is None:
+        gathered = _where(zero_group > 1, biggest_layer, 0.0)
+    else:
+        dense, expert = zero_group > 1, expert_zero_group > 1
+        gathered = _where(
+            dense & expert, biggest_layer, _where(dense, biggest_dense, _where(expert, biggest_expert, 0.0))
+        )
     return {
         # FSDP/ZeRO-3 gathers a whole block's weights (current and prefetched next) and holds its
         # unsharded gradient until the reduce-scatter
         # (not torchtitan under PP, whose weights and gradients stay gathered: pp_unsharded_weights)
         "zero3_gather": _when(
             _where(_fsdp_keeps_gathered(cfg, pp), False, (z == 3) & (n_layers > 0)),
-            biggest_layer * (2 * cfg.weight_bytes + cfg.grad_bytes),
+            gathered * (2 * cfg.weight_bytes + cfg.grad_bytes),
         ),
         # FP8 copies of the GEMM weights (TrainingConfig.fp8_copy_bytes): of every block held, or
         # under ZeRO-3 of the two gathered blocks only (a shard has nothing to quantize)

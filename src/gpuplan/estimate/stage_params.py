@@ -94,6 +94,10 @@ class StageParams:
     gemm_matrices: float = 0.0  # their weight matrices (an expert's each), for per-tensor scales
     biggest_gemm_matrices: float = 0.0
     n_linear: int = 0  # linear-attention (Gated DeltaNet) layers among them
+    # the largest block's dense and expert parameters apart (each the largest over the block kinds):
+    # what ZeRO-3 gathers when only the dense or only the expert weights are sharded
+    biggest_dense: float = 0.0
+    biggest_expert: float = 0.0
 
 
 @functools.lru_cache(maxsize=4096)
@@ -133,6 +137,8 @@ def stage_params(
         adafactor_dense=sum(_adafactor_bytes(t, tp) * c for t, c in held if not t.expert),
         adafactor_expert=sum(_adafactor_bytes(t, etp) / ep * c for t, c in held if t.expert),
         biggest_layer=max((sum(per_gpu(t) for t in layer_tensors(m, *f)) for f in kinds), default=0.0),
+        biggest_dense=max((sum(per_gpu(t) for t in layer_tensors(m, *f) if not t.expert) for f in kinds), default=0.0),
+        biggest_expert=max((sum(per_gpu(t) for t in layer_tensors(m, *f) if t.expert) for f in kinds), default=0.0),
         n_dense=n_layers + mtp - n_moe,
         n_moe=n_moe,
         gemm=sum(per_gpu(t) * n for kind, n in counted for t in layer_tensors(m, *kind) if fp8_gemm(t)),

@@ -189,16 +189,14 @@ def plan_changes(
     plan: ParallelPlan, config: TrainingConfig, was: ParallelPlan, was_config: TrainingConfig
 ) -> tuple[tuple[str, object], ...]:
     """The fields of a whole suggested plan: the GPU count and tp/pp always, the rest where they are
-    not the default or changed."""
+    not the default or changed (a field back at its default is named too: left out, the user's
+    own value would stay and the command would not be the plan that was checked)."""
     out: list[tuple[str, object]] = [("gpus", plan.world_size), ("tp", plan.tp), ("pp", plan.pp)]
-    if plan.cp > 1:
-        out.append(("cp", plan.cp))
-    if plan.ep > 1:
-        out.append(("ep", plan.ep))
-    if plan.etp is not None:
-        out.append(("etp", plan.etp))
-    if plan.zero:
-        out.append(("zero", plan.zero))
+    for field, default in (("cp", 1), ("vp", 1), ("ep", 1), ("etp", None), ("zero", 0)):
+        value = getattr(plan, field)
+        if value != default or value != getattr(was, field):
+            # an unset etp is the attention's tp: said so, as no flag unsets it
+            out.append((field, plan.tp if field == "etp" and value is None else value))
     if config.recompute != was_config.recompute:
         out.append(("recompute", config.recompute))
     if config.micro_batch != was_config.micro_batch:

@@ -26,6 +26,8 @@ def read_loads(path: str | Path) -> np.ndarray:
             rows = [r for r in csv.reader(text.splitlines()) if r and any(c.strip() for c in r)]
             if rows and not _numeric(rows[0]):
                 rows = rows[1:]
+        if any(isinstance(x, bool) for row in rows for x in row):  # JSON true/false are not counts
+            raise TypeError("a boolean load")
         table = np.array([[float(x) for x in row] for row in rows], dtype=np.float64)
     except (ValueError, KeyError, TypeError, json.JSONDecodeError):
         raise GpuplanError(

@@ -142,7 +142,7 @@ def zb_h1(p: int, m: int) -> Schedule:
 
 
 def zb_h2(p: int, m: int) -> Schedule:
-    _check(p, m)
+    _check(p, m, "zb-h2")
     acts = tuple(_triples(p, m, r, 2 * (p - 1 - r), 2 * (p - 1)) for r in range(p))
     return Schedule("zb-h2", p, m, p, 1, (tuple(range(p)),), acts, 1.0)
 

@@ -34,6 +34,13 @@ TELEMETRY_WARMUP = 2  # steps left out of the median: compilation, allocator and
 
 
 MAX_STEP_S = 1e7  # a step of 116 days: longer is a unit mix-up, not a training step
+MAX_BYTES = 1e18  # an exabyte: more is not a GPU's memory
+
+
+def _amount(v: object, upper: float) -> bool:
+    """A number from 0 up to (not including) ``upper``: not a bool, NaN or Infinity (which
+    Python's json reads)."""
+    return isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < upper
 
 
 def read_telemetry(path: str | Path, text: str | None = None) -> Run:
@@ -68,14 +75,22 @@ def read_telemetry(path: str | Path, text: str | None = None) -> Run:
             if not isinstance(step_s, int | float) or isinstance(step_s, bool) or not 0 < step_s <= MAX_STEP_S:
                 raise err(path, n, f"step record needs a positive step_s up to {MAX_STEP_S:g} s, got {step_s!r}")
             stall = rec.get("checkpoint_stall_s", 0.0) or 0.0
-            if not isinstance(stall, int | float) or not 0 <= stall < math.inf:
+            if not _amount(stall, math.inf):
                 raise err(path, n, f"checkpoint_stall_s must be seconds >= 0, got {stall!r}")
+            # the stall is part of the step: a stall as long as the step leaves no training to time
+            if stall >= step_s:
+                raise err(
+                    path,
+                    n,
+                    f"checkpoint_stall_s ({stall:g} s) is not less than step_s ({step_s:g} s)",
+                    "the stall is the part of step_s spent blocked on a checkpoint",
+                )
             for key in ("tokens", "peak_allocated_bytes", "peak_memory_bytes", "peak_reserved_bytes"):
                 v = rec.get(key)
-                if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < 1e18):
+                if v is not None and not _amount(v, MAX_BYTES):
                     raise err(path, n, f"{key} must be a count from 0 up, got {v!r}")
-            steps.append(max(step_s - stall, 0.0))
-            if rec.get("tokens") and step_s - stall > 0:
+            steps.append(step_s - stall)
+            if rec.get("tokens"):
                 tps.append(float(rec["tokens"]) / (step_s - stall))
             if rec.get("peak_allocated_bytes") is not None:
                 alloc.append(float(rec["peak_allocated_bytes"]))
@@ -86,14 +101,17 @@ def read_telemetry(path: str | Path, text: str | None = None) -> Run:
         elif kind == "memory":
             for k, v in rec.items():
                 if k != "type":
-                    if not isinstance(v, int | float):
-                        raise err(path, n, f"memory.{k} must be bytes, got {v!r}")
+                    if not _amount(v, MAX_BYTES):
+                        raise err(path, n, f"memory.{k} must be bytes from 0 up, got {v!r}")
                     memory[k] = float(v)
         elif kind == "kernels":
             per = rec.get("per_step_s")
             if not isinstance(per, dict):
                 raise err(path, n, "kernels record needs per_step_s: {category: seconds}")
-            kernels.update({k: float(v) for k, v in per.items()})
+            for k, v in per.items():
+                if not _amount(v, MAX_STEP_S):
+                    raise err(path, n, f"kernels.per_step_s.{k} must be seconds from 0 up, got {v!r}")
+                kernels[k] = float(v)
         else:
             raise err(path, n, f"unknown record type {kind!r}", "use plan, step, memory or kernels")
     if not steps:

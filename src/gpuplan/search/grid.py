@@ -162,6 +162,8 @@ class Grid:
                 "adafactor_dense",
                 "adafactor_expert",
                 "biggest_layer",
+                "biggest_dense",
+                "biggest_expert",
                 "n_dense",
                 "n_moe",
                 "n_linear",
@@ -223,7 +225,8 @@ class Grid:
         other = terms.buffers(
             cfg, z, zg, self.n_blocks[:, None], p["biggest_layer"], held["gemm"],
             copies * p["gemm_matrices"], p["biggest_gemm"], p["biggest_gemm_matrices"], self.fp8_one_layout,
-            self.col["pp"][:, None], held["dense"] + held["expert"],
+            self.col["pp"][:, None], held["dense"] + held["expert"], ezg.astype(np.float64),
+            p["biggest_dense"], p["biggest_expert"],
         )  # fmt: skip
         fixed = sum(states) + sum(v for v in other.values() if v is not None)  # (rows, Z)
 

@@ -35,6 +35,7 @@ class ScheduleSpec:
     param_copies: int = 1  # copies of a rank's weights (DualPipe: one per direction)
     even_ranks: bool = False
     min_microbatches_per_rank: int = 0  # the schedule needs m >= this x p
+    min_microbatches_less: int = 0  # ... less this many (ZB-H2: m >= 2p - 2)
     even_microbatches: bool = False
     microbatches_per_group: bool = False  # m must be a multiple of p (interleaved groups of p)
     in_flight: str = "1f1b"  # memory profile, one of IN_FLIGHT
@@ -76,13 +77,15 @@ class ScheduleSpec:
             return f"needs micro-batches divisible by the {p} stages, got {m}"
         if self.even_microbatches and (m % 2 or m < self.min_microbatches_per_rank * p):
             return f"needs an even number of micro-batches, at least {self.min_microbatches_per_rank} x {p}, got {m}"
-        if m < self.min_microbatches_per_rank * p:
+        if m < self.min_microbatches(p):
+            if self.min_microbatches_less:
+                return f"needs at least {self.min_microbatches(p)} micro-batches on {p} stages, got {m}"
             return f"needs at least {self.min_microbatches_per_rank} x {p} micro-batches, got {m}"
         return None
 
     def min_microbatches(self, p: int) -> int:
         """The fewest micro-batches the schedule accepts on ``p`` ranks (at least one per rank)."""
-        return max(1, self.min_microbatches_per_rank * p)
+        return max(1, self.min_microbatches_per_rank * p - self.min_microbatches_less)
 
 
 # The schedule a plan runs when none is named (ParallelPlan's default; every framework offers it).
@@ -102,7 +105,15 @@ REGISTRY: tuple[ScheduleSpec, ...] = (
         "interleaved", "interleaved 1F1B (v chunks per rank)", "interleaved", needs_vp=True, microbatches_per_group=True
     ),
     ScheduleSpec("zb-h1", "zero bubble H1 (1F1B's memory)", "zb_h1", aliases=("zb",), plan_name="zb", training=True),
-    ScheduleSpec("zb-h2", "zero bubble H2 (about twice 1F1B's memory)", "zb_h2"),
+    # its first rank runs 2(p - 1) forwards before its first backward: with fewer micro-batches
+    # than that the warm-up cannot fill and it runs longer than ZB-H1 (simulated: every p <= 8)
+    ScheduleSpec(
+        "zb-h2",
+        "zero bubble H2 (about twice 1F1B's memory)",
+        "zb_h2",
+        min_microbatches_per_rank=2,
+        min_microbatches_less=2,
+    ),
     ScheduleSpec(
         "zb-v", "V-shaped zero bubble (2 chunks per rank)", "zb_v", training=True, v_shape=True, in_flight="v"
     ),
