@@ -234,7 +234,12 @@ def test_published_runs_the_memory_model_refuses_are_counted_and_do_not_grow(hel
     # while it counted Megatron's attention-core recompute, ~2 GiB a layer more)
     titan = {r.row.id for r in held_out if r.refused and r.row.source.startswith("torchtitan")}
     assert not titan, sorted(titan)
-    assert summary(results)["refused"] <= 3
+    # The shared rows: Llama 3 405B's 8K run on 8,192 GPUs (pp 16, V = 2, 32 micro-batches) reads
+    # 102 GiB: the interleaved warm-up keeps 23.5 micro-batches' activations on the first ranks,
+    # where the paper trained 8K sequences "without activation checkpointing" (3.3.2) after
+    # deallocating stage inputs and outputs; its schedule's warm-up is not stated. Its 16K-GPU rows
+    # fit (74 GiB) since its FSDP is read as the paper states it, gradients sharded (ZeRO-2).
+    assert summary(results)["refused"] <= 1
     assert all(r.capacity_bytes > 0 and r.peak_bytes > 0 for r in held_out)
 
 

@@ -224,6 +224,9 @@ def _rows(path: Path) -> list[Row]:
             seq = int(r["seq"])
             tp, pp, dp = int(r["tp"]), int(r["pp"]), int(r["dp"])
             cp, ep, zero = int(r.get("cp") or 1), int(r.get("ep") or 1), int(r.get("zero") or 0)
+            # a source that states how its data parallelism shards (Source.plan["zero"]) is read so,
+            # whatever the row's column says (the Llama 3 paper's FSDP shards gradients too)
+            zero = src.plan.get("zero", zero)
             mbs, gbs = int(r["mbs"] or 1), int(r["gbs"])
             vp = int(r["vp"]) if r["vp"] else src.plan.get("vp", 1)
             sp = (src.sp if src.sp is not None else r["sp"] == "yes") and tp > 1

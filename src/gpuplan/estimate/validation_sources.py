@@ -105,13 +105,16 @@ SOURCES = (
     # Transformer layer each from the first and the last stages" (section 3.3.2): 7 / 8 x 14 / 7.
     # Its context parallelism is all-gather based: "we first all-gather the key (K) and value (V)
     # tensors, and then compute attention output for the local query (Q) tensor chunk" (3.3.2).
+    # Its FSDP "shards the optimizer states and gradients, but for model shards we do not reshard
+    # after forward computation" (3.3.2): ZeRO-2's memory, where the CSV's zero column says 1 (the
+    # step time is the same either way: the gradient reduction is overlapped; the memory is not)
     Source(
         "Llama 3 paper",
         "Meta (Llama 3 paper, section 3.3)",
         "llama",
         "generic",
         dict(attention="flash", tp_overlap=True, cp_comm="all_gather"),
-        plan=dict(vp=2, first_stage_layers=7, last_stage_layers=7),
+        plan=dict(vp=2, first_stage_layers=7, last_stage_layers=7, zero=2),
         sp=True,
     ),
     # NVIDIA's NeMo performance summary (NeMo 24.07 container, DGX-H100; docs/source/performance/
