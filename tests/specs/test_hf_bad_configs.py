@@ -55,8 +55,3 @@ def test_a_model_type_that_is_not_a_string_is_named_not_a_traceback(value):
 @pytest.mark.parametrize("value", [-1, "abc", [1], 1e13])
 def test_the_newer_families_name_a_bad_size(family, key, value):
     assert key in _error(dict(CONFIGS[family], **{key: value}))
-
-
-@pytest.mark.parametrize("config", [dict(QWEN3_MOE, num_experts=0), dict(LLAMA4, num_local_experts=0)])
-def test_top_k_routing_over_no_experts_is_refused_not_read_as_a_dense_model(config):
-    assert _error(config).startswith("num_experts_per_tok: routes each token to")

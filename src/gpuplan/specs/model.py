@@ -199,14 +199,6 @@ class ModelSpec:
         )
         if self.glu_clamp is not None:
             require(self.glu_clamp > 0, "swiglu_limit", f"must be positive, got {self.glu_clamp}")
-        # top-k routing over no experts is a malformed MoE config, not a dense model
-        require(
-            self.num_experts > 0 or self.experts_per_token == 0,
-            "num_experts_per_tok",
-            f"routes each token to {self.experts_per_token} experts, but the expert count is 0",
-            "give the expert count (num_local_experts, num_experts or n_routed_experts), "
-            "or drop num_experts_per_tok for a dense model",
-        )
         if self.num_experts:
             require(
                 0 < self.experts_per_token <= self.num_experts,
