@@ -89,3 +89,28 @@ def test_the_library_refuses_a_bad_argument_naming_the_field(tmp_path, field, va
         Resilient(model, torch.optim.SGD(model.parameters(), lr=0.1), **kw)
     assert isinstance(e.value, GpuplanError) and e.value.field == field
     assert not (tmp_path / "c").exists()  # refused before touching the disk
+
+
+def test_a_telemetry_path_a_model_or_a_scheduler_that_cannot_work_is_refused_when_made(tmp_path):
+    # they failed after resume (telemetry: after `restart` had archived the checkpoints) or at the
+    # first checkpoint (a scheduler without a state dict), with a raw error
+    from gpuplan.train import Resilient
+
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    cases = [
+        ("telemetry", dict(telemetry=tmp_path)),
+        ("telemetry", dict(telemetry=tmp_path / "missing" / "t.jsonl")),
+        ("scheduler", dict(scheduler="cosine")),
+    ]
+    for field, kw in cases:
+        with pytest.raises(GpuplanError) as e:
+            Resilient(model, opt, checkpoint_dir=tmp_path / "c", every_steps=10, **kw)
+        assert e.value.field == field
+    with pytest.raises(GpuplanError) as e:
+        Resilient(None, opt, checkpoint_dir=tmp_path / "c", every_steps=10)
+    assert e.value.field == "model"
+    with pytest.raises(GpuplanError) as e:
+        Resilient(model, None, checkpoint_dir=tmp_path / "c", every_steps=10)
+    assert e.value.field == "optimizer"
+    assert not (tmp_path / "c").exists()

@@ -6,6 +6,8 @@ import json
 import signal
 import time
 
+import pytest
+
 from tests.train.conftest import checksum, finish, run_forked, says, spawn_forked, wait_forked
 
 STEPS = 60
@@ -60,3 +62,27 @@ def test_restart_moves_the_old_run_aside_so_the_new_runs_checkpoints_are_kept(ti
     assert len(old) == 1 and sorted(p.name for p in old[0].iterdir()) == ["step-00000050", "step-00000060"]
     assert [p.name for p in sorted(ckpt.glob("step-*"))][-1] >= "step-00000020"
     assert finish(tiny, ckpt, out, new) == reference_for(30, seed=1)  # resumes the new run, not the old
+
+
+def test_a_trainer_locked_without_room_for_its_lock_file_still_excludes_the_next(tmp_path, monkeypatch):
+    # the first finds the disk too full to create .lock and holds the directory alone; space comes
+    # back (it removed a stale partial checkpoint), the second creates .lock: it must still be refused
+    import errno
+    import os
+
+    from gpuplan.train.lock import LOCK, DirectoryLock, LockHeld
+
+    real = os.open
+
+    def full(path, flags, *a):
+        if str(path).endswith(LOCK) and flags & os.O_CREAT:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, flags, *a)
+
+    monkeypatch.setattr(os, "open", full)
+    first = DirectoryLock(tmp_path).acquire()
+    monkeypatch.setattr(os, "open", real)
+    with pytest.raises(LockHeld):
+        DirectoryLock(tmp_path).acquire()
+    first.release()
+    DirectoryLock(tmp_path).acquire().release()

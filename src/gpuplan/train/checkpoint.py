@@ -49,6 +49,7 @@ from gpuplan.train.ckpt_disk import (
     MARKER,
     PASS_THROUGH,
     PREFIX,
+    RANKS,
     TMP,
     CheckpointError,
     complete,
@@ -64,7 +65,7 @@ from gpuplan.train.ckpt_disk import (
     room_short,
     step_of,
 )
-from gpuplan.train.ckpt_load import newest_good, quarantine
+from gpuplan.train.ckpt_load import model_mismatch, newest_good, quarantine
 from gpuplan.train.lock import DirectoryLock, LockHeld
 from gpuplan.train.space import free_bytes, human
 
@@ -160,6 +161,33 @@ class CheckpointManager:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def _gather(self, extra: dict) -> dict:
+        """Every rank's ``extra`` (its RNG states, tokens, data position) for rank 0 to write, in
+        rank order under ``RANKS``: each rank resumes its own (collective)."""
+        if not is_dist():
+            return extra
+        box: list | None = [None] * dist.get_world_size() if rank() == 0 else None
+        dist.gather_object(extra, box, dst=0, group=self.group)
+        return {RANKS: box} if box is not None else extra
+
+    def own_extra(self, extra: dict) -> dict:
+        """This rank's part of a checkpoint's ``extra`` (one written by a single process, or before
+        extras were kept per rank, is every rank's; a checkpoint of another world size gives each
+        rank the one of its rank modulo that size, said once)."""
+        per_rank = extra.get(RANKS) if isinstance(extra, dict) else None
+        if not per_rank:
+            return extra
+        r, n = rank(), dist.get_world_size() if is_dist() else 1
+        if n != len(per_rank) and r == 0:
+            log.warning(
+                "resuming %d ranks from a checkpoint of %d: each takes the RNG state and data position "
+                "of rank (its rank modulo %d)",
+                n,
+                len(per_rank),
+                len(per_rank),
+            )
+        return per_rank[r % len(per_rank)]
+
     def _bcast(self, obj):
         """Rank 0's ``obj`` on every rank."""
         if not is_dist():
@@ -180,6 +208,7 @@ class CheckpointManager:
         reported and leaves no trace; synchronous saves commit before returning."""
         t0 = time.perf_counter()
         self.wait()  # one checkpoint in flight at a time
+        extra = self._gather(extra)
         tmp = self.dir / f"{TMP}{PREFIX}{step:08d}"
         failure = None
         if rank() == 0:
@@ -344,6 +373,13 @@ class CheckpointManager:
         self.committed = None
         return dest
 
+    def empty(self) -> bool:
+        """No checkpoint here at all, good or damaged (collective): nothing to load, nothing to refuse."""
+        if rank() == 0:
+            steps = any(step_of(p) is not None and p.is_dir() for p in self.dir.glob(f"{PREFIX}*"))
+            none = not steps and not quarantined(self.dir)
+        return bool(self._bcast(none if rank() == 0 else None))
+
     def load_latest(self, state: dict) -> tuple[int, dict] | None:
         """Load the newest good checkpoint into ``state`` (in place); collective. Returns (step,
         extra), or None when there is none. A checkpoint of another config is refused; damaged ones
@@ -356,18 +392,30 @@ class CheckpointManager:
             if choice[0] == "config":
                 raise CheckpointError(*choice[1:])
             _, step, path = choice
+            # another model's checkpoint is not a damaged one: refuse it, do not quarantine it
+            other = self._bcast(model_mismatch(path, state) if rank() == 0 else None)
+            if other:
+                raise CheckpointError(
+                    "checkpoint_dir",
+                    f"{Path(path).name} in {self.dir} was written by a different model: {other}",
+                    "load it with the model that wrote it, or pass another `checkpoint_dir`, or `restart` to start over",
+                )
             err = None
-            try:
-                dcp.load(state, checkpoint_id=path, process_group=self.group, no_dist=not is_dist())
-                extra = torch.load(Path(path) / EXTRA, weights_only=False)
-            except PASS_THROUGH:
-                raise
-            except BaseException as exc:  # CheckpointException too: any failure means "try the one before"
-                err = describe(exc)
-            if is_dist():
-                errs = [None] * dist.get_world_size()
-                dist.all_gather_object(errs, err, group=self.group)
-                err = next((e for e in errs if e), None)
+            for _attempt in range(2):  # a read error can be passing (a network file system): once more
+                err = None
+                try:
+                    dcp.load(state, checkpoint_id=path, process_group=self.group, no_dist=not is_dist())
+                    extra = torch.load(Path(path) / EXTRA, weights_only=False)
+                except PASS_THROUGH:
+                    raise
+                except BaseException as exc:  # CheckpointException too: any failure means "try the one before"
+                    err = describe(exc)
+                if is_dist():
+                    errs = [None] * dist.get_world_size()
+                    dist.all_gather_object(errs, err, group=self.group)
+                    err = next((e for e in errs if e), None)
+                if not err:
+                    break
             if err:
                 if rank() == 0:
                     problems.append(quarantine(self.dir, Path(path), "unloadable", f"could not be loaded ({err})"))
@@ -375,7 +423,7 @@ class CheckpointManager:
                 continue
             log.warning("resumed from %s (step %d)", Path(path).name, step)
             self.committed = step
-            return step, extra
+            return step, self.own_extra(extra)
         problems = self._bcast(problems)
         if problems:
             raise CheckpointError(

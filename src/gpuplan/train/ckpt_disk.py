@@ -20,6 +20,7 @@ log = logging.getLogger("gpuplan.train")
 
 MARKER = "COMPLETE"
 EXTRA = "extra.pt"
+RANKS = "ranks"  # extra.pt under torchrun: every rank's extra, in rank order
 PREFIX = "step-"
 TMP = ".tmp-"
 CORRUPT = ".corrupt-"

@@ -65,3 +65,24 @@ def newest_good(directory: Path, config_hash: str, problems: list[str]):
             continue
         return ("load", step, str(path))
     return None
+
+
+def model_mismatch(path: str | Path, state: dict) -> str | None:
+    """How the model of ``state`` differs from the one that wrote the DCP checkpoint at ``path``
+    (a tensor it lacks, or of another shape), or None; None as well when its metadata cannot be
+    read (a damaged checkpoint: loading it says so). A mismatch is the wrong model, not damage."""
+    import torch.distributed.checkpoint as dcp
+
+    try:
+        meta = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    except Exception:  # noqa: BLE001 (unreadable metadata is for the load to report as damage)
+        return None
+    for name, tensor in state.get("model", {}).items():
+        key = f"model.{name}"
+        shape = tuple(getattr(tensor, "shape", ()))
+        if key not in meta:
+            return f"it has no {name!r}"
+        size = getattr(meta[key], "size", None)
+        if size is not None and tuple(size) != shape:
+            return f"its {name!r} is {tuple(size)}, this model's {shape}"
+    return None

@@ -121,6 +121,27 @@ class Resilient:
             raise GpuplanError("config", f"must be a dict, got {type(config).__name__}")
         self.checkpoint_dir = _path("checkpoint_dir", checkpoint_dir)
         self.telemetry_path = None if telemetry is None else _path("telemetry", telemetry)
+        if self.telemetry_path is not None and str(self.telemetry_path) != "-":
+            # checked now: it used to fail after resume (after `restart` had archived the checkpoints)
+            if self.telemetry_path.is_dir():
+                raise GpuplanError(
+                    "telemetry", f"{self.telemetry_path} is a directory", "name a file, or '-' for stdout"
+                )
+            if not self.telemetry_path.parent.is_dir():
+                raise GpuplanError(
+                    "telemetry",
+                    f"{self.telemetry_path.parent} does not exist",
+                    "create its directory, or name a file in one that exists",
+                )
+        if not isinstance(model, torch.nn.Module):
+            raise GpuplanError("model", f"must be a torch.nn.Module, got {type(model).__name__}")
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise GpuplanError("optimizer", f"must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        if scheduler is not None and not all(hasattr(scheduler, f) for f in ("state_dict", "load_state_dict")):
+            raise GpuplanError(
+                "scheduler",
+                f"must have state_dict() and load_state_dict() (an LR scheduler), got {type(scheduler).__name__}",
+            )
         if plan is not None:  # checked now, with the reader's own rules: a bad field fails here, not in calibrate
             from gpuplan.estimate.run_record import RunPlan
 
@@ -171,8 +192,7 @@ class Resilient:
                 restart = False
             if restart:
                 self.ckpt.archive()
-            # after a restart too: it finds nothing, but building the state dict initialises the
-            # optimizer's state as on any start (a restart used to end with another checksum)
+            # after a restart too: it finds nothing, and starts as a first start does
             self.resume()
             if self.telemetry_path and self._rank() == 0:
                 self._telemetry = sys.stdout if str(self.telemetry_path) == "-" else open(self.telemetry_path, "a")
@@ -201,9 +221,19 @@ class Resilient:
                     self.stall.save(self.checkpoint())
                 # after a crash on this rank only, the others may never come: no collective then
                 self.ckpt.wait(collective=not crashed)
+                saved = not self._scheduled() or self.ckpt.committed == self.step
                 if self._rank() == 0:
                     log.info("%s", self.stall.line(time.perf_counter() - self._train_start))
-                    if exc_type is None:  # the loop ended on its own: a signal from now on has nothing to save
+                    if exc_type is None and not saved:
+                        # a rerun retrains from the last good checkpoint: not a finished job
+                        log.error(
+                            "the loop ended at step %d but its checkpoint failed (%s): no %s; a rerun resumes from %s",
+                            self.step,
+                            self.ckpt.last_error or "not committed",
+                            requeue.FINISHED,
+                            f"step {self.ckpt.committed}" if self.ckpt.committed is not None else "step 0",
+                        )
+                    elif exc_type is None:  # the loop ended on its own: a signal from now on has nothing to save
                         try:
                             requeue.write_finished(self.ckpt.dir, self.step)
                         except OSError as exc:  # the run is done: say so, do not turn it into a crash
@@ -224,9 +254,7 @@ class Resilient:
             self._old_handlers = {}
             signals.set_active(False)
             signals.clear()
-            if self._telemetry and self._telemetry is not sys.stdout:
-                self._telemetry.close()
-            self._telemetry = None
+            self._drop_telemetry()
 
     @property
     def _manager(self) -> CheckpointManager:
@@ -259,7 +287,15 @@ class Resilient:
         }
 
     def resume(self) -> int:
-        state, ckpt = self._state(), self._manager
+        ckpt = self._manager
+        if ckpt.empty():
+            # nothing to load: no state dict either, whose building initialises the optimizer's
+            # state with a step at lr 0 (torch.distributed.checkpoint.state_dict._init_optim_state:
+            # AdamW's step count one ahead, Rprop's step sizes clamped to their minimum), so the
+            # loop trains as it would unwrapped
+            log.info("no checkpoint in %s: starting from step 0", ckpt.dir)
+            return 0
+        state = self._state()
         got = ckpt.load_latest(state)
         if got is None:
             log.info("no checkpoint in %s: starting from step 0", ckpt.dir)
@@ -306,8 +342,10 @@ class Resilient:
     def _agree(self, *flags: bool) -> tuple[bool, ...]:
         """Every rank's flags OR-ed (one all-reduce for all of them)."""
         if dist.is_available() and dist.is_initialized():
+            # a CPU tensor over the checkpoint manager's gloo group: the default group may be NCCL,
+            # which has no CPU backend ("No backend type associated with device type cpu")
             t = torch.tensor([1 if f else 0 for f in flags])
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._manager.group)
             return tuple(bool(v) for v in t.tolist())
         return flags
 
@@ -347,9 +385,22 @@ class Resilient:
         self._step_start = time.perf_counter()
 
     def _write(self, record: dict) -> None:
-        assert self._telemetry is not None  # callers write only when telemetry is on
-        self._telemetry.write(json.dumps(record) + "\n")
-        self._telemetry.flush()
+        if self._telemetry is None:  # stopped by a failed write earlier in this step
+            return
+        try:
+            self._telemetry.write(json.dumps(record) + "\n")
+            self._telemetry.flush()
+        except OSError as exc:  # a full disk: the training goes on, without its telemetry
+            log.warning("telemetry stopped: could not write %s (%s); training goes on", self.telemetry_path, exc)
+            self._drop_telemetry()
+
+    def _drop_telemetry(self) -> None:
+        t, self._telemetry = self._telemetry, None
+        if t is not None and t is not sys.stdout:
+            try:
+                t.close()
+            except OSError:  # its buffered bytes had nowhere to go either
+                pass
 
     def _write_telemetry(self, step_s: float, tokens: int, stall: float, loss) -> None:
         if not self._telemetry:
@@ -406,7 +457,10 @@ class Resilient:
                 log.error("could not write %s (%s): a torchrun job may not be requeued", requeue.NAME, exc.strerror)
         log.warning("stopped at step %d on %s %s; exit %d to be requeued", self.step, name, what, EXIT_REQUEUE)
         if self._telemetry:
-            self._telemetry.flush()
+            try:
+                self._telemetry.flush()
+            except OSError:
+                self._drop_telemetry()
         sys.stdout.flush()
         raise SystemExit(EXIT_REQUEUE)
 

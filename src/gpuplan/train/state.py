@@ -11,9 +11,30 @@ import resource
 import torch
 
 
+def _stable(obj):
+    """JSON for what json cannot write: a set in sorted order (its iteration order follows
+    PYTHONHASHSEED, so the hash of the same config changed from run to run), anything else as text."""
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj, key=repr)
+    return str(obj)
+
+
+def _str_keys(obj):
+    if isinstance(obj, dict):
+        return {str(k): _str_keys(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_str_keys(v) for v in obj]
+    return obj
+
+
 def config_hash(config: dict) -> str:
-    """A short hash of a run's config: a checkpoint of another config is refused."""
-    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    """A short hash of a run's config: a checkpoint of another config is refused. The same config
+    hashes the same in every process."""
+    try:
+        text = json.dumps(config, sort_keys=True, default=_stable)
+    except TypeError:  # keys of mixed types cannot be sorted: as text, as json writes them anyway
+        text = json.dumps(_str_keys(config), sort_keys=True, default=_stable)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def state_checksum(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> str:
