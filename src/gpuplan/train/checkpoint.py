@@ -180,8 +180,8 @@ class CheckpointManager:
         r, n = rank(), dist.get_world_size() if is_dist() else 1
         if n != len(per_rank) and r == 0:
             log.warning(
-                "resuming %d ranks from a checkpoint of %d: each takes the RNG state and data position "
-                "of rank (its rank modulo %d)",
+                "resuming %d ranks from a checkpoint of %d: rank r takes the RNG states, tokens and data "
+                "position saved by rank r mod %d",
                 n,
                 len(per_rank),
                 len(per_rank),
