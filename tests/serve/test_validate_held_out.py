@@ -138,12 +138,18 @@ def test_errors_stay_within_what_was_last_measured(held_out_checks):
     # +24%, but datacrunch's 70B burst and rate-16 rows -4% / +9% -> +22% / +26% in throughput (their
     # agreement came from 1,815 and 1,322 recomputed preemptions that SGLang's admission rules out);
     # all rows 15.7% -> 16.3%, p90 unchanged
+    # Then 30 SGLang rows gathered blind (2026-11-28: gpustack's SGLang 0.5.3 bursts of DeepSeek-R1
+    # and GLM-4.6 on H200, SGLang's own DeepSeek-V3 v0.4.1 table at Poisson rates 1-8, the SGLang
+    # cookbook's Qwen3-235B and DeepSeek-R1 on 8 B200 at concurrency 64-100), predicted before any
+    # change: median 37.9%, p90 93%, nearly all too fast (B200 MoE decode ITL -30..-44%, TTFT
+    # -74..-88% in the closed loops; the v0.4.1 DP-attention rows +11..+142% as the rate passes
+    # saturation). All 245 rows 20.4% / 62.7%; the 117 steady rows 8.5% / 60.7%
     s = summary(held_out_checks)
-    assert s["median_abs_error"] <= 0.163
-    assert s["p90_abs_error"] <= 0.59
+    assert s["median_abs_error"] <= 0.205
+    assert s["p90_abs_error"] <= 0.63
     assert s["max_abs_error"] <= 4.8
     steady = s["by_load"]["steady"]  # the analytic model's rows (the 8% median target is missed since)
-    assert steady["median_abs_error"] <= 0.07 and steady["p90_abs_error"] <= 0.41 and steady["max_abs_error"] <= 1.33
+    assert steady["median_abs_error"] <= 0.086 and steady["p90_abs_error"] <= 0.61 and steady["max_abs_error"] <= 1.33
     assert s["by_engine"]["trtllm-0.6"]["max_abs_error"] <= 0.16
 
 
@@ -170,7 +176,7 @@ def test_a_burst_row_is_predicted_by_serve_sims_burst_not_the_steady_state():
     for r in load_rows():
         assert (r.load == "steady") == (r.num_prompts is None), r.id
     sims = {r.id.split("-")[0] for r in load_rows() if r.load != "steady"}
-    assert sims == {"kvcached", "skyp", "simonmo", "trton014", "dc", "sglattn", "gpustack"}
+    assert sims == {"kvcached", "skyp", "simonmo", "trton014", "dc", "sglattn", "gpustack", "blind"}
 
 
 def test_the_num_prompts_column_is_optional_and_required_only_by_burst_rows(tmp_path):
@@ -184,7 +190,7 @@ def test_the_num_prompts_column_is_optional_and_required_only_by_burst_rows(tmp_
         w.writeheader()
         w.writerows(r for r in rows if r["concurrency"] not in ("burst", "poisson"))
     sim = sum(r["concurrency"] in ("burst", "poisson") for r in rows)
-    assert sim == 110 and len(load_rows(old)) == len(rows) - sim
+    assert sim == 128 and len(load_rows(old)) == len(rows) - sim
     bad = tmp_path / "bad.csv"
     with open(bad, "w", newline="") as f:
         w = csv.DictWriter(f, list(rows[0]))
