@@ -103,6 +103,9 @@ class CheckpointManager:
         # async saves run collectives from a background thread: give them their own group so they
         # never interleave with the training loop's collectives (DCP's advice for async_save)
         self.group = dist.new_group(backend="gloo") if is_dist() else None
+        # and the training loop's own CPU collectives (the stop flag) a gloo group of their own: the
+        # default group may be NCCL (no CPU backend), and the save group may be busy in the background
+        self.loop_group = dist.new_group(backend="gloo") if is_dist() else None
         err = None
         if rank() == 0:
             try:

@@ -342,10 +342,11 @@ class Resilient:
     def _agree(self, *flags: bool) -> tuple[bool, ...]:
         """Every rank's flags OR-ed (one all-reduce for all of them)."""
         if dist.is_available() and dist.is_initialized():
-            # a CPU tensor over the checkpoint manager's gloo group: the default group may be NCCL,
-            # which has no CPU backend ("No backend type associated with device type cpu")
+            # a CPU tensor over the loop's gloo group: the default group may be NCCL, which has no
+            # CPU backend ("No backend type associated with device type cpu"), and the save group
+            # runs an asynchronous save's collectives in the background
             t = torch.tensor([1 if f else 0 for f in flags])
-            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._manager.group)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._manager.loop_group)
             return tuple(bool(v) for v in t.tolist())
         return flags
 
