@@ -225,3 +225,22 @@ def test_a_crashed_runs_temporary_directory_is_removed_at_start_and_gives_the_sp
     log = out.read_text()
     assert "failed" not in log and checksum(out) == reference_for(STEPS)
     assert not list(ckpt.glob(".tmp-*")) and _verified(ckpt)[0] == STEPS
+
+
+def test_a_failure_after_the_rename_leaves_the_checkpoint_committed_and_says_so(tmp_path, monkeypatch, caplog):
+    # the rename is the commit: syncing the directory or pruning older checkpoints failing after it
+    # was logged as "checkpoint of step N failed ... the previous checkpoint (step N) is intact"
+    from gpuplan.train import checkpoint
+    from gpuplan.train.checkpoint import CheckpointManager
+
+    def full(self):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(CheckpointManager, "_prune", full)
+    t = torch.nn.Linear(2, 2)
+    with caplog.at_level("WARNING", logger="gpuplan.train"):
+        with CheckpointManager(tmp_path / "c", async_save=False) as m:
+            m.save(10, {"model": t.state_dict()}, {"step": 10})
+    assert m.committed == 10 and m.last_error is None
+    assert "checkpoint of step 10 committed, but" in caplog.text and "failed:" not in caplog.text
+    assert [s for s, _ in checkpoint.complete(tmp_path / "c")] == [10]

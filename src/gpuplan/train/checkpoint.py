@@ -285,8 +285,18 @@ class CheckpointManager:
         if final.exists():  # only a leftover that no load accepted could be there: ours replaces it
             shutil.rmtree(final)
         os.rename(tmp, final)
-        fsync_dir(self.dir)
-        self._prune()
+        # committed from here on: a failure to sync the directory or to remove older checkpoints is
+        # not the save's (it was logged as "failed ... the previous checkpoint (this one) is intact")
+        try:
+            fsync_dir(self.dir)
+            self._prune()
+        except OSError as exc:
+            log.warning(
+                "checkpoint of step %d committed, but syncing %s or removing older checkpoints failed (%s)",
+                step,
+                self.dir,
+                exc.strerror or exc,
+            )
         return nbytes
 
     def poll(self) -> float:
