@@ -151,15 +151,14 @@ def job_nodes(gpus: int | None, nodes: int | None, gpus_per_node: int) -> int:
                 "drop `gpus_per_node=0`, or `gpus` for a CPU-only job",
             )
         if gpus % per_node:
-            # the whole-node counts either side (one node's worth when fewer than a node is asked for)
+            # the whole-node counts either side; fewer than a node has only one above
             down, up = gpus // per_node * per_node, -(-gpus // per_node) * per_node
-            counts = f"`gpus={up}`" if down == 0 else f"`gpus={down}` or {up}"
             raise GpuplanError(
                 "gpus",
                 f"{gpus} GPUs are not whole nodes of {per_node}",
-                f"use {counts}, or set `gpus_per_node` (e.g. `gpus_per_node={gpus}` for a single node)"
+                f"use `gpus={up}`, or set `gpus_per_node` (e.g. `gpus_per_node={gpus}` for a single node)"
                 if down == 0
-                else f"use {counts}, or set `gpus_per_node`",
+                else f"use `gpus={down}` or {up}, or set `gpus_per_node`",
             )
         if nodes is not None and nodes * per_node != gpus:
             raise GpuplanError(

@@ -119,13 +119,9 @@ def buffers(
     copy_bytes = cfg.fp8_cached_bytes(fp8_one_layout)
     # what a ZeRO-3 gather brings in: the block's parameters sharded over more than one rank (a
     # group of one holds them whole, nothing to gather: dp = 1, or experts with no expert-dp)
-    if expert_zero_group is None:
-        gathered = _where(zero_group > 1, biggest_layer, 0.0)
-    else:
-        dense, expert = zero_group > 1, expert_zero_group > 1
-        gathered = _where(
-            dense & expert, biggest_layer, _where(dense, biggest_dense, _where(expert, biggest_expert, 0.0))
-        )
+    dense = zero_group > 1
+    expert = dense if expert_zero_group is None else expert_zero_group > 1
+    gathered = _where(dense & expert, biggest_layer, _where(dense, biggest_dense, _where(expert, biggest_expert, 0.0)))
     return {
         # FSDP/ZeRO-3 gathers a whole block's weights (current and prefetched next) and holds its
         # unsharded gradient until the reduce-scatter

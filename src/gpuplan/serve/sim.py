@@ -211,13 +211,11 @@ def simulate(
         assert tr is not None
         return need_blocks(held + np.minimum(out[ids] - generated[ids], tr.clip)) - need_blocks(held)
 
-    def admits(r: int, free: float, reserve: float, out_reserve: float) -> bool:
-        """Whether an unmixed engine takes request ``r``: its whole prompt fits the free blocks
-        (SGLang's PrefillAdder), and under a new_token_ratio its output too, beside the reserves."""
-        whole = need_blocks(int(target[r])) - blocks[r]
-        if tr is None:
-            return bool(whole <= free - reserve)
-        return bool(whole + later_blocks(np.array([r]))[0] < free - reserve - out_reserve)
+    def fits(whole: float, later: float, room: float) -> bool:
+        """Whether an unmixed engine takes a request of ``whole`` prompt blocks still to place and
+        ``later`` blocks of output into ``room`` free blocks: its whole prompt (SGLang's
+        PrefillAdder), and under a new_token_ratio its output too (strictly, as add_one_req)."""
+        return bool(whole + later < room) if tr is not None else bool(whole <= room)
 
     waiting: deque[int] = deque()
     running = np.zeros(0, dtype=np.int64)
@@ -248,11 +246,15 @@ def simulate(
         # prompt (SGLang's PrefillAdder admits a request only if its whole input fits the pool,
         # schedule_policy.py ``add_one_req``)
         prefill_only = False
+        # SGLang's reserve for the running requests' remaining output, read only to admit (and an
+        # iteration that retracts admits nobody, so the retraction's new ratio waits for the next)
+        held_back = ratio * float(later_blocks(running).sum()) if tr is not None and waiting else 0.0
         if not mixed:
             prefill_only = bool((computed[running] < target[running]).any())
             if not prefill_only and waiting and len(running) < max_seqs:
-                out_reserve = ratio * float(later_blocks(running).sum()) if tr is not None else 0.0
-                prefill_only = admits(waiting[0], free, 0.0, out_reserve)
+                r = waiting[0]
+                later = float(later_blocks(np.array([r]))[0]) if tr is not None else 0.0
+                prefill_only = fits(need_blocks(int(target[r])) - blocks[r], later, free - held_back)
         # running sequences first, in admission order: decoders take one token (none in a prefill
         # batch), prefills a chunk
         preempted = False
@@ -289,7 +291,7 @@ def simulate(
         # admissions, which want a whole prompt in the pool (no decode runs between its prefill
         # chunks; only its prefill batches admit)
         reserve = float(np.maximum(0, need_blocks(t) - blocks[running]).sum()) if prefill_only else 0.0
-        out_reserve = ratio * float(later_blocks(running).sum()) if tr is not None and prefill_only else 0.0
+        reserve += held_back
         # then waiting requests, first come first served, while budget, seats and blocks allow; none
         # in an iteration that preempted (vllm/v1/core/sched/scheduler.py ``schedule``: the waiting
         # queue is scheduled only ``if not preempted_reqs``), so a preempted sequence waits a step
@@ -308,14 +310,13 @@ def simulate(
             need = min(int(target[r] - computed[r]), budget) or 1
             blk = need_blocks(int(computed[r]) + need) - blocks[r]
             whole = 0.0 if mixed else need_blocks(int(target[r])) - blocks[r]
-            if blk > free or not (mixed or admits(r, free, reserve, out_reserve)):
+            later = float(later_blocks(np.array([r]))[0]) if tr is not None else 0.0
+            if blk > free or not (mixed or fits(whole, later, free - reserve)):
                 break
             waiting.popleft()
             free -= blk
             blocks[r] += blk
-            reserve += whole - blk
-            if tr is not None:  # an admitted request reserves its whole (clipped) output
-                out_reserve += float(later_blocks(np.array([r]))[0])
+            reserve += whole - blk + later  # an admitted request reserves its whole (clipped) output
             admitted.append(r)
             adm_take.append(need)
             adm_dec.append(bool(computed[r] >= target[r]))

@@ -413,7 +413,6 @@ class CheckpointManager:
                     f"{Path(path).name} in {self.dir} was written by a different model: {other}",
                     "load it with the model that wrote it, or pass another `checkpoint_dir`, or `restart` to start over",
                 )
-            err = None
             for _attempt in range(2):  # a read error can be passing (a network file system): once more
                 err = None
                 try:
