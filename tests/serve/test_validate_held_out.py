@@ -144,12 +144,18 @@ def test_errors_stay_within_what_was_last_measured(held_out_checks):
     # change: median 37.9%, p90 93%, nearly all too fast (B200 MoE decode ITL -30..-44%, TTFT
     # -74..-88% in the closed loops; the v0.4.1 DP-attention rows +11..+142% as the rate passes
     # saturation). All 245 rows 20.4% / 62.7%; the 117 steady rows 8.5% / 60.7%
+    # Then MLA's prefill timed as the engines run it, unabsorbed (192 + 128 per head, not 1,088):
+    # gpustack's 32K-token DeepSeek-R1 bursts TTFT +60% -> -21%, but the other DeepSeek-R1 rows on
+    # H200 read further too fast (their MoE decode runs at about half gpuplan's rate, row notes):
+    # p90 62.7% -> 65.7%. Then B200's grouped-decode terms fitted on published fused-MoE times
+    # (b200.toml): the cookbook's B200 MoE ITL -31..-44% -> -11..-27%. All rows 19.9% / 64.6%,
+    # the steady rows 8.4% / 51.3%
     s = summary(held_out_checks)
-    assert s["median_abs_error"] <= 0.205
-    assert s["p90_abs_error"] <= 0.63
+    assert s["median_abs_error"] <= 0.20
+    assert s["p90_abs_error"] <= 0.65
     assert s["max_abs_error"] <= 4.8
     steady = s["by_load"]["steady"]  # the analytic model's rows (the issue's 8% median target is missed since)
-    assert steady["median_abs_error"] <= 0.086 and steady["p90_abs_error"] <= 0.61 and steady["max_abs_error"] <= 1.33
+    assert steady["median_abs_error"] <= 0.085 and steady["p90_abs_error"] <= 0.52 and steady["max_abs_error"] <= 1.33
     assert s["by_engine"]["trtllm-0.6"]["max_abs_error"] <= 0.16
 
 

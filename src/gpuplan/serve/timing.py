@@ -156,10 +156,14 @@ class StepModel:
         # times a decode step reads each cached KV head (engines.py Engine.kv_reads_per_kv_head):
         # more than once only in the engines whose decode kernel runs a block per query head
         self.kv_reads = 1.0 if engine is None or m.is_mla else engine.kv_reads_per_kv_head(self.heads, self.kv_heads)
-        if m.is_mla:  # absorbed MLA decode: scores over the latent + rotary key, values from the latent
-            self.attn_dims = m.kv_lora_rank + m.qk_rope_head_dim + m.kv_lora_rank
-        else:
-            self.attn_dims = m.qk_head_dim + m.v_dim
+        # per-head query/key and value widths of the attention kernels. Prefill runs MLA
+        # unabsorbed, as multi-head attention over keys and values up-projected from the latent
+        # (192 + 128 for DeepSeek-V3): vLLM's "compute friendly approach" for prefill
+        # (vllm/v1/attention/backends/mla/common.py), SGLang's forward_normal, TensorRT-LLM's
+        # context-phase FMHA. Decode runs it absorbed: scores over the latent + rotary key, values
+        # from the latent (512 + 64 + 512), reading only the latent
+        self.prefill_attn_dims = m.qk_head_dim + m.v_dim
+        self.attn_dims = 2 * m.kv_lora_rank + m.qk_rope_head_dim if m.is_mla else self.prefill_attn_dims
         # CUDA-core instruction rate for dequantisation (FMA = 2 FLOPs)
         self.alu = gpu.peak_flops.get("fp32", gpu.peak(d.dtype16) / 16) / 2
         # the dtype the prefill attention's GEMMs run in: FP8 under an engine that runs its context
@@ -269,7 +273,7 @@ class StepModel:
             attn += float(self.decode_attention(decode, decode_context))
         if prefill:
             ctx = attended_tokens(m, prefill_context) / m.num_layers
-            flops = 2.0 * prefill / d.kv_groups * self.heads * self.attn_dims * ctx
+            flops = self.prefill_attention_flops(prefill, ctx)
             fwd, _ = flash_time(gpu, self.prefill_attention_dtype, flops, max(1.0, 2 * prefill_context))
             attn += m.num_layers * fwd
             if m.index_heads:  # DSA's indexer over every earlier key of the prompt
@@ -319,6 +323,13 @@ class StepModel:
         if self.engine is not None:
             parts["host"] = self.engine.exposed_host_s(gpu_s, decode + prefill_seqs)
         return Iteration(sum(parts.values()), parts)
+
+    def prefill_attention_flops(self, prefill: float, context: float) -> float:
+        """FLOPs of one softmax-attention layer's prefill kernel on one GPU: ``prefill`` query
+        tokens each scoring ``context`` keys and summing as many values (QK^T and PV, 2 FLOPs per
+        multiply-add; FlashAttention, Dao et al. 2022), over this GPU's query heads (DP attention:
+        its own tokens only) at the prefill's per-head widths."""
+        return 2.0 * prefill / self.d.kv_groups * self.heads * self.prefill_attn_dims * context
 
     def decode_attention(self, decode: float, context: Any) -> Any:
         """Seconds of one decode step's attention for ``decode`` sequences at ``context`` tokens (a
