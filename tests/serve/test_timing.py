@@ -132,3 +132,19 @@ def test_mla_prefill_attention_flops_are_the_unabsorbed_kernels_flops():
     assert m.num_layers * sm.prefill_attention_flops(batch * seq, seq) == pytest.approx(counted, rel=1e-9)
     # decode keeps the absorbed form: its attention FLOPs per cached token are the latent's widths
     assert sm.attn_dims == 2 * m.kv_lora_rank + m.qk_rope_head_dim
+
+
+def test_sparse_mla_prefills_in_the_absorbed_form_dense_mla_unabsorbed():
+    # DeepSeek-V3.2's DSA runs MLA in its MQA (absorbed) mode in prefill as in decode (its report,
+    # section 2.1); DeepSeek-V3's dense MLA prefills as multi-head attention
+    import dataclasses
+
+    g = catalog.gpu("h200")
+    v3 = catalog.model("deepseek-v3")
+    v32 = dataclasses.replace(v3, model_type="deepseek_v32", index_topk=2048, index_heads=64, index_head_dim=128)
+    dense, sparse = (StepModel(Deployment(m, g, weight_format("fp8", g), kv_format("bf16"), 8)) for m in (v3, v32))
+    assert dense.prefill_attn_dims == 192 + 128 and dense.attn_dims == 512 + 64 + 512
+    assert sparse.prefill_attn_dims == sparse.attn_dims == 512 + 64 + 512
+    assert sparse.prefill_attention_flops(1000, 1000) == pytest.approx(
+        dense.prefill_attention_flops(1000, 1000) * 1088 / 320
+    )

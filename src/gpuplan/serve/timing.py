@@ -161,9 +161,12 @@ class StepModel:
         # (192 + 128 for DeepSeek-V3): vLLM's "compute friendly approach" for prefill
         # (vllm/v1/attention/backends/mla/common.py), SGLang's forward_normal, TensorRT-LLM's
         # context-phase FMHA. Decode runs it absorbed: scores over the latent + rotary key, values
-        # from the latent (512 + 64 + 512), reading only the latent
-        self.prefill_attn_dims = m.qk_head_dim + m.v_dim
-        self.attn_dims = 2 * m.kv_lora_rank + m.qk_rope_head_dim if m.is_mla else self.prefill_attn_dims
+        # from the latent (512 + 64 + 512), reading only the latent. DeepSeek Sparse Attention runs
+        # absorbed in prefill too: "we instantiate DSA based on the MQA mode of MLA" (DeepSeek-V3.2-Exp
+        # report, section 2.1; FlashMLA's sparse prefill kernel attends over the latent)
+        unabsorbed = m.qk_head_dim + m.v_dim
+        self.attn_dims = 2 * m.kv_lora_rank + m.qk_rope_head_dim if m.is_mla else unabsorbed
+        self.prefill_attn_dims = self.attn_dims if m.index_heads else unabsorbed
         # CUDA-core instruction rate for dequantisation (FMA = 2 FLOPs)
         self.alu = gpu.peak_flops.get("fp32", gpu.peak(d.dtype16) / 16) / 2
         # the dtype the prefill attention's GEMMs run in: FP8 under an engine that runs its context
