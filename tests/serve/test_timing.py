@@ -7,6 +7,7 @@ from gpuplan import catalog
 from gpuplan.serve.formats import kv_format, weight_format
 from gpuplan.serve.timing import Deployment, StepModel, step_model
 from gpuplan.serve.weights import weight_bytes_per_gpu
+from tests.small_models import CONFIGS
 
 
 def _model(name="llama-3.1-8b", gpu="h100-sxm", weights="bf16", tp=1) -> StepModel:
@@ -83,34 +84,17 @@ def test_routed_experts_unpack_their_weights_once_per_expected_row_tile_not_per_
     assert sm.decode_step(4096, 1500).parts["unpack"] > sm.decode_step(2100, 1500).parts["unpack"] * 1.4
 
 
-MLA_SMALL = dict(
-    model_type="deepseek_v3",
-    vocab_size=1000,
-    hidden_size=128,
-    intermediate_size=256,
-    moe_intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=4,
-    kv_lora_rank=32,
-    q_lora_rank=48,
-    qk_rope_head_dim=8,
-    qk_nope_head_dim=16,
-    v_head_dim=24,
-    n_routed_experts=4,
-    num_experts_per_tok=2,
-    first_k_dense_replace=1,
-    n_group=1,
-    topk_group=1,
-)
+# the shared small DeepSeek-V3 with values wider than the query/key nope part, so that the two
+# widths cannot stand in for each other
+MLA_SMALL = dict(CONFIGS["deepseek-mla"], v_head_dim=24)
 
 
 def test_mla_prefill_attention_flops_are_the_unabsorbed_kernels_flops():
     # oracle: the FLOPs FlopCounterMode counts in the attention of transformers' DeepSeek-V3
     # forward (eager: its QK^T and PV are the only batched matmuls), which runs MLA unabsorbed
     # (keys and values up-projected from the latent) as the engines' prefill does; the counter
-    # counts every query-key pair, so the context is the whole sequence. The absorbed widths (2 x 32 + 8 = 72 per head, not 24 + 24) would read 1.5x here
-    # and 3.4x at DeepSeek-V3's shapes.
+    # counts every query-key pair, so the context is the whole sequence. The absorbed widths
+    # (2 x 32 + 8 = 72 per head, not 24 + 24) would read 1.5x here and 3.4x at DeepSeek-V3's.
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from torch.utils.flop_counter import FlopCounterMode
