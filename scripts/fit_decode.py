@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from gpuplan import catalog
+from gpuplan.serve.timing import touched_experts
 
 ROOT = Path(__file__).resolve().parent.parent
 CATALOG = ROOT / "src" / "gpuplan" / "catalog" / "efficiency"
@@ -120,7 +121,7 @@ def published_calls(gpu_id: str, path: Path, l2_bytes: float) -> list[dict]:
     out = []
     for r in csv.DictReader(path.open()):
         experts, k, tokens = int(r["experts"]), int(r["top_k"]), int(r["batch"])
-        touched = experts * (1 - (1 - k / experts) ** tokens) + int(r["shared"])
+        touched = touched_experts(experts, k, tokens) + int(r["shared"])
         per_expert = 3 * int(r["hidden"]) * int(r["shard_intermediate"]) * BYTES_PER_WEIGHT[r["dtype"]]
         nbytes = touched * per_expert
         if nbytes > l2_bytes:

@@ -69,6 +69,12 @@ DEQUANT_OPS = {True: 4.0, False: 2.0}  # CUDA-core instructions per weight: sub-
 # zero, scale) or 8-bit (convert, scale)
 
 
+def touched_experts(experts: int, top_k: int, tokens: float) -> float:
+    """Distinct experts ``tokens`` tokens pick on average when each picks ``top_k`` of ``experts``
+    uniformly: E (1 - (1 - k/E)^T), the experts whose weights a routed GEMM reads."""
+    return experts * (1 - (1 - top_k / experts) ** tokens)
+
+
 @dataclass(frozen=True)
 class Deployment:
     """One model replica: a model on tp x pp GPUs in a weight and a KV-cache format."""
@@ -188,7 +194,7 @@ class StepModel:
         dtype = d.weights.compute if quantised else d.dtype16
         if t.expert:  # routed experts: only the ones some token picked are read
             k, n_e = m.experts_per_token, m.num_experts
-            touched = n_e * (1 - (1 - k / n_e) ** rows)
+            touched = touched_experts(n_e, k, rows)
             per_rows = rows * k / touched
         else:
             touched, per_rows = float(experts), rows
