@@ -46,7 +46,7 @@ def test_a_blackwell_job_of_many_gpus_runs_at_its_slowest_gpus_clock_less_what_h
     hopper = catalog.gpu("h100-sxm").efficiency
     clock = _slowest("h200")
     beyond_clock = hopper.sustained / clock
-    assert clock < beyond_clock < 1.0  # a loss beyond the clock, and a smaller one than the clock's own
+    assert beyond_clock < 1.0  # a loss beyond the clock (0.88 since the 2026-11-28 refit: about the clock's own)
     e = catalog.gpu("b200").efficiency
     assert e.sustained == round(_slowest("b200") * beyond_clock, 2)
     assert e.sustained < e.solo_sustained

@@ -11,6 +11,7 @@ from gpuplan.estimate.calibrate import fit_sustained
 from gpuplan.estimate.validate import (
     CSVS,
     HELD_OUT,
+    Result,
     by_category,
     error_band,
     llama3_flops,
@@ -21,6 +22,7 @@ from gpuplan.estimate.validate import (
     validate_training,
 )
 from gpuplan.specs.parallel import ParallelPlan
+from gpuplan.specs.split import stage_layers
 from gpuplan.specs.training import TrainingConfig
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "validation"
@@ -48,15 +50,11 @@ def test_published_runs_are_predicted_within_the_targets(results):
     errors = {r.row.id: round(r.error, 3) for r in results}
     a100 = [abs(r.error) for r in results if r.row.gpu.startswith("a100")]
     assert max(a100) <= 0.15, errors
-    # H100: the issue's target is max 20%, met by every row but llama3-405b-16k-cp16 (+27.5%: the
-    # bubble of 16 micro-batches on pp 16 under the V = 2 the paper draws, and since its CP is run
-    # as the paper's all-gather, 0.6 s of exposed K,V gathers; +24.5% as ring attention. The paper
-    # trained its long-context stage with document masks (section 3.2), so the attention did less
-    # than the causal count its formula credits; the documents' lengths are not stated: with
-    # TrainingConfig.document_len 65,536, two documents a sequence, it reads -3.8%, with 32,768
-    # -19.5%). Its bound keeps it from getting worse.
-    known = {"llama3-405b-16k-cp16": 0.28}
-    assert all(abs(r.error) <= known.get(r.row.id, 0.20) for r in results), errors
+    # every shared row within issue 14's 20%. History: llama3-405b-16k-cp16 read +27.5% while the
+    # Llama 3 rows ran the V = 2 of the paper's Fig. 6 (a bubble of 47% of the compute over 16
+    # micro-batches on pp 16); the paper's text gives one layer a chunk, V = 8 (12%), and the H100
+    # fit moved 0.81 -> 0.77 with it: +3.6%, its 8K rows -15% (2026-11-28)
+    assert all(abs(r.error) <= 0.20 for r in results), errors
 
 
 def test_an_unstated_micro_batch_is_the_one_the_search_picks_for_the_same_plan():
@@ -136,7 +134,10 @@ def test_unstated_micro_batch_and_interleaving_take_the_defaults():
 
 def test_a_sources_stated_practice_applies_to_all_its_rows():
     rows = [r for r in load_rows() if r.source.startswith("Llama 3")]
-    assert {r.plan.vp for r in rows} == {2}  # interleaved, two stages per rank (paper, Fig. 6)
+    # interleaved, one layer a chunk, the first chunk the embedding alone and the last the loss
+    # alone (paper, section 3.3.2): V = 8, ranks of 7, 8 x 14 and 7 layers
+    assert {(r.plan.vp, r.plan.layout) for r in rows} == {(8, "E|(t|)*126L")}
+    assert all(stage_layers(r.model, r.plan) == [7] + [8] * 14 + [7] for r in rows)
     assert all(r.plan.sp and r.config.attention == "flash" for r in rows)
     # Megatron's runs go through the megatron --framework profile, so validation checks the profile
     mcore = [r for r in load_rows() if r.source.startswith(("Megatron-Core", "Narayanan", "Korthikanti"))]
@@ -234,12 +235,13 @@ def test_published_runs_the_memory_model_refuses_are_counted_and_do_not_grow(hel
     # while it counted Megatron's attention-core recompute, ~2 GiB a layer more)
     titan = {r.row.id for r in held_out if r.refused and r.row.source.startswith("torchtitan")}
     assert not titan, sorted(titan)
-    # The shared rows: Llama 3 405B's 8K run on 8,192 GPUs (pp 16, V = 2, 32 micro-batches) reads
-    # 102 GiB: the interleaved warm-up keeps 23.5 micro-batches' activations on the first ranks,
-    # where the paper trained 8K sequences "without activation checkpointing" (3.3.2) after
-    # deallocating stage inputs and outputs; its schedule's warm-up is not stated. Its 16K-GPU rows
-    # fit (74 GiB) since its FSDP is read as the paper states it, gradients sharded (ZeRO-2).
-    assert summary(results)["refused"] <= 1
+    # The shared rows: none refused. Llama 3 405B's 8K run on 8,192 GPUs read 102 GiB (refused)
+    # under V = 2, the interleaved warm-up holding 23.5 micro-batches' activations of 4-layer
+    # chunks on the first rank; at the paper's one layer a chunk (V = 8) it is tight (81.3 GiB,
+    # in the allocator's reserve only), as the paper trained 8K sequences "without activation
+    # checkpointing" (3.3.2). Its 16K-GPU rows fit (74 GiB) since its FSDP is read as the paper
+    # states it, gradients sharded (ZeRO-2).
+    assert summary(results)["refused"] == 0
     assert all(r.capacity_bytes > 0 and r.peak_bytes > 0 for r in held_out)
 
 
@@ -335,10 +337,18 @@ def test_held_out_runs_are_within_the_issues_targets_for_unseen_runs(held_out):
     # 12.5% over 167 (2026-11-27); 12.3% with Blackwell's eager chains at H100's measured rate
     # (0.52 of HBM, not the streaming 0.88); 10.7% with Blackwell's multi-GPU fraction as its
     # published slowest-GPU clock less what Hopper runs lose beyond theirs (0.81 -> 0.75; the
-    # Blackwell rows were seen first: B200 24.2% -> 20.1%, GB200 16.5% -> 12.3%)
+    # Blackwell rows were seen first: B200 24.2% -> 20.1%, GB200 16.5% -> 12.3%); 9.8% with the
+    # shared Llama 3 rows at the V = 8 the paper's text gives, the H100 fit 0.81 -> 0.77 and
+    # Blackwell's rate following it 0.75 -> 0.71 (2026-11-28: H100 7.5% -> 7.6%, the 500 W H100
+    # 13.9% -> 11.4%, B200 20.1% -> 17.7%, GB200 12.3% -> 10.2%, GB300 3.0% -> 5.8%)
     assert summary(held_out)["mean_abs_error"] <= 0.15
-    # regression guard, not the target: what was last measured (10.7%; Blackwell, MoE included:
-    # B200 20.1%, GB200 12.3%)
-    assert summary(held_out)["mean_abs_error"] <= 0.108
-    blackwell = {gpu: summary([r for r in held_out if r.row.gpu == gpu])["mean_abs_error"] for gpu in ("b200", "gb200")}
-    assert blackwell["b200"] <= 0.202 and blackwell["gb200"] <= 0.124, blackwell
+    # issue 14's "no GPU type above 25%", MoE included
+    by_type: dict[str, list[Result]] = {}
+    for r in held_out:
+        by_type.setdefault(r.row.gpu, []).append(r)
+    per_type = {gpu: round(summary(rs)["mean_abs_error"], 3) for gpu, rs in by_type.items()}
+    assert max(per_type.values()) <= 0.25, per_type
+    # regression guard, not the target: what was last measured (9.8%; Blackwell, MoE included:
+    # B200 17.7%, GB200 10.2%)
+    assert summary(held_out)["mean_abs_error"] <= 0.099
+    assert per_type["b200"] <= 0.178 and per_type["gb200"] <= 0.103, per_type

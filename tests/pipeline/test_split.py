@@ -174,7 +174,7 @@ def test_grid_agrees_with_the_scalar_model_on_uneven_splits(name, layouts):
 
 
 def test_an_end_may_count_its_embedding_or_loss_as_a_layer_of_its_chunk(m405):
-    # Llama 3 405B: 126 layers on pp 16 x vp 2 as 7 / 8 x 14 / 7; Megatron-Core states it with
+    # Llama 3 405B's 126 layers on pp 16 x vp 2 as 7 / 8 x 14 / 7; Megatron-Core states it with
     # --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split
     plan = ParallelPlan(tp=TP, pp=16, vp=2, first_stage_layers=7, last_stage_layers=7)
     assert stage_layers(m405, plan) == [7] + [8] * 14 + [7]

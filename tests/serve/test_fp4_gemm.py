@@ -7,6 +7,7 @@ import pytest
 
 from gpuplan import catalog
 from gpuplan.estimate.kernels import gemm_compute_time
+from gpuplan.specs.hardware import for_job
 
 B200 = catalog.gpu("b200")
 DATA = Path(__file__).resolve().parent.parent / "data" / "gemm" / "vllm_b200_nvfp4.csv"
@@ -19,10 +20,13 @@ def _rows():
 
 def test_nvfp4_gemm_rate_matches_vllms_cutlass_benchmark_on_b200():
     # the fraction comes from cuBLAS at 8192^3 (DeepGEMM PR #348); vLLM's CUTLASS kernel at
-    # Llama-3.1-8B's QKV shape (PR #20646) is an independent check, M >= 1024
+    # Llama-3.1-8B's QKV shape (PR #20646) is an independent check, M >= 1024. The benchmark ran
+    # on one GPU, so at the rate one B200 holds alone (solo_sustained; the multi-GPU fraction read
+    # it -4..-17% since 2026-11-28, -1..+14% alone)
+    alone = for_job(B200, 1)
     for r in _rows():
         if r["m"] >= 1024:
-            t = gemm_compute_time(B200, "nvfp4", r["m"], r["n"], r["k"])
+            t = gemm_compute_time(alone, "nvfp4", r["m"], r["n"], r["k"])
             rate = 2 * r["m"] * r["n"] * r["k"] / t
             assert rate == pytest.approx(r["nvfp4_noquant_tflops"] * 1e12, rel=0.15), r["m"]
 

@@ -19,6 +19,7 @@ from gpuplan import catalog
 from gpuplan.estimate.params import layer_tensors
 from gpuplan.serve.formats import kv_format, weight_format
 from gpuplan.serve.timing import Deployment, StepModel
+from gpuplan.specs.hardware import for_job
 
 ROOT = Path(__file__).resolve().parents[2]
 MEASURED = {
@@ -35,7 +36,9 @@ def _fit_script():
 
 
 def _step_model(gpu_id: str, model: str, tp: int, weights: str = "bf16") -> StepModel:
-    gpu = catalog.gpu(gpu_id)
+    # the GEMMs of a TP shard were timed on one GPU alone: at the rate it holds by itself
+    # (specs/hardware.py for_job), not the multi-GPU fraction a TP replica waits on
+    gpu = for_job(catalog.gpu(gpu_id), 1)
     return StepModel(Deployment(catalog.model(model), gpu, weight_format(weights, gpu), kv_format("bf16", gpu), tp=tp))
 
 
@@ -67,10 +70,12 @@ def test_decode_gemms_of_64_to_512_rows_are_predicted_without_a_bias(gpu_id):
         t = next(t for t in layer_tensors(sm.d.model, False, False) if t.name == names[r["layer"]])
         errors.append(sm._matmul(t, r["m"])[0] / r["bf16_s"] - 1)
     assert len(errors) == 12 * 6
-    # now: median |error| 5.8% H100 / 12.2% H200, max 31% / 34%, mean signed -1% / 0%
+    # now, at one GPU's own rate as they were timed: median |error| 6.6% H100 / 9.0% H200, max 29% /
+    # 36%, mean signed -3% / -2% (until 2026-11-28 the TP 2-8 shards were timed at the multi-GPU
+    # fraction, 0.81 then: 5.8% / 12.2%, max 31% / 34%, mean signed -1% / 0%)
     assert abs(statistics.fmean(errors)) <= 0.03
     assert statistics.median(map(abs, errors)) <= 0.13
-    assert max(map(abs, errors)) <= 0.35
+    assert max(map(abs, errors)) <= 0.36
 
 
 @pytest.mark.parametrize("gpu_id", sorted(MEASURED))

@@ -234,7 +234,8 @@ def _rows(path: Path) -> list[Row]:
             split = {k: src.plan[k] for k in ends if k in src.plan and pp > 1}
             split.update({k: int(r[k]) for k in ends if r.get(k)})  # a row's own uneven split
             etp = int(r["etp"]) if r.get("etp") else None  # optional column: MoE parallel folding, empty = tp
-            layout = r.get("pipeline_layout") or None  # optional column: Megatron-Core's layout string
+            # optional column: Megatron-Core's layout string; else the one the source states
+            layout = r.get("pipeline_layout") or (src.plan.get("layout") if pp > 1 else None)
             plan = ParallelPlan(
                 dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, etp=etp, zero=zero, sp=sp, layout=layout, **split
             )

@@ -100,9 +100,14 @@ SOURCES = (
         sp=True,
     ),
     # Llama 3 paper, section 3.3: 4D parallelism (TP with SP, CP, PP, FSDP of optimizer state and
-    # gradients), bf16, FlashAttention. Its pipeline is interleaved 1F1B (section 3.3.2) drawn in
-    # Fig. 6 with two stages per rank; the paper gives no other V, so V = 2. "We reduce one
-    # Transformer layer each from the first and the last stages" (section 3.3.2): 7 / 8 x 14 / 7.
+    # gradients), bf16, FlashAttention. Its pipeline is interleaved 1F1B with V model chunks per
+    # rank (section 3.3.2): "we reduce one Transformer layer each from the first and the last
+    # stages, respectively. This means that the first model chunk on the first stage has only the
+    # embedding, and the last model chunk on the last stage has only output projection and loss
+    # calculation". Removing one layer empties a chunk only if a chunk holds one layer: 126 layers
+    # and the two emptied slots are 128 = pp 16 x V 8, Megatron-Core's layout E|(t|)*126L (ranks
+    # of 7, 8 x 14, 7 layers). Fig. 6 draws two chunks per rank for an example of pp 4; that is
+    # an illustration, not the run's V (gpuplan read V = 2 from it until 2026-11-28).
     # Its context parallelism is all-gather based: "we first all-gather the key (K) and value (V)
     # tensors, and then compute attention output for the local query (Q) tensor chunk" (3.3.2).
     # Its FSDP "shards the optimizer states and gradients, but for model shards we do not reshard
@@ -114,7 +119,7 @@ SOURCES = (
         "llama",
         "generic",
         dict(attention="flash", tp_overlap=True, cp_comm="all_gather"),
-        plan=dict(vp=2, first_stage_layers=7, last_stage_layers=7, zero=2),
+        plan=dict(vp=8, layout="E|(t|)*126L", zero=2),
         sp=True,
     ),
     # NVIDIA's NeMo performance summary (NeMo 24.07 container, DGX-H100; docs/source/performance/
