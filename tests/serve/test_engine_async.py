@@ -1,6 +1,6 @@
 """vLLM's async scheduling (``vllm-async``: the default from v0.14.0): the synchronous V1 engine's
-memory and defaults, its host work hidden behind the GPU, and each batch formed while the GPU runs
-the last, so a new request waits one iteration more."""
+defaults and memory but for its sampler, its host work hidden behind the GPU, and each batch formed
+while the GPU runs the last, so a new request waits one iteration more."""
 
 import numpy as np
 import pytest
@@ -18,14 +18,17 @@ D = Deployment(catalog.model("llama-3.1-8b"), G, weight_format("bf16", G), kv_fo
 D_MOE = Deployment(catalog.model("qwen3-30b-a3b"), G, weight_format("bf16", G), kv_format("bf16"))
 
 
-def test_async_scheduling_keeps_the_synchronous_engines_memory_and_defaults():
+def test_async_scheduling_keeps_the_synchronous_engines_defaults_and_memory_but_its_sampler():
     sync, ahead = engine_config("vllm", G), engine_config("vllm-async", G)
     assert (sync.max_batched_tokens, sync.max_num_seqs, sync.block_size) == (
         ahead.max_batched_tokens,
         ahead.max_num_seqs,
         ahead.block_size,
     )
-    assert serve_memory(D, sync).kv_pool == serve_memory(D, ahead).kv_pool
+    # the profiling pass's sampler is the activation peak here: torch.sort's 38 B a logit under the
+    # synchronous releases, FlashInfer's 14 B under the async ones (engines.py), over 1,024 rows
+    sampler = sync.max_num_seqs * D.model.vocab_size * (38 - 14)
+    assert serve_memory(D, ahead).kv_pool - serve_memory(D, sync).kv_pool == pytest.approx(sampler)
 
 
 def test_its_host_work_shows_only_where_it_outlasts_the_gpu_step():

@@ -152,10 +152,14 @@ def test_errors_stay_within_what_was_last_measured(held_out_checks):
     # the steady rows 8.4% / 51.3%. Then the H100 multi-GPU fraction refitted on the training rows
     # (0.81 -> 0.77, the Llama 3 rows at the paper's V = 8; Blackwell's 0.75 -> 0.71 with it): 84 rows
     # closer, 22 further (TensorRT-LLM's and NIM's 70B-405B TP 2-8 steady rows 3 points slower, all
-    # read slow already): all rows 18.5% / 63.4%, the steady rows 9.0% / 51.3%
+    # read slow already): all rows 18.5% / 63.4%, the steady rows 9.0% / 51.3%. Then vLLM's profiled
+    # sampler peak with torch.sort's temporaries (38 B a logit under V1's sorting sampler, 14 under
+    # FlashInfer's: engines.py): gpustack's vLLM 0.11 bursts on memory-tight single H100s (Qwen3-32B,
+    # gpt-oss-120b) hold fewer sequences, throughput +50..+65% -> +15..+35%, TTFT -33..-35% ->
+    # -12..-15%, their ITL 5 points further (-51% -> -56%): all rows 16.7% / 61.9%
     s = summary(held_out_checks)
-    assert s["median_abs_error"] <= 0.19
-    assert s["p90_abs_error"] <= 0.64
+    assert s["median_abs_error"] <= 0.17
+    assert s["p90_abs_error"] <= 0.62
     assert s["max_abs_error"] <= 4.8
     steady = s["by_load"]["steady"]  # the analytic model's rows (the issue's 8% median target is missed since)
     assert steady["median_abs_error"] <= 0.091 and steady["p90_abs_error"] <= 0.52 and steady["max_abs_error"] <= 1.33

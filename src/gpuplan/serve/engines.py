@@ -287,6 +287,28 @@ class Engine:
         return np.maximum(engine_s, self.frontend_s_per_token * tokens)
 
 
+# vLLM's profiling pass samples max_num_seqs dummy rows with top-k and top-p set
+# (gpu_model_runner.py _dummy_sampler_run). Its PyTorch-native path sorts the vocabulary
+# (vllm/v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p; V0's sampler sorts the same way),
+# and the peak is inside that sort: the head's bf16 logits (2 B, still held by the caller), the
+# sampler's fp32 copy (4), torch.sort's outputs, values (4) and int64 indices (8), and, for 128 or
+# more rows, what ATen's segmented_sort_pairs allocates (aten/src/ATen/native/cuda/Sort.cu): an
+# int64 iota of source indices (8) and cub::DeviceSegmentedRadixSort's temporary storage, which
+# holds an alternate key and value buffer when the input may not be overwritten (4 + 8): 38 B. The
+# masks, softmax and scatter after it peak lower (28 B). Six vLLM V1 logs of 2025 (llm-d's, Qwen3
+# 0.6B/32B, Llama 3.1 8B, Llama 3.3 70B, gpt-oss 20B/120B; vocabularies of 128K-201K) imply
+# 38.3-38.5 B per logit over 1,024 rows (tests/serve/test_validate_kv.py). Where FlashInfer was
+# installed, V1 up to 0.11.0 sampled with it instead (its default until PR #26859, 2025-10); a
+# published run rarely says which, and the ``vllm`` profile takes the sort its logs show.
+SORTING_SAMPLER_BYTES_PER_LOGIT = 2 + 4 + 4 + 8 + 8 + 4 + 8
+# FlashInfer's top_k_top_p_sampling_from_logits (flashinfer/sampling.py, "top_k_first") masks the
+# fp32 logits into a new tensor (top_k_mask_logits, 4 B) and softmaxes that into another (4 B),
+# then rejection-samples without a sort: with the bf16 and fp32 logits, 14 B. vLLM's default on CUDA
+# since PR #40376 (2026-04, "Enable FlashInfer top-k/top-p sampler by default"); between PR #26859
+# (2025-10, "Disable FlashInfer sampler by default") and it, a Triton top-k/top-p kernel (not read).
+# vLLM 0.19.0's 28 logs imply about 15 B per logit.
+FLASHINFER_SAMPLER_BYTES_PER_LOGIT = 2 + 4 + 4 + 4
+
 _VLLM = Engine(
     "vllm",
     "V1 engine (0.8-0.13), synchronous scheduling",
@@ -302,11 +324,7 @@ _VLLM = Engine(
     state_pages=True,  # V1's hybrid KV cache manager (HybridAttentionMambaModelConfig)
     frontend_s_per_token=FRONTEND_V1_S,
     kv_on_demand=True,
-    # vllm/v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p (V0's sampler sorts the same
-    # way), run by the profiling pass over max_num_seqs dummy requests with top-k and top-p
-    # set: bf16 logits from the head (2 B), their fp32 copy (4), the sorted values (4) and
-    # int64 indices (8), the softmax/cumsum of the sorted row (4) and a boolean mask (1)
-    sampler_bytes_per_logit=23.0,
+    sampler_bytes_per_logit=SORTING_SAMPLER_BYTES_PER_LOGIT,
 )
 
 ENGINES = {
@@ -328,7 +346,8 @@ ENGINES = {
         # scheduler forms step n + 1 while the GPU runs step n (AsyncScheduler), and the model runner
         # prepares inputs and samples without waiting for the GPU (PR #23569, "Fully overlap model
         # execution": "an elimination of the CPU overhead of input preparation and sampling"), so
-        # the synchronous engine's host work hides behind the GPU; memory and defaults unchanged
+        # the synchronous engine's host work hides behind the GPU; defaults and memory unchanged but
+        # for the sampler its releases profile (FLASHINFER_SAMPLER_BYTES_PER_LOGIT)
         replace(
             _VLLM,
             name="vllm-async",
@@ -337,6 +356,7 @@ ENGINES = {
             note="host work overlapped with the GPU (vLLM async scheduling, default from v0.14.0)",
             schedules_ahead=True,
             ahead_with=("mtp",),
+            sampler_bytes_per_logit=FLASHINFER_SAMPLER_BYTES_PER_LOGIT,
         ),
         Engine(
             "vllm-v0",
@@ -351,11 +371,7 @@ ENGINES = {
             block_size=16,
             note="about 4 ms GPU bubble per decode step (vLLM RFC #6854)",
             kv_on_demand=True,  # vllm/core/block_manager.py append_slots
-            # vllm/v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p (V0's sampler sorts the same
-            # way), run by the profiling pass over max_num_seqs dummy requests with top-k and top-p
-            # set: bf16 logits from the head (2 B), their fp32 copy (4), the sorted values (4) and
-            # int64 indices (8), the softmax/cumsum of the sorted row (4) and a boolean mask (1)
-            sampler_bytes_per_logit=23.0,
+            sampler_bytes_per_logit=SORTING_SAMPLER_BYTES_PER_LOGIT,  # V0's sampler sorts too
         ),
         Engine(
             "sglang",
