@@ -10,7 +10,13 @@ from gpuplan import catalog
 from gpuplan.estimate.activations import activation_breakdown
 from gpuplan.estimate.comm import efficiency
 from gpuplan.estimate.compute import layer_times
-from gpuplan.estimate.flops import attention_flops_per_token, indexer_flops_per_token, mean_context, training_flops
+from gpuplan.estimate.flops import (
+    attention_flops_per_token,
+    indexer_flops_per_token,
+    mean_context,
+    mla_absorbed_width,
+    training_flops,
+)
 from gpuplan.estimate.step_time import _shape
 from gpuplan.serve.formats import kv_format, weight_format
 from gpuplan.serve.kv import attended_tokens, cached_tokens, kv_bytes_per_token_layer
@@ -116,6 +122,44 @@ def test_the_sparse_kernel_runs_under_the_fused_profile_and_transformers_masks_a
         share = mean_context(seq, k, True) / mean_context(seq, None, True)
         ramp = (k + efficiency(gpu).seq_half) / k
         assert share < core_sparse / core_wide < share * ramp
+
+
+def test_mlas_mqa_mode_does_the_absorbed_widths_per_head_and_key():
+    # oracle: MLA's absorbed attention written out (DeepSeek-V2 paper, section 2.1.2): each query,
+    # absorbed into the latent, and its rotary part against the cached latent and rotary key; the
+    # output a mix of latents (up-projected by the absorbed W^UV x W^O afterwards, a weight GEMM)
+    m = model_from_hf_config(SMALL)
+    queries, keys, h, r, c = 16, 64, m.num_heads, m.qk_rope_head_dim, m.kv_lora_rank
+    q_lat, q_rope = torch.randn(queries, h, c), torch.randn(queries, h, r)
+    latent, k_rope = torch.randn(keys, c), torch.randn(keys, r)
+    with flop_counter.FlopCounterMode(display=False) as counter:
+        scores = torch.einsum("qhc,kc->qhk", q_lat, latent) + torch.einsum("qhr,kr->qhk", q_rope, k_rope)
+        torch.einsum("qhk,kc->qhc", scores.softmax(-1), latent)
+    assert counter.get_total_flops() == 2 * queries * h * keys * mla_absorbed_width(m)  # 2 FLOPs a MAC
+
+
+def test_the_sparse_kernel_attends_in_mqa_mode_while_mfu_counts_the_unabsorbed_form():
+    # DeepSeek-V3.2's DSA runs MLA's MQA mode (its report, section 2.1; the TileLang sparse-MLA
+    # kernels Megatron-Core trains it with): below the top-k every key is attended, so the fused
+    # core does 1,088 / 320 the FLOPs of the dense model's unabsorbed attention at the same rates
+    gpu = catalog.gpu("h100-sxm")
+    plan = ParallelPlan(tp=8, ep=8, dp=8)
+    cfg = TrainingConfig(seq_len=2048, profile="fused")
+    sparse = dataclasses.replace(BIG, index_heads=0, index_head_dim=0)  # the core alone, no indexer
+    dense = dataclasses.replace(BIG, index_topk=0, index_heads=0, index_head_dim=0)
+
+    def attention(m):  # forward and backward kernel, less their launch overheads
+        return (
+            layer_times(m, gpu, _shape(m, cfg, plan), True).parts["attention"] - 2 * efficiency(gpu).kernel_overhead_s
+        )
+
+    widths = mla_absorbed_width(BIG) / (BIG.qk_head_dim + BIG.v_dim)
+    assert widths == pytest.approx((512 + 64 + 512) / (192 + 128))
+    assert attention(sparse) / attention(dense) == pytest.approx(widths, rel=1e-9)
+    # the model FLOPs (MFU's numerator) are the architecture's, unabsorbed, either way
+    assert attention_flops_per_token(BIG, 2048) - indexer_flops_per_token(BIG, 2048) == pytest.approx(
+        attention_flops_per_token(dense, 2048)
+    )
 
 
 def test_the_indexer_keeps_its_queries_keys_weights_and_top_k_indices_for_its_loss_under_megatron():

@@ -30,6 +30,7 @@ from gpuplan.estimate.flops import (
     gated_delta_flops_per_head,
     indexer_flops_per_key,
     mean_context,
+    mla_absorbed_width,
     ssd_flops_per_token,
 )
 from gpuplan.estimate.kernels import (
@@ -442,7 +443,12 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool, linear
                     m.attention_chunked,
                 ),
             ]
-        per_ctx = 2.0 * s.micro_batch * heads * (m.qk_head_dim + m.v_dim) * s.seq / s.cp
+        # per head and key: the unabsorbed widths, or under DSA's sparse kernel MLA's MQA mode over the
+        # latent (flops.mla_absorbed_width: 1,088 where DeepSeek-V3's unabsorbed form does 320). The
+        # model FLOPs that MFU counts keep the unabsorbed form (flops.attention_flops_per_token)
+        sparse_mla = bool(m.index_topk and m.is_mla and not s.eager)
+        dims = mla_absorbed_width(m) if sparse_mla else m.qk_head_dim + m.v_dim
+        per_ctx = 2.0 * s.micro_batch * heads * dims * s.seq / s.cp
         fwd = bwd = 0.0
         for share, span, ctx, mask_window, chunked in kinds:
             if share > 0:

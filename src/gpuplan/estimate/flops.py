@@ -154,6 +154,19 @@ def gated_delta_flops_per_head(m: ModelSpec) -> float:
     return 6.0 * c * dk + 4.0 * c * dv + 6.0 * dk * dv + c * c / 3.0
 
 
+def mla_absorbed_width(m: ModelSpec) -> int:
+    """Per-head width of MLA run in its MQA (absorbed) mode, per key: the query absorbed into the
+    latent and its rotary part against the latent and rotary key (kv_lora_rank + qk_rope_head_dim),
+    then the output as a mix of latents (kv_lora_rank): 512 + 64 + 512 = 1,088 for DeepSeek-V3
+    (DeepSeek-V2 paper, section 2.1.2, absorbing W^UK into W^Q and W^UV into W^O), where the
+    unabsorbed form computes qk_head_dim + v_dim = 192 + 128. Decode kernels run it (FlashMLA), and
+    DeepSeek Sparse Attention runs it everywhere: "we instantiate DSA based on the MQA mode of MLA"
+    (DeepSeek-V3.2-Exp report, section 2.1); the sparse-MLA training kernels take a query of
+    576 = 512 + 64 per head against one shared KV head and return 512 (Megatron-Core's DSA SparseMLA
+    over TileLang's sparse_mla_fwd / sparse_mla_bwd)."""
+    return 2 * m.kv_lora_rank + m.qk_rope_head_dim
+
+
 def attention_flops_per_token(m: ModelSpec, seq_len: int, causal: bool = True, document: int = 0) -> float:
     """Forward FLOPs of QK^T and AV per token, summed over layers (sliding-window layers see fewer
     keys), plus DeepSeek Sparse Attention's indexer (``indexer_flops_per_token``): under DSA each

@@ -43,7 +43,7 @@ import numpy as np
 from gpuplan.errors import require
 from gpuplan.estimate.comm import collective_time, efficiency, place
 from gpuplan.estimate.compute import _local_gemm, linear_scan_times
-from gpuplan.estimate.flops import indexer_flops_per_key, linear_attention_flops_per_token
+from gpuplan.estimate.flops import indexer_flops_per_key, linear_attention_flops_per_token, mla_absorbed_width
 from gpuplan.estimate.kernels import flash_time, gemm_compute_time, memory_time, row_tiles
 from gpuplan.estimate.params import embedding_tensors, head_tensors, layer_tensors
 from gpuplan.serve.allreduce import tp_allreduce
@@ -171,7 +171,7 @@ class StepModel:
         # absorbed in prefill too: "we instantiate DSA based on the MQA mode of MLA" (DeepSeek-V3.2-Exp
         # report, section 2.1; FlashMLA's sparse prefill kernel attends over the latent)
         unabsorbed = m.qk_head_dim + m.v_dim
-        self.attn_dims = 2 * m.kv_lora_rank + m.qk_rope_head_dim if m.is_mla else unabsorbed
+        self.attn_dims = mla_absorbed_width(m) if m.is_mla else unabsorbed
         self.prefill_attn_dims = self.attn_dims if m.index_heads else unabsorbed
         # CUDA-core instruction rate for dequantisation (FMA = 2 FLOPs)
         self.alu = gpu.peak_flops.get("fp32", gpu.peak(d.dtype16) / 16) / 2
