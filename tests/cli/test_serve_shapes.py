@@ -61,3 +61,22 @@ def test_disaggregate_refuses_a_proposer_it_would_ignore(capsys):
 def test_prefill_tp_without_disaggregate_is_refused(capsys):
     code, _, err = run(["serve", "llama-3.1-8b", "--prefill-tp", "2"], capsys)
     assert code == 2 and "--disaggregate" in err
+
+
+def test_the_activation_peak_says_which_profiling_phase_sets_it(capsys):
+    # a 32B model's 8,192-token forward holds less than vLLM's sampler over 1,024 rows of Qwen3's
+    # 151,936-token vocabulary: the table names the sampler, the JSON gives both phases
+    args = ["serve", "qwen3-32b", "--engine", "vllm", "--input-len", "2000", "--output-len", "100"]
+    code, out, _ = run([*args, "--json"], capsys)
+    assert code == 0
+    mem = json.loads(out)["memory"]
+    phases = mem["activation_phases"]
+    assert mem["sampled_rows"] == 1024 and phases["sampler"] > phases["forward"]
+    assert mem["per_gpu"]["activations"] == max(phases.values())
+    code, out, _ = run(args, capsys)
+    assert code == 0 and "sampler over 1,024 rows x 151,936 logits" in out
+    # a long forward budget on a small vocabulary: the forward is the peak
+    code, out, _ = run(["serve", "llama-3.1-8b", "--max-batched-tokens", "65536", "--json"], capsys)
+    assert code == 0
+    phases = json.loads(out)["memory"]["activation_phases"]
+    assert phases["forward"] > phases["sampler"]

@@ -175,7 +175,13 @@ def render_serve(est, doc: dict) -> None:
         cap,
         f"{doc['running']} x {doc['held_tokens_per_sequence']} tokens, blocks of {r.config.block_size}",
     )
-    mem_row(table, "activations (peak)", per["activations"], cap, f"{r.config.max_batched_tokens} batched tokens")
+    phases = mem["activation_phases"]
+    peak_note = (
+        f"sampler over {mem['sampled_rows']:,} rows x {d.model.vocab_size:,} logits"
+        if phases["sampler"] > phases["forward"]
+        else f"{r.config.max_batched_tokens} batched tokens"
+    )
+    mem_row(table, "activations (peak)", per["activations"], cap, peak_note)
     mem_row(table, "other", per["other"], cap, "CUDA context, graphs, NCCL")
     mem_row(table, "total", per["total"], cap)
     mem_row(table, "KV pool (allocated)", mem["kv_pool"], cap, f"holds {doc['max_concurrency']:,} such sequences")

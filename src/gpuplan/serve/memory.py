@@ -101,8 +101,18 @@ class ServeMemory:
 
 
 def activation_peak(d: Deployment, cfg: ServeConfig) -> float:
-    """Peak activations of the engine's profiling pass on one GPU: the larger of its two phases,
-    which never hold memory at the same time.
+    """Peak activations of the engine's profiling pass on one GPU: the larger of its two phases
+    (``activation_phases``), which never hold memory at the same time."""
+    return max(activation_phases(d, cfg))
+
+
+def sampled_rows(cfg: ServeConfig) -> int:
+    """Rows the profiling pass samples: max_num_seqs (vLLM's default 256), at most the batch."""
+    return min(cfg.max_num_seqs or 256, cfg.max_batched_tokens)
+
+
+def activation_phases(d: Deployment, cfg: ServeConfig) -> tuple[float, float]:
+    """(forward, sampler) bytes of the engine's profiling pass on one GPU.
 
     * The forward over ``max_batched_tokens`` tokens: the residual stream and its normed copy, plus
       the widest intermediate (fused QKV and attention output, or gate+up and the activated MLP).
@@ -130,9 +140,8 @@ def activation_peak(d: Deployment, cfg: ServeConfig) -> float:
     if m.is_moe:  # each token's routed copies through its experts' MLPs
         mlp = max(mlp, m.experts_per_token * (h + (3 if m.gated_mlp else 2) * m.moe_ffn_size / d.tp))
     forward = t * a * (2 * h + max(attn, mlp))
-    seqs = min(cfg.max_num_seqs or 256, t)  # vLLM profiles the sampler with max_num_seqs (default 256)
-    sampler = t * a * h + seqs * m.vocab_size * engine(cfg.engine).sampler_bytes_per_logit
-    return max(forward, sampler)
+    sampler = t * a * h + sampled_rows(cfg) * m.vocab_size * engine(cfg.engine).sampler_bytes_per_logit
+    return forward, sampler
 
 
 def kv_pool_bytes(

@@ -10,7 +10,7 @@ from gpuplan.estimate.comm import efficiency
 from gpuplan.serve.bands import engine_band
 from gpuplan.serve.engines import engine
 from gpuplan.serve.kv import kv_bytes_per_sequence, kv_bytes_per_token
-from gpuplan.serve.memory import block_tokens, blocks_per_sequence
+from gpuplan.serve.memory import activation_phases, block_tokens, blocks_per_sequence, sampled_rows
 from gpuplan.serve.steady_state import Point
 
 if TYPE_CHECKING:  # plan.py imports this module to re-export to_dict
@@ -75,6 +75,10 @@ def to_dict(e: ServeEstimate) -> dict:
             "budget": mem.budget,
             "capacity": mem.capacity,
             "gpu_memory_utilization": cfg.gpu_memory_utilization,
+            # the profiling pass's two phases, the larger of which is the activation peak: the forward
+            # over max_batched_tokens, the sampler over sampled_rows rows of the vocabulary
+            "activation_phases": dict(zip(("forward", "sampler"), activation_phases(d, cfg), strict=True)),
+            "sampled_rows": sampled_rows(cfg),
             "block_size": block_tokens(d, cfg),
             "fits": e.kv_needed <= mem.kv_pool,
         },
