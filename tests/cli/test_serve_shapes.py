@@ -75,6 +75,8 @@ def test_the_activation_peak_says_which_profiling_phase_sets_it(capsys):
     assert mem["per_gpu"]["activations"] == max(phases.values())
     code, out, _ = run(args, capsys)
     assert code == 0 and "sampler over 1,024 rows x 151,936 logits" in out
+    # the pool's seats are counted at the whole length, the running sequences at what they hold
+    assert "sequences of 2,100 tokens" in out and "x 2050 tokens" in out
     # a long forward budget on a small vocabulary: the forward is the peak
     code, out, _ = run(["serve", "llama-3.1-8b", "--max-batched-tokens", "65536", "--json"], capsys)
     assert code == 0

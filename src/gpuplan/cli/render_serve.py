@@ -184,7 +184,16 @@ def render_serve(est, doc: dict) -> None:
     mem_row(table, "activations (peak)", per["activations"], cap, peak_note)
     mem_row(table, "other", per["other"], cap, "CUDA context, graphs, NCCL")
     mem_row(table, "total", per["total"], cap)
-    mem_row(table, "KV pool (allocated)", mem["kv_pool"], cap, f"holds {doc['max_concurrency']:,} such sequences")
+    # max_concurrency counts sequences at their whole length; the running ones above hold, where the
+    # engine allocates blocks as tokens come, their prompt and about half their output
+    whole = r.input_len + r.output_len
+    mem_row(
+        table,
+        "KV pool (allocated)",
+        mem["kv_pool"],
+        cap,
+        f"holds {doc['max_concurrency']:,} sequences of {whole:,} tokens",
+    )
     console.print(table)
     pg = doc["paging"]
     console.print(
