@@ -419,9 +419,16 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool, linear
         kinds: list[tuple[float, int, float, int | None, bool]] = [
             (1.0, s.seq, mean_context(s.seq, None, True, document=s.document), None, False)
         ]
+        # per head and key: the query/key and value widths. The model FLOPs that MFU counts keep
+        # these, the architecture's unabsorbed form (flops.attention_flops_per_token)
+        dims = m.qk_head_dim + m.v_dim
         if m.index_topk and not s.eager:
-            # DSA: a sparse MLA kernel (FlashMLA's) walks the index_topk keys the indexer picked;
-            # transformers' eager and SDPA paths mask a dense attention instead (DeepseekV32Indexer)
+            # DSA: a sparse MLA kernel (FlashMLA's) walks the index_topk keys the indexer picked, in
+            # MLA's MQA mode over the latent (flops.mla_absorbed_width: 1,088 where DeepSeek-V3's
+            # unabsorbed form does 320); transformers' eager and SDPA paths mask a dense, unabsorbed
+            # attention instead (DeepseekV32Indexer)
+            if m.is_mla:
+                dims = mla_absorbed_width(m)
             kinds = [
                 (
                     1.0,
@@ -443,11 +450,6 @@ def layer_times(m: ModelSpec, gpu: GPUSpec, shape: LayerShape, moe: bool, linear
                     m.attention_chunked,
                 ),
             ]
-        # per head and key: the unabsorbed widths, or under DSA's sparse kernel MLA's MQA mode over the
-        # latent (flops.mla_absorbed_width: 1,088 where DeepSeek-V3's unabsorbed form does 320). The
-        # model FLOPs that MFU counts keep the unabsorbed form (flops.attention_flops_per_token)
-        sparse_mla = bool(m.index_topk and m.is_mla and not s.eager)
-        dims = mla_absorbed_width(m) if sparse_mla else m.qk_head_dim + m.v_dim
         per_ctx = 2.0 * s.micro_batch * heads * dims * s.seq / s.cp
         fwd = bwd = 0.0
         for share, span, ctx, mask_window, chunked in kinds:
